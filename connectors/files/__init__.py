@@ -1,0 +1,1 @@
+"""The file connector: format ``firesteel.files`` (Parquet/CSV/JSON-lines/text source, transactional sink)."""

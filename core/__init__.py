@@ -1,0 +1,36 @@
+"""firesteel core: the checkpoint-commit protocol, the guarantee check and the Spark adapters.
+
+``firesteel`` itself is a PEP 420 namespace shared by separately installed
+distributions (``firesteel-kafka``, ...), so it cannot carry attributes; the
+public entry points live here::
+
+    from firesteel.core import register
+    register(spark)
+"""
+
+from firesteel.core.errors import (
+    CheckpointCorruptError,
+    ConfigError,
+    FiresteelError,
+    GuaranteeError,
+    MissingDependencyError,
+    RecordError,
+)
+from firesteel.core.guarantee import Guarantee, Replay, SinkKind, end_to_end
+from firesteel.core.registry import register
+from firesteel.core.spark.foreach import foreach_batch
+
+__all__ = [
+    "CheckpointCorruptError",
+    "ConfigError",
+    "FiresteelError",
+    "Guarantee",
+    "GuaranteeError",
+    "MissingDependencyError",
+    "RecordError",
+    "Replay",
+    "SinkKind",
+    "end_to_end",
+    "foreach_batch",
+    "register",
+]

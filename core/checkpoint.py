@@ -1,0 +1,115 @@
+"""Reading Spark's checkpoint (the offsets log) and firesteel's own records beside it.
+
+Spark writes ``<checkpoint>/offsets/N`` before batch N runs: a version line, a
+metadata line, then one JSON line per source. firesteel sources tag their
+offsets (see :mod:`firesteel.core.spark.reader`), which is how a sink learns
+what feeds it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from pyarrow import fs
+
+from firesteel.core.errors import CheckpointCorruptError
+from firesteel.core.guarantee import Guarantee, Part, Replay
+
+logger = logging.getLogger(__name__)
+
+SOURCE_TAG = "firesteel"
+"""Key under which a firesteel source's offset carries its identity and replay capability."""
+
+FIRESTEEL_DIR = "firesteel"
+"""Sub-folder of a Spark checkpoint holding firesteel's own records."""
+
+
+def filesystem(uri: str) -> tuple[fs.FileSystem, str]:
+    """A pyarrow filesystem and path for a local path or a URI (``s3://``, ``hdfs://``...)."""
+    if "://" not in uri:
+        return fs.LocalFileSystem(), fs.LocalFileSystem().normalize_path(uri)
+    return fs.FileSystem.from_uri(uri)
+
+
+def _latest_offsets_file(fsys: fs.FileSystem, base: str) -> str | None:
+    infos = fsys.get_file_info(fs.FileSelector(f"{base}/offsets", allow_not_found=True))
+    batches = [int(info.base_name) for info in infos if info.base_name.isdigit()]
+    return f"{base}/offsets/{max(batches)}" if batches else None
+
+
+def source_parts(checkpoint: str) -> list[Part]:
+    """The sources feeding the query checkpointed at ``checkpoint``, for the guarantee check.
+
+    A source whose offset carries no firesteel tag is not one of ours: its
+    replay capability is unknown, so it counts as not resettable.
+    """
+    fsys, base = filesystem(checkpoint)
+    path = _latest_offsets_file(fsys, base)
+    if path is None:
+        return []
+    with fsys.open_input_stream(path) as stream:
+        lines = stream.read().decode("utf-8").splitlines()
+    if len(lines) < 2 or not lines[0].startswith("v"):
+        msg = f"{path}: not a Spark offsets log entry (expected a version line and metadata)"
+        raise CheckpointCorruptError(msg)
+    parts = []
+    for index, line in enumerate(lines[2:]):
+        offset: Any = None
+        if line.strip() not in ("", "-"):
+            try:
+                offset = json.loads(line)
+            except json.JSONDecodeError:
+                offset = None
+        tag = offset.get(SOURCE_TAG) if isinstance(offset, dict) else None
+        if isinstance(tag, dict) and "source" in tag:
+            parts.append(Part(f"source #{index} ({tag['source']})", replay=Replay(tag["replay"])))
+        else:
+            shown = line if len(line) <= 60 else line[:57] + "..."
+            parts.append(
+                Part(
+                    f"source #{index} (not a firesteel source, offset {shown}; its replay "
+                    "capability is unknown)",
+                    replay=Replay.NOT_RESETTABLE,
+                )
+            )
+    return parts
+
+
+@dataclass(frozen=True)
+class GuaranteeRecord:
+    """The guarantee a query runs with (``<checkpoint>/firesteel/guarantee-<sink>.json``)."""
+
+    sink: str
+    sources: list[str]
+    achieved: Guarantee
+    required: Guarantee | None
+
+
+def write_guarantee(checkpoint: str, sink_id: str, record: GuaranteeRecord) -> None:
+    """Record the guarantee so users (and :func:`read_guarantee`) can see it."""
+    fsys, base = filesystem(checkpoint)
+    fsys.create_dir(f"{base}/{FIRESTEEL_DIR}", recursive=True)
+    body = {
+        "sink": record.sink,
+        "sources": record.sources,
+        "achieved": record.achieved.label,
+        "required": record.required.label if record.required else None,
+    }
+    with fsys.open_output_stream(f"{base}/{FIRESTEEL_DIR}/guarantee-{sink_id}.json") as out:
+        out.write(json.dumps(body, indent=2).encode())
+
+
+def read_guarantee(checkpoint: str) -> dict[str, Any]:
+    """The guarantee records of every firesteel sink of a query, keyed by sink id."""
+    fsys, base = filesystem(checkpoint)
+    infos = fsys.get_file_info(fs.FileSelector(f"{base}/{FIRESTEEL_DIR}", allow_not_found=True))
+    records = {}
+    for info in infos:
+        name = info.base_name
+        if name.startswith("guarantee-") and name.endswith(".json"):
+            with fsys.open_input_stream(info.path) as stream:
+                records[name[len("guarantee-") : -len(".json")]] = json.loads(stream.read())
+    return records

@@ -1,0 +1,44 @@
+"""Exception types. Every error names the option, record, file or part at fault."""
+
+from __future__ import annotations
+
+
+class FiresteelError(Exception):
+    """Base class of every error firesteel raises on purpose."""
+
+
+class ConfigError(FiresteelError, ValueError):
+    """An option is unknown, missing, or has a value that cannot work."""
+
+
+class GuaranteeError(FiresteelError):
+    """The parts of a query cannot deliver the delivery guarantee it asks for."""
+
+
+class CheckpointCorruptError(FiresteelError):
+    """A durable artifact (manifest, snapshot, log segment) failed its integrity check."""
+
+
+class IncompatibleFormatError(CheckpointCorruptError):
+    """A durable artifact was written by a format version this release cannot read."""
+
+
+class RecordError(FiresteelError):
+    """A record could not be read or converted; the message names its file/partition and line."""
+
+
+class SourceChangedError(FiresteelError):
+    """Input that a committed batch already read has changed since (size or mtime differ)."""
+
+
+class SinkError(FiresteelError):
+    """A sink could not write or commit; the message names the sink and batch."""
+
+
+class MissingDependencyError(FiresteelError, ImportError):
+    """An optional package is not installed; the message says what to pip install."""
+
+    def __init__(self, package: str, distribution: str) -> None:
+        super().__init__(
+            f"Package `{package}` is missing: run `pip install {distribution}` to fix it"
+        )

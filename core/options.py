@@ -1,0 +1,155 @@
+"""Typed connector options parsed from Spark's flat, case-insensitive string options.
+
+A connector declares its options as a frozen dataclass whose fields use
+:func:`option`; :func:`parse_options` turns the strings Spark hands over into
+that dataclass, converting types, checking ``Literal`` choices, and refusing
+unknown or misspelled keys with the list of valid ones and the closest match.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import enum
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
+
+from firesteel.core.errors import ConfigError
+from firesteel.core.guarantee import Guarantee
+
+T = TypeVar("T")
+
+SPARK_MANAGED_KEYS = frozenset({"checkpointlocation", "queryname"})
+"""Keys Spark itself adds to a sink's options; accepted and ignored unless declared."""
+
+_SECRET_MARKERS = ("password", "secret", "key.pem", "private", "token", "sasl.jaas")
+
+
+def option(
+    default: Any = dataclasses.MISSING,
+    *,
+    doc: str,
+    name: str | None = None,
+    required: bool = False,
+) -> Any:
+    """Declare a connector option field.
+
+    ``name`` is the spelling users type (default: the field name with ``_`` → ``.``);
+    ``doc`` is shown by :func:`describe_options` and in error messages.
+    """
+    metadata = {"doc": doc, "name": name, "required": required}
+    if required:
+        return dataclasses.field(metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def option_name(field: dataclasses.Field[Any]) -> str:
+    """The user-facing spelling of an option field."""
+    return str(field.metadata.get("name") or field.name.replace("_", "."))
+
+
+def is_secret(key: str) -> bool:
+    """Whether an option's value must never be logged or echoed in an error."""
+    lowered = key.lower()
+    return any(marker in lowered for marker in _SECRET_MARKERS)
+
+
+def _convert(key: str, text: str, annotation: Any) -> Any:
+    origin = get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        members = [a for a in get_args(annotation) if a is not type(None)]
+        if text.strip().lower() in ("", "none", "null") and len(members) < len(
+            get_args(annotation)
+        ):
+            return None
+        return _convert(key, text, members[0])
+    if origin is Literal:
+        choices = [str(c) for c in get_args(annotation)]
+        value = text.strip().lower()
+        if value not in choices:
+            msg = f"option '{key}': {text!r} is not one of {', '.join(choices)}"
+            raise ConfigError(msg)
+        return value
+    if annotation is bool:
+        value = text.strip().lower()
+        if value not in ("true", "false"):
+            msg = f"option '{key}': expected true or false, got {text!r}"
+            raise ConfigError(msg)
+        return value == "true"
+    if annotation in (int, float):
+        try:
+            return annotation(text.strip())
+        except ValueError as exc:
+            shown = "<redacted>" if is_secret(key) else repr(text)
+            msg = f"option '{key}': expected {annotation.__name__}, got {shown}"
+            raise ConfigError(msg) from exc
+    if annotation is Guarantee:
+        return Guarantee.parse(text, key)
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        try:
+            return annotation(text.strip().lower())
+        except ValueError as exc:
+            valid = ", ".join(str(m.value) for m in annotation)
+            msg = f"option '{key}': {text!r} is not one of {valid}"
+            raise ConfigError(msg) from exc
+    return text
+
+
+def parse_options(
+    cls: type[T],
+    raw: Mapping[str, str],
+    *,
+    passthrough_prefixes: tuple[str, ...] = (),
+    connector: str = "",
+) -> T:
+    """Build ``cls`` (a dataclass of :func:`option` fields) from Spark's string options.
+
+    Keys starting with one of ``passthrough_prefixes`` are collected into the
+    field named ``passthrough`` (prefix kept), e.g. ``kafka.*`` for librdkafka.
+    """
+    where = f"{connector}: " if connector else ""
+    hints = get_type_hints(cls)
+    fields = {option_name(f).lower(): f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    values: dict[str, Any] = {}
+    passthrough: dict[str, str] = {}
+    for key, text in raw.items():
+        lowered = key.lower()
+        if lowered in fields:
+            field = fields[lowered]
+            values[field.name] = _convert(option_name(field), str(text), hints[field.name])
+        elif passthrough_prefixes and lowered.startswith(passthrough_prefixes):
+            passthrough[key] = str(text)
+        elif lowered not in SPARK_MANAGED_KEYS:
+            valid = sorted(option_name(f) for f in fields.values() if f.name != "passthrough")
+            close = difflib.get_close_matches(lowered, [v.lower() for v in valid], n=1)
+            hint = f" Did you mean '{close[0]}'?" if close else ""
+            joined = "' / '".join(passthrough_prefixes)
+            prefixes = f" (or any '{joined}*' key)" if passthrough_prefixes else ""
+            msg = (
+                f"{where}unknown option '{key}'.{hint} Valid options: {', '.join(valid)}{prefixes}"
+            )
+            raise ConfigError(msg)
+    if "passthrough" in {f.name for f in fields.values()}:
+        values["passthrough"] = passthrough
+    for field in fields.values():
+        if field.metadata.get("required") and field.name not in values:
+            msg = f"{where}option '{option_name(field)}' is required: {field.metadata['doc']}"
+            raise ConfigError(msg)
+    try:
+        return cls(**values)
+    except ConfigError as exc:
+        msg = f"{where}{exc}"
+        raise ConfigError(msg) from exc
+
+
+def describe_options(cls: type[Any]) -> str:
+    """A plain-text table of a connector's options, for docs and ``--help``."""
+    lines = []
+    for field in dataclasses.fields(cls):
+        if field.name == "passthrough":
+            continue
+        default = "required" if field.metadata.get("required") else repr(field.default)
+        lines.append(f"{option_name(field):32} {default:16} {field.metadata['doc']}")
+    return "\n".join(lines)

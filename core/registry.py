@@ -1,0 +1,34 @@
+"""Discovery of installed connectors (entry point group ``firesteel.connectors``)."""
+
+from __future__ import annotations
+
+import logging
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+logger = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "firesteel.connectors"
+
+
+def register(spark: SparkSession) -> list[str]:
+    """Register every installed connector with ``spark`` as a Python data source.
+
+    Returns the format names registered (``firesteel.files``, ``firesteel.kafka``...).
+    A connector whose own third-party dependency is missing is skipped with a
+    debug log; any other import error is raised.
+    """
+    names = []
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            source_cls = entry.load()
+        except ModuleNotFoundError as exc:
+            logger.debug("firesteel: skipping connector %r: %s", entry.name, exc)
+            continue
+        spark.dataSource.register(source_cls)
+        names.append(source_cls.name())
+    logger.info("firesteel: registered %s", ", ".join(names) or "no connectors")
+    return names

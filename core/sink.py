@@ -1,0 +1,211 @@
+"""The sink roles of the checkpoint-commit protocol.
+
+Every sink runs in two places. On executors, :meth:`Sink.write_partition`
+consumes one partition of micro-batch N and returns a :class:`Vote`. On the
+driver, once every task voted, :meth:`Sink.commit_batch` makes batch N final;
+Spark writes ``commits/N`` only after it returns. A crash anywhere re-runs
+batch N with the same input, so ``commit_batch`` may see N twice and must treat
+the second time as a no-op, and the re-run's tasks must neither duplicate nor
+resurrect what an earlier attempt wrote.
+
+The subclasses are the columns of Table 8-1: :class:`PlainSink`,
+:class:`IdempotentSink`, :class:`~firesteel.sinks.write_ahead.WriteAheadSink`
+and :class:`TwoPhaseCommitSink`.
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generic, TypeVar
+
+import pyarrow as pa
+from pyspark.sql.datasource import WriterCommitMessage
+
+from firesteel.core.context import TaskScope
+from firesteel.core.faults import fault_point
+from firesteel.core.guarantee import SinkKind
+
+logger = logging.getLogger(__name__)
+
+VOTE_FORMAT_VERSION = 1
+
+
+@dataclass
+class Vote(WriterCommitMessage):
+    """What one write task tells the driver: "partition p of batch N is ready".
+
+    ``payload`` is the sink's own JSON-able description (a transaction handle,
+    a log segment, a count); it crosses process boundaries, so it is plain data.
+    """
+
+    sink_id: str
+    batch_id: int
+    partition_id: int
+    attempt: int
+    rows: int
+    payload: dict[str, Any] = field(default_factory=dict)
+    version: int = VOTE_FORMAT_VERSION
+
+
+class Sink(ABC):
+    """Base of every sink: its identity, its kind, its two halves."""
+
+    kind: ClassVar[SinkKind]
+    """The column of Table 8-1 this sink belongs to."""
+
+    name: ClassVar[str] = "sink"
+    """The format name users know it by, e.g. ``firesteel.files``."""
+
+    sink_id: str
+    """Stable across restarts of the same query: everything durable is keyed by it."""
+
+    def prepare(self) -> None:
+        """Driver side, before the first batch: validate the target, recover leftovers.
+
+        Raise a :class:`~firesteel.core.errors.ConfigError` naming the option when
+        the target cannot work (path not writable, server unreachable).
+        """
+
+    @abstractmethod
+    def write_partition(self, scope: TaskScope, batches: Iterator[pa.RecordBatch]) -> Vote:
+        """Executor side: write one partition of one batch and vote."""
+
+    @abstractmethod
+    def commit_batch(self, batch_id: int, votes: Sequence[Vote]) -> None:
+        """Driver side: every task voted; make batch ``batch_id`` final (idempotent)."""
+
+    def abort_batch(self, batch_id: int, votes: Sequence[Vote | None]) -> None:
+        """Driver side: a task failed; discard what the batch wrote (idempotent)."""
+
+    def vote(self, scope: TaskScope, rows: int, payload: dict[str, Any] | None = None) -> Vote:
+        """Build this sink's vote for the task ``scope``."""
+        return Vote(
+            sink_id=self.sink_id,
+            batch_id=scope.batch_id,
+            partition_id=scope.partition_id,
+            attempt=scope.attempt,
+            rows=rows,
+            payload=payload or {},
+        )
+
+
+class PlainSink(Sink):
+    """Writes at once with no deduplication: replays after a crash write again.
+
+    With a resettable source this gives at-least-once, provided
+    :meth:`write` returns only once every record is durably accepted.
+    """
+
+    kind = SinkKind.PLAIN
+
+    @abstractmethod
+    def write(self, scope: TaskScope, batches: Iterator[pa.RecordBatch]) -> int:
+        """Write all batches; return the row count once the target acknowledged them."""
+
+    def write_partition(self, scope: TaskScope, batches: Iterator[pa.RecordBatch]) -> Vote:
+        rows = self.write(scope, batches)
+        fault_point("sink.after_write", scope.batch_id, scope.partition_id)
+        return self.vote(scope, rows)
+
+    def commit_batch(self, batch_id: int, votes: Sequence[Vote]) -> None:
+        fault_point("driver.before_commit", batch_id)
+        fault_point("driver.after_commit", batch_id)
+
+
+class IdempotentSink(PlainSink):
+    """Writes at once with deterministic keys (upserts): a replay overwrites.
+
+    With a resettable source this gives exactly-once, with temporary
+    inconsistency while a batch replays (old values may be rewritten).
+    """
+
+    kind = SinkKind.IDEMPOTENT
+
+
+Txn = TypeVar("Txn")
+
+
+class TwoPhaseCommitSink(Sink, Generic[Txn]):
+    """Flink's TwoPhaseCommitSinkFunction for micro-batches.
+
+    Executor side, per task: :meth:`begin_transaction`, :meth:`write` for each
+    record batch, then :meth:`pre_commit` flushes and returns a JSON-able
+    handle (the vote). If the task fails, :meth:`abort_transaction` runs.
+
+    Driver side, per batch: :meth:`commit` with every handle once all tasks
+    voted, or :meth:`abort`. Both must be idempotent: after a crash they may run
+    again for the same batch, and :meth:`commit` may receive the handles of a
+    re-run although an earlier attempt already committed the batch; it must
+    then keep the earlier result and discard the new handles. :meth:`recover`
+    runs in :meth:`prepare` and finishes or discards what a crashed run left.
+
+    A target that cannot commit a transaction from another process (Kafka)
+    commits inside :meth:`pre_commit` and records a marker in the same
+    transaction, so that a re-run of the task finds the marker and skips.
+    """
+
+    kind = SinkKind.TWO_PHASE_COMMIT
+
+    @abstractmethod
+    def begin_transaction(self, scope: TaskScope) -> Txn:
+        """Open the invisible transaction of one task."""
+
+    @abstractmethod
+    def write(self, txn: Txn, batch: pa.RecordBatch) -> None:
+        """Add records to the transaction; nothing becomes visible."""
+
+    @abstractmethod
+    def pre_commit(self, txn: Txn) -> dict[str, Any]:
+        """Flush durably and return the handle the driver will commit."""
+
+    @abstractmethod
+    def abort_transaction(self, txn: Txn) -> None:
+        """Executor side: the task failed; drop what the transaction wrote."""
+
+    @abstractmethod
+    def commit(self, batch_id: int, handles: Sequence[dict[str, Any]]) -> None:
+        """Make every handle of the batch visible, exactly once (idempotent)."""
+
+    @abstractmethod
+    def abort(self, batch_id: int, handles: Sequence[dict[str, Any]]) -> None:
+        """Discard the handles of a failed batch (idempotent)."""
+
+    def recover(self) -> None:
+        """Finish commits a crash interrupted; discard transactions nobody will commit."""
+
+    def prepare(self) -> None:
+        self.recover()
+
+    def write_partition(self, scope: TaskScope, batches: Iterator[pa.RecordBatch]) -> Vote:
+        txn = self.begin_transaction(scope)
+        rows = 0
+        try:
+            for batch in batches:
+                self.write(txn, batch)
+                rows += batch.num_rows
+            fault_point("sink.after_write", scope.batch_id, scope.partition_id)
+            handle = self.pre_commit(txn)
+        except BaseException:
+            self.abort_transaction(txn)
+            raise
+        fault_point("sink.after_pre_commit", scope.batch_id, scope.partition_id)
+        return self.vote(scope, rows, handle)
+
+    def commit_batch(self, batch_id: int, votes: Sequence[Vote]) -> None:
+        fault_point("driver.before_commit", batch_id)
+        self.commit(batch_id, [vote.payload for vote in sorted(votes, key=_partition)])
+        fault_point("driver.after_commit", batch_id)
+
+    def abort_batch(self, batch_id: int, votes: Sequence[Vote | None]) -> None:
+        handles = [vote.payload for vote in votes if vote is not None]
+        logger.warning(
+            "%s: batch %d failed; aborting %d handles", self.name, batch_id, len(handles)
+        )
+        self.abort(batch_id, handles)
+
+
+def _partition(vote: Vote) -> int:
+    return vote.partition_id

@@ -1,0 +1,76 @@
+"""The base of every firesteel connector's Spark ``DataSource``."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, ClassVar
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, DataSourceStreamWriter
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import StructType
+
+from firesteel.core.errors import ConfigError
+from firesteel.core.guarantee import Guarantee
+from firesteel.core.options import option
+from firesteel.core.sink import Sink
+from firesteel.core.source import ResettableSource
+from firesteel.core.spark.reader import SparkStreamReader
+from firesteel.core.spark.writer import SparkStreamWriter
+
+
+class SinkOptions:
+    """Options every firesteel sink accepts; connectors' option dataclasses inherit them."""
+
+    guarantee: Guarantee | None = option(
+        None,
+        doc="refuse to start unless the query delivers this: exactly-once, at-least-once",
+    )
+    sink_id: str | None = option(
+        None,
+        name="sink.id",
+        doc="stable id of this sink across restarts (default: derived from the checkpoint path)",
+    )
+
+
+def default_sink_id(options: dict[str, Any]) -> str:
+    """A sink id stable for one query: a digest of its checkpoint location."""
+    explicit = options.get("sink.id")
+    if explicit:
+        return str(explicit)
+    checkpoint = str(options.get("checkpointlocation", ""))
+    return hashlib.sha256(checkpoint.encode()).hexdigest()[:16]
+
+
+class FiresteelDataSource(DataSource):
+    """Registers as ``firesteel.<connector>``; subclasses build the source and the sink.
+
+    The Spark adapters (offset tagging, guarantee check, votes) are shared; a
+    connector only turns its options into a :class:`ResettableSource` and/or a
+    :class:`Sink`.
+    """
+
+    connector: ClassVar[str]
+
+    @classmethod
+    def name(cls) -> str:
+        return f"firesteel.{cls.connector}"
+
+    def create_source(self, schema: StructType | None) -> ResettableSource:
+        """The source for these options (``schema`` is the user's, if given)."""
+        msg = f"{self.name()} cannot be used with readStream"
+        raise ConfigError(msg)
+
+    def create_sink(self, schema: StructType) -> tuple[Sink, Guarantee | None]:
+        """The sink for these options and the guarantee it was asked for."""
+        msg = f"{self.name()} cannot be used with writeStream"
+        raise ConfigError(msg)
+
+    def schema(self) -> StructType:
+        return from_arrow_schema(self.create_source(None).schema())
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return SparkStreamReader(self.create_source(schema))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        sink, required = self.create_sink(schema)
+        return SparkStreamWriter(sink, dict(self.options), required)

@@ -1,0 +1,76 @@
+"""A :class:`~firesteel.core.sink.Sink` as a Spark ``DataSourceStreamArrowWriter``."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+
+from firesteel.core.checkpoint import GuaranteeRecord, source_parts, write_guarantee
+from firesteel.core.context import TaskScope
+from firesteel.core.errors import ConfigError, SinkError
+from firesteel.core.guarantee import Guarantee, Part, check
+from firesteel.core.sink import Sink, Vote
+
+logger = logging.getLogger(__name__)
+
+
+def check_guarantee(sink: Sink, checkpoint: str, required: Guarantee | None) -> Guarantee:
+    """Run the guarantee check for ``sink`` against the sources in ``checkpoint``'s offsets log.
+
+    Logs the result and records it under ``<checkpoint>/firesteel/``; raises
+    :class:`~firesteel.core.errors.GuaranteeError` when ``required`` cannot be met.
+    """
+    sources = source_parts(checkpoint)
+    sink_part = Part(f"sink {sink.name}", sink_kind=sink.kind)
+    achieved = check(sources, sink_part, required)
+    write_guarantee(
+        checkpoint,
+        sink.sink_id,
+        GuaranteeRecord(sink.name, [s.name for s in sources], achieved, required),
+    )
+    logger.info(
+        "firesteel: sink %s (%s) with sources [%s] runs %s",
+        sink.name,
+        sink.kind.value,
+        ", ".join(s.name for s in sources),
+        achieved.label,
+    )
+    return achieved
+
+
+class SparkStreamWriter(DataSourceStreamArrowWriter):
+    """Runs a sink's executor half in ``write`` and its driver half in ``commit``/``abort``.
+
+    Created on the driver once the first batch's offsets are logged, which is
+    when the guarantee check can see the sources; a query that asks for more
+    than its parts give fails here, before any task writes.
+    """
+
+    def __init__(self, sink: Sink, options: dict[str, Any], required: Guarantee | None) -> None:
+        checkpoint = options.get("checkpointlocation")
+        if not checkpoint:
+            msg = (
+                f"{sink.name}: a checkpoint location is required; set "
+                ".option('checkpointLocation', <path>) on writeStream"
+            )
+            raise ConfigError(msg)
+        self.sink = sink
+        self.guarantee = check_guarantee(sink, checkpoint, required)
+        sink.prepare()
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return self.sink.write_partition(TaskScope.current(), iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        votes = [m for m in messages if isinstance(m, Vote)]
+        if len(votes) != len(messages):
+            msg = f"{self.sink.name}: batch {batchId} has tasks without a vote; refusing to commit"
+            raise SinkError(msg)
+        self.sink.commit_batch(batchId, votes)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        self.sink.abort_batch(batchId, [m if isinstance(m, Vote) else None for m in messages])

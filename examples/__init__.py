@@ -1,0 +1,1 @@
+"""Example jobs shipped with firesteel."""

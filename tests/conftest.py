@@ -1,0 +1,35 @@
+"""Shared fixtures: one local SparkSession for the whole test session."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+# Spark starts Python workers with PYSPARK_PYTHON; they must be this interpreter,
+# which has firesteel and its dependencies installed.
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """A ``local[2]`` session with few shuffle partitions and firesteel registered."""
+    from pyspark.sql import SparkSession
+
+    from firesteel.core import register
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("firesteel-tests")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    yield session
+    session.stop()
