@@ -1,1 +1,14 @@
+"""State backends: where keyed state lives and where its snapshots go.
+
+* :class:`HeapBackend` -- Python dicts, snapshots to local disk (development only);
+* :class:`FilesystemBackend` -- Python dicts, snapshots to any pyarrow filesystem URI.
+
+Both implement :class:`StateBackend`; a RocksDB backend would too.
+"""
+
+from firesteel.backends.base import KeyedStateStore, OperatorSpec, StateBackend
+from firesteel.backends.filesystem import FilesystemBackend
+from firesteel.backends.heap import HeapBackend
+
+__all__ = ["FilesystemBackend", "HeapBackend", "KeyedStateStore", "OperatorSpec", "StateBackend"]
 

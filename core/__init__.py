@@ -8,6 +8,7 @@ public entry points live here::
     register(spark)
 """
 
+from firesteel.core.checkpoint import read_guarantee
 from firesteel.core.errors import (
     CheckpointCorruptError,
     ConfigError,
@@ -32,5 +33,6 @@ __all__ = [
     "SinkKind",
     "end_to_end",
     "foreach_batch",
+    "read_guarantee",
     "register",
 ]

@@ -42,3 +42,11 @@ class MissingDependencyError(FiresteelError, ImportError):
         super().__init__(
             f"Package `{package}` is missing: run `pip install {distribution}` to fix it"
         )
+
+
+class ProcessorError(FiresteelError):
+    """A stateful operator's processor raised; the message names the operator, key and batch."""
+
+
+class OutputSchemaError(RecordError):
+    """A processor's output does not match the declared output schema; names the column."""

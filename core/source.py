@@ -85,6 +85,15 @@ class ResettableSource(ABC):
     def prepare_available_now(self) -> None:
         """Fix the end of input for ``Trigger.AvailableNow``: later offsets stop there."""
 
+    def report_latest_offset(self) -> Offset | None:
+        """What query progress shows as this source's ``latestOffset`` (``None``: nothing).
+
+        Called by Spark when it builds progress; it may carry counters the
+        source wants users to see (e.g. skipped bad records), never positions
+        that planning depends on.
+        """
+        return None
+
     def commit(self, end: Offset) -> None:
         """Checkpoint complete up to ``end`` (idempotent)."""
 

@@ -1,1 +1,59 @@
+"""The crash-test harness every firesteel connector's tests reuse.
 
+* :class:`CrashHarness` runs a job script in a child process (its own session),
+  kills it with SIGKILL at named protocol points (:func:`at_point`, see
+  :mod:`firesteel.core.faults`) or at random times (:func:`at_random`), and
+  restarts it from its checkpoint until a run completes.
+* :func:`assert_exactly_once` / :func:`assert_at_least_once` count
+  sequence-numbered records in the output against the input.
+* :class:`StandaloneCluster` starts a Spark master and workers from the PySpark
+  wheel, so a job can lose an executor as well as its driver.
+* :mod:`firesteel.testing.jobs` helps write job scripts;
+  :mod:`firesteel.testing.fixtures` holds the pytest fixtures.
+
+Needs ``psutil`` (``pip install firesteel[test]``).
+"""
+
+from firesteel.testing.cluster import StandaloneCluster
+from firesteel.testing.counting import (
+    SequenceCount,
+    assert_at_least_once,
+    assert_exactly_once,
+    count_sequence,
+)
+from firesteel.testing.harness import (
+    AtPoints,
+    AtRandom,
+    CrashHarness,
+    CrashResult,
+    HarnessError,
+    JobFailedError,
+    Kill,
+    RunRecord,
+    RunTimeoutError,
+    at_point,
+    at_random,
+    batch_started,
+)
+from firesteel.testing.jobs import job_session
+
+__all__ = [
+    "AtPoints",
+    "AtRandom",
+    "CrashHarness",
+    "CrashResult",
+    "HarnessError",
+    "JobFailedError",
+    "Kill",
+    "RunRecord",
+    "RunTimeoutError",
+    "SequenceCount",
+    "StandaloneCluster",
+    "assert_at_least_once",
+    "assert_exactly_once",
+    "at_point",
+    "at_random",
+    "batch_started",
+    "count_sequence",
+    "job_session",
+]

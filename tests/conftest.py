@@ -8,6 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
+# The crash-test harness fixtures: crash_harness, spark_cluster, cluster_harness.
+pytest_plugins = ["firesteel.testing.fixtures"]
+
 # Spark starts Python workers with PYSPARK_PYTHON; they must be this interpreter,
 # which has firesteel and its dependencies installed.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

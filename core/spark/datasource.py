@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from typing import Any, ClassVar
 
@@ -18,8 +19,13 @@ from firesteel.core.spark.reader import SparkStreamReader
 from firesteel.core.spark.writer import SparkStreamWriter
 
 
+@dataclasses.dataclass(frozen=True)
 class SinkOptions:
-    """Options every firesteel sink accepts; connectors' option dataclasses inherit them."""
+    """Options every firesteel sink accepts; connectors' option dataclasses inherit them.
+
+    Subclass with ``@dataclasses.dataclass(frozen=True, kw_only=True)`` so a
+    connector's required options may follow these defaulted ones.
+    """
 
     guarantee: Guarantee | None = option(
         None,

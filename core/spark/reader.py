@@ -68,6 +68,10 @@ class SparkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
         return self._wrap(self.source.latest_offset(self._unwrap(start), ours))
 
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        reported = self.source.report_latest_offset()
+        return None if reported is None else self._wrap(reported)
+
     def prepareForTriggerAvailableNow(self) -> None:
         self.source.prepare_available_now()
 

@@ -13,6 +13,7 @@ from firesteel.core.checkpoint import GuaranteeRecord, source_parts, write_guara
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import ConfigError, SinkError
 from firesteel.core.guarantee import Guarantee, Part, check
+from firesteel.core.logs import configure_worker_logging
 from firesteel.core.sink import Sink, Vote
 
 logger = logging.getLogger(__name__)
@@ -58,14 +59,17 @@ class SparkStreamWriter(DataSourceStreamArrowWriter):
                 ".option('checkpointLocation', <path>) on writeStream"
             )
             raise ConfigError(msg)
+        configure_worker_logging()
         self.sink = sink
         self.guarantee = check_guarantee(sink, checkpoint, required)
         sink.prepare()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        configure_worker_logging()
         return self.sink.write_partition(TaskScope.current(), iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        configure_worker_logging()
         votes = [m for m in messages if isinstance(m, Vote)]
         if len(votes) != len(messages):
             msg = f"{self.sink.name}: batch {batchId} has tasks without a vote; refusing to commit"

@@ -1,0 +1,476 @@
+"""The keyed state store of the heap and filesystem backends: dicts in memory, snapshot files.
+
+Versions and commits (the rules that make state exactly-once):
+
+1. The task of batch N for operator partition p owns key groups
+   ``KeyGroupRange.for_partition(p)`` and restores them to version N-1, the
+   latest committed one: Spark runs batch N only after batch N-1 committed,
+   and re-runs a failed batch before any later one. A re-run of N therefore
+   never sees what a failed attempt of N wrote.
+2. It writes version N as *one* file per task, even when nothing changed, so
+   every committed version covers every key group and a lost file is detected
+   (restore expects exactly one file per version and key group).
+3. A re-run of N overwrites version N: its file replaces the failed attempt's
+   (same range) or deletes overlapping leftovers (another parallelism).
+4. Full snapshots every ``full_snapshot_every`` versions, deltas in between.
+   Retention keeps at least the last ``retain`` committed versions and the
+   full snapshot they build on; the task of partition 0 deletes older ones.
+
+Worker memory: Spark reuses Python workers, so a store stays in its worker
+between tasks (like Spark's state store cache). Before reusing a key group, the
+task checks that the committed file of version N-1 for it is the very file
+this worker wrote (file names carry the digest of their content); otherwise
+it reloads, or applies the deltas it lacks. A failed task drops what it had
+changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from firesteel.backends import format as fmt
+from firesteel.backends.base import (
+    Key,
+    KeyedStateStore,
+    OperatorSpec,
+    PendingSnapshot,
+    TaskInfo,
+)
+from firesteel.backends.memory import (
+    TIMERS,
+    BoundState,
+    Clock,
+    KeyGroupState,
+    KeyPacker,
+    RowApplier,
+    RowBuffer,
+    make_state,
+    write_delta,
+    write_full,
+)
+from firesteel.backends.storage import (
+    DELTA,
+    FULL,
+    SnapshotFile,
+    SnapshotStorage,
+    plan_restore,
+)
+from firesteel.core.errors import CheckpointCorruptError, ConfigError
+from firesteel.state.api import ListState, MapState, ValueState
+from firesteel.state.descriptors import StateDescriptor
+from firesteel.state.serializers import check_serializer
+
+logger = logging.getLogger(__name__)
+
+
+def fingerprint(descriptors: Sequence[StateDescriptor]) -> tuple[Any, ...]:
+    """What must not change for decoded in-memory state to stay valid."""
+    return tuple(
+        sorted(
+            (
+                d.name,
+                d.kind.value,
+                d.ttl_config.millis if d.ttl_config else None,
+                d.value_serializer.name,
+                getattr(d.type, "__qualname__", None),
+            )
+            for d in descriptors
+        )
+    )
+
+
+class SnapshotThread(PendingSnapshot):
+    """Runs the serialization and upload of one snapshot beside the task's output."""
+
+    def __init__(self, work: Any) -> None:
+        self._error: BaseException | None = None
+        self._work = work
+        self._thread = threading.Thread(target=self._run, name="firesteel-snapshot", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._work()
+        except BaseException as exc:  # re-raised in wait(), on the task thread
+            self._error = exc
+
+    def wait(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+
+class DictKeyedStore(KeyedStateStore):
+    """Dict-backed state for the key groups of the tasks a worker runs (see module docs)."""
+
+    def __init__(
+        self,
+        storage: SnapshotStorage,
+        spec: OperatorSpec,
+        *,
+        retain: int,
+        full_snapshot_every: int,
+    ) -> None:
+        self.storage = storage
+        self.spec = spec
+        self.retain = retain
+        self.full_snapshot_every = full_snapshot_every
+        self.groups: dict[int, KeyGroupState] = {}
+        self.identity: dict[int, tuple[int, str]] = {}
+        """key group -> (version, file name) its in-memory state is equal to."""
+        self.clock = Clock()
+        self.descriptors: dict[str, StateDescriptor] = {}
+        self._fingerprint: tuple[Any, ...] = ()
+        self._states: dict[str, BoundState] = {}
+        self._bound: list[tuple[str, BoundState]] = []
+        self._dropped: frozenset[str] = frozenset()
+        self._metadata: dict[str, Any] | None = None
+        self._task: TaskInfo | None = None
+        self._group: KeyGroupState | None = None
+        self._key: Key = ()
+
+    # -- task lifecycle ---------------------------------------------------------------------
+
+    @property
+    def now_ms(self) -> int:  # type: ignore[override]
+        return self.clock.now_ms
+
+    @now_ms.setter
+    def now_ms(self, value: int) -> None:
+        self.clock.now_ms = value
+
+    @property
+    def task(self) -> TaskInfo:
+        """The running task (set by :meth:`begin`)."""
+        if self._task is None:
+            msg = "state store used outside a task"
+            raise RuntimeError(msg)
+        return self._task
+
+    @property
+    def first_batch(self) -> int:
+        """The batch at which this operator's state began."""
+        assert self._metadata is not None
+        return int(self._metadata["first_batch"])
+
+    def begin(
+        self,
+        task: TaskInfo,
+        descriptors: Sequence[StateDescriptor],
+        dropped: Sequence[str],
+        now_ms: int,
+    ) -> None:
+        """Start a task: declare states, check ownership, restore version < batch id."""
+        marks = fingerprint(descriptors)
+        if marks != self._fingerprint:
+            self.groups.clear()
+            self.identity.clear()
+            self._fingerprint = marks
+        self.descriptors = {d.name: d for d in descriptors}
+        self._states = {d.name: make_state(d, self.clock) for d in descriptors}
+        self._bound = list(self._states.items())
+        self._dropped = frozenset(dropped)
+        self._task = task
+        self.clock.now_ms = now_ms
+        self._check_metadata(task)
+        self._restore(task)
+
+    def _check_metadata(self, task: TaskInfo) -> None:
+        if self._metadata is None:
+            self._metadata = self.storage.read_metadata()
+        meta = self._metadata
+        spec = self.spec
+        where = self.storage.describe(f"{self.storage.base}/_operator.json")
+        if meta is None:
+            if self.storage.list_versions():
+                msg = f"{where} is missing but state snapshots exist beside it; restore it"
+                raise CheckpointCorruptError(msg)
+            meta = {
+                "operator": spec.name,
+                "query_id": task.query_id,
+                "first_batch": task.batch_id,
+                "max_parallelism": spec.max_parallelism,
+                "key": list(spec.key_columns),
+            }
+            self.storage.write_metadata(meta)
+            self._metadata = meta
+            return
+        if meta.get("query_id") and task.query_id and meta["query_id"] != task.query_id:
+            msg = (
+                f"operator '{spec.name}': the state at {where} belongs to query "
+                f"{meta['query_id']}, but this is query {task.query_id} (a new checkpoint "
+                "location?). Restart from the original checkpoint, or give this query a "
+                "fresh state location or operator name"
+            )
+            raise ConfigError(msg)
+        if int(meta["max_parallelism"]) != spec.max_parallelism:
+            msg = (
+                f"operator '{spec.name}': max_parallelism={spec.max_parallelism}, but its state "
+                f"at {where} has {meta['max_parallelism']} key groups; max_parallelism cannot "
+                "change for existing state (parallelism can)"
+            )
+            raise ConfigError(msg)
+        if list(meta.get("key", [])) != list(spec.key_columns):
+            msg = (
+                f"operator '{spec.name}': key columns {list(spec.key_columns)} differ from "
+                f"{meta.get('key')} recorded at {where}; state cannot be re-keyed"
+            )
+            raise ConfigError(msg)
+        if task.batch_id < int(meta["first_batch"]):
+            msg = (
+                f"operator '{spec.name}': batch {task.batch_id} precedes the first batch "
+                f"{meta['first_batch']} recorded at {where}; the state belongs to another run"
+            )
+            raise ConfigError(msg)
+
+    def _new_group(self) -> KeyGroupState:
+        return KeyGroupState(self.descriptors)
+
+    def _restore(self, task: TaskInfo) -> None:
+        if task.batch_id == self.first_batch:
+            for key_group in task.key_groups:
+                self.groups[key_group] = self._new_group()
+                self.identity.pop(key_group, None)
+            return
+        listing = self.storage.list_versions()
+        plans = plan_restore(
+            self.storage,
+            listing,
+            task.key_groups,
+            task.batch_id - 1,
+            self.first_batch,
+            self.identity,
+        )
+        needed: dict[str, tuple[SnapshotFile, set[int]]] = {}
+        for key_group, plan in plans.items():
+            if plan.from_memory:
+                self.groups[key_group].ensure(self.descriptors)
+            else:
+                self.groups[key_group] = self._new_group()
+            for file in plan.files:
+                needed.setdefault(file.path, (file, set()))[1].add(key_group)
+        applier = RowApplier(self.descriptors, self.clock.now_ms)
+        for file, key_groups in sorted(needed.values(), key=lambda item: item[0].version):
+            self._apply_file(applier, file, key_groups)
+        for key_group in task.key_groups:
+            covering = [f for f in listing[task.batch_id - 1] if key_group in f.key_groups]
+            self.identity[key_group] = (task.batch_id - 1, covering[0].name)
+        if needed:
+            logger.info(
+                "state: operator %s restored key groups %s from %d file(s)",
+                self.spec.name,
+                task.key_groups.label,
+                len(needed),
+            )
+
+    def _apply_file(self, applier: RowApplier, file: SnapshotFile, key_groups: set[int]) -> None:
+        snapshot = self.storage.read(file)
+        where = self.storage.describe(file.path)
+        states: dict[str, dict[str, str]] = snapshot.header.get("states", {})
+        for name, info in states.items():
+            desc = self.descriptors.get(name)
+            if desc is None:
+                if name in self._dropped:
+                    continue
+                msg = (
+                    f"operator '{self.spec.name}': snapshot {where} holds {info['kind']} state "
+                    f"'{name}', which the processor does not declare; declare its descriptor, "
+                    f"or call ctx.drop_state('{name}') in open() to discard it"
+                )
+                raise ConfigError(msg)
+            if desc.kind.value != info["kind"]:
+                msg = (
+                    f"operator '{self.spec.name}': state '{name}' is a {info['kind']} state in "
+                    f"{where} but is declared as {desc.kind.value}"
+                )
+                raise ConfigError(msg)
+            check_serializer(name, desc.value_serializer, info["serializer"], where)
+        rows = snapshot.rows
+        groups_col = rows.column("key_group").to_pylist()
+        state_col = rows.column("state").to_pylist()
+        ops = rows.column("op").to_pylist()
+        keys = rows.column("key").to_pylist()
+        user_keys = rows.column("user_key").to_pylist()
+        values = rows.column("value").to_pylist()
+        expires = rows.column("expires_ms").to_pylist()
+        total = len(ops)
+        start = 0
+        while start < total:
+            key_group, state = groups_col[start], state_col[start]
+            end = start + 1
+            while end < total and groups_col[end] == key_group and state_col[end] == state:
+                end += 1
+            if key_group in key_groups and (state == TIMERS or state in self.descriptors):
+                applier.apply(
+                    self.groups[key_group],
+                    state,
+                    ops[start:end],
+                    keys[start:end],
+                    user_keys[start:end],
+                    values[start:end],
+                    expires[start:end],
+                )
+            start = end
+
+    def discard(self) -> None:
+        if self._task is None:
+            return
+        for key_group in self._task.key_groups:
+            self.groups.pop(key_group, None)
+            self.identity.pop(key_group, None)
+        self._task = None
+
+    # -- state access -----------------------------------------------------------------------
+
+    def state(self, descriptor: StateDescriptor) -> ValueState | ListState | MapState:
+        found = self._states.get(descriptor.name)
+        if found is None:
+            msg = (
+                f"operator '{self.spec.name}': state '{descriptor.name}' was not declared; "
+                "declare descriptors as class attributes of the processor or with "
+                "ctx.declare(...) in open()"
+            )
+            raise ConfigError(msg)
+        return found
+
+    def set_current_key(self, key: Key, key_group: int) -> None:
+        group = self.groups[key_group]
+        slots = group.slots
+        for name, state in self._bound:
+            state.bind(slots[name], key)
+        self._group = group
+        self._key = key
+
+    def _current_group(self) -> KeyGroupState:
+        if self._group is None:
+            msg = "timers can only be used while a key is being processed"
+            raise RuntimeError(msg)
+        return self._group
+
+    def register_timer(self, timestamp_ms: int) -> None:
+        group = self._current_group()
+        if group.add_timer(self._key, int(timestamp_ms)):
+            group.timers.changed.add(self._key)
+
+    def delete_timer(self, timestamp_ms: int) -> None:
+        group = self._current_group()
+        pending = group.timers.table.get(self._key)
+        if pending is None or timestamp_ms not in pending:
+            return
+        pending.discard(timestamp_ms)
+        if not pending:
+            del group.timers.table[self._key]
+        group.timers.changed.add(self._key)
+
+    def timers(self) -> list[int]:
+        return sorted(self._current_group().timers.table.get(self._key, ()))
+
+    def pop_due_timers(self, now_ms: int) -> list[tuple[int, int, Key]]:
+        import heapq
+
+        due: list[tuple[int, int, Key]] = []
+        for key_group in self.task.key_groups:
+            group = self.groups[key_group]
+            heap = group.timer_heap
+            table = group.timers.table
+            while heap and heap[0][0] <= now_ms:
+                timestamp, _, key = heapq.heappop(heap)
+                pending = table.get(key)
+                if pending is None or timestamp not in pending:
+                    continue
+                pending.discard(timestamp)
+                if not pending:
+                    del table[key]
+                group.timers.changed.add(key)
+                due.append((timestamp, key_group, key))
+        due.sort(key=lambda item: (item[0], item[1]))
+        return due
+
+    # -- snapshot ---------------------------------------------------------------------------
+
+    def snapshot(self) -> PendingSnapshot:
+        task = self.task
+        self._group = None
+        kind = FULL if (task.batch_id - self.first_batch) % self.full_snapshot_every == 0 else DELTA
+        return SnapshotThread(lambda: self._write_snapshot(task, kind))
+
+    def _write_snapshot(self, task: TaskInfo, kind: str) -> None:
+        rows = RowBuffer()
+        packer = KeyPacker()
+        write = write_full if kind == FULL else write_delta
+        now = self.clock.now_ms
+        for key_group in task.key_groups:
+            write(rows, key_group, self.groups[key_group], self.descriptors, now, packer)
+        parents = sorted(
+            {self.identity[kg][1] for kg in task.key_groups if kg in self.identity}
+            if kind == DELTA
+            else set()
+        )
+        header = {
+            "operator": self.spec.name,
+            "version": task.batch_id,
+            "kind": kind,
+            "key_groups": [task.key_groups.start, task.key_groups.end],
+            "max_parallelism": self.spec.max_parallelism,
+            "key": list(self.spec.key_columns),
+            "query_id": task.query_id,
+            "parents": parents,
+            "rows": len(rows),
+            "states": {
+                name: {"kind": d.kind.value, "serializer": d.value_serializer.name}
+                for name, d in self.descriptors.items()
+            },
+        }
+        data, body_digest = fmt.encode(header, fmt.encode_body(rows.to_table()))
+        written = self.storage.write(task.batch_id, task.key_groups, kind, data, body_digest)
+        self.storage.remove_stale(written)
+        for key_group in task.key_groups:
+            self.identity[key_group] = (task.batch_id, written.name)
+        logger.debug("state: wrote %s (%d rows, %d bytes)", written.path, len(rows), len(data))
+        if task.partition == 0:
+            self._apply_retention(task.batch_id - 1)
+
+    def _apply_retention(self, last_committed: int) -> None:
+        oldest_kept = last_committed - self.retain + 1
+        if oldest_kept <= self.first_batch:
+            return
+        steps = (oldest_kept - self.first_batch) // self.full_snapshot_every
+        full_base = self.first_batch + steps * self.full_snapshot_every
+        dropped = self.storage.drop_versions_before(full_base)
+        if dropped:
+            logger.info(
+                "state: operator %s dropped %d versions before %d", self.spec.name, dropped, full_base
+            )
+
+
+_WORKER_STORES: dict[tuple[str, str, str], DictKeyedStore] = {}
+_WORKER_LOCK = threading.Lock()
+
+
+def worker_store(
+    storage: SnapshotStorage,
+    spec: OperatorSpec,
+    query_id: str,
+    *,
+    retain: int,
+    full_snapshot_every: int,
+    cache: bool,
+) -> DictKeyedStore:
+    """The store this Python worker keeps for (location, operator, query) between tasks."""
+    if not cache:
+        return DictKeyedStore(
+            storage, spec, retain=retain, full_snapshot_every=full_snapshot_every
+        )
+    cache_key = (storage.location, spec.name, query_id)
+    with _WORKER_LOCK:
+        store = _WORKER_STORES.get(cache_key)
+        if store is None or store.spec.max_parallelism != spec.max_parallelism:
+            store = DictKeyedStore(
+                storage, spec, retain=retain, full_snapshot_every=full_snapshot_every
+            )
+            _WORKER_STORES[cache_key] = store
+        store.spec = spec
+        return store

@@ -1,0 +1,336 @@
+"""Where snapshots live: the layout of one operator's state on a pyarrow filesystem.
+
+::
+
+    <location>/<operator>/
+        _operator.json                    who owns this state (query id, key, first batch)
+        v000000000007/                    version 7 == written by batch 7
+            0000-0063-delta-<digest>.snap one file per operator partition (key-group range)
+            0064-0127-full-<digest>.snap
+
+A version directory holds one file per operator partition of that batch;
+after rescaling, the ranges of different versions differ, and a key group is
+restored from whichever file of each version covers it. The digest in the
+name is the BLAKE2b of the file's body, so a worker can tell whether the file
+it wrote is the one that is now committed (see
+:mod:`firesteel.backends.memory`).
+
+Writes are atomic: a temporary name then a rename, except on object stores
+(S3, GCS), where an upload becomes visible whole on close and a rename would
+be a copy.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from pyarrow import fs
+
+from firesteel.backends import format as snapshot_format
+from firesteel.core.checkpoint import filesystem
+from firesteel.core.errors import CheckpointCorruptError, IncompatibleFormatError
+from firesteel.state.keygroups import KeyGroupRange
+
+logger = logging.getLogger(__name__)
+
+METADATA_FILE = "_operator.json"
+METADATA_FORMAT = 1
+_VERSION_DIR = re.compile(r"^v(\d{12})$")
+_FILE = re.compile(r"^(\d{4})-(\d{4})-(full|delta)-([0-9a-f]{16})\.snap$")
+_OBJECT_STORES = ("s3", "gcs")
+
+FULL = "full"
+DELTA = "delta"
+
+
+def version_dir_name(version: int) -> str:
+    """``v000000000007`` for version 7."""
+    return f"v{version:012d}"
+
+
+@dataclass(frozen=True)
+class SnapshotFile:
+    """One snapshot file as the listing shows it (nothing read yet)."""
+
+    version: int
+    key_groups: KeyGroupRange
+    kind: str
+    digest: str
+    path: str
+
+    @property
+    def name(self) -> str:
+        """The file's base name, which is also its identity."""
+        return self.path.rsplit("/", 1)[-1]
+
+
+class SnapshotStorage:
+    """Reads and writes the snapshot files of one operator under ``location``.
+
+    Picklable (the filesystem is created lazily), so it travels to executors.
+    """
+
+    def __init__(self, location: str, operator: str, *, durable: bool = True) -> None:
+        self.location = location
+        self.operator = operator
+        self.durable = durable
+        self._fs: fs.FileSystem | None = None
+        self._base = ""
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"location": self.location, "operator": self.operator, "durable": self.durable}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["location"], state["operator"], durable=state["durable"])  # type: ignore[misc]
+
+    @property
+    def fs(self) -> fs.FileSystem:
+        """The pyarrow filesystem (created on first use)."""
+        if self._fs is None:
+            self._fs, root = filesystem(self.location)
+            self._base = f"{root.rstrip('/')}/{self.operator}"
+        return self._fs
+
+    @property
+    def base(self) -> str:
+        """The operator's folder on :attr:`fs`."""
+        _ = self.fs
+        return self._base
+
+    def describe(self, path: str) -> str:
+        """A path as users should see it in messages (with the URI scheme when there is one)."""
+        if "://" in self.location:
+            scheme = self.location.split("://", 1)[0]
+            return f"{scheme}://{path}"
+        return path
+
+    # -- metadata ---------------------------------------------------------------------------
+
+    def read_metadata(self) -> dict[str, Any] | None:
+        """The operator's ``_operator.json``, or None for an operator that never ran."""
+        path = f"{self.base}/{METADATA_FILE}"
+        try:
+            with self.fs.open_input_stream(path) as stream:
+                raw = stream.read()
+        except FileNotFoundError:
+            return None
+        try:
+            meta: dict[str, Any] = json.loads(raw)
+        except ValueError as exc:
+            msg = f"{self.describe(path)}: unreadable operator metadata"
+            raise CheckpointCorruptError(msg) from exc
+        if meta.get("format") != METADATA_FORMAT:
+            msg = (
+                f"{self.describe(path)}: operator metadata format {meta.get('format')}, "
+                f"this firesteel reads {METADATA_FORMAT}"
+            )
+            raise IncompatibleFormatError(msg)
+        return meta
+
+    def write_metadata(self, meta: dict[str, Any]) -> None:
+        """Write ``_operator.json`` atomically (tasks of the first batch all write the same)."""
+        body = json.dumps(dict(meta, format=METADATA_FORMAT), indent=2, sort_keys=True)
+        self.fs.create_dir(self.base, recursive=True)
+        self._write_atomic(self.base, METADATA_FILE, body.encode())
+
+    # -- listing ----------------------------------------------------------------------------
+
+    def list_versions(self) -> dict[int, list[SnapshotFile]]:
+        """Every snapshot file, by version. Temporary and unknown files are ignored."""
+        selector = fs.FileSelector(self.base, allow_not_found=True, recursive=True)
+        versions: dict[int, list[SnapshotFile]] = {}
+        for info in self.fs.get_file_info(selector):
+            if info.type != fs.FileType.File:
+                continue
+            parent, _, name = info.path.rpartition("/")
+            dir_match = _VERSION_DIR.match(parent.rpartition("/")[2])
+            file_match = _FILE.match(name)
+            if not dir_match or not file_match:
+                continue
+            version = int(dir_match.group(1))
+            start, end, kind, file_digest = file_match.groups()
+            versions.setdefault(version, []).append(
+                SnapshotFile(version, KeyGroupRange(int(start), int(end)), kind, file_digest, info.path)
+            )
+        return versions
+
+    # -- files ------------------------------------------------------------------------------
+
+    def read(self, file: SnapshotFile) -> snapshot_format.Snapshot:
+        """Read and verify one snapshot file; a missing or damaged file names itself."""
+        try:
+            with self.fs.open_input_stream(file.path) as stream:
+                data = stream.read()
+        except FileNotFoundError as exc:
+            msg = f"state snapshot {self.describe(file.path)} is missing (deleted while in use?)"
+            raise CheckpointCorruptError(msg) from exc
+        snapshot = snapshot_format.decode(data, self.describe(file.path))
+        if snapshot.header.get("body_digest") != file.digest:
+            msg = (
+                f"state snapshot {self.describe(file.path)}: its name says digest {file.digest} "
+                f"but its header says {snapshot.header.get('body_digest')} (renamed or damaged)"
+            )
+            raise CheckpointCorruptError(msg)
+        return snapshot
+
+    def write(
+        self, version: int, key_groups: KeyGroupRange, kind: str, data: bytes, body_digest: str
+    ) -> SnapshotFile:
+        """Write one snapshot file atomically and return it."""
+        folder = f"{self.base}/{version_dir_name(version)}"
+        name = f"{key_groups.label}-{kind}-{body_digest}.snap"
+        self.fs.create_dir(folder, recursive=True)
+        self._write_atomic(folder, name, data)
+        return SnapshotFile(version, key_groups, kind, body_digest, f"{folder}/{name}")
+
+    def remove_stale(self, written: SnapshotFile) -> None:
+        """Delete files of the same version that overlap ``written``: a failed attempt's leftovers.
+
+        A re-run of batch N may use another parallelism than the attempt that
+        crashed, so its leftovers can have other ranges; each key group of a
+        version must be covered by exactly one file.
+        """
+        folder = f"{self.base}/{version_dir_name(written.version)}"
+        selector = fs.FileSelector(folder, allow_not_found=True)
+        for info in self.fs.get_file_info(selector):
+            match = _FILE.match(info.base_name)
+            if not match or info.path == written.path:
+                continue
+            other = KeyGroupRange(int(match.group(1)), int(match.group(2)))
+            if other.overlaps(written.key_groups):
+                logger.info("state: removing leftover of a failed attempt %s", info.path)
+                self._delete_quietly(info.path)
+
+    def drop_versions_before(self, version: int) -> int:
+        """Delete every version directory older than ``version``; returns how many."""
+        selector = fs.FileSelector(self.base, allow_not_found=True)
+        dropped = 0
+        for info in self.fs.get_file_info(selector):
+            match = _VERSION_DIR.match(info.base_name)
+            if match and int(match.group(1)) < version:
+                try:
+                    self.fs.delete_dir(info.path)
+                    dropped += 1
+                except FileNotFoundError:
+                    continue
+        return dropped
+
+    def _delete_quietly(self, path: str) -> None:
+        try:
+            self.fs.delete_file(path)
+        except FileNotFoundError:
+            return
+
+    def _write_atomic(self, folder: str, name: str, data: bytes) -> None:
+        target = f"{folder}/{name}"
+        if self.fs.type_name in _OBJECT_STORES:
+            with self.fs.open_output_stream(target) as out:
+                out.write(data)
+            return
+        temp = f"{folder}/.tmp-{uuid.uuid4().hex}-{name}"
+        if self.durable and isinstance(self.fs, fs.LocalFileSystem):
+            _write_local_synced(temp, data)
+        else:
+            with self.fs.open_output_stream(temp) as out:
+                out.write(data)
+        self.fs.move(temp, target)
+
+
+def _write_local_synced(path: str, data: bytes) -> None:
+    """Write and fsync a local file, so a machine crash cannot leave it empty after rename."""
+    with open(path, "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+
+
+@dataclass(frozen=True)
+class RestorePlan:
+    """How to rebuild one key group at a version: from memory or empty, then these files."""
+
+    from_memory: bool
+    files: tuple[SnapshotFile, ...]
+    """Oldest first."""
+
+
+def plan_restore(
+    storage: SnapshotStorage,
+    listing: dict[int, list[SnapshotFile]],
+    key_groups: KeyGroupRange,
+    version: int,
+    first_version: int,
+    in_memory: dict[int, tuple[int, str]],
+) -> dict[int, RestorePlan]:
+    """The files that rebuild each key group of ``key_groups`` at ``version``.
+
+    Walks back from ``version``: each version must have exactly one file
+    covering the key group (every task writes every batch), until a full
+    snapshot, the operator's first version, or the version whose file is the
+    one the worker already holds in memory (``in_memory[kg] == (version, name)``).
+    A version without a file for the key group means a file was lost: that is
+    a :class:`CheckpointCorruptError` naming the file the next version expects.
+    """
+    plans: dict[int, RestorePlan] = {}
+    for key_group in key_groups:
+        chain: list[SnapshotFile] = []
+        from_memory = False
+        current = version
+        while True:
+            covering = [f for f in listing.get(current, []) if key_group in f.key_groups]
+            if not covering:
+                raise _missing(storage, current, key_group, chain)
+            if len(covering) > 1:
+                names = ", ".join(storage.describe(f.path) for f in covering)
+                msg = (
+                    f"state of key group {key_group} at version {current} is in several files "
+                    f"({names}); a zombie task wrote after its batch was retried: delete the "
+                    "one not named in the next version's parents"
+                )
+                raise CheckpointCorruptError(msg)
+            file = covering[0]
+            if in_memory.get(key_group) == (current, file.name):
+                from_memory = True
+                break
+            chain.append(file)
+            if file.kind == FULL or current == first_version:
+                break
+            current -= 1
+            if current < first_version:
+                msg = (
+                    f"state of key group {key_group}: delta {storage.describe(file.path)} has no "
+                    "full snapshot before it"
+                )
+                raise CheckpointCorruptError(msg)
+        plans[key_group] = RestorePlan(from_memory, tuple(reversed(chain)))
+    return plans
+
+
+def _missing(
+    storage: SnapshotStorage, version: int, key_group: int, chain: list[SnapshotFile]
+) -> CheckpointCorruptError:
+    folder = storage.describe(f"{storage.base}/{version_dir_name(version)}")
+    expected = "a file named <start>-<end>-(full|delta)-<digest>.snap covering it"
+    if chain:
+        child = chain[-1]
+        try:
+            parents = storage.read(child).header.get("parents", [])
+        except CheckpointCorruptError:
+            parents = []
+        if parents:
+            expected = " or ".join(f"{folder}/{name}" for name in parents)
+        msg = (
+            f"state snapshot missing: {storage.describe(child.path)} builds on version "
+            f"{version} of key group {key_group}, but {expected} does not exist"
+        )
+    else:
+        msg = (
+            f"state snapshot missing: no file in {folder} covers key group {key_group} "
+            f"(expected {expected}); the batch that wrote it committed, so the file was lost"
+        )
+    return CheckpointCorruptError(msg)

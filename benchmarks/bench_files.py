@@ -1,0 +1,218 @@
+"""Files source -> files sink (Parquet) through Spark, beside raw pyarrow doing the same copy.
+
+Goal (issue 2): at least 0.8x the throughput of pyarrow reading and writing the
+same files directly.
+
+- firesteel: one Structured Streaming query,
+  ``readStream.format("firesteel.files")`` -> ``writeStream.format("firesteel.files")``
+  with ``Trigger.AvailableNow``, on the shared ``local[2]`` session; timed from
+  ``start()`` to the end of ``awaitTermination()``, so query planning, the
+  guarantee check and the two-phase commit of every batch are included.
+- raw pyarrow: ``pyarrow.dataset`` reads each input file and
+  ``pyarrow.parquet.write_table`` writes it out, one output file per input
+  file, with pyarrow's default threads and compression.
+- For context, reported without a goal: the same query through Spark's
+  built-in (JVM) parquet file source and file sink, which moves no data
+  through Python at all; it shows how much of the gap to pyarrow is Spark's
+  own and how much is the Python data source path.
+
+Both sides copy the same input directory into a fresh output directory, and
+every run's output is counted afterwards (outside the timing): a run that lost
+or duplicated rows fails the benchmark rather than reporting a fast figure.
+MB/s is input bytes on disk divided by wall time.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from itertools import count
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from benchmarks import spark
+from benchmarks.framework import Figure, Workload
+
+FULL_ROWS = 10_000_000
+FULL_FILES = 20
+QUICK_ROWS = 50_000
+QUICK_FILES = 2
+KEYS = 10_000
+
+
+@dataclass
+class _Data:
+    """The input directory of the group's runs; set by :func:`setup`."""
+
+    root: Path | None = None
+    rows: int = 0
+    input_bytes: int = 0
+    runs: Iterator[int] = field(default_factory=count)
+
+    @property
+    def input(self) -> Path:
+        if self.root is None:
+            msg = "bench_files: the group's setup() has not run"
+            raise RuntimeError(msg)
+        return self.root / "input"
+
+    def fresh(self, side: str) -> Path:
+        """An empty directory for one run's output (the previous run's is deleted)."""
+        root = self.input.parent
+        for old in root.glob(f"{side}-*"):
+            shutil.rmtree(old)
+        path = root / f"{side}-{next(self.runs)}"
+        path.mkdir()
+        return path
+
+
+_DATA = _Data()
+
+
+def _table(start: int, rows: int) -> pa.Table:
+    """Sequence-numbered rows with a string key, a float and a timestamp, like event data."""
+    seq = np.arange(start, start + rows, dtype=np.int64)
+    rng = np.random.default_rng(start)
+    keys = pa.array(np.char.add("key-", (seq % KEYS).astype(str)))
+    return pa.table(
+        {
+            "seq": seq,
+            "key": keys,
+            "value": rng.random(rows),
+            "ts": pa.array(1_700_000_000_000_000 + seq * 1000, pa.timestamp("us", tz="UTC")),
+        }
+    )
+
+
+def _write_input(directory: Path, rows: int, files: int) -> int:
+    directory.mkdir(parents=True)
+    per_file = -(-rows // files)
+    for index, start in enumerate(range(0, rows, per_file)):
+        part = _table(start, min(per_file, rows - start))
+        pq.write_table(part, directory / f"part-{index:05d}.parquet")
+    return sum(path.stat().st_size for path in directory.glob("*.parquet"))
+
+
+@contextmanager
+def setup(quick: bool) -> Iterator[None]:
+    """Write the input files once for every run of the group; delete everything after."""
+    rows, files = (QUICK_ROWS, QUICK_FILES) if quick else (FULL_ROWS, FULL_FILES)
+    root = Path(tempfile.mkdtemp(prefix="firesteel-bench-files-"))
+    try:
+        _DATA.root = root
+        _DATA.rows = rows
+        _DATA.input_bytes = _write_input(root / "input", rows, files)
+        yield
+    finally:
+        _DATA.root = None
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _check_output(directory: Path, side: str) -> None:
+    # A plain pyarrow read of the sink's output must see exactly the committed rows.
+    written = ds.dataset(directory, format="parquet").count_rows()
+    if written != _DATA.rows:
+        msg = f"bench_files: {side} wrote {written} rows of {_DATA.rows} into {directory}"
+        raise RuntimeError(msg)
+
+
+def _figure(elapsed: float) -> Figure:
+    return Figure(_DATA.rows / elapsed, {"MB/s": _DATA.input_bytes / 2**20 / elapsed})
+
+
+def firesteel_copy() -> Figure:
+    """One AvailableNow query copying the input through the firesteel file source and sink."""
+    session = spark.session()
+    work = _DATA.fresh("firesteel")
+    out, checkpoint = work / "out", work / "checkpoint"
+    started = time.perf_counter()
+    query = (
+        session.readStream.format("firesteel.files")
+        .option("format", "parquet")
+        # The discovered-file log would default to a folder inside the input
+        # directory, shared by every run; each run gets its own, like a new job.
+        .option("log.path", str(work / "source-log"))
+        .load(str(_DATA.input))
+        .writeStream.format("firesteel.files")
+        .option("path", str(out))
+        .option("format", "parquet")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    elapsed = time.perf_counter() - started
+    _check_output(out, "firesteel")
+    return _figure(elapsed)
+
+
+def pyarrow_copy() -> Figure:
+    """Raw pyarrow: read every input file with pyarrow.dataset and write it with pyarrow.parquet."""
+    out = _DATA.fresh("pyarrow")
+    started = time.perf_counter()
+    for index, fragment in enumerate(ds.dataset(_DATA.input, format="parquet").get_fragments()):
+        pq.write_table(fragment.to_table(), out / f"part-{index:05d}.parquet")
+    elapsed = time.perf_counter() - started
+    _check_output(out, "pyarrow")
+    return _figure(elapsed)
+
+
+def spark_builtin_copy() -> Figure:
+    """Spark's own parquet file source -> parquet file sink, the same AvailableNow query."""
+    session = spark.session()
+    work = _DATA.fresh("spark")
+    out, checkpoint = work / "out", work / "checkpoint"
+    schema = session.read.parquet(str(_DATA.input)).schema
+    started = time.perf_counter()
+    query = (
+        session.readStream.schema(schema)
+        .parquet(str(_DATA.input))
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    elapsed = time.perf_counter() - started
+    _check_output(out, "Spark's parquet sink")
+    return _figure(elapsed)
+
+
+def workloads(quick: bool) -> list[Workload]:
+    """The files group: one Parquet copy, 10M rows (50k with ``quick``), against two baselines."""
+    rows = QUICK_ROWS if quick else FULL_ROWS
+    label = f"{rows / 1e6:g}M" if rows >= 1_000_000 else f"{rows // 1000}k"
+    return [
+        Workload(
+            group="files",
+            name=f"parquet files -> files sink, {label} rows",
+            unit="rows/s",
+            baseline_name="raw pyarrow",
+            goal=0.8,
+            issue="issue 2",
+            firesteel=firesteel_copy,
+            baseline=pyarrow_copy,
+            repetitions=2 if quick else 3,
+            warmup=1,
+        ),
+        Workload(
+            group="files",
+            name=f"parquet files -> files sink, {label} rows (vs Spark's JVM file sink)",
+            unit="rows/s",
+            baseline_name="Spark parquet source/sink",
+            goal=None,
+            firesteel=firesteel_copy,
+            baseline=spark_builtin_copy,
+            repetitions=2 if quick else 3,
+            warmup=1,
+        ),
+    ]

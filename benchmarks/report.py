@@ -1,0 +1,229 @@
+"""Reports of benchmark results: console table, JSON, PNG chart, RESULTS.md.
+
+RESULTS.md is regenerated from the JSON files only, never edited by hand, so
+the report and the stored figures cannot disagree.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks import machine
+
+HEADERS = (
+    "group",
+    "workload",
+    "firesteel",
+    "baseline",
+    "baseline figure",
+    "ratio",
+    "goal",
+    "result",
+)
+
+
+def number(value: float | None) -> str:
+    """``12.3M``, ``456k``, ``7.89``: three significant digits and an SI suffix."""
+    if value is None or not math.isfinite(value):
+        return "-"
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g}{suffix}"
+    return f"{value:.3g}"
+
+
+def figure(side: dict[str, Any] | None, unit: str) -> str:
+    """``1.2M rows/s [1.1M-1.3M]``: the median and the min-max spread of one side."""
+    if not side:
+        return "-"
+    return f"{number(side['median'])} {unit} [{number(side['min'])}-{number(side['max'])}]"
+
+
+def short_error(text: str, limit: int = 160) -> str:
+    """The first line of an error, cut to ``limit`` characters (the JSON keeps all of it)."""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return first if len(first) <= limit else first[: limit - 3] + "..."
+
+
+def goal_text(entry: dict[str, Any]) -> str:
+    if entry.get("goal") is None:
+        return "-"
+    sign = "<=" if entry.get("lower_is_better") else ">="
+    source = f" ({entry['issue']})" if entry.get("issue") else ""
+    return f"{sign} {entry['goal']:g}x{source}"
+
+
+def ratio_text(entry: dict[str, Any]) -> str:
+    ratio = entry.get("ratio")
+    return f"{ratio:.2f}x" if ratio is not None else "-"
+
+
+def _rows(results: Sequence[dict[str, Any]]) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = []
+    for result in results:
+        group = result["group"]
+        for entry in result["workloads"]:
+            unit = entry["unit"]
+            if entry["status"] != "ok":
+                outcome = f"ERROR {short_error(entry.get('error', ''))}"
+            else:
+                outcome = entry["verdict"].upper() if entry["verdict"] != "-" else "-"
+            rows.append(
+                (
+                    group,
+                    entry["name"],
+                    figure(entry.get("firesteel"), unit),
+                    entry["baseline_name"],
+                    figure(entry.get("baseline"), unit),
+                    ratio_text(entry),
+                    goal_text(entry),
+                    outcome,
+                )
+            )
+    return rows
+
+
+def table(results: Sequence[dict[str, Any]]) -> str:
+    """A plain-text table: one line per workload, medians with [min-max] spread.
+
+    Below it, one line per secondary figure (e.g. MB/s) and per group that was
+    skipped or could not start, with its reason.
+    """
+    rows = [HEADERS, *_rows(results)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADERS))]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        for row in rows
+    ]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    if len(rows) == 1:
+        lines = []
+    for result in results:
+        for entry in result["workloads"]:
+            extra = _extra_lines(entry)
+            if extra:
+                lines += [f"{result['group']} / {entry['name']}:", *extra]
+        if result["status"] != "ok" and not result["workloads"]:
+            lines.append(f"{result['group']}: {result['status'].upper()}: {result.get('reason')}")
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def chart(result: dict[str, Any], path: Path) -> None:
+    """One panel per workload: firesteel beside its baseline, median bar, min-max whisker."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    entries = [e for e in result["workloads"] if e["status"] == "ok"]
+    panels = max(len(entries), 1)
+    fig, axes = plt.subplots(panels, 1, figsize=(8, 1.9 * panels + 0.6), squeeze=False)
+    mode = "quick" if result.get("quick") else "full"
+    fig.suptitle(f"firesteel benchmarks: {result['group']} ({mode} run)", fontsize=11)
+    if not entries:
+        reason = result.get("reason") or "no workload completed"
+        axes[0][0].text(0.5, 0.5, f"{result['status']}: {reason}", ha="center", wrap=True)
+        axes[0][0].set_axis_off()
+    for index, entry in enumerate(entries):
+        ax = axes[index][0]
+        sides = [("firesteel", entry["firesteel"]), (entry["baseline_name"], entry["baseline"])]
+        medians = [side["median"] for _, side in sides]
+        errors = [
+            [side["median"] - side["min"] for _, side in sides],
+            [side["max"] - side["median"] for _, side in sides],
+        ]
+        ax.barh(
+            [label for label, _ in sides],
+            medians,
+            xerr=errors,
+            color=["#d9541e", "#7f7f7f"],
+            capsize=4,
+        )
+        ax.invert_yaxis()
+        ax.set_xlabel(entry["unit"])
+        verdict = entry["verdict"].upper() if entry["verdict"] != "-" else ""
+        ax.set_title(
+            f"{entry['name']}: {ratio_text(entry)} (goal {goal_text(entry)}) {verdict}",
+            fontsize=9,
+        )
+        ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_group(result: dict[str, Any], out: Path) -> None:
+    """``<out>/<group>.json`` and ``<out>/<group>.png``."""
+    path = out / f"{result['group']}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    chart(result, out / f"{result['group']}.png")
+
+
+def load(out: Path) -> list[dict[str, Any]]:
+    """Every group's last result stored in ``out``, by group name."""
+    results = []
+    for path in sorted(out.glob("*.json")):
+        document = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(document, dict) and "group" in document and "workloads" in document:
+            results.append(document)
+    return results
+
+
+def _extra_lines(entry: dict[str, Any]) -> list[str]:
+    lines = []
+    for side_name in ("firesteel", "baseline"):
+        side = entry.get(side_name) or {}
+        for key, summary in side.get("extra", {}).items():
+            label = "firesteel" if side_name == "firesteel" else entry["baseline_name"]
+            lines.append(f"  - {label}: {figure(summary, key)}")
+    return lines
+
+
+def markdown(results: Sequence[dict[str, Any]], image_dir: str) -> str:
+    """The text of RESULTS.md for ``results``; images are linked under ``image_dir``."""
+    out = [
+        "# firesteel benchmark results",
+        "",
+        f"Generated by `python -m benchmarks` from `{image_dir}/<group>.json`; do not edit it.",
+        "Each side ran warm-up rounds, then several repetitions alternating with the other",
+        "side; figures are medians with the [min-max] spread. The ratio is firesteel / baseline",
+        "(higher is better unless the goal says `<=`).",
+        "",
+    ]
+    for result in results:
+        mode = "quick (small data, not a measurement)" if result.get("quick") else "full"
+        out += [
+            f"## {result['group']}",
+            "",
+            f"Run {result.get('started', '?')}, {mode}.  ",
+            f"Machine: {machine.summary(result.get('machine', {}))}",
+            "",
+        ]
+        if result["status"] != "ok" and not result["workloads"]:
+            out += [f"**{result['status']}**: {result.get('reason', '')}", ""]
+            continue
+        out += [
+            "| workload | firesteel | baseline | baseline figure | ratio | goal | result |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for row in _rows([result]):
+            cells = [cell.replace("|", "\\|") for cell in row[1:]]
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+        for entry in result["workloads"]:
+            extra = _extra_lines(entry)
+            if extra:
+                out += [f"- {entry['name']}:", *extra]
+        out += ["", f"![{result['group']}]({image_dir}/{result['group']}.png)", ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def write_report(out: Path, report_path: Path) -> None:
+    """Regenerate ``report_path`` from every JSON result in ``out``."""
+    image_dir = Path(os.path.relpath(out, report_path.parent)).as_posix()
+    report_path.write_text(markdown(load(out), image_dir), encoding="utf-8")

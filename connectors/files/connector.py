@@ -1,0 +1,62 @@
+"""``firesteel.files``: the Spark data source that builds the file source and sink."""
+
+from __future__ import annotations
+
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from firesteel.core.errors import ConfigError
+from firesteel.core.guarantee import Guarantee
+from firesteel.core.options import parse_options
+from firesteel.core.sink import Sink
+from firesteel.core.source import ResettableSource
+from firesteel.core.spark.datasource import FiresteelDataSource, default_sink_id
+from firesteel.files.options import FilesSinkOptions, FilesSourceOptions
+
+
+class FilesDataSource(FiresteelDataSource):
+    """``spark.readStream.format("firesteel.files")`` / ``df.writeStream.format(...)``.
+
+    Options: :class:`~firesteel.files.options.FilesSourceOptions` for reading,
+    :class:`~firesteel.files.options.FilesSinkOptions` for writing.
+    """
+
+    connector = "files"
+
+    def create_source(self, schema: StructType | None) -> ResettableSource:
+        from firesteel.sources.files import FilesSource
+
+        opts = parse_options(FilesSourceOptions, self.options, connector=self.name())
+        # Spark's TimestampType is an instant: Arrow needs a zone to spell it (UTC).
+        arrow_schema = None
+        if schema is not None and schema.fields:
+            arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        return FilesSource(opts, arrow_schema)
+
+    def create_sink(self, schema: StructType) -> tuple[Sink, Guarantee | None]:
+        from firesteel.sinks.files import FilesSink, WriterConfig
+
+        opts = parse_options(FilesSinkOptions, self.options, connector=self.name())
+        if not self.options.get("checkpointlocation"):
+            msg = (
+                f"{self.name()}: a checkpoint location is required; set "
+                ".option('checkpointLocation', <path>) on writeStream"
+            )
+            raise ConfigError(msg)
+        names = set(schema.names)
+        unknown = [c for c in opts.bucket_columns if c not in names]
+        if unknown:
+            msg = (
+                f"{self.name()}: option 'bucket.by' names {unknown}, which the query does "
+                f"not have; its columns are {schema.names}"
+            )
+            raise ConfigError(msg)
+        config = WriterConfig(
+            out=opts.path,
+            sink_id=default_sink_id(dict(self.options)),
+            format=opts.format,
+            bucket_columns=opts.bucket_columns,
+            roll_size_bytes=opts.roll_size_bytes,
+            compression=opts.compression,
+        )
+        return FilesSink(config, to_arrow_schema(schema, timezone="UTC")), opts.guarantee

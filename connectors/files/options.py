@@ -1,0 +1,109 @@
+"""The options of ``firesteel.files``: one frozen dataclass for reading, one for writing.
+
+Spark hands options over as flat, case-insensitive strings;
+:func:`firesteel.core.options.parse_options` turns them into these classes and
+refuses unknown or misspelled keys, listing the valid ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from firesteel.core.error_policy import ErrorPolicy
+from firesteel.core.errors import ConfigError
+from firesteel.core.options import option
+from firesteel.core.spark.datasource import SinkOptions
+
+SourceFormat = Literal["parquet", "csv", "json", "text"]
+SinkFormat = Literal["parquet", "json"]
+
+
+@dataclasses.dataclass(frozen=True)
+class FilesSourceOptions:
+    """Options of ``spark.readStream.format("firesteel.files")``."""
+
+    path: str = option(required=True, doc="the directory to read (or pass it to load())")
+    format: SourceFormat = option("parquet", doc="file format: parquet, csv, json (lines), text")
+    max_files_per_batch: int | None = option(
+        None, name="max.files.per.batch", doc="admission control: at most this many files a batch"
+    )
+    max_bytes_per_batch: int | None = option(
+        None,
+        name="max.bytes.per.batch",
+        doc="admission control: at most this many bytes a batch (at least one file)",
+    )
+    cleanup: Literal["none", "archive", "delete"] = option(
+        "none", doc="after a batch commits: none, archive (move to archive.path) or delete"
+    )
+    archive_path: str | None = option(
+        None, name="archive.path", doc="where cleanup=archive moves committed files"
+    )
+    errors: ErrorPolicy = option(
+        ErrorPolicy.FAIL, doc="bad input: fail (default), skip (count it), quarantine"
+    )
+    quarantine_path: str | None = option(
+        None, name="quarantine.path", doc="where errors=quarantine keeps bad lines and files"
+    )
+    files_pattern: str | None = option(
+        None, name="files.pattern", doc="glob the file name (or relative path) must match"
+    )
+    recursive: bool = option(False, doc="also read files in sub-directories")
+    header: bool = option(True, doc="csv: the first line names the columns")
+    delimiter: str = option(",", doc="csv: the field delimiter")
+    log_path: str | None = option(
+        None,
+        name="log.path",
+        doc="folder of the durable discovered-file log "
+        "(default: <path>/_firesteel/source-<digest of format, pattern, recursive>)",
+    )
+
+    def __post_init__(self) -> None:
+        for name in ("max_files_per_batch", "max_bytes_per_batch"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                spelled = name.replace("_", ".")
+                msg = f"option '{spelled}' must be at least 1, got {value}"
+                raise ConfigError(msg)
+        if self.cleanup == "archive" and not self.archive_path:
+            msg = "option 'cleanup' is 'archive' but option 'archive.path' is not set; set it"
+            raise ConfigError(msg)
+        if self.errors is ErrorPolicy.QUARANTINE and not self.quarantine_path:
+            msg = "option 'errors' is 'quarantine' but option 'quarantine.path' is not set; set it"
+            raise ConfigError(msg)
+        if len(self.delimiter) != 1:
+            msg = f"option 'delimiter' must be one character, got {self.delimiter!r}"
+            raise ConfigError(msg)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FilesSinkOptions(SinkOptions):
+    """Options of ``df.writeStream.format("firesteel.files")`` (plus ``guarantee``, ``sink.id``)."""
+
+    path: str = option(required=True, doc="the output directory")
+    format: SinkFormat = option("parquet", doc="file format: parquet (default) or json (lines)")
+    bucket_by: str | None = option(
+        None,
+        name="bucket.by",
+        doc="comma-separated columns; rows go to Hive-style sub-folders col=value",
+    )
+    roll_size_bytes: int = option(
+        128 * 1024 * 1024,
+        name="roll.size.bytes",
+        doc="start a new file once the current one exceeds this many bytes",
+    )
+    compression: str | None = option(
+        None, doc="parquet codec (default snappy) or json stream codec (default none, e.g. gzip)"
+    )
+
+    @property
+    def bucket_columns(self) -> tuple[str, ...]:
+        """The ``bucket.by`` columns, in order."""
+        if not self.bucket_by:
+            return ()
+        return tuple(c.strip() for c in self.bucket_by.split(",") if c.strip())
+
+    def __post_init__(self) -> None:
+        if self.roll_size_bytes < 1:
+            msg = f"option 'roll.size.bytes' must be at least 1, got {self.roll_size_bytes}"
+            raise ConfigError(msg)

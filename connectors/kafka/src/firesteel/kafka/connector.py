@@ -1,0 +1,48 @@
+"""``firesteel.kafka``: the Spark data source that builds the Kafka source and sinks."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pyspark.sql.types import StructType
+
+from firesteel.core.guarantee import Guarantee
+from firesteel.core.options import parse_options
+from firesteel.core.sink import Sink
+from firesteel.core.source import ResettableSource
+from firesteel.core.spark.datasource import FiresteelDataSource, default_sink_id
+from firesteel.kafka.options import (
+    CONNECTOR,
+    PASSTHROUGH,
+    KafkaSinkOptions,
+    KafkaSourceOptions,
+)
+from firesteel.kafka.sink import KafkaExactlyOnceSink, KafkaSink
+from firesteel.kafka.source import KafkaSource
+
+
+class KafkaConnector(FiresteelDataSource):
+    """Registered as ``firesteel.kafka`` by :func:`firesteel.core.register`."""
+
+    connector: ClassVar[str] = "kafka"
+
+    def create_source(self, schema: StructType | None) -> ResettableSource:
+        options = parse_options(
+            KafkaSourceOptions,
+            dict(self.options),
+            passthrough_prefixes=PASSTHROUGH,
+            connector=CONNECTOR,
+        )
+        return KafkaSource(options)
+
+    def create_sink(self, schema: StructType) -> tuple[Sink, Guarantee | None]:
+        options = parse_options(
+            KafkaSinkOptions,
+            dict(self.options),
+            passthrough_prefixes=PASSTHROUGH,
+            connector=CONNECTOR,
+        )
+        sink_id = default_sink_id(dict(self.options))
+        if options.delivery is Guarantee.EXACTLY_ONCE:
+            return KafkaExactlyOnceSink(options, sink_id), Guarantee.EXACTLY_ONCE
+        return KafkaSink(options, sink_id), options.guarantee

@@ -1,0 +1,213 @@
+"""Driver-side discovery: which topic-partitions exist and where their logs begin and end.
+
+End offsets come from two places, because brokers differ:
+
+* ListOffsets (``query_watermark_offsets``) gives the high watermark, or the
+  last stable offset for a ``read_committed`` client, on Apache Kafka; some
+  Kafka-compatible brokers (tansu 0.6) answer the base offset of the last
+  record batch + 1 instead, which lies short of the end;
+* a probe consumer assigned at that answer and polled until librdkafka
+  signals end-of-partition learns the end from fetch responses, which every
+  broker gets right, and never reads past the last stable offset under
+  ``read_committed``.
+
+The end is the larger of the two. On Apache Kafka the probe starts at the end
+and returns at once; elsewhere it reads at most one record batch per partition.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from firesteel.core.errors import ConfigError, FiresteelError
+from firesteel.kafka.config import client_config, safe_error
+from firesteel.kafka.options import KafkaSourceOptions
+
+logger = logging.getLogger(__name__)
+
+TopicPartitionKey = tuple[str, int]
+
+PROBE_SECONDS = 5.0
+"""Longest a probe waits for end-of-partition before settling for what it learned."""
+METADATA_TIMEOUT = 30.0
+
+
+class KafkaSourceError(FiresteelError):
+    """The Kafka source could not learn or read what it needs (the message names the partition)."""
+
+
+def consumer_config(options: KafkaSourceOptions, **overrides: Any) -> dict[str, Any]:
+    """A consumer configuration: firesteel defaults, then ``kafka.*``, then ``overrides``.
+
+    ``read_committed`` is the default isolation level; ``kafka.isolation.level``
+    may change it. Offsets live in Spark's checkpoint, so auto-commit is off.
+    """
+    config: dict[str, Any] = {"isolation.level": "read_committed"}
+    config.update(client_config(options.passthrough))
+    config.setdefault("group.id", f"firesteel-{uuid.uuid4().hex[:12]}")
+    config.update(client_config({}, enable_auto_commit=False, **overrides))
+    return config
+
+
+class Discovery:
+    """Answers the source's driver-side questions with one long-lived consumer.
+
+    Not thread-safe; one per source. :meth:`close` releases the consumer.
+    """
+
+    def __init__(self, options: KafkaSourceOptions) -> None:
+        from confluent_kafka import Consumer
+
+        self.options = options
+        self.config = consumer_config(
+            options, enable_partition_eof=True, fetch_wait_max_ms=10, auto_offset_reset="latest"
+        )
+        self.consumer = Consumer(self.config)
+        self.pattern = re.compile(options.subscribe_pattern) if options.subscribe_pattern else None
+
+    def close(self) -> None:
+        """Close the consumer (idempotent)."""
+        self.consumer.close()
+
+    def _fail(self, what: str, exc: BaseException) -> KafkaSourceError:
+        return KafkaSourceError(f"firesteel.kafka: {what}: {safe_error(exc, self.config)}")
+
+    def topic_partitions(self) -> list[TopicPartitionKey]:
+        """Every partition of every subscribed topic that exists now, sorted."""
+        from confluent_kafka import KafkaException
+
+        try:
+            metadata = self.consumer.list_topics(timeout=METADATA_TIMEOUT)
+        except KafkaException as exc:
+            what = "cannot read cluster metadata"
+            raise self._fail(what, exc) from exc
+        found: list[TopicPartitionKey] = []
+        wanted = set(self.options.topics)
+        for name, topic in metadata.topics.items():
+            if topic.error is not None and name in wanted:
+                logger.warning("firesteel.kafka: topic %s: %s", name, topic.error)
+                continue
+            matches = (
+                name in wanted
+                if self.pattern is None
+                else (not name.startswith("__") and self.pattern.fullmatch(name) is not None)
+            )
+            if matches:
+                found.extend((name, p) for p in topic.partitions)
+        return sorted(found)
+
+    def _watermarks(self, tps: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, tuple]:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        marks = {}
+        for topic, partition in tps:
+            try:
+                marks[(topic, partition)] = self.consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=METADATA_TIMEOUT
+                )
+            except KafkaException as exc:
+                what = f"cannot list offsets of {topic}[{partition}]"
+                raise self._fail(what, exc) from exc
+        return marks
+
+    def earliest(self, tps: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
+        """The first offset still in each partition's log (after retention)."""
+        return {tp: low for tp, (low, _high) in self._watermarks(tps).items()}
+
+    def latest(self, tps: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
+        """The end of each partition: the next offset a ``read_committed`` reader can reach."""
+        from confluent_kafka import KafkaError, TopicPartition
+
+        listed = {tp: high for tp, (_low, high) in self._watermarks(tps).items()}
+        if not listed:
+            return {}
+        ends = dict(listed)
+        pending = set(listed)
+        self.consumer.assign([TopicPartition(t, p, max(off, 0)) for (t, p), off in listed.items()])
+        deadline = time.monotonic() + PROBE_SECONDS
+        try:
+            while pending and time.monotonic() < deadline:
+                for message in self.consumer.consume(10_000, timeout=0.05):
+                    tp = (str(message.topic()), int(message.partition() or 0))
+                    error = message.error()
+                    offset = int(message.offset() or 0)
+                    if error is None:
+                        ends[tp] = max(ends[tp], offset + 1)
+                    elif error.code() == KafkaError._PARTITION_EOF:
+                        ends[tp] = max(ends[tp], offset)
+                        pending.discard(tp)
+                    else:
+                        logger.warning("firesteel.kafka: probing %s: %s", tp, error.str())
+            for position in self.consumer.position([TopicPartition(t, p) for (t, p) in pending]):
+                tp = (position.topic, position.partition)
+                ends[tp] = max(ends[tp], position.offset)
+        finally:
+            self.consumer.unassign()
+        if pending:
+            logger.info("firesteel.kafka: end of %s learned without end-of-partition", pending)
+        return ends
+
+    def for_times(
+        self, tps: Iterable[TopicPartitionKey], timestamp_ms: int
+    ) -> dict[TopicPartitionKey, int]:
+        """The first offset with a timestamp >= ``timestamp_ms``, or the end when none is."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        keys = list(tps)
+        try:
+            found = self.consumer.offsets_for_times(
+                [TopicPartition(t, p, timestamp_ms) for t, p in keys], timeout=METADATA_TIMEOUT
+            )
+        except KafkaException as exc:
+            what = "cannot look up offsets by timestamp"
+            raise self._fail(what, exc) from exc
+        result = {(tp.topic, tp.partition): tp.offset for tp in found}
+        missing = [tp for tp, off in result.items() if off < 0]
+        result.update(self.latest(missing))
+        return result
+
+    def commit_progress(self, group: str, offsets: Mapping[TopicPartitionKey, int]) -> None:
+        """Report ``offsets`` as the committed position of consumer group ``group``."""
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+        if not offsets:
+            return
+        reporter = Consumer({**self.config, "group.id": group, "enable.partition.eof": False})
+        try:
+            reporter.commit(
+                offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()],
+                asynchronous=False,
+            )
+        except KafkaException as exc:
+            # Progress reports are for monitoring only; the checkpoint is the truth.
+            logger.warning(
+                "firesteel.kafka: reporting progress to group %s failed: %s",
+                group,
+                safe_error(exc, self.config),
+            )
+        finally:
+            reporter.close()
+
+
+def parse_partition_offsets(text: str, option: str) -> dict[TopicPartitionKey, int]:
+    """Parse ``{"topic": {"0": 23, "1": -2}}`` (Spark's format; -2 earliest, -1 latest)."""
+    import json
+
+    try:
+        raw = json.loads(text)
+        return {
+            (str(topic), int(partition)): int(offset)
+            for topic, partitions in raw.items()
+            for partition, offset in partitions.items()
+        }
+    except (ValueError, AttributeError, TypeError) as exc:
+        msg = (
+            f"firesteel.kafka: option '{option}' must be earliest, latest or JSON like "
+            f'{{"topic": {{"0": 23, "1": -2}}}}, got {text!r}'
+        )
+        raise ConfigError(msg) from exc

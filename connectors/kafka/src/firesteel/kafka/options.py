@@ -1,0 +1,219 @@
+"""The options of ``firesteel.kafka``, as users type them in ``.option(...)``.
+
+Names follow Spark's own Kafka connector where one exists (``subscribe``,
+``startingOffsets``, ``maxOffsetsPerTrigger``, ``failOnDataLoss``...). Every
+``kafka.*`` key goes to librdkafka unchanged (see :mod:`firesteel.kafka.config`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+from firesteel.core.error_policy import ErrorPolicy, check_policy
+from firesteel.core.errors import ConfigError
+from firesteel.core.guarantee import Guarantee
+from firesteel.core.options import option
+from firesteel.kafka.config import PREFIX
+
+CONNECTOR = "firesteel.kafka"
+PASSTHROUGH = (PREFIX,)
+
+ValueFormat = Literal["binary", "json", "avro"]
+
+MAX_TRANSACTION_TIMEOUT_MS = 900_000
+"""Apache Kafka's default broker cap ``transaction.max.timeout.ms`` (15 minutes)."""
+MIN_TRANSACTION_TIMEOUT_MS = 1_000
+
+
+def _require_bootstrap(passthrough: dict[str, str]) -> None:
+    if not any(k.lower() == "kafka.bootstrap.servers" for k in passthrough):
+        msg = f"{CONNECTOR}: option 'kafka.bootstrap.servers' is required (host:port,...)"
+        raise ConfigError(msg)
+
+
+@dataclass(frozen=True)
+class KafkaSourceOptions:
+    """Options of ``spark.readStream.format("firesteel.kafka")``."""
+
+    subscribe: str | None = option(None, doc="comma-separated topics to read")
+    subscribe_pattern: str | None = option(
+        None, name="subscribePattern", doc="regular expression matching whole topic names"
+    )
+    starting_offsets: str = option(
+        "latest",
+        name="startingOffsets",
+        doc="earliest, latest, or JSON {topic: {partition: offset}} (-2 earliest, -1 latest)",
+    )
+    starting_timestamp: int | None = option(
+        None,
+        name="startingTimestamp",
+        doc="start every partition at the first record with timestamp >= this (ms since epoch)",
+    )
+    max_offsets_per_trigger: int | None = option(
+        None,
+        name="maxOffsetsPerTrigger",
+        doc="admission control: at most this many offsets per batch, shared fairly by partitions",
+    )
+    fail_on_data_loss: bool = option(
+        True,
+        name="failOnDataLoss",
+        doc="fail when offsets to read were deleted by retention (false: skip them, logged)",
+    )
+    include_headers: bool = option(True, name="includeHeaders", doc="add the headers column")
+    progress_group_id: str | None = option(
+        None,
+        name="progress.group.id",
+        doc="consumer group to which committed batch offsets are reported (lag monitoring)",
+    )
+    value_format: ValueFormat = option(
+        "binary", name="value.format", doc="decode the value: binary (as is), json or avro"
+    )
+    value_schema: str | None = option(
+        None,
+        name="value.schema",
+        doc="json: DDL ('id BIGINT, name STRING') or Spark JSON schema; avro: Avro schema JSON",
+    )
+    value_schema_file: str | None = option(
+        None, name="value.schema.file", doc="file holding value.schema"
+    )
+    errors: ErrorPolicy = option(
+        ErrorPolicy.FAIL,
+        doc="undecodable values: fail, skip (counted, logged) or quarantine (to errors.topic)",
+    )
+    errors_topic: str | None = option(
+        None, name="errors.topic", doc="dead-letter topic for errors=quarantine"
+    )
+    poll_timeout_ms: int = option(
+        120_000,
+        name="poll.timeout.ms",
+        doc="how long a task waits for records its batch was promised before failing",
+    )
+    consume_batch_size: int = option(
+        10_000, name="consume.batch.size", doc="records per confluent-kafka consume() call"
+    )
+    passthrough: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _require_bootstrap(self.passthrough)
+        if bool(self.subscribe) == bool(self.subscribe_pattern):
+            msg = f"{CONNECTOR}: set exactly one of options 'subscribe' and 'subscribePattern'"
+            raise ConfigError(msg)
+        if self.subscribe_pattern:
+            try:
+                re.compile(self.subscribe_pattern)
+            except re.error as exc:
+                msg = f"{CONNECTOR}: option 'subscribePattern' is not a valid regex: {exc}"
+                raise ConfigError(msg) from exc
+        if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger <= 0:
+            msg = f"{CONNECTOR}: option 'maxOffsetsPerTrigger' must be positive"
+            raise ConfigError(msg)
+        if self.value_format != "binary" and not (self.value_schema or self.value_schema_file):
+            msg = (
+                f"{CONNECTOR}: option 'value.format' is {self.value_format}; set "
+                "'value.schema' or 'value.schema.file' to say which columns to decode"
+            )
+            raise ConfigError(msg)
+        check_policy(self.errors, self.errors_topic, "errors.topic")
+
+    @property
+    def topics(self) -> list[str]:
+        """The topics of ``subscribe``, in the order given."""
+        return [t.strip() for t in (self.subscribe or "").split(",") if t.strip()]
+
+
+@dataclass(frozen=True)
+class KafkaSinkOptions:
+    """Options of ``df.writeStream.format("firesteel.kafka")``."""
+
+    guarantee: Guarantee | None = option(
+        None,
+        doc="none (fire and forget), at-least-once (default: every delivery confirmed) or "
+        "exactly-once (transactions)",
+    )
+    sink_id: str | None = option(
+        None,
+        name="sink.id",
+        doc="stable id of this sink across restarts (default: derived from the checkpoint path)",
+    )
+    topic: str | None = option(None, doc="topic for rows without a topic column")
+    value_format: ValueFormat = option(
+        "binary",
+        name="value.format",
+        doc="binary: the value column as is; json/avro: encode every non-Kafka column",
+    )
+    value_schema: str | None = option(
+        None, name="value.schema", doc="Avro schema JSON for value.format=avro"
+    )
+    value_schema_file: str | None = option(
+        None, name="value.schema.file", doc="file holding value.schema"
+    )
+    partitioner: str | None = option(
+        None,
+        doc="'module:function' called as f(key: bytes | None, partitions: int) -> int "
+        "(default: librdkafka's, set with kafka.partitioner)",
+    )
+    transactional_id_prefix: str = option(
+        "firesteel",
+        name="transactional.id.prefix",
+        doc="exactly-once: transactional ids are <prefix>-<sink id>-<partition>",
+    )
+    marker_topic: str | None = option(
+        None,
+        name="marker.topic",
+        doc="exactly-once: existing topic whose partition 0 carries the commit markers "
+        "(consumer-group offsets; default: option 'topic')",
+    )
+    flush_timeout_ms: int = option(
+        300_000,
+        name="flush.timeout.ms",
+        doc="how long a task waits for delivery reports before failing",
+    )
+    passthrough: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _require_bootstrap(self.passthrough)
+        if self.value_format == "avro" and not (self.value_schema or self.value_schema_file):
+            msg = f"{CONNECTOR}: option 'value.format' is avro; set 'value.schema(.file)'"
+            raise ConfigError(msg)
+        if self.partitioner is not None and ":" not in self.partitioner:
+            msg = (
+                f"{CONNECTOR}: option 'partitioner' must be 'module:function', "
+                f"got {self.partitioner!r}"
+            )
+            raise ConfigError(msg)
+        if self.delivery is Guarantee.EXACTLY_ONCE:
+            if not (self.marker_topic or self.topic):
+                msg = (
+                    f"{CONNECTOR}: guarantee exactly-once needs option 'topic' or "
+                    "'marker.topic' (an existing topic that carries commit markers)"
+                )
+                raise ConfigError(msg)
+            self.transaction_timeout_ms()
+
+    @property
+    def delivery(self) -> Guarantee:
+        """The delivery guarantee the sink writes with (default at-least-once)."""
+        return Guarantee.AT_LEAST_ONCE if self.guarantee is None else self.guarantee
+
+    def transaction_timeout_ms(self) -> int:
+        """``kafka.transaction.timeout.ms`` (librdkafka default 60000), validated."""
+        raw = next(
+            (v for k, v in self.passthrough.items() if k.lower() == "kafka.transaction.timeout.ms"),
+            "60000",
+        )
+        try:
+            value = int(raw)
+        except ValueError as exc:
+            msg = f"{CONNECTOR}: option 'kafka.transaction.timeout.ms' must be an integer"
+            raise ConfigError(msg) from exc
+        if not MIN_TRANSACTION_TIMEOUT_MS <= value <= MAX_TRANSACTION_TIMEOUT_MS:
+            msg = (
+                f"{CONNECTOR}: option 'kafka.transaction.timeout.ms' is {value}; it must be "
+                f"between {MIN_TRANSACTION_TIMEOUT_MS} and the broker's "
+                f"transaction.max.timeout.ms (default {MAX_TRANSACTION_TIMEOUT_MS}), and longer "
+                "than a write task takes"
+            )
+            raise ConfigError(msg)
+        return value

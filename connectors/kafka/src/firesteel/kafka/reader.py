@@ -1,0 +1,235 @@
+"""Executor side of the source: read one topic-partition offset range into Arrow batches.
+
+A range ``[start, end)`` is read with one ``assign``-ed consumer (no group
+membership, no offset commits) in chunks of ``consume(num_messages=...)``.
+Under ``read_committed`` librdkafka hides control records and aborted data;
+their offsets still count, so the task stops when the consumer's position,
+not the last record, reaches ``end``: a range that ends on a commit marker or
+an aborted transaction never stalls.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from firesteel.core.error_policy import BadRecord, DeadLetter, ErrorHandler
+from firesteel.kafka.codec import ValueDecoder
+from firesteel.kafka.config import safe_error
+from firesteel.kafka.discovery import KafkaSourceError, consumer_config
+from firesteel.kafka.options import KafkaSourceOptions
+
+logger = logging.getLogger(__name__)
+
+HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
+
+
+class DataLossError(KafkaSourceError):
+    """Offsets a batch must read are gone (retention or topic deletion)."""
+
+
+@dataclass(frozen=True)
+class OffsetRange:
+    """One input partition: ``[start, end)`` of ``topic[partition]``. Deterministic, picklable."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def name(self) -> str:
+        """``topic[partition]``."""
+        return f"{self.topic}[{self.partition}]"
+
+
+def output_schema(include_headers: bool, decoder: ValueDecoder | None) -> pa.Schema:
+    """Spark's Kafka schema; with a decoder, the decoded columns replace ``value``."""
+    fields = [pa.field("key", pa.binary())]
+    if decoder is None:
+        fields.append(pa.field("value", pa.binary()))
+    else:
+        fields.extend(decoder.schema)
+    fields += [
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", TIMESTAMP_TYPE),
+        pa.field("timestampType", pa.int32()),
+    ]
+    if include_headers:
+        fields.append(pa.field("headers", HEADERS_TYPE))
+    return pa.schema(fields)
+
+
+class RangeReader:
+    """Reads one :class:`OffsetRange`; the same range always yields the same records."""
+
+    def __init__(
+        self,
+        options: KafkaSourceOptions,
+        decoder: ValueDecoder | None,
+        dead_letter: DeadLetter | None,
+        schema: pa.Schema,
+    ) -> None:
+        self.options = options
+        self.decoder = decoder
+        self.dead_letter = dead_letter
+        self.schema = schema
+
+    def read(self, offsets: OffsetRange) -> Iterator[pa.RecordBatch]:
+        """Yield the records of ``offsets`` (runs on an executor)."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        if offsets.end <= offsets.start:
+            return
+        config = consumer_config(
+            self.options,
+            enable_partition_eof=True,
+            auto_offset_reset="error",
+            group_id="firesteel-reader",
+        )
+        consumer = Consumer(config)
+        errors = ErrorHandler(
+            self.options.errors,
+            f"{offsets.topic}-{offsets.partition}-{offsets.start}",
+            self.dead_letter,
+        )
+        try:
+            consumer.assign([TopicPartition(offsets.topic, offsets.partition, offsets.start)])
+            yield from self._consume(consumer, config, offsets, errors)
+            errors.close()
+        finally:
+            consumer.close()
+
+    def _consume(
+        self, consumer: Any, config: dict[str, Any], offsets: OffsetRange, errors: ErrorHandler
+    ) -> Iterator[pa.RecordBatch]:
+        from confluent_kafka import KafkaError, TopicPartition
+
+        out_of_range = (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE)
+        tp = TopicPartition(offsets.topic, offsets.partition)
+        position = offsets.start
+        checked_gap = False
+        waited_since = time.monotonic()
+        while position < offsets.end:
+            messages = consumer.consume(self.options.consume_batch_size, timeout=0.5)
+            records = []
+            for message in messages:
+                error = message.error()
+                if error is None:
+                    if message.offset() < offsets.end:
+                        records.append(message)
+                    continue
+                if error.code() == KafkaError._PARTITION_EOF:
+                    position = max(position, message.offset())
+                elif error.code() in out_of_range:
+                    position = self._lost(consumer, offsets, position, error.str())
+                    checked_gap = True
+                elif error.fatal() or not error.retriable():
+                    msg = (
+                        f"firesteel.kafka: reading {offsets.name} offsets "
+                        f"[{position}, {offsets.end}): {safe_error(Exception(error.str()), config)}"
+                    )
+                    raise KafkaSourceError(msg)
+                else:
+                    logger.info("firesteel.kafka: %s: %s (retrying)", offsets.name, error.str())
+            if records:
+                first = records[0].offset()
+                if not checked_gap and first > offsets.start:
+                    self._check_gap(consumer, offsets, first)
+                checked_gap = True
+                position = max(position, records[-1].offset() + 1)
+                batch = self._to_arrow(records, offsets, errors)
+                if batch.num_rows:
+                    yield batch
+            if position < offsets.end:
+                # Control records and aborted data advance the position without records.
+                position = max(position, consumer.position([tp])[0].offset)
+            if messages:
+                waited_since = time.monotonic()
+            elif time.monotonic() - waited_since > self.options.poll_timeout_ms / 1000:
+                msg = (
+                    f"firesteel.kafka: {offsets.name}: offsets [{position}, {offsets.end}) were "
+                    f"promised to this batch but did not arrive within poll.timeout.ms="
+                    f"{self.options.poll_timeout_ms}; is the broker reachable and the topic intact?"
+                )
+                raise KafkaSourceError(msg)
+
+    def _check_gap(self, consumer: Any, offsets: OffsetRange, first: int) -> None:
+        """The first record lies beyond ``start``: retention, or just compaction/markers?"""
+        from confluent_kafka import TopicPartition
+
+        low, _high = consumer.get_watermark_offsets(
+            TopicPartition(offsets.topic, offsets.partition), timeout=30
+        )
+        if low > offsets.start:
+            self._lost(consumer, offsets, offsets.start, f"log now starts at offset {low}")
+
+    def _lost(self, consumer: Any, offsets: OffsetRange, position: int, why: str) -> int:
+        """Offsets from ``position`` were deleted: fail, or skip to the log start (logged)."""
+        from confluent_kafka import TopicPartition
+
+        low, _high = consumer.get_watermark_offsets(
+            TopicPartition(offsets.topic, offsets.partition), timeout=30
+        )
+        lost_to = min(max(low, position), offsets.end)
+        if self.options.fail_on_data_loss:
+            msg = (
+                f"firesteel.kafka: {offsets.name}: offsets [{position}, {lost_to}) of this batch "
+                f"were deleted from the log ({why}), probably by retention. The records are "
+                "lost; set option failOnDataLoss=false to skip them and continue"
+            )
+            raise DataLossError(msg)
+        logger.warning(
+            "firesteel.kafka: %s: skipping offsets [%d, %d) deleted from the log (%s); "
+            "failOnDataLoss=false",
+            offsets.name,
+            position,
+            lost_to,
+            why,
+        )
+        if lost_to < offsets.end:
+            consumer.seek(TopicPartition(offsets.topic, offsets.partition, lost_to))
+        return lost_to
+
+    def _to_arrow(
+        self, records: list[Any], offsets: OffsetRange, errors: ErrorHandler
+    ) -> pa.RecordBatch:
+        values = [m.value() for m in records]
+        if self.decoder is not None:
+            decoded = self.decoder.decode(values)
+            if decoded.bad:
+                for index, reason in decoded.bad:
+                    errors.handle(
+                        BadRecord(offsets.name, records[index].offset(), reason, values[index])
+                    )
+                bad = {index for index, _ in decoded.bad}
+                records = [m for i, m in enumerate(records) if i not in bad]
+            value_columns = decoded.table.columns
+        else:
+            value_columns = [pa.array(values, pa.binary())]
+        stamps = [m.timestamp() for m in records]
+        columns = [
+            pa.array([m.key() for m in records], pa.binary()),
+            *value_columns,
+            pa.array([offsets.topic] * len(records), pa.string()),
+            pa.array([offsets.partition] * len(records), pa.int32()),
+            pa.array([m.offset() for m in records], pa.int64()),
+            pa.array([s[1] for s in stamps], pa.int64())
+            .cast(pa.timestamp("ms", tz="UTC"))
+            .cast(TIMESTAMP_TYPE),
+            pa.array([s[0] for s in stamps], pa.int32()),
+        ]
+        if self.options.include_headers:
+            columns.append(pa.array([m.headers() for m in records], HEADERS_TYPE))
+        return pa.RecordBatch.from_arrays(
+            [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in columns],
+            schema=self.schema,
+        )

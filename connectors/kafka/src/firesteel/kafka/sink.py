@@ -1,0 +1,376 @@
+"""The Kafka sinks: at-least-once (a plain sink) and exactly-once (transactions).
+
+Exactly-once, per write task of batch N and Spark partition p (sink S):
+
+1. create a producer with ``transactional.id = <prefix>-<S>-<p>``, stable across
+   restarts and retries, and call ``init_transactions``: this fences every
+   older instance with the same id (a zombie of a crashed attempt) and aborts
+   its open transaction;
+2. read the marker: the committed offset of consumer group ``<prefix>-<S>-marker-<p>``
+   on partition 0 of the marker topic encodes the last batch this partition
+   committed, plus one. If it says N or later, the task writes nothing;
+3. ``begin_transaction``, produce the rows, flush;
+4. ``send_offsets_to_transaction`` sets the marker to N + 1 *inside* the
+   transaction, then ``commit_transaction``: data and marker become visible
+   together or not at all;
+5. vote. The driver's commit has nothing left to do.
+
+librdkafka cannot commit another process's transaction, so the commit happens
+in the task (step 4) rather than on the driver: a batch can be visible in
+Kafka before Spark writes ``commits/N``; a re-run then finds the markers and
+skips. Transactions live only for the length of a task; a task that nears
+``transaction.timeout.ms`` aborts rather than let the broker abort it later.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import pyarrow as pa
+
+from firesteel.core.context import TaskScope
+from firesteel.core.errors import ConfigError, SinkError
+from firesteel.core.faults import fault_point
+from firesteel.core.sink import PlainSink, TwoPhaseCommitSink
+from firesteel.kafka.codec import ValueEncoder, schema_text
+from firesteel.kafka.config import client_config, redact, safe_error
+from firesteel.kafka.options import KafkaSinkOptions
+from firesteel.kafka.producing import DeliveryTracker, flush, produce_all, tracked_config
+from firesteel.kafka.rows import RowExtractor, load_partitioner
+
+logger = logging.getLogger(__name__)
+
+TIMEOUT_MARGIN = 0.8
+"""A task aborts its transaction once it has been open this fraction of the timeout."""
+NO_MARKER = -1
+
+
+def _extractor(options: KafkaSinkOptions, producer: Any) -> RowExtractor:
+    encoder = None
+    if options.value_format != "binary":
+        encoder = ValueEncoder(
+            options.value_format,
+            schema_text(options.value_schema, options.value_schema_file, "value.schema")
+            if options.value_format == "avro"
+            else None,
+        )
+    partitioner = load_partitioner(options.partitioner) if options.partitioner else None
+    counts: dict[str, int] = {}
+
+    def partition_count(topic: str) -> int:
+        if topic not in counts:
+            counts[topic] = len(producer.list_topics(topic, timeout=30).topics[topic].partitions)
+        return counts[topic]
+
+    return RowExtractor(options.topic, encoder, partitioner, partition_count)
+
+
+class _ProducerCache:
+    """Non-transactional producers reused between tasks of one Python worker."""
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple[tuple[str, str], ...], tuple[Any, DeliveryTracker]] = {}
+
+    def get(self, config: dict[str, Any]) -> tuple[Any, DeliveryTracker]:
+        from confluent_kafka import Producer
+
+        key = tuple(sorted((k, str(v)) for k, v in config.items()))
+        entry = self.entries.get(key)
+        if entry is None or entry[1].fatal is not None:
+            tracker = DeliveryTracker(config)
+            entry = (Producer(tracked_config(config, tracker)), tracker)
+            self.entries[key] = entry
+        entry[1].reset()
+        return entry
+
+
+_PRODUCERS = _ProducerCache()
+
+
+class KafkaSink(PlainSink):
+    """``guarantee`` none / at-least-once: produce and (at-least-once) confirm every record.
+
+    With at-least-once the task returns only after every record's delivery
+    report came back without error (``acks=all`` and idempotence by default),
+    so a resettable source makes the query at-least-once. ``none`` flushes but
+    only logs failed deliveries.
+    """
+
+    name: ClassVar[str] = "firesteel.kafka"
+
+    def __init__(self, options: KafkaSinkOptions, sink_id: str) -> None:
+        self.options = options
+        self.sink_id = sink_id
+        self.checked = options.guarantee is None or options.guarantee.value > 0
+        self.config = client_config(options.passthrough)
+        if self.checked:
+            self.config = {"acks": "all", "enable.idempotence": True, **self.config}
+
+    def prepare(self) -> None:
+        logger.info("firesteel.kafka sink %s: producer %s", self.sink_id, redact(self.config))
+
+    def write(self, scope: TaskScope, batches: Iterator[pa.RecordBatch]) -> int:
+        producer, tracker = _PRODUCERS.get(self.config)
+        extractor = _extractor(self.options, producer)
+        rows = 0
+        for batch in batches:
+            args = extractor.extract(batch)
+            produce_all(producer, args)
+            rows += len(args)
+        fault_point("kafka.after_produce", scope.batch_id, scope.partition_id)
+        what = f"batch {scope.batch_id} partition {scope.partition_id}"
+        if self.checked:
+            flush(producer, tracker, self.options.flush_timeout_ms, what)
+        else:
+            remaining = producer.flush(self.options.flush_timeout_ms / 1000)
+            if tracker.failed or remaining:
+                logger.warning(
+                    "firesteel.kafka sink (guarantee none): %s: %d records not delivered",
+                    what,
+                    tracker.failed + remaining,
+                )
+        fault_point("kafka.after_flush", scope.batch_id, scope.partition_id)
+        return rows
+
+
+@dataclass
+class KafkaTransaction:
+    """One task's transaction: opened lazily, on the first non-empty batch."""
+
+    scope: TaskScope
+    transactional_id: str
+    producer: Any = None
+    tracker: DeliveryTracker | None = None
+    marker_consumer: Any = None
+    extractor: RowExtractor | None = None
+    state: str = "new"
+    """new -> open | skipped; open -> committed | aborted."""
+    opened_at: float = 0.0
+    rows: int = 0
+    committed_batch: int = NO_MARKER
+
+
+class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction]):
+    """``guarantee=exactly-once``: one Kafka transaction per task (see the module docs)."""
+
+    name: ClassVar[str] = "firesteel.kafka"
+
+    def __init__(self, options: KafkaSinkOptions, sink_id: str) -> None:
+        self.options = options
+        self.sink_id = sink_id
+        self.timeout_ms = options.transaction_timeout_ms()
+        self.marker_topic = options.marker_topic or options.topic or ""
+        self.config = client_config(options.passthrough)
+
+    def transactional_id(self, partition: int) -> str:
+        """Stable per (sink, Spark partition): the same id fences earlier attempts."""
+        return f"{self.options.transactional_id_prefix}-{self.sink_id}-{partition}"
+
+    def marker_group(self, partition: int) -> str:
+        """The consumer group whose committed offset is partition ``partition``'s marker."""
+        return f"{self.options.transactional_id_prefix}-{self.sink_id}-marker-{partition}"
+
+    def prepare(self) -> None:
+        """Check the marker topic exists and the timeout fits the broker's cap."""
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import AdminClient, ConfigResource
+
+        admin = AdminClient(self.config)
+        try:
+            metadata = admin.list_topics(self.marker_topic, timeout=30)
+        except KafkaException as exc:
+            msg = f"firesteel.kafka sink: cannot reach the cluster: {safe_error(exc, self.config)}"
+            raise ConfigError(msg) from exc
+        topic = metadata.topics.get(self.marker_topic)
+        if topic is None or topic.error is not None or not topic.partitions:
+            msg = (
+                f"firesteel.kafka sink: marker topic {self.marker_topic!r} (option 'marker.topic' "
+                "or 'topic') does not exist; create it before starting the query"
+            )
+            raise ConfigError(msg)
+        self._check_broker_timeout(admin, ConfigResource, KafkaException)
+        logger.info(
+            "firesteel.kafka sink %s: exactly-once, producer %s", self.sink_id, redact(self.config)
+        )
+        super().prepare()
+
+    def _check_broker_timeout(self, admin: Any, resource_cls: Any, error_cls: Any) -> None:
+        brokers = list(admin.list_topics(timeout=30).brokers)
+        if not brokers:
+            return
+        resource = resource_cls("broker", str(brokers[0]))
+        try:
+            configs = admin.describe_configs([resource])[resource].result(timeout=10)
+        except (error_cls, TimeoutError, ValueError) as exc:
+            logger.info("firesteel.kafka sink: broker config not readable (%s); skipping", exc)
+            return
+        entry = configs.get("transaction.max.timeout.ms")
+        if entry is not None and entry.value and self.timeout_ms > int(entry.value):
+            msg = (
+                f"firesteel.kafka sink: kafka.transaction.timeout.ms={self.timeout_ms} exceeds "
+                f"the broker's transaction.max.timeout.ms={entry.value}; lower it"
+            )
+            raise ConfigError(msg)
+
+    def begin_transaction(self, scope: TaskScope) -> KafkaTransaction:
+        return KafkaTransaction(scope, self.transactional_id(scope.partition_id))
+
+    def _open(self, txn: KafkaTransaction) -> None:
+        from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+        scope = txn.scope
+        txn.tracker = DeliveryTracker(self.config)
+        config = {**self.config, "transactional.id": txn.transactional_id}
+        config.setdefault("transaction.timeout.ms", self.timeout_ms)
+        txn.producer = Producer(tracked_config(config, txn.tracker))
+        txn.marker_consumer = Consumer(
+            {
+                **self.config,
+                "group.id": self.marker_group(scope.partition_id),
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+            }
+        )
+        try:
+            txn.producer.init_transactions(60)
+            marker = txn.marker_consumer.committed(
+                [TopicPartition(self.marker_topic, 0)], timeout=60
+            )[0]
+        except KafkaException as exc:
+            msg = (
+                f"firesteel.kafka sink: {txn.transactional_id}: cannot initialise the transaction "
+                f"or read its marker: {safe_error(exc, self.config)}"
+            )
+            raise SinkError(msg) from exc
+        txn.committed_batch = marker.offset - 1 if marker.offset >= 0 else NO_MARKER
+        if txn.committed_batch >= scope.batch_id:
+            logger.info(
+                "firesteel.kafka sink: %s already committed batch %d (marker %d); skipping",
+                txn.transactional_id,
+                scope.batch_id,
+                txn.committed_batch,
+            )
+            txn.state = "skipped"
+            return
+        txn.producer.begin_transaction()
+        txn.extractor = _extractor(self.options, txn.producer)
+        txn.opened_at = time.monotonic()
+        txn.state = "open"
+
+    def write(self, txn: KafkaTransaction, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        if txn.state == "new":
+            self._open(txn)
+        if txn.state == "skipped":
+            return
+        assert txn.extractor is not None
+        args = txn.extractor.extract(batch)
+        produce_all(txn.producer, args)
+        txn.rows += len(args)
+        self._check_age(txn)
+
+    def _check_age(self, txn: KafkaTransaction) -> None:
+        age_ms = (time.monotonic() - txn.opened_at) * 1000
+        if age_ms > TIMEOUT_MARGIN * self.timeout_ms:
+            msg = (
+                f"firesteel.kafka sink: {txn.transactional_id}: batch {txn.scope.batch_id} has "
+                f"kept its transaction open {age_ms:.0f} ms, close to kafka.transaction.timeout.ms"
+                f"={self.timeout_ms}, after which the broker would abort it. Raise the timeout "
+                "or lower maxOffsetsPerTrigger; the transaction is aborted and the task retried"
+            )
+            raise SinkError(msg)
+
+    def _transactional(self, txn: KafkaTransaction, what: str, call: Any) -> None:
+        """Run a transactional call, retrying retriable errors (librdkafka's rules)."""
+        from confluent_kafka import KafkaException
+
+        while True:
+            try:
+                call()
+                return
+            except KafkaException as exc:
+                error = exc.args[0]
+                text = safe_error(exc, self.config)
+                if error.retriable():
+                    logger.info("firesteel.kafka sink: %s: %s (retrying)", what, text)
+                    continue
+                kind = "abortable" if error.txn_requires_abort() else "fatal"
+                msg = (
+                    f"firesteel.kafka sink: {txn.transactional_id} batch {txn.scope.batch_id}: "
+                    f"{what} failed ({kind}): {text}"
+                )
+                raise SinkError(msg) from exc
+
+    def pre_commit(self, txn: KafkaTransaction) -> dict[str, Any]:
+        from confluent_kafka import TopicPartition
+
+        scope = txn.scope
+        handle = {
+            "transactional_id": txn.transactional_id,
+            "rows": txn.rows,
+            "skipped": txn.state == "skipped",
+        }
+        if txn.state != "open":
+            return handle
+        fault_point("kafka.after_produce", scope.batch_id, scope.partition_id)
+        assert txn.tracker is not None
+        flush(txn.producer, txn.tracker, self.options.flush_timeout_ms, txn.transactional_id)
+        fault_point("kafka.after_flush", scope.batch_id, scope.partition_id)
+        marker = [TopicPartition(self.marker_topic, 0, scope.batch_id + 1)]
+        metadata = txn.marker_consumer.consumer_group_metadata()
+        self._transactional(
+            txn,
+            "send_offsets_to_transaction",
+            lambda: txn.producer.send_offsets_to_transaction(marker, metadata, 60),
+        )
+        self._check_age(txn)
+        fault_point("kafka.before_commit_transaction", scope.batch_id, scope.partition_id)
+        self._transactional(txn, "commit_transaction", lambda: txn.producer.commit_transaction(60))
+        txn.state = "committed"
+        fault_point("kafka.after_commit_transaction", scope.batch_id, scope.partition_id)
+        self._close(txn)
+        return handle
+
+    def abort_transaction(self, txn: KafkaTransaction) -> None:
+        from confluent_kafka import KafkaException
+
+        if txn.state == "open":
+            try:
+                txn.producer.abort_transaction(60)
+            except KafkaException as exc:
+                # Fatal (e.g. fenced): the next instance's init_transactions aborts it.
+                logger.warning(
+                    "firesteel.kafka sink: %s: abort failed: %s",
+                    txn.transactional_id,
+                    safe_error(exc, self.config),
+                )
+            txn.state = "aborted"
+        self._close(txn)
+
+    @staticmethod
+    def _close(txn: KafkaTransaction) -> None:
+        if txn.marker_consumer is not None:
+            txn.marker_consumer.close()
+            txn.marker_consumer = None
+        txn.producer = None
+
+    def commit(self, batch_id: int, handles: Sequence[dict[str, Any]]) -> None:
+        """Nothing to do: every task committed its own transaction and marker."""
+        rows = sum(int(h.get("rows", 0)) for h in handles if not h.get("skipped"))
+        skipped = sum(1 for h in handles if h.get("skipped"))
+        logger.info(
+            "firesteel.kafka sink %s: batch %d committed (%d rows, %d partitions already done)",
+            self.sink_id,
+            batch_id,
+            rows,
+            skipped,
+        )
+
+    def abort(self, batch_id: int, handles: Sequence[dict[str, Any]]) -> None:
+        """Nothing to do: a failed task aborted its transaction; a zombie's is fenced on re-run."""
+        logger.warning("firesteel.kafka sink %s: batch %d aborted", self.sink_id, batch_id)

@@ -1,0 +1,198 @@
+"""The resettable Kafka source: offsets per topic-partition, kept in Spark's checkpoint.
+
+An offset is Spark's own Kafka format, ``{"topic": {"0": 42, "1": 17}}``: the
+next offset to read per partition. Offsets live in ``offsets/N`` only; a
+consumer group, if configured, just mirrors committed progress for lag
+monitoring.
+
+New partitions and new topics matching ``subscribePattern`` are picked up when
+a batch is planned: they join the offset at their earliest offset and are read
+from the next batch on, so a batch's ranges never depend on when it is re-run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any, ClassVar
+
+import pyarrow as pa
+
+from firesteel.core.errors import ConfigError
+from firesteel.core.source import Offset, ReadLimit, ResettableSource
+from firesteel.kafka.codec import ValueDecoder, schema_text
+from firesteel.kafka.deadletter import TopicDeadLetter
+from firesteel.kafka.discovery import Discovery, TopicPartitionKey, parse_partition_offsets
+from firesteel.kafka.options import KafkaSourceOptions
+from firesteel.kafka.reader import OffsetRange, RangeReader, output_schema
+
+logger = logging.getLogger(__name__)
+
+EARLIEST = -2
+LATEST = -1
+
+
+def to_offset(positions: dict[TopicPartitionKey, int]) -> Offset:
+    """``{(topic, p): n}`` as Spark's JSON-able ``{topic: {"p": n}}``."""
+    offset: dict[str, dict[str, int]] = {}
+    for (topic, partition), position in sorted(positions.items()):
+        offset.setdefault(topic, {})[str(partition)] = int(position)
+    return offset
+
+
+def from_offset(offset: Offset) -> dict[TopicPartitionKey, int]:
+    """The inverse of :func:`to_offset`."""
+    return {
+        (topic, int(partition)): int(position)
+        for topic, partitions in offset.items()
+        for partition, position in partitions.items()
+    }
+
+
+def fair_share(
+    available: dict[TopicPartitionKey, int], budget: int
+) -> dict[TopicPartitionKey, int]:
+    """Split ``budget`` offsets across partitions max-min fairly (water-filling).
+
+    Every partition with data gets an equal share; shares a partition cannot
+    use go to the others. Remainders go to partitions in sorted order, so the
+    split is deterministic.
+    """
+    grant = dict.fromkeys(available, 0)
+    active = sorted(tp for tp, n in available.items() if n > 0)
+    while budget > 0 and active:
+        share, extra = divmod(budget, len(active))
+        if share == 0:
+            for tp in active[:extra]:
+                grant[tp] += 1
+            break
+        still = []
+        for tp in active:
+            give = min(share, available[tp] - grant[tp])
+            grant[tp] += give
+            budget -= give
+            if grant[tp] < available[tp]:
+                still.append(tp)
+        active = still
+    return grant
+
+
+class KafkaSource(ResettableSource):
+    """``spark.readStream.format("firesteel.kafka")``: see the module docs."""
+
+    name: ClassVar[str] = "firesteel.kafka"
+
+    def __init__(self, options: KafkaSourceOptions) -> None:
+        self.options = options
+        self.decoder = (
+            None
+            if options.value_format == "binary"
+            else ValueDecoder(
+                options.value_format,
+                schema_text(options.value_schema, options.value_schema_file, "value.schema"),
+            )
+        )
+        self._schema = output_schema(options.include_headers, self.decoder)
+        if len(set(self._schema.names)) != len(self._schema.names):
+            msg = (
+                f"firesteel.kafka: option 'value.schema' has a field named like a Kafka "
+                f"column ({', '.join(self._schema.names)}); rename it"
+            )
+            raise ConfigError(msg)
+        self._discovery: Discovery | None = None
+        self._available_now: dict[TopicPartitionKey, int] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Executors get the options, never the driver's consumer.
+        state = dict(self.__dict__)
+        state["_discovery"] = None
+        return state
+
+    @property
+    def discovery(self) -> Discovery:
+        """The driver-side consumer, created on first use."""
+        if self._discovery is None:
+            self._discovery = Discovery(self.options)
+        return self._discovery
+
+    def schema(self) -> pa.Schema:
+        return self._schema
+
+    def default_limit(self) -> ReadLimit:
+        return ReadLimit(max_records=self.options.max_offsets_per_trigger)
+
+    def initial_offset(self) -> Offset:
+        tps = self.discovery.topic_partitions()
+        if self.options.starting_timestamp is not None:
+            return to_offset(self.discovery.for_times(tps, self.options.starting_timestamp))
+        text = self.options.starting_offsets.strip()
+        if text.lower() == "earliest":
+            return to_offset(self.discovery.earliest(tps))
+        if text.lower() == "latest":
+            return to_offset(self.discovery.latest(tps))
+        given = parse_partition_offsets(text, "startingOffsets")
+        unknown = sorted(set(given) - set(tps))
+        if unknown:
+            msg = (
+                f"firesteel.kafka: option 'startingOffsets' names partitions that do not exist "
+                f"or are not subscribed: {unknown}"
+            )
+            raise ConfigError(msg)
+        earliest = self.discovery.earliest([tp for tp, o in given.items() if o == EARLIEST])
+        latest = self.discovery.latest([tp for tp, o in given.items() if o == LATEST])
+        missing = [tp for tp in tps if tp not in given]
+        # Partitions the JSON leaves out start at the end, like Spark's.
+        latest.update(self.discovery.latest(missing))
+        positions = {tp: earliest.get(tp, latest.get(tp, o)) for tp, o in given.items()}
+        positions.update({tp: latest[tp] for tp in missing})
+        return to_offset(positions)
+
+    def latest_offset(self, start: Offset, limit: ReadLimit) -> Offset:
+        positions = from_offset(start)
+        current = self.discovery.topic_partitions()
+        new = [tp for tp in current if tp not in positions]
+        if new:
+            logger.info("firesteel.kafka: new partitions %s start at their earliest offset", new)
+        known = [tp for tp in current if tp in positions]
+        ends = self.discovery.latest(known)
+        if self._available_now is not None:
+            frozen = self._available_now
+            ends = {tp: min(e, frozen.get(tp, positions[tp])) for tp, e in ends.items()}
+        ends = {tp: max(e, positions[tp]) for tp, e in ends.items()}
+        if limit.max_records is not None:
+            available = {tp: ends[tp] - positions[tp] for tp in ends}
+            grant = fair_share(available, limit.max_records)
+            ends = {tp: positions[tp] + grant[tp] for tp in ends}
+        result = dict(positions)
+        result.update(ends)
+        result.update(self.discovery.earliest(new))
+        return to_offset(result)
+
+    def prepare_available_now(self) -> None:
+        self._available_now = self.discovery.latest(self.discovery.topic_partitions())
+
+    def partitions(self, start: Offset, end: Offset) -> Sequence[OffsetRange]:
+        begin = from_offset(start)
+        return [
+            OffsetRange(topic, partition, begin[(topic, partition)], stop)
+            for (topic, partition), stop in sorted(from_offset(end).items())
+            if (topic, partition) in begin and stop > begin[(topic, partition)]
+        ]
+
+    def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:
+        dead_letter = (
+            TopicDeadLetter(self.options.errors_topic, self.options.passthrough)
+            if self.options.errors_topic
+            else None
+        )
+        reader = RangeReader(self.options, self.decoder, dead_letter, self._schema)
+        yield from reader.read(partition)
+
+    def commit(self, end: Offset) -> None:
+        if self.options.progress_group_id:
+            self.discovery.commit_progress(self.options.progress_group_id, from_offset(end))
+
+    def stop(self) -> None:
+        if self._discovery is not None:
+            self._discovery.close()
+            self._discovery = None

@@ -1,0 +1,54 @@
+"""Fixtures for the Kafka connector: a real broker process and a local SparkSession.
+
+The broker is tansu (memory storage) on a free port, started once per session
+and stopped by PID, or the cluster named by ``FIRESTEEL_KAFKA_BOOTSTRAP``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from firesteel.kafka.testing import BOOTSTRAP_ENV, kafka_cluster
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+ON_REAL_KAFKA = bool(os.environ.get(BOOTSTRAP_ENV))
+needs_real_kafka = pytest.mark.skipif(
+    not ON_REAL_KAFKA,
+    reason=f"needs a broker feature the local tansu broker lacks; set {BOOTSTRAP_ENV}",
+)
+
+
+@pytest.fixture(scope="session")
+def bootstrap() -> Iterator[str]:
+    """``host:port`` of the broker every Kafka test talks to."""
+    with kafka_cluster() as address:
+        yield address
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """A ``local[2]`` session with firesteel (and so firesteel.kafka) registered."""
+    from pyspark.sql import SparkSession
+
+    from firesteel.core import register
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("firesteel-kafka-tests")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    yield session
+    session.stop()

@@ -1,0 +1,134 @@
+"""Kafka -> map -> Kafka under SIGKILL at protocol points and at random times.
+
+The output is judged from the raw log (:func:`firesteel.kafka.testing.read_log`),
+which applies commit/abort markers itself instead of trusting the broker's
+read_committed; one checker runs while the job is being killed, one at the end.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from firesteel.kafka.testing import create_topic, produce, read_log
+from firesteel.testing import (
+    CrashHarness,
+    assert_at_least_once,
+    assert_exactly_once,
+    at_point,
+    at_random,
+)
+
+JOB = Path(__file__).parent / "jobs" / "kafka_map_job.py"
+RECORDS = 2000
+PARTITIONS = 4
+
+pytestmark = pytest.mark.crash
+
+EXACTLY_ONCE_POINTS = [
+    "kafka.after_produce",
+    "kafka.after_flush",
+    "kafka.before_commit_transaction",
+    "kafka.after_commit_transaction",
+    "sink.after_pre_commit",
+    "driver.before_commit",
+    "driver.after_commit",
+    "source.after_read",
+]
+
+
+def _sequence(values) -> list[int]:
+    return [int(v.decode().removeprefix("out-")) for v in values]
+
+
+class LiveChecker:
+    """Reads the raw output log every second while the job runs; records violations."""
+
+    def __init__(self, bootstrap: str, topic: str, exactly_once: bool) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.exactly_once = exactly_once
+        self.violations: list[str] = []
+        self.checks = 0
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> LiveChecker:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_event.set()
+        self.thread.join(60)
+
+    def _loop(self) -> None:
+        while not self.stop_event.wait(1.0):
+            view = read_log(self.bootstrap, self.topic)
+            seen = _sequence(view.values)
+            self.checks += 1
+            unexpected = [n for n in seen if not 0 <= n < RECORDS]
+            if unexpected:
+                self.violations.append(f"unexpected values {unexpected[:5]}")
+            if self.exactly_once:
+                dupes = [n for n, c in Counter(seen).items() if c > 1]
+                if dupes:
+                    self.violations.append(f"check {self.checks}: duplicates visible {dupes[:5]}")
+
+
+def _kills(checkpoint: Path, points: list[str], rounds: int, randoms: int) -> list:
+    kills = []
+    batch = 1
+    for index in range(rounds):
+        kills.append(at_point(points[index % len(points)], batch=batch))
+        batch += 1
+        if index % 3 == 2 and randoms:
+            kills.append(at_random((9.0, 16.0)))
+            randoms -= 1
+    return kills
+
+
+def _run(bootstrap: str, tmp_path: Path, guarantee: str, kills_for) -> tuple:
+    source = create_topic(bootstrap, PARTITIONS)
+    target = create_topic(bootstrap, PARTITIONS)
+    produce(bootstrap, source, [str(i).encode() for i in range(RECORDS)])
+    checkpoint = tmp_path / "checkpoint"
+    kills = kills_for(checkpoint)
+    with (
+        CrashHarness(tmp_path / "harness", timeout=300) as harness,
+        LiveChecker(bootstrap, target, guarantee == "exactly-once") as live,
+    ):
+        result = harness.run(
+            JOB,
+            [bootstrap, source, target, str(checkpoint), guarantee],
+            kills,
+            max_runs=len(kills) + 3,
+        )
+    return result, live, read_log(bootstrap, target)
+
+
+def test_exactly_once_under_kills(bootstrap, tmp_path):
+    result, live, view = _run(
+        bootstrap,
+        tmp_path,
+        "exactly-once",
+        lambda ck: _kills(ck, EXACTLY_ONCE_POINTS, rounds=16, randoms=6),
+    )
+    assert result.kills >= 20, result.summary()
+    assert live.checks > 0
+    assert not live.violations, live.violations
+    assert_exactly_once(_sequence(view.values), range(RECORDS), "committed output")
+    assert not view.pending, f"{len(view.pending)} records in transactions never resolved"
+    assert not set(_sequence(r.value for r in view.aborted)) - set(range(RECORDS))
+
+
+def test_at_least_once_loses_nothing_under_kills(bootstrap, tmp_path):
+    points = ["kafka.after_produce", "kafka.after_flush", "sink.after_write", "driver.after_commit"]
+    result, live, view = _run(
+        bootstrap, tmp_path, "at-least-once", lambda ck: _kills(ck, points, rounds=8, randoms=2)
+    )
+    assert result.kills >= 8, result.summary()
+    assert not live.violations, live.violations
+    assert_at_least_once(_sequence(view.values), range(RECORDS), "output")

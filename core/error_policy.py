@@ -1,0 +1,221 @@
+"""What a source does with input it cannot read: fail, skip with a count, or quarantine.
+
+Every connector that parses input (the file source, the Kafka source) shares
+this policy so users configure bad input the same way everywhere:
+
+* ``fail`` (default): raise :class:`~firesteel.core.errors.RecordError` naming
+  where the record came from (file and line, topic-partition and offset);
+* ``skip``: drop the record, log a warning naming it, and count it;
+* ``quarantine``: hand the record to a :class:`DeadLetter` (a folder, a topic)
+  together with where it came from and why it failed, and count it.
+
+Nothing is dropped silently: a skipped record is logged and counted, a
+quarantined one is kept. Counts are per :class:`ErrorHandler`, i.e. per unit of
+work (one partition of one batch); the connector makes them visible, e.g. in
+query progress.
+
+Traps:
+
+* A batch may run twice after a crash, so a dead letter must be keyed by the
+  unit of work (:meth:`DeadLetter.open` takes a deterministic key) and replace,
+  not append to, what an earlier attempt wrote: a replay must not duplicate
+  quarantined records or double the counts.
+* Records must be quarantined before the batch's output can commit, so a
+  :class:`DeadLetter` writes durably when its :meth:`DeadLetterWriter.close`
+  returns.
+"""
+
+from __future__ import annotations
+
+import base64
+import enum
+import json
+import logging
+import os
+import uuid
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from firesteel.core.errors import ConfigError, RecordError
+
+logger = logging.getLogger(__name__)
+
+QUARANTINE_FORMAT_VERSION = 1
+
+
+class ErrorPolicy(enum.Enum):
+    """The value of a connector's ``errors`` option."""
+
+    FAIL = "fail"
+    """Stop the query with a :class:`RecordError` naming the record (default)."""
+    SKIP = "skip"
+    """Drop the record, log a warning naming it, count it."""
+    QUARANTINE = "quarantine"
+    """Keep the record in a dead-letter destination with where and why, count it."""
+
+
+@dataclass(frozen=True)
+class BadRecord:
+    """One record (or a whole unreadable unit, e.g. a corrupt file) that failed to parse.
+
+    ``location`` names the container (a file path, ``topic[partition]``);
+    ``position`` the record in it (1-based line number, an offset) or ``None``
+    when the whole container is bad, and ``unit`` what ``position`` counts
+    (``line``, ``offset``); ``raw`` the record's bytes when known.
+    """
+
+    location: str
+    position: int | None
+    reason: str
+    raw: bytes | None = None
+    unit: str = "line"
+
+    def describe(self) -> str:
+        """``file.csv line 7: reason`` style text for messages and logs."""
+        if self.position is None:
+            return f"{self.location}: {self.reason}"
+        return f"{self.location} {self.unit} {self.position}: {self.reason}"
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form a dead letter stores; raw bytes as UTF-8 text, else base64."""
+        body: dict[str, Any] = {
+            "version": QUARANTINE_FORMAT_VERSION,
+            "location": self.location,
+            "position": self.position,
+            "unit": self.unit,
+            "reason": self.reason,
+        }
+        if self.raw is not None:
+            try:
+                body["record"] = self.raw.decode("utf-8")
+            except UnicodeDecodeError:
+                body["record_base64"] = base64.b64encode(self.raw).decode("ascii")
+        return body
+
+
+class DeadLetterWriter(ABC):
+    """Where the bad records of one unit of work go; durable once :meth:`close` returns."""
+
+    @abstractmethod
+    def add(self, record: BadRecord) -> None:
+        """Keep ``record``."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Make everything added durable (replacing an earlier attempt's output)."""
+
+
+class DeadLetter(ABC):
+    """A dead-letter destination; :meth:`open` is keyed by a deterministic unit of work."""
+
+    @abstractmethod
+    def open(self, key: str) -> DeadLetterWriter:
+        """A writer for the unit of work ``key`` (same key on a replay)."""
+
+
+class _FolderWriter(DeadLetterWriter):
+    def __init__(self, folder: Path, key: str) -> None:
+        self.folder = folder
+        self.key = key
+        self.records: list[BadRecord] = []
+
+    def add(self, record: BadRecord) -> None:
+        self.records.append(record)
+
+    def close(self) -> None:
+        if not self.records:
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        final = self.folder / f"{self.key}.jsonl"
+        tmp = self.folder / f".{self.key}.{uuid.uuid4().hex}.tmp"
+        with tmp.open("w", encoding="utf-8") as out:
+            for record in self.records:
+                out.write(json.dumps(record.to_json()) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, final)
+
+
+class FolderDeadLetter(DeadLetter):
+    """Quarantine into a local folder: one JSON-lines file per unit of work.
+
+    Each line holds ``location``, ``position`` (line), ``reason`` and the raw
+    ``record``. The file ``<folder>/<key>.jsonl`` is written to a temporary name
+    and renamed, so a replay replaces it whole and never duplicates a record.
+    """
+
+    def __init__(self, folder: str) -> None:
+        self.folder = Path(folder)
+
+    def open(self, key: str) -> DeadLetterWriter:
+        return _FolderWriter(self.folder, key)
+
+    def copy_file(self, key: str, source: str) -> str:
+        """Quarantine a whole unreadable file as ``<folder>/<key>`` (replaces; returns the path)."""
+        import shutil
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        final = self.folder / key
+        tmp = self.folder / f".{key}.{uuid.uuid4().hex}.tmp"
+        shutil.copyfile(source, tmp)
+        with tmp.open("rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, final)
+        return str(final)
+
+
+def check_policy(policy: ErrorPolicy, dead_letter: object | None, option: str) -> None:
+    """Refuse ``quarantine`` without a destination (``option`` names the option to set)."""
+    if policy is ErrorPolicy.QUARANTINE and not dead_letter:
+        msg = f"option 'errors' is 'quarantine' but option '{option}' is not set; set it"
+        raise ConfigError(msg)
+
+
+class ErrorHandler:
+    """Applies an :class:`ErrorPolicy` to the bad records of one unit of work.
+
+    Call :meth:`handle` for each bad record, then :meth:`close` once the unit
+    is done (before its output can commit). ``skipped`` and ``quarantined``
+    count what was handled.
+    """
+
+    def __init__(
+        self,
+        policy: ErrorPolicy,
+        key: str,
+        dead_letter: DeadLetter | None = None,
+    ) -> None:
+        if policy is ErrorPolicy.QUARANTINE and dead_letter is None:
+            msg = "error policy 'quarantine' needs a dead-letter destination"
+            raise ConfigError(msg)
+        self.policy = policy
+        self.key = key
+        self.writer = dead_letter.open(key) if dead_letter is not None else None
+        self.skipped = 0
+        self.quarantined = 0
+        self.records: list[BadRecord] = []
+
+    def handle(self, record: BadRecord) -> None:
+        """Fail, skip or quarantine ``record`` according to the policy."""
+        if self.policy is ErrorPolicy.FAIL:
+            msg = (
+                f"bad input at {record.describe()}. Fix or remove it, or set option "
+                "'errors' to 'skip' or 'quarantine'"
+            )
+            raise RecordError(msg)
+        self.records.append(record)
+        if self.policy is ErrorPolicy.SKIP:
+            self.skipped += 1
+            logger.warning("skipping bad input at %s", record.describe())
+            return
+        assert self.writer is not None
+        self.writer.add(record)
+        self.quarantined += 1
+        logger.warning("quarantining bad input at %s", record.describe())
+
+    def close(self) -> None:
+        """Make quarantined records durable."""
+        if self.writer is not None:
+            self.writer.close()

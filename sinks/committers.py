@@ -1,0 +1,116 @@
+"""Checkpoint committers: durable records of which write-ahead-log segments were sent.
+
+A :class:`~firesteel.sinks.write_ahead.WriteAheadSink` sends the segment of
+(sink, batch, partition) to its target and then asks its committer to record
+the fact. After a crash, the segments the committer knows are skipped, so only
+a segment whose send was interrupted can reach the target twice. This is
+Flink's ``CheckpointCommitter``; a committer may keep its records anywhere
+durable (files here, a Cassandra table in ``firesteel-cassandra``).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from abc import ABC, abstractmethod
+
+from pyarrow import fs
+
+from firesteel.core.checkpoint import filesystem
+
+logger = logging.getLogger(__name__)
+
+
+class CheckpointCommitter(ABC):
+    """Records, durably, that the segment of (sink, batch, partition) reached the target.
+
+    Called on the driver only, by :meth:`WriteAheadSink.commit_batch`, one
+    segment at a time in partition order. The contract:
+
+    * :meth:`open` runs before any other call, in every driver process that
+      uses the committer; it creates what the records need and is idempotent.
+    * :meth:`commit` returns only once the record is durable: after it
+      returns, :meth:`is_committed` answers True for that key in this and every
+      later process, even across a SIGKILL. Committing a key twice is the
+      same as once.
+    * :meth:`is_committed` never answers True for a key that was not
+      committed (that would lose data) and never turns back to False for a
+      committed key, except through :meth:`forget`.
+    * :meth:`forget` may drop records of batches below ``batch_id``: Spark
+      never re-runs a batch once the next one has started, so they will not be
+      asked about again.
+
+    Committers are pickled with their sink; keep their state plain (paths,
+    connection settings) and open connections lazily in :meth:`open`.
+    """
+
+    def open(self) -> None:
+        """Driver side, before the first use: create tables or folders (idempotent)."""
+
+    @abstractmethod
+    def is_committed(self, sink_id: str, batch_id: int, partition_id: int) -> bool:
+        """Whether the segment of (sink, batch, partition) was recorded as sent."""
+
+    @abstractmethod
+    def commit(self, sink_id: str, batch_id: int, partition_id: int) -> None:
+        """Record durably that the segment was sent (idempotent)."""
+
+    def forget(self, sink_id: str, batch_id: int) -> None:
+        """Drop the records of batches below ``batch_id`` (optional housekeeping)."""
+
+    def close(self) -> None:
+        """Release connections; the committer may be opened again later."""
+
+
+class FileCheckpointCommitter(CheckpointCommitter):
+    """Marker files ``<directory>/<sink>/<batch>/<partition>.committed``.
+
+    ``directory`` is a local path or any pyarrow filesystem URI (``s3://``,
+    ``hdfs://``, ``gs://``). A marker is written under a unique temporary name
+    and moved into place, so it is either absent or complete: on a local
+    filesystem or HDFS the move is an atomic rename; on an object store the
+    upload of the marker is itself atomic and the move a copy. A SIGKILL never
+    loses a marker whose :meth:`commit` returned (the data sits in the OS page
+    cache); surviving power loss additionally needs storage that syncs on close.
+    """
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory.rstrip("/")
+
+    def _fs(self) -> tuple[fs.FileSystem, str]:
+        return filesystem(self.directory)
+
+    def _marker(self, base: str, sink_id: str, batch_id: int, partition_id: int) -> str:
+        return f"{base}/{sink_id}/{batch_id}/{partition_id}.committed"
+
+    def open(self) -> None:
+        fsys, base = self._fs()
+        fsys.create_dir(base, recursive=True)
+
+    def is_committed(self, sink_id: str, batch_id: int, partition_id: int) -> bool:
+        fsys, base = self._fs()
+        info = fsys.get_file_info(self._marker(base, sink_id, batch_id, partition_id))
+        return info.type == fs.FileType.File
+
+    def commit(self, sink_id: str, batch_id: int, partition_id: int) -> None:
+        fsys, base = self._fs()
+        marker = self._marker(base, sink_id, batch_id, partition_id)
+        fsys.create_dir(f"{base}/{sink_id}/{batch_id}", recursive=True)
+        temporary = f"{marker}.tmp-{uuid.uuid4().hex}"
+        with fsys.open_output_stream(temporary) as out:
+            out.write(f"{sink_id} {batch_id} {partition_id}\n".encode())
+        fsys.move(temporary, marker)
+
+    def forget(self, sink_id: str, batch_id: int) -> None:
+        fsys, base = self._fs()
+        selector = fs.FileSelector(f"{base}/{sink_id}", allow_not_found=True)
+        for info in fsys.get_file_info(selector):
+            if (
+                info.type == fs.FileType.Directory
+                and info.base_name.isdigit()
+                and int(info.base_name) < batch_id
+            ):
+                fsys.delete_dir(info.path)
+
+    def __repr__(self) -> str:
+        return f"FileCheckpointCommitter({self.directory!r})"

@@ -1,0 +1,77 @@
+"""Where the file sink puts things, and the safe encoding of bucket values into folder names.
+
+Layout under the output folder ``<out>``::
+
+    <out>/<col>=<value>/.../part-<batch>-<partition>-<n>-<sink>.<ext>    committed data
+    <out>/_firesteel/pending/<sink>/<batch>/<partition>-<attempt>-<n>.<ext>  in progress
+    <out>/_firesteel/manifests/<sink>/<batch>.json                       what batch N committed
+
+Everything of firesteel's own lives under ``_firesteel/``, which Spark and
+pyarrow skip (``_`` prefix), so a plain read of ``<out>`` sees committed files
+only. Pending and manifest folders are per sink id: a second query (or a new
+checkpoint) writing into the same folder can never mistake another's batch N
+for its own.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+FIRESTEEL_DIR = "_firesteel"
+NULL_VALUE = "__HIVE_DEFAULT_PARTITION__"
+"""Hive's and Spark's folder value for null (and, as Spark writes it, the empty string)."""
+
+# Spark's ExternalCatalogUtils escapes these (plus control characters); we add
+# nothing else, so Spark's and pyarrow's Hive partition discovery decode our names.
+_ESCAPED = set("\"#%'*/:=?\\\x7f{[]^")
+_SINK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def encode_value(value: Any) -> str:
+    """The folder-name form of one bucket value: ``..``, ``/``, NUL... can never escape.
+
+    Percent-encodes ``"#%'*/:=?\\{[]^``, DEL and control characters (NUL
+    included), as Spark does; ``.`` and ``..`` become ``%2E`` and ``%2E%2E``;
+    null and the empty string become ``__HIVE_DEFAULT_PARTITION__`` (Spark's
+    convention; the data files keep the exact value), and a literal value equal
+    to that marker is escaped so it stays distinct from null.
+    """
+    if value is None:
+        return NULL_VALUE
+    text = value if isinstance(value, str) else str(value)
+    if text == "":
+        return NULL_VALUE
+    if text in (".", ".."):
+        return "%2E" * len(text)
+    encoded = "".join(f"%{ord(ch):02X}" if ch in _ESCAPED or ord(ch) < 0x20 else ch for ch in text)
+    if encoded == NULL_VALUE:
+        return "%5F" + encoded[1:]
+    return encoded
+
+
+def bucket_dir(columns: tuple[str, ...], values: tuple[Any, ...]) -> str:
+    """``col=value/col2=value2`` for one bucket (empty for no bucketing)."""
+    return "/".join(
+        f"{encode_value(c)}={encode_value(v)}" for c, v in zip(columns, values, strict=True)
+    )
+
+
+def valid_sink_id(sink_id: str) -> bool:
+    """A sink id names folders and files, so it is restricted to ``[A-Za-z0-9._-]``."""
+    return bool(_SINK_ID.match(sink_id))
+
+
+def pending_dir(sink_id: str, batch_id: int) -> str:
+    """Folder (relative to ``<out>``) of batch ``batch_id``'s in-progress files."""
+    return f"{FIRESTEEL_DIR}/pending/{sink_id}/{batch_id}"
+
+
+def manifest_dir(sink_id: str) -> str:
+    """Folder (relative to ``<out>``) of this sink's manifests."""
+    return f"{FIRESTEEL_DIR}/manifests/{sink_id}"
+
+
+def final_name(sink_id: str, batch_id: int, partition: int, n: int, ext: str) -> str:
+    """Deterministic committed file name: a re-run can only ever produce the same name."""
+    return f"part-{batch_id:010d}-{partition:05d}-{n:05d}-{sink_id}{ext}"

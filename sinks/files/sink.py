@@ -1,0 +1,200 @@
+"""The transactional file sink: two-phase commit by pending files, a manifest and renames.
+
+Protocol for micro-batch N (Flink's TwoPhaseCommitSinkFunction, Beam's finalize):
+
+1. Tasks (executors) write in-progress files to
+   ``<out>/_firesteel/pending/<sink>/<N>/<partition>-<attempt>-<n>.<ext>``,
+   invisible to readers (``_`` prefix).
+2. :meth:`FilesSink.pre_commit` closes and fsyncs them and votes with the
+   handle ``{"files": [{path, pending, rows, bytes}, ...]}``.
+3. :meth:`FilesSink.commit` (driver, once every task voted):
+
+   a. if ``manifests/<sink>/<N>.json`` exists, batch N was committed by an
+      earlier attempt: roll its renames forward, delete the new handles'
+      pending files, stop;
+   b. otherwise write the manifest atomically (this *is* the commit point);
+      fault point ``driver.mid_commit``;
+   c. rename each pending file to its final name (idempotent finalize);
+   d. delete whatever else is left in ``pending/<sink>/<N>/`` (other attempts).
+
+4. :meth:`FilesSink.recover` (in ``prepare``, before the first batch of a run)
+   rolls forward every batch that has a manifest and pending files left, and
+   deletes pending folders of older batches without one; a crashed attempt of
+   a newer batch is cleaned up when Spark's re-run of it commits (step 3d).
+
+Final names are deterministic from (sink id, batch, partition, n), and a batch
+is published from exactly one manifest, so a re-run can never add a second copy.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from firesteel.core.context import TaskScope
+from firesteel.core.errors import ConfigError
+from firesteel.core.faults import fault_point
+from firesteel.core.sink import TwoPhaseCommitSink
+from firesteel.sinks.files.manifest import (
+    CommittedFile,
+    Manifest,
+    finalize,
+    manifest_path,
+    read_manifest,
+    write_manifest,
+)
+from firesteel.sinks.files.paths import FIRESTEEL_DIR, manifest_dir, pending_dir, valid_sink_id
+from firesteel.sinks.files.writer import TaskWriter, WriterConfig
+
+logger = logging.getLogger(__name__)
+
+
+class FilesSink(TwoPhaseCommitSink[TaskWriter]):
+    """Exactly-once Parquet / JSON-lines output with per-batch manifests (see module docs)."""
+
+    name = "firesteel.files"
+
+    def __init__(self, config: WriterConfig, schema: pa.Schema | None = None) -> None:
+        if not valid_sink_id(config.sink_id):
+            msg = (
+                f"option 'sink.id': {config.sink_id!r} may only contain letters, digits, "
+                "'.', '_' and '-' (it names files)"
+            )
+            raise ConfigError(msg)
+        self.config = config
+        self.sink_id = config.sink_id
+        self.schema = schema
+        self.out = Path(config.out)
+
+    # -- driver: before the first batch -------------------------------------------
+
+    def prepare(self) -> None:
+        """Check that ``path`` is writable, then recover what a crashed run left."""
+        probe = self.out / FIRESTEEL_DIR / f".probe-{uuid.uuid4().hex}"
+        try:
+            probe.parent.mkdir(parents=True, exist_ok=True)
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            msg = (
+                f"option 'path': the output folder {self.out} is not writable ({exc}); "
+                "create it with write permission or choose another path"
+            )
+            raise ConfigError(msg) from exc
+        super().prepare()
+
+    def recover(self) -> None:
+        """Roll forward committed batches; drop pending files nobody will commit.
+
+        Spark builds the writer again in the Python process that runs each
+        batch's commit, so this also runs right before ``commit(N)`` while
+        batch N's pending files wait to be published: it must keep pending
+        folders of batches newer than the newest manifest. Those are either the
+        batch about to commit or a crashed attempt that Spark re-runs (its
+        leftovers go when that batch commits).
+        """
+        pending_root = self.out / FIRESTEEL_DIR / "pending" / self.sink_id
+        if not pending_root.is_dir():
+            return
+        committed = [
+            int(p.stem)
+            for p in (self.out / manifest_dir(self.sink_id)).glob("*.json")
+            if p.stem.isdigit()
+        ]
+        newest = max(committed, default=-1)
+        for folder in sorted(pending_root.iterdir()):
+            if not folder.name.isdigit():
+                continue
+            batch_id = int(folder.name)
+            path = manifest_path(self.out, self.sink_id, batch_id)
+            if path.exists():
+                renamed = finalize(self.out, read_manifest(path))
+                logger.warning(
+                    "firesteel.files: sink %s recovered batch %d (%d renames rolled forward)",
+                    self.sink_id,
+                    batch_id,
+                    renamed,
+                )
+            elif batch_id < newest:
+                logger.info(
+                    "firesteel.files: sink %s discarding uncommitted files of batch %d",
+                    self.sink_id,
+                    batch_id,
+                )
+            else:
+                continue
+            shutil.rmtree(folder, ignore_errors=True)
+
+    # -- executors ------------------------------------------------------------------
+
+    def begin_transaction(self, scope: TaskScope) -> TaskWriter:
+        return TaskWriter(self.config, scope, self.schema)
+
+    def write(self, txn: TaskWriter, batch: pa.RecordBatch) -> None:
+        txn.write(batch)
+
+    def pre_commit(self, txn: TaskWriter) -> dict[str, Any]:
+        files = txn.close()
+        return {"files": [vars(f) for f in files]}
+
+    def abort_transaction(self, txn: TaskWriter) -> None:
+        txn.discard()
+
+    # -- driver: per batch ----------------------------------------------------------
+
+    def commit(self, batch_id: int, handles: Sequence[dict[str, Any]]) -> None:
+        files = tuple(CommittedFile(**f) for handle in handles for f in handle.get("files", []))
+        path = manifest_path(self.out, self.sink_id, batch_id)
+        if path.exists():
+            self._roll_forward(batch_id, read_manifest(path), files)
+            return
+        manifest = Manifest(self.sink_id, batch_id, files)
+        if not write_manifest(self.out, manifest):
+            self._roll_forward(batch_id, read_manifest(path), files)
+            return
+        fault_point("driver.mid_commit", batch_id)
+        finalize(self.out, manifest)
+        self._drop_pending(batch_id)
+        logger.info(
+            "firesteel.files: sink %s committed batch %d: %d files, %d rows",
+            self.sink_id,
+            batch_id,
+            len(files),
+            manifest.rows,
+        )
+
+    def _roll_forward(
+        self, batch_id: int, manifest: Manifest, new_files: Sequence[CommittedFile]
+    ) -> None:
+        """Batch already committed: finish its renames, discard the re-run's files."""
+        finalize(self.out, manifest)
+        kept = {f.pending for f in manifest.files}
+        for item in new_files:
+            if item.pending not in kept:
+                (self.out / item.pending).unlink(missing_ok=True)
+        self._drop_pending(batch_id)
+        logger.warning(
+            "firesteel.files: sink %s batch %d was already committed; kept its %d files and "
+            "discarded %d files of the re-run",
+            self.sink_id,
+            batch_id,
+            len(manifest.files),
+            len(new_files),
+        )
+
+    def _drop_pending(self, batch_id: int) -> None:
+        shutil.rmtree(self.out / pending_dir(self.sink_id, batch_id), ignore_errors=True)
+
+    def abort(self, batch_id: int, handles: Sequence[dict[str, Any]]) -> None:
+        path = manifest_path(self.out, self.sink_id, batch_id)
+        kept = {f.pending for f in read_manifest(path).files} if path.exists() else set()
+        for handle in handles:
+            for item in handle.get("files", []):
+                if item["pending"] not in kept:
+                    (self.out / item["pending"]).unlink(missing_ok=True)

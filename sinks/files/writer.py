@@ -1,0 +1,207 @@
+"""Task-side writing of the file sink: buffered, rolling, bucketed files in the pending folder.
+
+Incoming Arrow batches are split by bucket (``bucket.by`` values), buffered
+per bucket so Parquet row groups are large even when Spark hands over small
+batches, and written to ``<out>/_firesteel/pending/<sink>/<batch>/...``. A file
+rolls once it exceeds ``roll.size.bytes``; :meth:`TaskWriter.close` flushes and
+fsyncs everything, which is the task's pre-commit.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from firesteel.core.context import TaskScope
+from firesteel.core.errors import SinkError
+from firesteel.sinks.files.manifest import CommittedFile
+from firesteel.sinks.files.paths import bucket_dir, final_name, pending_dir
+
+FLUSH_BYTES = 32 * 1024 * 1024
+"""Buffer this much per open file before writing a Parquet row group / JSON chunk."""
+
+
+@dataclass(frozen=True)
+class WriterConfig:
+    """What a task needs to write (picklable: it travels inside the sink)."""
+
+    out: str
+    sink_id: str
+    format: str
+    bucket_columns: tuple[str, ...]
+    roll_size_bytes: int
+    compression: str | None
+
+    @property
+    def extension(self) -> str:
+        """File name extension, e.g. ``.parquet`` or ``.json.gz``."""
+        if self.format == "parquet":
+            return ".parquet"
+        suffix = {"gzip": ".gz", "bz2": ".bz2", "zstd": ".zst", "lz4": ".lz4"}
+        return ".json" + (suffix.get(self.compression or "", ""))
+
+
+@dataclass
+class _OpenFile:
+    bucket: str
+    n: int
+    pending: Path
+    final: str
+    stream: Any
+    writer: Any = None
+    buffered: list[pa.RecordBatch] = field(default_factory=list)
+    buffered_bytes: int = 0
+    rows: int = 0
+
+
+class TaskWriter:
+    """The open transaction of one write task: pending files per bucket."""
+
+    def __init__(self, config: WriterConfig, scope: TaskScope, schema: pa.Schema | None) -> None:
+        self.config = config
+        self.scope = scope
+        self.schema = schema
+        self.out = Path(config.out)
+        self.folder = self.out / pending_dir(config.sink_id, scope.batch_id)
+        self.open: dict[str, _OpenFile] = {}
+        self.done: list[CommittedFile] = []
+        self.created: list[Path] = []
+        self._next_n = 0
+
+    # -- writing ----------------------------------------------------------------
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        """Route ``batch``'s rows to their buckets' files."""
+        if batch.num_rows == 0:
+            return
+        if self.schema is None:
+            self.schema = batch.schema
+        columns = self.config.bucket_columns
+        if not columns:
+            self._add("", batch)
+            return
+        missing = [c for c in columns if c not in batch.schema.names]
+        if missing:
+            msg = (
+                f"firesteel.files sink {self.config.sink_id}: option 'bucket.by' names "
+                f"{missing}, which the data does not have (columns: {batch.schema.names})"
+            )
+            raise SinkError(msg)
+        table = pa.Table.from_batches([batch])
+        keyed = table.select(list(columns)).append_column(
+            "__firesteel_row", pa.array(range(batch.num_rows), pa.int64())
+        )
+        groups = keyed.group_by(list(columns), use_threads=False).aggregate(
+            [("__firesteel_row", "list")]
+        )
+        values = [groups.column(c).to_pylist() for c in columns]
+        rows = groups.column("__firesteel_row_list")
+        for g in range(groups.num_rows):
+            bucket = bucket_dir(columns, tuple(v[g] for v in values))
+            taken = pc.take(table, rows[g].values)
+            for part in taken.combine_chunks().to_batches():
+                self._add(bucket, part)
+
+    def _add(self, bucket: str, batch: pa.RecordBatch) -> None:
+        current = self.open.get(bucket)
+        if current is None:
+            current = self._start(bucket)
+        current.buffered.append(batch)
+        current.buffered_bytes += batch.nbytes
+        current.rows += batch.num_rows
+        if current.buffered_bytes >= min(FLUSH_BYTES, self.config.roll_size_bytes):
+            self._flush(current)
+            if current.stream.tell() >= self.config.roll_size_bytes:
+                self._finish(current)
+
+    def _start(self, bucket: str) -> _OpenFile:
+        n = self._next_n
+        self._next_n += 1
+        scope = self.scope
+        self.folder.mkdir(parents=True, exist_ok=True)
+        pending = self.folder / f"{scope.partition_id}-{scope.attempt}-{n}{self.config.extension}"
+        name = final_name(
+            self.config.sink_id, scope.batch_id, scope.partition_id, n, self.config.extension
+        )
+        final = f"{bucket}/{name}" if bucket else name
+        self.created.append(pending)
+        handle = _OpenFile(bucket, n, pending, final, pa.OSFile(str(pending), "wb"))
+        self.open[bucket] = handle
+        return handle
+
+    def _flush(self, current: _OpenFile) -> None:
+        if not current.buffered:
+            return
+        table = pa.Table.from_batches(current.buffered)
+        current.buffered = []
+        current.buffered_bytes = 0
+        if self.config.format == "parquet":
+            import pyarrow.parquet as pq
+
+            if current.writer is None:
+                current.writer = pq.ParquetWriter(
+                    current.stream, table.schema, compression=self.config.compression or "snappy"
+                )
+            current.writer.write_table(table, row_group_size=1024 * 1024)
+            return
+        if current.writer is None:
+            current.writer = (
+                pa.CompressedOutputStream(current.stream, self.config.compression)
+                if self.config.compression and self.config.compression != "none"
+                else current.stream
+            )
+        text = table.to_pandas().to_json(
+            orient="records", lines=True, date_format="iso", force_ascii=False
+        )
+        if text and not text.endswith("\n"):
+            text += "\n"
+        current.writer.write(text.encode("utf-8"))
+
+    def _finish(self, current: _OpenFile) -> None:
+        self._flush(current)
+        if current.writer is not None and current.writer is not current.stream:
+            current.writer.close()
+        if not current.stream.closed:
+            current.stream.close()
+        fd = os.open(current.pending, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self.done.append(
+            CommittedFile(
+                path=current.final,
+                pending=current.pending.relative_to(self.out).as_posix(),
+                rows=current.rows,
+                bytes=current.pending.stat().st_size,
+            )
+        )
+        del self.open[current.bucket]
+
+    # -- ending -----------------------------------------------------------------
+
+    def close(self) -> list[CommittedFile]:
+        """Pre-commit: flush, close and fsync every file; the list the driver will publish."""
+        for current in list(self.open.values()):
+            self._finish(current)
+        if self.done:
+            fd = os.open(self.folder, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        return sorted(self.done, key=lambda f: f.path)
+
+    def discard(self) -> None:
+        """The task failed: close and delete everything it wrote."""
+        for current in list(self.open.values()):
+            if not current.stream.closed:
+                current.stream.close()
+        self.open.clear()
+        for path in self.created:
+            path.unlink(missing_ok=True)

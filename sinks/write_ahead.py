@@ -1,0 +1,262 @@
+"""The write-ahead-log sink (Flink's GenericWriteAheadSink) for micro-batches.
+
+Commit order, per micro-batch N:
+
+1. Executors (:meth:`WriteAheadSink.write_partition`): each task appends its
+   partition's record batches to a log segment in checkpoint storage,
+   ``<log_dir>/<sink>/<N>/part-<p>.arrow`` (an Arrow IPC file, written under a
+   temporary name and renamed into place), keyed by (sink, N, partition) and
+   never by the task attempt, so a retry replaces the segment. The vote names
+   the segment, its row count and its SHA-256.
+2. Driver (:meth:`WriteAheadSink.commit_batch`), once every task voted, for
+   each segment in partition order:
+   a. skip it if the :class:`~firesteel.sinks.committers.CheckpointCommitter`
+      says (sink, N, partition) is committed;
+   b. otherwise read it, verify its checksum and format version, hand its
+      records to :meth:`WriteAheadSink.send_values`, then record it with the
+      committer.
+3. Delete the segments of batch N and of every earlier batch, and let the
+   committer forget batches before N.
+4. Spark writes ``commits/N``.
+
+A crash between 2b's send and its commit record re-sends that one segment
+after the restart: with a plain (appending) target this is at-least-once; a
+target that upserts (declare ``upsert_target = True``) turns the re-send into
+an overwrite, hence exactly-once. Segments already recorded are never re-sent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from abc import abstractmethod
+from collections.abc import Iterator, Sequence
+from typing import Any, ClassVar
+
+import pyarrow as pa
+from pyarrow import fs
+
+from firesteel.core.checkpoint import filesystem
+from firesteel.core.context import TaskScope
+from firesteel.core.errors import CheckpointCorruptError, IncompatibleFormatError, SinkError
+from firesteel.core.faults import fault_point
+from firesteel.core.guarantee import SinkKind
+from firesteel.core.sink import Sink, Vote
+from firesteel.sinks.committers import CheckpointCommitter
+
+logger = logging.getLogger(__name__)
+
+SEGMENT_FORMAT_VERSION = 1
+"""Version of the log segment layout; readers refuse newer versions."""
+
+_META_VERSION = b"firesteel.wal.version"
+_META_KEY = b"firesteel.wal.key"
+
+AFTER_SEND = "wal.after_send"
+"""Fault point between sending a segment and recording it: the one re-send window."""
+
+
+class _HashingWriter:
+    """A write-only file object that hashes everything passing through to ``out``."""
+
+    def __init__(self, out: pa.NativeFile) -> None:
+        self.out = out
+        self.digest = hashlib.sha256()
+        self.size = 0
+        self.closed = False
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data)
+        self.digest.update(view)
+        self.size += view.nbytes
+        return int(self.out.write(view))
+
+    def flush(self) -> None:
+        self.out.flush()
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class WriteAheadSink(Sink):
+    """Logs each partition durably, sends it to the target once its batch commits.
+
+    Subclasses implement :meth:`send_values`. Set ``upsert_target = True`` on a
+    subclass whose target overwrites by key, so that re-sending a segment
+    cannot duplicate: its kind becomes
+    :attr:`~firesteel.core.guarantee.SinkKind.WRITE_AHEAD_LOG_UPSERT` and the
+    guarantee check grants exactly-once.
+
+    ``log_dir`` (local path or pyarrow filesystem URI) should live in the
+    query's checkpoint storage, e.g. ``<checkpoint>/firesteel/wal``: executors
+    write segments there and the driver reads them, so it must be reachable
+    from both. See the module docs for the commit order.
+    """
+
+    kind: ClassVar[SinkKind] = SinkKind.WRITE_AHEAD_LOG
+    upsert_target: ClassVar[bool] = False
+    """True when :meth:`send_values` overwrites by key (re-sending is harmless)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        upsert = cls.upsert_target
+        cls.kind = SinkKind.WRITE_AHEAD_LOG_UPSERT if upsert else SinkKind.WRITE_AHEAD_LOG
+
+    def __init__(self, sink_id: str, log_dir: str, committer: CheckpointCommitter) -> None:
+        if not sink_id or "/" in sink_id:
+            msg = f"{self.name}: sink id {sink_id!r} must be non-empty and contain no '/'"
+            raise SinkError(msg)
+        self.sink_id = sink_id
+        self.log_dir = log_dir.rstrip("/")
+        self.committer = committer
+
+    @abstractmethod
+    def send_values(self, batches: Sequence[pa.RecordBatch], batch_id: int, partition: int) -> None:
+        """Driver side: deliver one segment's records to the target.
+
+        Return only once the target acknowledged every record; raise to fail
+        the batch (nothing is recorded, Spark re-runs the batch, and the
+        segment is sent again). May be called again for a segment whose
+        earlier send was interrupted by a crash: an appending target then
+        receives it twice, an upsert target overwrites.
+        """
+
+    def prepare(self) -> None:
+        fsys, base = filesystem(self.log_dir)
+        fsys.create_dir(f"{base}/{self.sink_id}", recursive=True)
+        self.committer.open()
+
+    def segment_path(self, batch_id: int, partition_id: int) -> str:
+        """Where the segment of (this sink, batch, partition) lives (a path or URI)."""
+        return f"{self.log_dir}/{self.sink_id}/{batch_id}/part-{partition_id:05d}.arrow"
+
+    def write_partition(self, scope: TaskScope, batches: Iterator[pa.RecordBatch]) -> Vote:
+        iterator = iter(batches)
+        first = next(iterator, None)
+        if first is None:
+            fault_point("sink.after_write", scope.batch_id, scope.partition_id)
+            return self.vote(scope, 0, {"segment": None, "version": SEGMENT_FORMAT_VERSION})
+        path = self.segment_path(scope.batch_id, scope.partition_id)
+        fsys, final = filesystem(path)
+        fsys.create_dir(final.rsplit("/", 1)[0], recursive=True)
+        # Attempts of the same task write different temporary files; the rename
+        # makes the segment appear whole, and a retry's rename replaces it.
+        temporary = f"{final}.tmp-{scope.attempt}-{uuid.uuid4().hex}"
+        key = f"{self.sink_id}/{scope.batch_id}/{scope.partition_id}"
+        schema = first.schema.with_metadata(
+            {
+                **(first.schema.metadata or {}),
+                _META_VERSION: str(SEGMENT_FORMAT_VERSION).encode(),
+                _META_KEY: key.encode(),
+            }
+        )
+        rows = 0
+        with fsys.open_output_stream(temporary) as out:
+            hashing = _HashingWriter(out)
+            with pa.ipc.new_file(pa.PythonFile(hashing, mode="w"), schema) as writer:
+                for batch in _chain(first, iterator):
+                    writer.write_batch(batch)
+                    rows += batch.num_rows
+        fsys.move(temporary, final)
+        fault_point("sink.after_write", scope.batch_id, scope.partition_id)
+        payload = {
+            "segment": path,
+            "rows": rows,
+            "bytes": hashing.size,
+            "sha256": hashing.digest.hexdigest(),
+            "version": SEGMENT_FORMAT_VERSION,
+        }
+        vote = self.vote(scope, rows, payload)
+        fault_point("sink.after_pre_commit", scope.batch_id, scope.partition_id)
+        return vote
+
+    def read_segment(self, vote: Vote) -> list[pa.RecordBatch]:
+        """The records of a voted segment, after checking its checksum and format version.
+
+        Raises :class:`~firesteel.core.errors.CheckpointCorruptError` naming the
+        file when it is missing, truncated or altered, and
+        :class:`~firesteel.core.errors.IncompatibleFormatError` when a newer
+        release wrote it.
+        """
+        payload = vote.payload
+        path = str(payload["segment"])
+        version = int(payload.get("version", 0))
+        if version > SEGMENT_FORMAT_VERSION:
+            msg = (
+                f"{path}: write-ahead-log segment format {version} is newer than this "
+                f"release reads ({SEGMENT_FORMAT_VERSION}); upgrade firesteel"
+            )
+            raise IncompatibleFormatError(msg)
+        fsys, local = filesystem(path)
+        try:
+            with fsys.open_input_stream(local) as stream:
+                data = stream.read()
+        except FileNotFoundError as exc:
+            msg = (
+                f"{path}: write-ahead-log segment of {self.sink_id} batch {vote.batch_id} "
+                f"partition {vote.partition_id} is missing, although its task voted and it "
+                "is not recorded as sent; the checkpoint storage lost it"
+            )
+            raise CheckpointCorruptError(msg) from exc
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != payload["sha256"] or len(data) != int(payload["bytes"]):
+            msg = (
+                f"{path}: write-ahead-log segment checksum mismatch ({len(data)} bytes, "
+                f"sha256 {digest}; the task voted {payload['bytes']} bytes, sha256 "
+                f"{payload['sha256']}): the file was truncated or altered"
+            )
+            raise CheckpointCorruptError(msg)
+        reader = pa.ipc.open_file(pa.py_buffer(data))
+        stored = (reader.schema.metadata or {}).get(_META_VERSION, b"0")
+        if int(stored) > SEGMENT_FORMAT_VERSION:
+            msg = f"{path}: segment format {int(stored)} is newer than this release reads"
+            raise IncompatibleFormatError(msg)
+        return [reader.get_batch(i) for i in range(reader.num_record_batches)]
+
+    def commit_batch(self, batch_id: int, votes: Sequence[Vote]) -> None:
+        fault_point("driver.before_commit", batch_id)
+        ordered = sorted(votes, key=lambda vote: vote.partition_id)
+        for position, vote in enumerate(ordered):
+            partition = vote.partition_id
+            if vote.payload.get("segment") is None:
+                continue
+            if self.committer.is_committed(self.sink_id, batch_id, partition):
+                logger.info(
+                    "%s: batch %d partition %d already sent; skipping its segment",
+                    self.sink_id,
+                    batch_id,
+                    partition,
+                )
+                continue
+            self.send_values(self.read_segment(vote), batch_id, partition)
+            fault_point(AFTER_SEND, batch_id, partition)
+            self.committer.commit(self.sink_id, batch_id, partition)
+            if position < len(ordered) - 1:
+                fault_point("driver.mid_commit", batch_id)
+        self._delete_through(batch_id)
+        self.committer.forget(self.sink_id, batch_id)
+        fault_point("driver.after_commit", batch_id)
+
+    def abort_batch(self, batch_id: int, votes: Sequence[Vote | None]) -> None:
+        # Nothing was sent: the segments are simply replaced when the batch re-runs.
+        logger.warning(
+            "%s: batch %d failed; its log segments will be rewritten", self.name, batch_id
+        )
+
+    def _delete_through(self, batch_id: int) -> None:
+        """Delete the segments of ``batch_id`` and of older batches (leftovers of crashes)."""
+        fsys, base = filesystem(f"{self.log_dir}/{self.sink_id}")
+        selector = fs.FileSelector(base, allow_not_found=True)
+        for info in fsys.get_file_info(selector):
+            if (
+                info.type == fs.FileType.Directory
+                and info.base_name.isdigit()
+                and int(info.base_name) <= batch_id
+            ):
+                fsys.delete_dir(info.path)
+
+
+def _chain(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    yield first
+    yield from rest

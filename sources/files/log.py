@@ -1,0 +1,128 @@
+"""The discovered-file log: the durable, append-only order in which the source saw its files.
+
+Offsets of the file source are indexes into this log (``{"index": n}`` means
+"the first n discovered files"), so offsets stay small however many files
+there are, and a range ``[start, end)`` always names the same files.
+
+Layout of the log folder::
+
+    config.json                 what the log was made for (format, pattern, recursive)
+    segments/<seq>.json         entries discovered in one listing round, immutable
+    schema.json                 the inferred schema (Arrow IPC, base64), once inferred
+    errors/<first>-<last>.json  skip/quarantine counts of one partition (see source)
+    cleanup.json                how far cleanup (archive/delete) has gone
+
+A segment is published with an exclusive create (hard link), so two drivers
+appending at once cannot both claim a sequence number: the loser re-reads
+and retries. Segments are never rewritten, which is what keeps old offsets
+meaningful.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from firesteel.core.errors import ConfigError
+from firesteel.files.durable import create_record, read_record, write_record
+
+LOG_FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One discovered file: its path relative to the source root, size and mtime (ns)."""
+
+    index: int
+    path: str
+    size: int
+    mtime_ns: int
+
+
+class FileLog:
+    """Driver-side view of one log folder; :meth:`refresh` reads segments written since."""
+
+    def __init__(self, folder: Path, config: dict[str, object]) -> None:
+        self.folder = folder
+        self.entries: list[FileEntry] = []
+        self.by_path: dict[str, FileEntry] = {}
+        self._next_segment = 0
+        try:
+            (folder / "segments").mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            msg = (
+                f"option 'log.path': cannot create the discovered-file log at {folder} ({exc}); "
+                "point 'log.path' at a writable folder"
+            )
+            raise ConfigError(msg) from exc
+        self._check_config(config)
+        self.refresh()
+
+    def _check_config(self, config: dict[str, object]) -> None:
+        path = self.folder / "config.json"
+        if not path.exists():
+            create_record(path, "source-log-config", LOG_FORMAT_VERSION, config)
+        stored = read_record(path, "source-log-config", (LOG_FORMAT_VERSION,))
+        if stored != config:
+            msg = (
+                f"option 'log.path': the log at {self.folder} was made for {stored}, not "
+                f"{config}; use another 'log.path' for a source with different options"
+            )
+            raise ConfigError(msg)
+
+    def _segment(self, seq: int) -> Path:
+        return self.folder / "segments" / f"{seq:010d}.json"
+
+    def refresh(self) -> None:
+        """Read segments appended since the last call (by this or another driver)."""
+        while self._segment(self._next_segment).exists():
+            rows = read_record(self._segment(self._next_segment), "source-log", (1,))
+            for path, size, mtime_ns in rows:
+                entry = FileEntry(len(self.entries), path, size, mtime_ns)
+                self.entries.append(entry)
+                self.by_path[path] = entry
+            self._next_segment += 1
+
+    def append(self, files: list[tuple[str, int, int]]) -> bool:
+        """Publish ``files`` (path, size, mtime_ns) as the next segment; False if raced."""
+        if not files:
+            return True
+        seq = self._next_segment
+        if not create_record(self._segment(seq), "source-log", LOG_FORMAT_VERSION, files):
+            self.refresh()
+            return False
+        self.refresh()
+        return True
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def load_schema(self) -> pa.Schema | None:
+        """The schema inferred when the log was new, if any."""
+        path = self.folder / "schema.json"
+        if not path.exists():
+            return None
+        encoded = read_record(path, "source-schema", (LOG_FORMAT_VERSION,))
+        return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(encoded)))
+
+    def save_schema(self, schema: pa.Schema) -> pa.Schema:
+        """Keep the first inferred schema; returns the one kept (another driver may have won)."""
+        encoded = base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
+        create_record(self.folder / "schema.json", "source-schema", LOG_FORMAT_VERSION, encoded)
+        kept = self.load_schema()
+        assert kept is not None
+        return kept
+
+    def cleaned_up_to(self) -> int:
+        """Files below this index have been archived or deleted already."""
+        path = self.folder / "cleanup.json"
+        if not path.exists():
+            return 0
+        return int(read_record(path, "source-cleanup", (LOG_FORMAT_VERSION,)))
+
+    def set_cleaned_up_to(self, index: int) -> None:
+        """Record cleanup progress (after the files are gone)."""
+        write_record(self.folder / "cleanup.json", "source-cleanup", LOG_FORMAT_VERSION, index)

@@ -1,0 +1,189 @@
+"""Reading a state checkpoint for debugging, like Spark's state data source.
+
+::
+
+    from firesteel.state import read_state
+    read_state("file:///tmp/state").to_pandas()
+
+One row per entry: operator, batch (the version read), key group, key, state,
+kind, user key (maps; list index for lists; timestamp for timers), value,
+expiry. Keys and values are shown as JSON text, decoded with msgpack; values
+of states written with pickle are shown as hex and never unpickled.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+import pyarrow as pa
+from pyarrow import fs
+
+from firesteel.backends import format as fmt
+from firesteel.backends.storage import SnapshotStorage, plan_restore
+from firesteel.core.checkpoint import filesystem
+from firesteel.core.errors import ConfigError
+from firesteel.state.keygroups import KeyGroupRange
+from firesteel.state.serializers import unpack
+
+SCHEMA = pa.schema(
+    [
+        ("operator", pa.string()),
+        ("batch", pa.int64()),
+        ("key_group", pa.int32()),
+        ("key", pa.string()),
+        ("state", pa.string()),
+        ("kind", pa.string()),
+        ("user_key", pa.string()),
+        ("value", pa.string()),
+        ("expires_at", pa.timestamp("ms", tz="UTC")),
+    ]
+)
+"""Columns of :func:`read_state`'s table."""
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, default=str, ensure_ascii=False)
+
+
+def list_operators(location: str) -> list[str]:
+    """The operators that have state under ``location``."""
+    fsys, base = filesystem(location)
+    infos = fsys.get_file_info(fs.FileSelector(base, allow_not_found=True))
+    return sorted(
+        info.base_name
+        for info in infos
+        if info.type == fs.FileType.Directory
+        and fsys.get_file_info(f"{info.path}/_operator.json").type == fs.FileType.File
+    )
+
+
+def read_state(location: str, operator: str | None = None, batch: int | None = None) -> pa.Table:
+    """The state under ``location`` (a path or URI) as an Arrow table (see module docs).
+
+    ``operator``: one operator (default: all). ``batch``: the version to read
+    (default: the latest version whose files cover every key group -- possibly
+    a batch still running or never committed; pass the last committed batch id
+    from the query's checkpoint to be sure).
+    """
+    operators = [operator] if operator else list_operators(location)
+    tables = [_read_operator(location, name, batch) for name in operators]
+    if not tables:
+        return SCHEMA.empty_table()
+    return pa.concat_tables(tables)
+
+
+def _complete(files: list[Any], max_parallelism: int) -> bool:
+    covered = sorted((f.key_groups.start, f.key_groups.end) for f in files)
+    position = 0
+    for start, end in covered:
+        if start > position:
+            return False
+        position = max(position, end + 1)
+    return position >= max_parallelism
+
+
+def _read_operator(location: str, operator: str, batch: int | None) -> pa.Table:
+    storage = SnapshotStorage(location, operator)
+    meta = storage.read_metadata()
+    if meta is None:
+        msg = f"no state of operator '{operator}' under {location}"
+        raise ConfigError(msg)
+    max_parallelism = int(meta["max_parallelism"])
+    listing = storage.list_versions()
+    complete = sorted(v for v, files in listing.items() if _complete(files, max_parallelism))
+    if batch is None:
+        if not complete:
+            return SCHEMA.empty_table()
+        batch = complete[-1]
+    elif batch not in listing:
+        msg = (
+            f"operator '{operator}' has no state version {batch} under {location} "
+            f"(available: {sorted(listing)})"
+        )
+        raise ConfigError(msg)
+    everything = KeyGroupRange(0, max_parallelism - 1)
+    plans = plan_restore(storage, listing, everything, batch, int(meta["first_batch"]), {})
+    needed: dict[str, tuple[Any, set[int]]] = {}
+    for key_group, plan in plans.items():
+        for file in plan.files:
+            needed.setdefault(file.path, (file, set()))[1].add(key_group)
+    entries: dict[tuple[int, str], dict[Any, Any]] = {}
+    kinds: dict[str, dict[str, str]] = {}
+    for file, key_groups in sorted(needed.values(), key=lambda item: item[0].version):
+        snapshot = storage.read(file)
+        kinds.update(snapshot.header.get("states", {}))
+        _apply(entries, snapshot.rows, key_groups)
+    return _to_table(operator, batch, entries, kinds)
+
+
+def _apply(entries: dict[tuple[int, str], dict[Any, Any]], rows: pa.Table, wanted: set[int]) -> None:
+    """Apply rows generically: bytes stay bytes; lists/maps/timers by operation."""
+    for kg, state, op, key, user_key, value, expires in zip(
+        *(rows.column(name).to_pylist() for name in fmt.BODY_SCHEMA.names), strict=True
+    ):
+        if kg not in wanted:
+            continue
+        table = entries.setdefault((kg, state), {})
+        if op == fmt.OP_CLEAR:
+            table.pop(key, None)
+        elif op == fmt.OP_APPEND:
+            table.setdefault(key, []).append((value, expires))
+        elif user_key is None:
+            if op == fmt.OP_DELETE:
+                table.pop(key, None)
+            else:
+                table[key] = (value, expires)
+        elif op == fmt.OP_DELETE:
+            table.get(key, {}).pop(user_key, None)
+        else:
+            table.setdefault(key, {})[user_key] = (value, expires)
+
+
+def _decode(data: bytes | None, serializer: str) -> str | None:
+    if data is None:
+        return None
+    if serializer != "msgpack":
+        return f"<{serializer}> {data.hex()}"
+    return _json(unpack(data))
+
+
+def _to_table(
+    operator: str,
+    batch: int,
+    entries: dict[tuple[int, str], dict[Any, Any]],
+    kinds: dict[str, dict[str, str]],
+) -> pa.Table:
+    columns: dict[str, list[Any]] = {name: [] for name in SCHEMA.names}
+
+    def add(kg: int, key: bytes, state: str, kind: str, user: str | None, value: Any) -> None:
+        data, expires = value
+        columns["operator"].append(operator)
+        columns["batch"].append(batch)
+        columns["key_group"].append(kg)
+        columns["key"].append(_json(unpack(key)))
+        columns["state"].append(state)
+        columns["kind"].append(kind)
+        columns["user_key"].append(user)
+        columns["value"].append(_decode(data, serializer))
+        columns["expires_at"].append(
+            dt.datetime.fromtimestamp(expires / 1000, tz=dt.timezone.utc) if expires else None
+        )
+
+    for (kg, state), table in sorted(entries.items(), key=lambda item: item[0]):
+        info = kinds.get(state, {"kind": "timer", "serializer": "msgpack"})
+        kind, serializer = info["kind"], info["serializer"]
+        for key, content in table.items():
+            if kind == "list":
+                for index, element in enumerate(content):
+                    add(kg, key, state, kind, str(index), element)
+            elif kind == "map":
+                for user_key, element in content.items():
+                    add(kg, key, state, kind, _json(unpack(user_key)), element)
+            elif kind == "timer":
+                for user_key in content:
+                    add(kg, key, state, kind, _json(unpack(user_key)), (None, None))
+            else:
+                add(kg, key, state, kind, None, content)
+    return pa.table(columns, schema=SCHEMA)

@@ -1,0 +1,326 @@
+"""The stateful operator: keyed state inside a Structured Streaming plan.
+
+:func:`stateful` builds, from a streaming DataFrame::
+
+    df
+      .withColumn(key group = pmod(hash(key columns), max_parallelism))   # Spark's Murmur3
+      .withColumn(batch time = current_timestamp())                       # fixed per batch
+      .repartitionById(parallelism, key group * parallelism div max_parallelism)
+      .mapInArrow(<one operator task per partition>, output_schema)
+
+Operator partition p owns the key groups of Flink's range for p, so after a
+restart with another ``parallelism`` each key group, with its state, simply
+moves to the partition that now owns it.
+
+One operator task (one partition of micro-batch N), in order:
+
+1. read N and the query id from ``TaskContext`` (``streaming.sql.batchId``);
+2. ``processor.open``; restore the task's key groups to version N-1 (see
+   :mod:`firesteel.backends.dictstore` for why that is exactly the committed state);
+3. fire due timers, then call ``process`` per key (keys sorted), turning
+   output into Arrow batches of the output schema as it goes;
+4. snapshot version N in a background thread while the last output batches
+   are handed to Spark, and return only once the snapshot is durable, so batch
+   N cannot commit without its state; then fault point ``state.after_snapshot``.
+
+Any failure -- the processor raising, output not matching the schema, a
+corrupt snapshot -- fails the task before its snapshot exists and drops the
+task's in-memory changes; Spark then fails or retries the batch, and a re-run
+restores version N-1 again. Nothing is half-written: a failed attempt's
+snapshot of N, if any, is replaced by the re-run's.
+
+Processing time of batch N is Spark's batch timestamp (``current_timestamp()``
+of that batch, kept in the offsets log, so a re-run sees the same). A
+partition without input rows in a batch has no row to carry it and uses the
+wall clock instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from firesteel.backends.base import KeyedStateStore, OperatorSpec, StateBackend, TaskInfo
+from firesteel.core.errors import ConfigError, FiresteelError, ProcessorError
+from firesteel.core.faults import fault_point
+from firesteel.state import keygroups
+from firesteel.state.keygroups import KeyGroupRange
+from firesteel.state.output import OutputBuilder
+from firesteel.state.processor import KeyedProcessor, KeyState, OpenContext
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
+
+logger = logging.getLogger(__name__)
+
+KEY_GROUP_COLUMN = "__firesteel_key_group"
+BATCH_TIME_COLUMN = "__firesteel_batch_time"
+_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
+
+
+def _default_name(processor: KeyedProcessor) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "-", type(processor).__name__).lower()
+
+
+def _arrow_schema(df: DataFrame, output_schema: StructType | str) -> tuple[StructType, pa.Schema]:
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    if isinstance(output_schema, str):
+        parsed = df.sparkSession.createDataFrame([], output_schema).schema
+    elif isinstance(output_schema, StructType):
+        parsed = output_schema
+    else:
+        msg = f"output_schema must be a StructType or a DDL string, got {type(output_schema).__name__}"
+        raise ConfigError(msg)
+    return parsed, to_arrow_schema(parsed)
+
+
+def stateful(
+    df: DataFrame,
+    key: str | Sequence[str],
+    processor: KeyedProcessor,
+    output_schema: StructType | str,
+    backend: StateBackend,
+    *,
+    name: str | None = None,
+    parallelism: int | None = None,
+    max_parallelism: int = keygroups.DEFAULT_MAX_PARALLELISM,
+) -> DataFrame:
+    """Run ``processor`` per key of ``df`` with keyed state in ``backend``.
+
+    ``key``: the key column(s); the processor sees keys as tuples of their
+    values. ``name``: the operator's identity in the backend (default: from the
+    processor's class); keep it stable across restarts and unique per query.
+    ``parallelism``: operator partitions (default ``spark.sql.shuffle.partitions``),
+    may change between restarts. ``max_parallelism``: number of key groups,
+    fixed for the life of the state.
+
+    The result is a streaming DataFrame of ``output_schema``: write it with any
+    sink. State is exactly-once with any sink (a batch's state commits with the
+    batch); the output is as good as the sink (use ``firesteel.files`` with
+    ``guarantee=exactly-once`` for exactly-once output).
+    """
+    from pyspark.sql import functions as F  # noqa: N812
+
+    key_columns = (key,) if isinstance(key, str) else tuple(key)
+    if not key_columns:
+        msg = "stateful(): give at least one key column"
+        raise ConfigError(msg)
+    missing = [c for c in key_columns if c not in df.columns]
+    if missing:
+        msg = f"stateful(): key column '{missing[0]}' is not in the input ({', '.join(df.columns)})"
+        raise ConfigError(msg)
+    clash = {KEY_GROUP_COLUMN, BATCH_TIME_COLUMN} & set(df.columns)
+    if clash:
+        msg = f"stateful(): input column '{sorted(clash)[0]}' is reserved by firesteel"
+        raise ConfigError(msg)
+    if not callable(getattr(processor, "process", None)):
+        msg = f"stateful(): processor {processor!r} has no process(key, rows, state) method"
+        raise ConfigError(msg)
+    operator = name or _default_name(processor)
+    if not _NAME.match(operator):
+        msg = f"stateful(): operator name {operator!r}: use letters, digits, '_', '-' or '.'"
+        raise ConfigError(msg)
+    if parallelism is None:
+        parallelism = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or "200")
+    keygroups.validate(parallelism, max_parallelism)
+    backend.validate()
+    spark_schema, arrow_schema = _arrow_schema(df, output_schema)
+    spec = OperatorSpec(operator, key_columns, max_parallelism, parallelism)
+
+    key_group = F.pmod(F.hash(*[F.col(c) for c in key_columns]), F.lit(max_parallelism))
+    partition = F.floor(F.col(KEY_GROUP_COLUMN) * parallelism / max_parallelism).cast("int")
+    staged = (
+        df.withColumn(KEY_GROUP_COLUMN, key_group.cast("int"))
+        .withColumn(BATCH_TIME_COLUMN, F.current_timestamp())
+        .repartitionById(parallelism, partition)
+    )
+    task = OperatorTask(spec, processor, backend, arrow_schema)
+    logger.info(
+        "firesteel: stateful operator %s on %s, %d partitions over %d key groups, %s backend at %s",
+        operator,
+        list(key_columns),
+        parallelism,
+        max_parallelism,
+        backend.name,
+        backend.location,
+    )
+    return staged.mapInArrow(task, spark_schema)
+
+
+@dataclass
+class OperatorTask:
+    """The picklable function Spark runs per partition (``mapInArrow``)."""
+
+    spec: OperatorSpec
+    processor: KeyedProcessor
+    backend: StateBackend
+    schema: pa.Schema
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        raw_batch = context.getLocalProperty("streaming.sql.batchId") if context else None
+        if context is None or raw_batch is None:
+            msg = (
+                f"operator '{self.spec.name}': the stateful operator runs only inside a "
+                "streaming query (no 'streaming.sql.batchId' in this task); use writeStream"
+            )
+            raise ConfigError(msg)
+        task = TaskInfo(
+            query_id=context.getLocalProperty("sql.streaming.queryId") or "",
+            batch_id=int(raw_batch),
+            partition=context.partitionId(),
+            key_groups=KeyGroupRange.for_partition(
+                context.partitionId(), self.spec.parallelism, self.spec.max_parallelism
+            ),
+        )
+        return run_task(self, task, batches)
+
+
+def _input_table(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:
+    collected = [b for b in batches if b.num_rows]
+    return pa.Table.from_batches(collected) if collected else None
+
+
+def _batch_time_ms(table: pa.Table | None) -> int:
+    if table is not None:
+        latest = pc.max(table.column(BATCH_TIME_COLUMN).cast(pa.timestamp("ms")).cast(pa.int64()))
+        if latest.is_valid:
+            return int(latest.as_py())
+    return int(time.time() * 1000)
+
+
+def _key_runs(table: pa.Table, key_columns: Sequence[str]) -> tuple[pa.Table, list[int]]:
+    """The table sorted by key, and the row index where each key's run starts."""
+    order = pc.sort_indices(table, sort_keys=[(c, "ascending") for c in key_columns])
+    ordered = table.take(order)
+    rows = ordered.num_rows
+    changed = None
+    for column_name in key_columns:
+        column = ordered.column(column_name).combine_chunks()
+        after, before = column.slice(1), column.slice(0, rows - 1)
+        differs = pc.or_kleene(
+            pc.not_equal(after, before), pc.xor(pc.is_null(after), pc.is_null(before))
+        )
+        differs = pc.fill_null(differs, False)
+        changed = differs if changed is None else pc.or_(changed, differs)
+    starts = [0]
+    if changed is not None and rows > 1:
+        starts.extend(int(i) + 1 for i in pc.indices_nonzero(changed).to_pylist())
+    return ordered, starts
+
+
+def run_task(
+    operator: OperatorTask, task: TaskInfo, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """One operator task (see module docs). A generator: Spark pulls the output."""
+    spec = operator.spec
+    table = _input_table(batches)
+    now_ms = _batch_time_ms(table)
+    processor = operator.processor
+    declared = dict(processor.declared_states())
+    open_ctx = OpenContext(spec.name, task.batch_id, task.partition, declared)
+    store: KeyedStateStore | None = None
+    pending = None
+    try:
+        processor.open(open_ctx)
+        store = operator.backend.open_store(
+            spec, task, list(declared.values()), open_ctx.dropped, now_ms
+        )
+        builder = OutputBuilder(operator.schema, spec.name, task.batch_id)
+        handle = KeyState(store, spec.name, task.batch_id)
+        for timestamp, key_group, key in store.pop_due_timers(now_ms):
+            store.set_current_key(key, key_group)
+            handle.key = key
+            _call(processor.on_timer, key, timestamp, handle, builder, "on_timer")
+            yield from builder.drain()
+        if table is not None:
+            yield from _process_input(processor, store, handle, builder, table, task, spec)
+        builder.flush()
+        pending = store.snapshot()
+        yield from builder.drain()
+        pending.wait()
+        pending = None
+        fault_point("state.after_snapshot", task.batch_id, task.partition)
+        logger.debug(
+            "state: operator %s batch %d partition %d emitted %d rows",
+            spec.name,
+            task.batch_id,
+            task.partition,
+            builder.total_rows,
+        )
+    except BaseException:
+        if pending is not None:
+            try:
+                pending.wait()
+            except Exception as exc:  # the task already fails with the first error
+                logger.debug("state: snapshot of a failed task also failed: %s", exc)
+        if store is not None:
+            store.discard()
+        raise
+    finally:
+        processor.close()
+
+
+def _process_input(
+    processor: KeyedProcessor,
+    store: KeyedStateStore,
+    handle: KeyState,
+    builder: OutputBuilder,
+    table: pa.Table,
+    task: TaskInfo,
+    spec: OperatorSpec,
+) -> Iterator[pa.RecordBatch]:
+    groups = table.column(KEY_GROUP_COLUMN)
+    bounds = pc.min_max(groups)
+    lowest, highest = bounds["min"].as_py(), bounds["max"].as_py()
+    if lowest not in task.key_groups or highest not in task.key_groups:
+        msg = (
+            f"operator '{spec.name}': partition {task.partition} owns key groups "
+            f"{task.key_groups.label} but received key group {lowest}..{highest}; the input "
+            "was repartitioned between firesteel's shuffle and the operator"
+        )
+        raise FiresteelError(msg)
+    ordered, starts = _key_runs(table, spec.key_columns)
+    index = pa.array(starts, pa.int64())
+    key_values = [ordered.column(c).take(index).to_pylist() for c in spec.key_columns]
+    key_groups = ordered.column(KEY_GROUP_COLUMN).take(index).to_pylist()
+    data = ordered.drop_columns([KEY_GROUP_COLUMN, BATCH_TIME_COLUMN])
+    as_pandas = getattr(processor, "input_format", "arrow") == "pandas"
+    ends = [*starts[1:], ordered.num_rows]
+    for position, key in enumerate(zip(*key_values, strict=True)):
+        store.set_current_key(key, key_groups[position])
+        handle.key = key
+        start = starts[position]
+        rows: Any = data.slice(start, ends[position] - start)
+        if as_pandas:
+            rows = rows.to_pandas()
+        _call(processor.process, key, rows, handle, builder, "process")
+        if builder.ready:
+            yield from builder.drain()
+
+
+def _call(
+    method: Any, key: tuple[Any, ...], arg: Any, handle: KeyState, builder: OutputBuilder, what: str
+) -> None:
+    try:
+        builder.add(method(key, arg, handle), key)
+    except FiresteelError:
+        raise
+    except Exception as exc:
+        msg = (
+            f"operator '{handle.operator}': {what}() raised on key {key!r} in batch "
+            f"{handle.batch_id}: {type(exc).__name__}: {exc}"
+        )
+        raise ProcessorError(msg) from exc

@@ -1,0 +1,179 @@
+"""The processor a user writes, and the handles it gets.
+
+::
+
+    class RunningCount(KeyedProcessor):
+        count = ValueStateDescriptor("count", int)
+
+        def process(self, key, rows, state):
+            total = (state.get(self.count).value() or 0) + rows.num_rows
+            state.get(self.count).update(total)
+            yield {"sensor": key[0], "count": total}
+
+Call order, per task (one operator partition of one micro-batch):
+
+1. ``open(ctx)`` -- before any state is restored; declare states here with
+   ``ctx.declare`` if they are not class attributes.
+2. ``on_timer(key, timestamp_ms, state)`` for every timer due at the batch's
+   processing time, oldest first -- before new input, because the time passed
+   before the input was processed.
+3. ``process(key, rows, state)`` once per key present in the batch, keys in
+   ascending order; ``rows`` holds all of the key's rows of this batch (a
+   ``pyarrow.Table``, or a ``pandas.DataFrame`` with ``input_format = "pandas"``).
+4. ``close()`` -- also after a failure.
+
+``process`` and ``on_timer`` return output rows: an iterable of dicts (or
+tuples in output-schema order), a ``pyarrow.Table``/``RecordBatch``, a
+``pandas.DataFrame``, or None.
+
+Traps: the processor object is rebuilt in every task, so keep everything that
+must survive a batch in state, never in attributes. Processing time is the
+batch's time (the same when a batch re-runs), not the wall clock at the call.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from typing import Any, ClassVar, Literal
+
+from firesteel.backends.base import Key, KeyedStateStore
+from firesteel.core.errors import ConfigError
+from firesteel.state.api import ListState, MapState, ValueState
+from firesteel.state.descriptors import (
+    ListStateDescriptor,
+    MapStateDescriptor,
+    StateDescriptor,
+    ValueStateDescriptor,
+)
+
+Output = Iterable[Any] | Any | None
+"""What ``process`` and ``on_timer`` may return (see module docs)."""
+
+
+def to_millis(timestamp: dt.datetime | int | float) -> int:
+    """Epoch milliseconds from a datetime (naive means UTC) or a number of milliseconds."""
+    if isinstance(timestamp, dt.datetime):
+        if timestamp.tzinfo is None:
+            timestamp = timestamp.replace(tzinfo=dt.timezone.utc)
+        return int(timestamp.timestamp() * 1000)
+    return int(timestamp)
+
+
+class OpenContext:
+    """Given to ``open``: where the processor runs, and how to declare state."""
+
+    def __init__(
+        self, operator: str, batch_id: int, partition: int, declared: dict[str, StateDescriptor]
+    ) -> None:
+        self.operator = operator
+        """The operator's name."""
+        self.batch_id = batch_id
+        """The micro-batch (= checkpoint) id this task processes."""
+        self.partition = partition
+        """The operator partition this task runs."""
+        self._declared = declared
+        self.dropped: list[str] = []
+
+    def declare(self, descriptor: StateDescriptor) -> StateDescriptor:
+        """Declare a state (class-attribute descriptors are declared already)."""
+        known = self._declared.get(descriptor.name)
+        if known is not None and known != descriptor:
+            msg = f"operator '{self.operator}': state '{descriptor.name}' declared twice, differently"
+            raise ConfigError(msg)
+        self._declared[descriptor.name] = descriptor
+        return descriptor
+
+    def drop_state(self, name: str) -> None:
+        """Discard state ``name`` found in snapshots (a state the processor no longer uses)."""
+        self.dropped.append(name)
+
+
+class KeyState:
+    """The ``state`` handle given to ``process`` and ``on_timer``: the current key's state."""
+
+    def __init__(self, store: KeyedStateStore, operator: str, batch_id: int) -> None:
+        self._store = store
+        self.operator = operator
+        """The operator's name."""
+        self.batch_id = batch_id
+        """The micro-batch id."""
+        self.key: Key = ()
+        """The current key (a tuple of the key columns' values)."""
+
+    @property
+    def processing_time_ms(self) -> int:
+        """The batch's processing time in epoch milliseconds."""
+        return self._store.now_ms
+
+    @property
+    def processing_time(self) -> dt.datetime:
+        """The batch's processing time as an aware UTC datetime."""
+        return dt.datetime.fromtimestamp(self._store.now_ms / 1000, tz=dt.timezone.utc)
+
+    def get(self, descriptor: StateDescriptor) -> Any:
+        """The state object for ``descriptor`` (a ValueState, ListState or MapState)."""
+        return self._store.state(descriptor)
+
+    def value(self, descriptor: ValueStateDescriptor) -> ValueState:
+        """The :class:`ValueState` for ``descriptor``."""
+        return self._store.state(descriptor)  # type: ignore[return-value]
+
+    def list(self, descriptor: ListStateDescriptor) -> ListState:
+        """The :class:`ListState` for ``descriptor``."""
+        return self._store.state(descriptor)  # type: ignore[return-value]
+
+    def map(self, descriptor: MapStateDescriptor) -> MapState:
+        """The :class:`MapState` for ``descriptor``."""
+        return self._store.state(descriptor)  # type: ignore[return-value]
+
+    def register_timer(self, when: dt.datetime | int | float) -> None:
+        """Fire ``on_timer`` for this key in the first batch whose time is ``>= when``.
+
+        ``when`` is a datetime or epoch milliseconds. Registering the same time
+        twice gives one timer. Timers are part of the snapshot.
+        """
+        self._store.register_timer(to_millis(when))
+
+    def delete_timer(self, when: dt.datetime | int | float) -> None:
+        """Remove a timer of this key (no error when absent)."""
+        self._store.delete_timer(to_millis(when))
+
+    def timers(self) -> list[int]:
+        """This key's pending timers (epoch milliseconds, ascending)."""
+        return self._store.timers()
+
+
+class KeyedProcessor:
+    """Base class of a stateful processor (see module docs for the call order).
+
+    Class attributes that are state descriptors are declared automatically.
+    """
+
+    input_format: ClassVar[Literal["arrow", "pandas"]] = "arrow"
+    """How ``process`` receives a key's rows."""
+
+    def open(self, ctx: OpenContext) -> None:
+        """Called once per task before anything else."""
+
+    def process(self, key: Key, rows: Any, state: KeyState) -> Output:
+        """Called once per key present in the batch; returns output rows."""
+        msg = f"{type(self).__name__} must implement process(key, rows, state)"
+        raise NotImplementedError(msg)
+
+    def on_timer(self, key: Key, timestamp_ms: int, state: KeyState) -> Output:
+        """Called for each due timer of ``key``; returns output rows."""
+        return None
+
+    def close(self) -> None:
+        """Called once per task after everything else, also after a failure."""
+
+    @classmethod
+    def declared_states(cls) -> dict[str, StateDescriptor]:
+        """The descriptors declared as class attributes, by name."""
+        found: dict[str, StateDescriptor] = {}
+        for klass in reversed(cls.__mro__):
+            for value in vars(klass).values():
+                if isinstance(value, StateDescriptor):
+                    found[value.name] = value
+        return found

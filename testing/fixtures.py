@@ -1,0 +1,55 @@
+"""pytest fixtures of the crash-test harness; enable with ``pytest_plugins``.
+
+In a ``conftest.py``::
+
+    pytest_plugins = ["firesteel.testing.fixtures"]
+
+* ``crash_harness``: a :class:`~firesteel.testing.harness.CrashHarness` on
+  ``local[2,4]`` in the test's ``tmp_path``; everything it started is killed at
+  teardown, also when the test fails.
+* ``spark_cluster``: a :class:`~firesteel.testing.cluster.StandaloneCluster`
+  (master + two 1-core workers), started once per test session on first use and
+  stopped by PID at the end.
+* ``cluster_harness``: a harness whose jobs run on ``spark_cluster``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from firesteel.testing.cluster import StandaloneCluster
+from firesteel.testing.harness import CrashHarness
+
+
+@pytest.fixture
+def crash_harness(tmp_path: Path) -> Iterator[CrashHarness]:
+    """A crash harness on ``local[2,4]``, closed (every process killed) at teardown."""
+    harness = CrashHarness(tmp_path / "harness")
+    try:
+        yield harness
+    finally:
+        harness.close()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    """A local standalone cluster for the session; stopped by PID at the end."""
+    cluster = StandaloneCluster(tmp_path_factory.mktemp("spark-cluster"))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def cluster_harness(spark_cluster: StandaloneCluster, tmp_path: Path) -> Iterator[CrashHarness]:
+    """A crash harness whose jobs run on the standalone cluster."""
+    harness = CrashHarness(tmp_path / "harness", master=spark_cluster.master_url)
+    try:
+        yield harness
+    finally:
+        harness.close()

@@ -1,0 +1,47 @@
+"""Crash-test job: firesteel.files source -> map -> firesteel.files sink, exactly-once.
+
+Usage: files_job.py <input dir> <output dir> <checkpoint> <max files per batch>
+
+Reads sequence-numbered Parquet files, derives two columns, and writes Parquet
+through the transactional file sink with ``guarantee=exactly-once``, processing
+everything available (Trigger.AvailableNow) from a fixed checkpoint.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from pyspark.sql import functions as F
+
+from firesteel.testing.jobs import job_session
+
+
+def main() -> None:
+    source, out, checkpoint, max_files = sys.argv[1:5]
+    spark = job_session("firesteel-files-crash")
+    records = (
+        spark.readStream.format("firesteel.files")
+        .option("format", "parquet")
+        .option("max.files.per.batch", max_files)
+        .load(source)
+    )
+    mapped = records.select(
+        "seq",
+        (F.col("seq") * 3).alias("tripled"),
+        F.upper(F.col("text")).alias("text"),
+    )
+    query = (
+        mapped.writeStream.format("firesteel.files")
+        .option("path", out)
+        .option("format", "parquet")
+        .option("guarantee", "exactly-once")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

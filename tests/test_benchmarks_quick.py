@@ -1,0 +1,64 @@
+"""The quick benchmark run: every group runs, reports a finite ratio, and writes its reports.
+
+Never asserts a speed: the figures of a quick run on a shared machine mean nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def test_missing_optional_dependency_gets_a_pip_hint(monkeypatch: pytest.MonkeyPatch) -> None:
+    # benchmarks/ is a folder of the repository, not an installed package.
+    monkeypatch.syspath_prepend(str(ROOT))
+    from benchmarks.runner import install_hint
+
+    with pytest.raises(ModuleNotFoundError) as missing:
+        importlib.import_module("confluent_kafka.no_such_module_firesteel")
+    assert "pip install confluent-kafka" in install_hint(missing.value)
+
+
+@pytest.mark.timeout(600)
+def test_quick_run_of_every_benchmark_group(tmp_path: Path) -> None:
+    groups = sorted(p.stem.removeprefix("bench_") for p in (ROOT / "benchmarks").glob("bench_*.py"))
+    assert "files" in groups, groups
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--no-progress", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=570,
+        check=False,
+    )
+    output = f"stdout:\n{done.stdout}\nstderr:\n{done.stderr[-5000:]}"
+    assert done.returncode == 0, output
+
+    report = (tmp_path / "RESULTS.md").read_text(encoding="utf-8")
+    for group in groups:
+        result = json.loads((tmp_path / f"{group}.json").read_text(encoding="utf-8"))
+        # Every optional dependency is installed for development: a skip would hide a group.
+        assert result["status"] == "ok", (group, result.get("reason"), output)
+        assert result["quick"] is True
+        assert result["machine"]["cores"] and result["machine"]["packages"]["pyspark"]
+        assert result["workloads"], group
+        for workload in result["workloads"]:
+            assert workload["status"] == "ok", (group, workload)
+            assert math.isfinite(workload["ratio"]) and workload["ratio"] > 0, workload
+            for side in ("firesteel", "baseline"):
+                assert len(workload[side]["samples"]) == workload["repetitions"]
+                assert workload[side]["min"] <= workload[side]["median"] <= workload[side]["max"]
+            assert f"{workload['ratio']:.2f}x" in report, (workload["name"], report)
+            assert f"{workload['ratio']:.2f}x" in done.stdout, (workload["name"], done.stdout)
+        assert (tmp_path / f"{group}.png").read_bytes().startswith(PNG_MAGIC)
+        assert f"## {group}" in report
+        assert f"({group}.png)" in report or f"/{group}.png)" in report

@@ -1,0 +1,76 @@
+"""Reading Spark's offsets log for the guarantee check."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from firesteel.core.checkpoint import read_guarantee, source_parts
+from firesteel.core.errors import CheckpointCorruptError, GuaranteeError
+from firesteel.core.guarantee import Replay, SinkKind
+from firesteel.core.sink import PlainSink
+from firesteel.core.spark.writer import check_guarantee
+
+META = '{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}'
+
+
+def write_offsets(checkpoint: Path, batch: int, lines: list[str]) -> None:
+    (checkpoint / "offsets").mkdir(parents=True, exist_ok=True)
+    (checkpoint / "offsets" / str(batch)).write_text("\n".join(["v1", META, *lines]))
+
+
+def tagged(source: str, replay: str = "resettable") -> str:
+    return json.dumps({"firesteel": {"source": source, "replay": replay}, "offset": {"n": 1}})
+
+
+def test_latest_offsets_entry_is_read(tmp_path: Path) -> None:
+    write_offsets(tmp_path, 0, ['{"0":1}'])
+    write_offsets(tmp_path, 11, [tagged("firesteel.files"), '{"topic":{"0":5}}'])
+    write_offsets(tmp_path, 2, [tagged("firesteel.kafka")])
+    (tmp_path / "offsets" / ".11.crc").write_text("ignored")
+    parts = source_parts(str(tmp_path))
+    assert [p.replay for p in parts] == [Replay.RESETTABLE, Replay.NOT_RESETTABLE]
+    assert parts[0].name == "source #0 (firesteel.files)"
+    assert "not a firesteel source" in parts[1].name
+
+
+def test_no_offsets_yet_means_no_sources(tmp_path: Path) -> None:
+    assert source_parts(str(tmp_path)) == []
+
+
+def test_garbage_offsets_entry_is_reported_with_its_path(tmp_path: Path) -> None:
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "offsets" / "0").write_text("garbage")
+    with pytest.raises(CheckpointCorruptError, match=r"offsets/0"):
+        source_parts(str(tmp_path))
+
+
+class _Sink(PlainSink):
+    name = "sink-under-test"
+
+    def __init__(self) -> None:
+        self.sink_id = "s1"
+
+    def write(self, scope, batches):  # type: ignore[no-untyped-def]
+        return 0
+
+
+def test_check_records_what_the_query_runs_with(tmp_path: Path) -> None:
+    from firesteel.core.guarantee import Guarantee
+
+    write_offsets(tmp_path, 0, [tagged("firesteel.files")])
+    assert check_guarantee(_Sink(), str(tmp_path), Guarantee.AT_LEAST_ONCE) is (
+        Guarantee.AT_LEAST_ONCE
+    )
+    record = read_guarantee(str(tmp_path))["s1"]
+    assert record == {
+        "sink": "sink-under-test",
+        "sources": ["source #0 (firesteel.files)"],
+        "achieved": "at-least-once",
+        "required": "at-least-once",
+    }
+    assert _Sink.kind is SinkKind.PLAIN
+    with pytest.raises(GuaranteeError, match="plain sink"):
+        check_guarantee(_Sink(), str(tmp_path), Guarantee.EXACTLY_ONCE)

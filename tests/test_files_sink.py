@@ -1,0 +1,303 @@
+"""The transactional file sink: exactly-once end to end, bucketing, rolling, commit, recovery."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pytest
+from files_helpers import rows, run_available_now, write_input
+
+from firesteel.core.checkpoint import read_guarantee
+from firesteel.core.context import TaskScope
+from firesteel.core.errors import CheckpointCorruptError, ConfigError
+from firesteel.files import committed_files, read_committed
+from firesteel.sinks.files import FilesSink, WriterConfig
+from firesteel.sinks.files.manifest import finalize, manifest_path, read_manifest
+from firesteel.sinks.files.paths import encode_value
+
+
+def make_sink(out: Path, **overrides) -> FilesSink:
+    config = {
+        "out": str(out),
+        "sink_id": "s1",
+        "format": "parquet",
+        "bucket_columns": (),
+        "roll_size_bytes": 1 << 30,
+        "compression": None,
+    }
+    config.update(overrides)
+    sink = FilesSink(WriterConfig(**config))
+    sink.prepare()
+    return sink
+
+
+def vote(sink: FilesSink, batch: int, partition: int, table: pa.Table, attempt: int = 0):
+    scope = TaskScope("q", batch, partition, attempt)
+    return sink.write_partition(scope, iter(table.to_batches(max_chunksize=7)))
+
+
+def pending_files(out: Path) -> list[Path]:
+    return [p for p in (out / "_firesteel" / "pending").rglob("*") if p.is_file()]
+
+
+def test_files_to_files_exactly_once_end_to_end(spark, tmp_path):
+    for i in range(4):
+        write_input(tmp_path / "in", f"f{i}.parquet", rows(i * 250, 250), "parquet")
+    reader = (
+        spark.readStream.format("firesteel.files")
+        .option("max.files.per.batch", "2")
+        .load(str(tmp_path / "in"))
+    )
+    query = run_available_now(
+        reader,
+        {
+            "path": str(tmp_path / "out"),
+            "checkpointLocation": str(tmp_path / "ck"),
+            "guarantee": "exactly-once",
+        },
+    )
+    assert query.exception() is None
+    (record,) = read_guarantee(str(tmp_path / "ck")).values()
+    assert record["achieved"] == "exactly-once" and record["required"] == "exactly-once"
+    committed = read_committed(str(tmp_path / "out"))
+    assert sorted(committed.column("seq").to_pylist()) == list(range(1000))
+    plain = ds.dataset(str(tmp_path / "out")).to_table()
+    assert sorted(plain.column("seq").to_pylist()) == list(range(1000))
+    assert spark.read.parquet(str(tmp_path / "out")).count() == 1000
+    assert pending_files(tmp_path / "out") == []
+    assert len(committed_files(str(tmp_path / "out"))) >= 2
+
+
+def test_json_sink_with_gzip(spark, tmp_path):
+    write_input(tmp_path / "in", "a.parquet", rows(0, 50), "parquet")
+    query = run_available_now(
+        spark.readStream.format("firesteel.files").load(str(tmp_path / "in")),
+        {
+            "path": str(tmp_path / "out"),
+            "format": "json",
+            "compression": "gzip",
+            "checkpointLocation": str(tmp_path / "ck"),
+        },
+    )
+    assert query.exception() is None
+    assert all(f.endswith(".json.gz") for f in committed_files(str(tmp_path / "out")))
+    out = read_committed(str(tmp_path / "out"))
+    assert sorted(out.column("seq").to_pylist()) == list(range(50))
+    assert spark.read.json(str(tmp_path / "out")).count() == 50
+
+
+MALICIOUS = ["..", ".", "", "a/b", "..\\..\\x", "%41", "k=v", "nul\x00byte", None, "../../etc"]
+
+
+@pytest.mark.parametrize("value", MALICIOUS)
+def test_bucket_value_encoding_never_escapes(value):
+    encoded = encode_value(value)
+    assert encoded not in ("", ".", "..")
+    assert not any(ch in encoded for ch in "/\\=\x00")
+    if value not in (None, ""):
+        assert encoded != encode_value(None)
+
+
+def test_bucketing_with_malicious_values_stays_inside_and_reads_back(spark, tmp_path):
+    out = tmp_path / "out"
+    table = pa.table({"seq": list(range(len(MALICIOUS))), "tag": MALICIOUS})
+    sink = make_sink(out, bucket_columns=("tag",))
+    sink.commit_batch(0, [vote(sink, 0, 0, table)])
+    for path in out.rglob("*"):
+        assert out.resolve() in path.resolve().parents
+    data = [p for p in out.rglob("*.parquet") if "_firesteel" not in p.parts]
+    assert len(data) == len(set(encode_value(v) for v in MALICIOUS))
+    assert all(p.parent.parent == out for p in data), "one folder level per bucket column"
+    exact = read_committed(str(out))
+    assert sorted(zip(exact["seq"].to_pylist(), exact["tag"].to_pylist(), strict=True)) == sorted(
+        zip(table["seq"].to_pylist(), table["tag"].to_pylist(), strict=True)
+    )
+    assert sorted(ds.dataset(str(out)).to_table().column("seq").to_pylist()) == list(
+        range(len(MALICIOUS))
+    )
+    spark_rows = spark.read.parquet(str(out)).collect()
+    assert sorted(r["seq"] for r in spark_rows) == list(range(len(MALICIOUS)))
+    by_seq = {r["seq"]: r["tag"] for r in spark_rows}
+    for seq, value in enumerate(MALICIOUS):
+        # Spark reads bucket columns from folder names: it decodes our escapes, and
+        # (its own convention) reads the empty string's folder as null.
+        assert by_seq[seq] == (None if value == "" else value)
+
+
+def test_bucketing_through_spark_by_two_columns(spark, tmp_path):
+    write_input(tmp_path / "in", "a.parquet", rows(0, 60), "parquet")
+    reader = spark.readStream.format("firesteel.files").load(str(tmp_path / "in"))
+    query = run_available_now(
+        reader.selectExpr("seq", "key", "seq % 2 AS parity"),
+        {
+            "path": str(tmp_path / "out"),
+            "bucket.by": "key,parity",
+            "checkpointLocation": str(tmp_path / "ck"),
+        },
+    )
+    assert query.exception() is None
+    folders = {p.parent.relative_to(tmp_path / "out").as_posix() for p in committed_files_paths(tmp_path / "out")}
+    assert folders == {f"key=k{k}/parity={p}" for k in range(3) for p in range(2)}
+    assert sorted(read_committed(str(tmp_path / "out")).column("seq").to_pylist()) == list(range(60))
+    assert spark.read.parquet(str(tmp_path / "out")).count() == 60
+
+
+def committed_files_paths(out: Path) -> list[Path]:
+    return [Path(p) for p in committed_files(str(out))]
+
+
+def test_rolling_by_size(tmp_path):
+    out = tmp_path / "out"
+    sink = make_sink(out, roll_size_bytes=2000)
+    table = pa.table({"seq": list(range(5000)), "pad": ["x" * 20] * 5000})
+    scope = TaskScope("q", 0, 0, 0)
+    v = sink.write_partition(scope, iter(table.to_batches(max_chunksize=500)))
+    sink.commit_batch(0, [v])
+    files = committed_files(str(out))
+    assert len(files) >= 5
+    assert sorted(read_committed(str(out)).column("seq").to_pylist()) == list(range(5000))
+
+
+def test_commit_twice_and_a_reruns_handles_are_no_ops(tmp_path):
+    out = tmp_path / "out"
+    sink = make_sink(out)
+    votes = [vote(sink, 0, 0, rows(0, 10)), vote(sink, 0, 1, rows(10, 10))]
+    sink.commit_batch(0, votes)
+    before = sorted(committed_files(str(out)))
+    sink.commit_batch(0, votes)
+    # A re-run of batch 0 (new attempt, different data split) must not publish again.
+    rerun = [vote(sink, 0, 0, rows(0, 20), attempt=1)]
+    sink.commit_batch(0, rerun)
+    assert sorted(committed_files(str(out))) == before
+    assert sorted(read_committed(str(out)).column("seq").to_pylist()) == list(range(20))
+    assert sorted(ds.dataset(str(out)).to_table().column("seq").to_pylist()) == list(range(20))
+    assert pending_files(out) == []
+
+
+def test_recovery_rolls_a_half_renamed_batch_forward(tmp_path):
+    out = tmp_path / "out"
+    sink = make_sink(out)
+    votes = [vote(sink, 0, p, rows(p * 10, 10)) for p in range(3)]
+    handles = [v.payload for v in votes]
+    # Crash simulation: the manifest is written and one rename done, then the driver dies.
+    from firesteel.sinks.files.manifest import CommittedFile, Manifest, write_manifest
+
+    files = tuple(CommittedFile(**f) for h in handles for f in h["files"])
+    write_manifest(out, Manifest("s1", 0, files))
+    first = files[0]
+    os.replace(out / first.pending, out / first.path)
+    assert sorted(read_committed(str(out)).column("seq").to_pylist()) == list(range(30))
+    assert ds.dataset(str(out)).to_table().num_rows == 10, "before recovery: partial"
+    make_sink(out)  # a restarted query recovers in prepare()
+    assert ds.dataset(str(out)).to_table().num_rows == 30
+    assert pending_files(out) == []
+    # Spark then re-runs batch 0: its handles are discarded.
+    restarted = make_sink(out)
+    restarted.commit_batch(0, [vote(restarted, 0, 0, rows(0, 30))])
+    assert sorted(ds.dataset(str(out)).to_table().column("seq").to_pylist()) == list(range(30))
+
+
+def test_finalize_is_idempotent_and_detects_lost_output(tmp_path):
+    out = tmp_path / "out"
+    sink = make_sink(out)
+    sink.commit_batch(0, [vote(sink, 0, 0, rows(0, 5))])
+    manifest = read_manifest(manifest_path(out, "s1", 0))
+    assert finalize(out, manifest) == 0
+    Path(committed_files(str(out))[0]).unlink()
+    with pytest.raises(CheckpointCorruptError, match="deleted outside firesteel"):
+        finalize(out, manifest)
+
+
+def test_manifest_is_checksummed(tmp_path):
+    out = tmp_path / "out"
+    sink = make_sink(out)
+    sink.commit_batch(0, [vote(sink, 0, 0, rows(0, 5))])
+    path = manifest_path(out, "s1", 0)
+    body = json.loads(path.read_text())
+    body["content"]["files"][0]["rows"] = 999
+    path.write_text(json.dumps(body))
+    with pytest.raises(CheckpointCorruptError, match="checksum"):
+        read_committed(str(out))
+
+
+def test_leftovers_are_cleaned_up(tmp_path):
+    out = tmp_path / "out"
+    sink = make_sink(out)
+    # A failed attempt of partition 0 in batch 0 left a file; attempt 1 succeeded.
+    failed = vote(sink, 0, 0, rows(100, 5), attempt=0)
+    good = vote(sink, 0, 0, rows(0, 5), attempt=1)
+    assert len(pending_files(out)) == 2
+    sink.commit_batch(0, [good])
+    assert pending_files(out) == []
+    assert sorted(read_committed(str(out)).column("seq").to_pylist()) == list(range(5))
+    assert failed.payload["files"][0]["pending"] not in {
+        f["pending"] for f in good.payload["files"]
+    }
+    # A crashed run left pending files of batch 1 that never got a manifest, and batch 2
+    # committed since: recovery drops batch 1's leftovers but keeps the newest batch's.
+    vote(sink, 1, 0, rows(200, 5))
+    sink.commit_batch(2, [vote(sink, 2, 0, rows(5, 5))])
+    vote(sink, 3, 0, rows(10, 5))
+    make_sink(out)
+    remaining = {p.parent.name for p in pending_files(out)}
+    assert remaining == {"3"}
+    assert sorted(read_committed(str(out)).column("seq").to_pylist()) == list(range(10))
+
+
+def test_abort_discards_the_batch(tmp_path):
+    out = tmp_path / "out"
+    sink = make_sink(out)
+    votes = [vote(sink, 0, 0, rows(0, 5))]
+    sink.abort_batch(0, [*votes, None])
+    assert pending_files(out) == []
+    assert read_committed(str(out)).num_rows == 0
+
+
+def test_unknown_sink_option_lists_valid_ones(spark, tmp_path):
+    write_input(tmp_path / "in", "a.parquet", rows(0, 5), "parquet")
+    query = run_available_now(
+        spark.readStream.format("firesteel.files").load(str(tmp_path / "in")),
+        {"path": str(tmp_path / "out"), "bucket.bi": "key", "checkpointLocation": str(tmp_path / "ck")},
+    )
+    text = str(query.exception())
+    assert "unknown option 'bucket.bi'" in text
+    assert "Did you mean 'bucket.by'?" in text
+    assert "roll.size.bytes" in text and "guarantee" in text
+
+
+def test_unwritable_output_path_is_a_config_error(spark, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.raises(ConfigError, match="option 'path'"):
+        make_sink(blocker / "out")
+    write_input(tmp_path / "in", "a.parquet", rows(0, 5), "parquet")
+    query = run_available_now(
+        spark.readStream.format("firesteel.files").load(str(tmp_path / "in")),
+        {"path": str(blocker / "out"), "checkpointLocation": str(tmp_path / "ck")},
+    )
+    assert "option 'path'" in str(query.exception())
+    assert "not writable" in str(query.exception())
+
+
+def test_missing_checkpoint_location_is_refused(spark, tmp_path):
+    write_input(tmp_path / "in", "a.parquet", rows(0, 5), "parquet")
+    reader = spark.readStream.format("firesteel.files").load(str(tmp_path / "in"))
+    with pytest.raises(Exception, match="(?i)checkpoint"):
+        query = (
+            reader.writeStream.format("firesteel.files")
+            .option("path", str(tmp_path / "out"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(120)
+        raise AssertionError(f"query ran without a checkpoint: {query.exception()}")
+    assert not (tmp_path / "out").exists() or read_committed(str(tmp_path / "out")).num_rows == 0
+
+
+def test_invalid_sink_id_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="sink.id"):
+        make_sink(tmp_path, sink_id="../evil")

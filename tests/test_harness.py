@@ -1,0 +1,111 @@
+"""The crash-test harness itself: kills, restarts, process cleanup, counting."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psutil
+import pyarrow as pa
+import pytest
+
+from firesteel.testing import (
+    CrashHarness,
+    JobFailedError,
+    RunTimeoutError,
+    assert_at_least_once,
+    assert_exactly_once,
+    at_point,
+    at_random,
+    count_sequence,
+)
+
+JOBS = Path(__file__).parent / "jobs"
+TOY = JOBS / "toy_job.py"
+
+
+def _helpers_alive(state: Path) -> list[int]:
+    pids = [int(line) for line in (state / "helpers").read_text().split()]
+    return [pid for pid in pids if psutil.pid_exists(pid) and _not_zombie(pid)]
+
+
+def _not_zombie(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_point_kills_restart_until_complete(crash_harness: CrashHarness, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    result = crash_harness.run(
+        TOY,
+        [state, 6],
+        kills=[at_point("driver.mid_commit", batch=1), at_point("driver.mid_commit", batch=4)],
+    )
+    assert result.all_fired, result.summary()
+    assert result.kills == 2
+    assert result.restarts == 2
+    assert result.exit_codes == [-9, -9, 0]
+    assert sorted(p.name for p in state.glob("step-*")) == [f"step-{i}" for i in range(6)]
+    # The helper of each killed run lived in its own session; the harness killed it.
+    assert _helpers_alive(state) == []
+    assert all(log.exists() for log in result.logs)
+
+
+def test_point_for_a_committed_batch_does_not_fire(
+    crash_harness: CrashHarness, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    result = crash_harness.run(
+        TOY,
+        [state, 4],
+        kills=[at_point("driver.mid_commit", batch=2), at_point("driver.mid_commit", batch=1)],
+    )
+    assert result.kills == 1
+    assert not result.all_fired
+    assert result.exit_codes == [-9, 0]
+
+
+def test_random_kill(crash_harness: CrashHarness, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    result = crash_harness.run(TOY, [state, 40, "0.1"], kills=[at_random((0.5, 1.0))])
+    assert result.kills == 1
+    assert result.exit_codes == [-9, 0]
+    assert result.runs[0].killed_pids
+    assert len(list(state.glob("step-*"))) == 40
+    assert _helpers_alive(state) == []
+
+
+def test_failed_job_is_reported_with_its_log(crash_harness: CrashHarness) -> None:
+    with pytest.raises(JobFailedError, match="exited with 3"):
+        crash_harness.run(JOBS / "fail_job.py", ["3"])
+
+
+def test_timeout_kills_the_run(tmp_path: Path) -> None:
+    with CrashHarness(tmp_path / "h", timeout=2.0) as harness:
+        with pytest.raises(RunTimeoutError, match="timed out"):
+            harness.run(JOBS / "fail_job.py", ["hang"])
+        assert harness._active == []
+
+
+def test_executor_kill_needs_a_cluster(crash_harness: CrashHarness, tmp_path: Path) -> None:
+    with pytest.raises(Exception, match="standalone cluster"):
+        crash_harness.run(TOY, [tmp_path / "s", 1], kills=[at_random((0, 1), target="executor")])
+
+
+def test_counting_reports_lost_duplicated_unexpected() -> None:
+    count = count_sequence(pa.array([0, 1, 1, 3, 7]), range(5))
+    assert count.lost == [2, 4]
+    assert count.duplicated == {1: 2}
+    assert count.unexpected == [7]
+    assert not count.exactly_once
+    assert not count.at_least_once
+    with pytest.raises(AssertionError, match=r"lost 2 \[2, 4\]; duplicated 1 \[1x2\]"):
+        assert_exactly_once([0, 1, 1, 3, 7], range(5), what="toy")
+
+
+def test_counting_accepts_exact_and_duplicates_for_at_least_once() -> None:
+    assert assert_exactly_once(pa.chunked_array([[2, 0], [1]]), range(3)).seen == 3
+    assert assert_at_least_once([0, 1, 1, 2], range(3)).duplicated == {1: 2}
+    with pytest.raises(AssertionError, match="lost records"):
+        assert_at_least_once([0, 2], range(3))

@@ -1,0 +1,202 @@
+"""The write-ahead-log sink and the file checkpoint committer, driven directly (no Spark).
+
+The sink's two halves run here in one process, exactly as Spark would call
+them: ``write_partition`` per task, then ``commit_batch`` on the driver.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from jobs.wal_target import (
+    JsonLinesWalSink,
+    SqliteUpsertWalSink,
+    read_jsonl,
+    read_sends,
+    read_sqlite,
+)
+
+from firesteel.core.context import TaskScope
+from firesteel.core.errors import CheckpointCorruptError, GuaranteeError, IncompatibleFormatError
+from firesteel.core.guarantee import Guarantee, Part, Replay, SinkKind, check
+from firesteel.core.sink import Vote
+from firesteel.sinks.committers import FileCheckpointCommitter
+from firesteel.sinks.write_ahead import WriteAheadSink
+
+
+def _sink(tmp_path: Path, sink_id: str = "s1") -> JsonLinesWalSink:
+    sink = JsonLinesWalSink(
+        sink_id,
+        str(tmp_path / "ck" / "firesteel" / "wal"),
+        FileCheckpointCommitter(str(tmp_path / "ck" / "firesteel" / "wal-commits")),
+        str(tmp_path / "target.jsonl"),
+    )
+    sink.prepare()
+    return sink
+
+
+def _records(start: int, stop: int) -> list[pa.RecordBatch]:
+    seqs = list(range(start, stop))
+    middle = (start + stop) // 2
+    table = pa.table({"seq": seqs, "text": [f"r{i}" for i in seqs]})
+    return table.slice(0, middle - start).to_batches() + table.slice(middle - start).to_batches()
+
+
+def _write(sink: WriteAheadSink, batch: int, partition: int, start: int, stop: int, attempt=0):
+    scope = TaskScope("q", batch, partition, attempt)
+    return sink.write_partition(scope, iter(_records(start, stop)))
+
+
+def _seqs(tmp_path: Path) -> list[int]:
+    return [int(r["seq"]) for r in read_jsonl(str(tmp_path / "target.jsonl"))]
+
+
+def test_commit_sends_every_segment_in_partition_order_then_deletes_them(tmp_path: Path) -> None:
+    sink = _sink(tmp_path)
+    votes = [_write(sink, 0, 1, 10, 20), _write(sink, 0, 0, 0, 10)]
+    assert [v.rows for v in votes] == [10, 10]
+    assert Path(votes[0].payload["segment"]).exists()
+    sink.commit_batch(0, votes)
+    assert _seqs(tmp_path) == list(range(20))
+    sends = read_sends(str(tmp_path / "target.jsonl"))
+    assert [(s["partition"], s["rows"]) for s in sends] == [(0, 10), (1, 10)]
+    assert not Path(votes[0].payload["segment"]).exists()
+    assert not (tmp_path / "ck" / "firesteel" / "wal" / "s1" / "0").exists()
+
+
+def test_commit_twice_sends_once(tmp_path: Path) -> None:
+    sink = _sink(tmp_path)
+    votes = [_write(sink, 0, 0, 0, 5), _write(sink, 0, 1, 5, 9)]
+    sink.commit_batch(0, votes)
+    # A crash before commits/0 re-runs batch 0: new segments, same keys.
+    rerun = [_write(sink, 0, 0, 0, 5), _write(sink, 0, 1, 5, 9)]
+    sink.commit_batch(0, rerun)
+    assert _seqs(tmp_path) == list(range(9))
+    assert len(read_sends(str(tmp_path / "target.jsonl"))) == 2
+
+
+def test_recorded_segments_are_skipped_after_a_partial_commit(tmp_path: Path) -> None:
+    sink = _sink(tmp_path)
+    votes = [_write(sink, 3, 0, 0, 4), _write(sink, 3, 1, 4, 8), _write(sink, 3, 2, 8, 12)]
+    # As if a crash hit after partitions 0 and 1 were sent and recorded.
+    sink.send_values(sink.read_segment(votes[0]), 3, 0)
+    sink.committer.commit("s1", 3, 0)
+    sink.send_values(sink.read_segment(votes[1]), 3, 1)
+    sink.committer.commit("s1", 3, 1)
+    rerun = [_write(sink, 3, p, 4 * p, 4 * p + 4, attempt=0) for p in range(3)]
+    sink.commit_batch(3, rerun)
+    assert _seqs(tmp_path) == list(range(12))
+    assert [s["partition"] for s in read_sends(str(tmp_path / "target.jsonl"))] == [0, 1, 2]
+
+
+def test_task_retry_replaces_the_segment(tmp_path: Path) -> None:
+    sink = _sink(tmp_path)
+    first = _write(sink, 0, 0, 0, 6, attempt=0)
+    retry = _write(sink, 0, 0, 0, 6, attempt=1)
+    assert first.payload["segment"] == retry.payload["segment"]
+    leftovers = list((tmp_path / "ck" / "firesteel" / "wal" / "s1" / "0").iterdir())
+    assert [p.name for p in leftovers] == ["part-00000.arrow"]
+    sink.commit_batch(0, [retry])
+    assert _seqs(tmp_path) == list(range(6))
+
+
+def test_committing_a_batch_deletes_leftover_segments_of_older_batches(tmp_path: Path) -> None:
+    sink = _sink(tmp_path)
+    stale = _write(sink, 1, 0, 0, 3)
+    votes = [_write(sink, 2, 0, 3, 6)]
+    sink.commit_batch(2, votes)
+    assert not Path(stale.payload["segment"]).exists()
+    assert _seqs(tmp_path) == [3, 4, 5]
+
+
+def test_empty_partition_votes_without_a_segment(tmp_path: Path) -> None:
+    sink = _sink(tmp_path)
+    empty = sink.write_partition(TaskScope("q", 0, 0, 0), iter([]))
+    assert empty.rows == 0
+    assert empty.payload["segment"] is None
+    sink.commit_batch(0, [empty, _write(sink, 0, 1, 0, 2)])
+    assert _seqs(tmp_path) == [0, 1]
+
+
+def test_corrupt_segment_is_refused_naming_the_file(tmp_path: Path) -> None:
+    sink = _sink(tmp_path)
+    vote = _write(sink, 0, 0, 0, 50)
+    segment = Path(vote.payload["segment"])
+    data = bytearray(segment.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    with pytest.raises(CheckpointCorruptError, match=rf"{segment}: .*checksum mismatch"):
+        sink.commit_batch(0, [vote])
+    assert _seqs(tmp_path) == []
+    assert not sink.committer.is_committed("s1", 0, 0)
+
+
+def test_missing_segment_is_refused_naming_the_file(tmp_path: Path) -> None:
+    sink = _sink(tmp_path)
+    vote = _write(sink, 0, 0, 0, 5)
+    Path(vote.payload["segment"]).unlink()
+    with pytest.raises(CheckpointCorruptError, match="part-00000.arrow: .*missing"):
+        sink.commit_batch(0, [vote])
+
+
+def test_newer_segment_format_is_refused(tmp_path: Path) -> None:
+    sink = _sink(tmp_path)
+    vote = _write(sink, 0, 0, 0, 5)
+    newer = Vote(**{**vote.__dict__, "payload": {**vote.payload, "version": 99}})
+    with pytest.raises(IncompatibleFormatError, match="upgrade firesteel"):
+        sink.commit_batch(0, [newer])
+
+
+def test_upsert_target_overwrites_a_resent_segment(tmp_path: Path) -> None:
+    target = str(tmp_path / "target.db")
+    sink = SqliteUpsertWalSink(
+        "u1",
+        str(tmp_path / "wal"),
+        FileCheckpointCommitter(str(tmp_path / "commits")),
+        target,
+    )
+    sink.prepare()
+    vote = _write(sink, 0, 0, 0, 8)
+    # The send happened but the crash came before the committer recorded it.
+    sink.send_values(sink.read_segment(vote), 0, 0)
+    sink.commit_batch(0, [_write(sink, 0, 0, 0, 8)])
+    assert len(read_sends(target)) == 2
+    assert sorted(read_sqlite(target)) == list(range(8))
+
+
+def test_sink_kind_follows_the_target() -> None:
+    assert JsonLinesWalSink.kind is SinkKind.WRITE_AHEAD_LOG
+    assert SqliteUpsertWalSink.kind is SinkKind.WRITE_AHEAD_LOG_UPSERT
+
+
+def test_guarantee_table_for_write_ahead_log_sinks() -> None:
+    source = Part("source #0 (firesteel.files)", replay=Replay.RESETTABLE)
+    plain = Part("sink test.jsonl-wal", sink_kind=JsonLinesWalSink.kind)
+    upsert = Part("sink test.sqlite-upsert-wal", sink_kind=SqliteUpsertWalSink.kind)
+    assert check([source], plain, Guarantee.AT_LEAST_ONCE) is Guarantee.AT_LEAST_ONCE
+    with pytest.raises(GuaranteeError, match="write-ahead-log sink, which gives at-least-once"):
+        check([source], plain, Guarantee.EXACTLY_ONCE)
+    assert check([source], upsert, Guarantee.EXACTLY_ONCE) is Guarantee.EXACTLY_ONCE
+
+
+def test_file_committer_is_idempotent_and_forgets_old_batches(tmp_path: Path) -> None:
+    committer = FileCheckpointCommitter(f"file://{tmp_path}/commits")
+    committer.open()
+    assert not committer.is_committed("s", 4, 1)
+    committer.commit("s", 4, 1)
+    committer.commit("s", 4, 1)
+    committer.commit("s", 5, 0)
+    assert committer.is_committed("s", 4, 1)
+    assert not committer.is_committed("s", 4, 0)
+    assert not committer.is_committed("other", 4, 1)
+    assert [p.name for p in (tmp_path / "commits" / "s" / "4").iterdir()] == ["1.committed"]
+    committer.forget("s", 5)
+    assert not committer.is_committed("s", 4, 1)
+    assert committer.is_committed("s", 5, 0)
+
+
+def test_sink_id_must_be_a_path_segment(tmp_path: Path) -> None:
+    with pytest.raises(Exception, match="must be non-empty"):
+        _sink(tmp_path, sink_id="a/b")
