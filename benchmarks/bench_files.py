@@ -103,8 +103,12 @@ def _write_input(directory: Path, rows: int, files: int) -> int:
 
 @contextmanager
 def setup(quick: bool) -> Iterator[None]:
-    """Write the input files once for every run of the group; delete everything after."""
+    """Write the input files once for every run of the group; delete everything after.
+
+    Also starts the shared Spark session, so no timed run pays for the JVM start.
+    """
     rows, files = (QUICK_ROWS, QUICK_FILES) if quick else (FULL_ROWS, FULL_FILES)
+    spark.session()
     root = Path(tempfile.mkdtemp(prefix="firesteel-bench-files-"))
     try:
         _DATA.root = root
@@ -191,6 +195,8 @@ def workloads(quick: bool) -> list[Workload]:
     """The files group: one Parquet copy, 10M rows (50k with ``quick``), against two baselines."""
     rows = QUICK_ROWS if quick else FULL_ROWS
     label = f"{rows / 1e6:g}M" if rows >= 1_000_000 else f"{rows // 1000}k"
+    # Quick runs are smoke tests (a query's fixed cost dominates 50k rows): no warm-up.
+    repetitions, warmup = (2, 0) if quick else (3, 1)
     return [
         Workload(
             group="files",
@@ -201,8 +207,8 @@ def workloads(quick: bool) -> list[Workload]:
             issue="issue 2",
             firesteel=firesteel_copy,
             baseline=pyarrow_copy,
-            repetitions=2 if quick else 3,
-            warmup=1,
+            repetitions=repetitions,
+            warmup=warmup,
         ),
         Workload(
             group="files",
@@ -212,7 +218,7 @@ def workloads(quick: bool) -> list[Workload]:
             goal=None,
             firesteel=firesteel_copy,
             baseline=spark_builtin_copy,
-            repetitions=2 if quick else 3,
-            warmup=1,
+            repetitions=repetitions,
+            warmup=warmup,
         ),
     ]

@@ -59,8 +59,11 @@ def goal_text(entry: dict[str, Any]) -> str:
 
 
 def ratio_text(entry: dict[str, Any]) -> str:
+    """``0.83x``; three significant digits below 0.1 (``0.00488x``), ``-`` without a ratio."""
     ratio = entry.get("ratio")
-    return f"{ratio:.2f}x" if ratio is not None else "-"
+    if ratio is None:
+        return "-"
+    return f"{ratio:.2f}x" if ratio >= 0.1 else f"{ratio:.3g}x"
 
 
 def _rows(results: Sequence[dict[str, Any]]) -> list[tuple[str, ...]]:

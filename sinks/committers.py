@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 
 from pyarrow import fs
 
-from firesteel.core.checkpoint import filesystem
+from firesteel.core.checkpoint import FIRESTEEL_DIR, filesystem
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +76,11 @@ class FileCheckpointCommitter(CheckpointCommitter):
 
     def __init__(self, directory: str) -> None:
         self.directory = directory.rstrip("/")
+
+    @classmethod
+    def for_checkpoint(cls, checkpoint: str) -> FileCheckpointCommitter:
+        """Markers inside a query's checkpoint: ``<checkpoint>/firesteel/wal-commits``."""
+        return cls(f"{checkpoint.rstrip('/')}/{FIRESTEEL_DIR}/wal-commits")
 
     def _fs(self) -> tuple[fs.FileSystem, str]:
         return filesystem(self.directory)

@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 from pyarrow import fs
 
-from firesteel.core.checkpoint import filesystem
+from firesteel.core.checkpoint import FIRESTEEL_DIR, filesystem
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import CheckpointCorruptError, IncompatibleFormatError, SinkError
 from firesteel.core.faults import fault_point
@@ -55,6 +55,11 @@ _META_KEY = b"firesteel.wal.key"
 
 AFTER_SEND = "wal.after_send"
 """Fault point between sending a segment and recording it: the one re-send window."""
+
+
+def log_dir_for(checkpoint: str) -> str:
+    """The conventional segment folder of a query: ``<checkpoint>/firesteel/wal``."""
+    return f"{checkpoint.rstrip('/')}/{FIRESTEEL_DIR}/wal"
 
 
 class _HashingWriter:

@@ -373,8 +373,6 @@ class CrashHarness:
                 tracker.refresh()
                 now = time.monotonic()
                 if now > deadline:
-                    tracker.kill_all()
-                    proc.wait()
                     msg = (
                         f"{script}: run {index} timed out after {self.timeout:.0f}s "
                         f"(log {log}):\n{_tail(log)}"
@@ -389,11 +387,10 @@ class CrashHarness:
                         harness_killed = bool(killed_pids)
                 time.sleep(POLL_SECONDS)
             exit_code = proc.returncode
-            tracker.kill_all()
         finally:
-            if proc.poll() is None:
-                tracker.kill_all()
-                proc.wait()
+            # Whatever ended the run, nothing of it may outlive it (orphans included).
+            tracker.kill_all()
+            proc.wait()
             self._active.remove(tracker)
         fired = sorted(set(os.listdir(faults_dir)) - fired_before)
         record = RunRecord(

@@ -19,7 +19,12 @@ from jobs.wal_target import (
 )
 
 from firesteel.core.context import TaskScope
-from firesteel.core.errors import CheckpointCorruptError, GuaranteeError, IncompatibleFormatError
+from firesteel.core.errors import (
+    CheckpointCorruptError,
+    GuaranteeError,
+    IncompatibleFormatError,
+    SinkError,
+)
 from firesteel.core.guarantee import Guarantee, Part, Replay, SinkKind, check
 from firesteel.core.sink import Vote
 from firesteel.sinks.committers import FileCheckpointCommitter
@@ -137,7 +142,7 @@ def test_missing_segment_is_refused_naming_the_file(tmp_path: Path) -> None:
     sink = _sink(tmp_path)
     vote = _write(sink, 0, 0, 0, 5)
     Path(vote.payload["segment"]).unlink()
-    with pytest.raises(CheckpointCorruptError, match="part-00000.arrow: .*missing"):
+    with pytest.raises(CheckpointCorruptError, match=r"part-00000\.arrow: .*missing"):
         sink.commit_batch(0, [vote])
 
 
@@ -198,5 +203,5 @@ def test_file_committer_is_idempotent_and_forgets_old_batches(tmp_path: Path) ->
 
 
 def test_sink_id_must_be_a_path_segment(tmp_path: Path) -> None:
-    with pytest.raises(Exception, match="must be non-empty"):
+    with pytest.raises(SinkError, match="must be non-empty"):
         _sink(tmp_path, sink_id="a/b")

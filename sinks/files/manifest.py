@@ -90,22 +90,21 @@ def list_manifests(out: Path) -> list[Path]:
 def finalize(out: Path, manifest: Manifest) -> int:
     """Rename every pending file of ``manifest`` into place; safe to run any number of times.
 
-    Beam's idempotent finalize, per file: destination present and source gone
-    -> done; both present and the same size -> delete the source; source only
-    -> rename. Neither present means committed data is lost: that raises.
+    Beam's idempotent finalize, per file: destination present -> done (it is
+    never overwritten); source only -> rename. Neither present means committed
+    data is lost: that raises.
     Returns how many renames it did.
     """
     renamed = 0
     touched: set[Path] = set()
     for item in manifest.files:
         source, target = out / item.pending, out / item.path
-        source_exists, target_exists = source.exists(), target.exists()
-        if target_exists and not source_exists:
+        if target.exists():
+            # Renames are atomic, so the target is the committed file. A file
+            # at the pending path now is a re-run's, never this batch's: leave
+            # it to the pending-folder cleanup, never publish it over the target.
             continue
-        if target_exists and source.stat().st_size == target.stat().st_size:
-            source.unlink()
-            continue
-        if not source_exists:
+        if not source.exists():
             msg = (
                 f"batch {manifest.batch_id} of sink {manifest.sink_id} lists {target}, but "
                 f"neither it nor its pending file {source} exists: committed output was "

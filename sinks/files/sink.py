@@ -3,7 +3,7 @@
 Protocol for micro-batch N (Flink's TwoPhaseCommitSinkFunction, Beam's finalize):
 
 1. Tasks (executors) write in-progress files to
-   ``<out>/_firesteel/pending/<sink>/<N>/<partition>-<attempt>-<n>.<ext>``,
+   ``<out>/_firesteel/pending/<sink>/<N>/<partition>-<attempt>-<n>-<run token>.<ext>``,
    invisible to readers (``_`` prefix).
 2. :meth:`FilesSink.pre_commit` closes and fsyncs them and votes with the
    handle ``{"files": [{path, pending, rows, bytes}, ...]}``.

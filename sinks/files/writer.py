@@ -10,6 +10,7 @@ fsyncs everything, which is the task's pre-commit.
 from __future__ import annotations
 
 import os
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,7 @@ class TaskWriter:
         self.done: list[CommittedFile] = []
         self.created: list[Path] = []
         self._next_n = 0
+        self.token = uuid.uuid4().hex[:8]
 
     # -- writing ----------------------------------------------------------------
 
@@ -124,7 +126,11 @@ class TaskWriter:
         self._next_n += 1
         scope = self.scope
         self.folder.mkdir(parents=True, exist_ok=True)
-        pending = self.folder / f"{scope.partition_id}-{scope.attempt}-{n}{self.config.extension}"
+        # The run token keeps a re-run's pending files (attempt numbers restart
+        # with the application) from ever sharing a name with an earlier run's.
+        pending = self.folder / (
+            f"{scope.partition_id}-{scope.attempt}-{n}-{self.token}{self.config.extension}"
+        )
         name = final_name(
             self.config.sink_id, scope.batch_id, scope.partition_id, n, self.config.extension
         )

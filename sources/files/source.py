@@ -70,7 +70,7 @@ logger = logging.getLogger(__name__)
 HIDDEN_PREFIXES = ("_", ".")
 """Hadoop convention: such files and folders are not data (markers, temporaries, our logs)."""
 
-PARTITION_TARGET_BYTES = 64 * 1024 * 1024
+PARTITION_TARGET_BYTES = 8 * 1024 * 1024
 PARTITION_MAX_FILES = 16
 
 

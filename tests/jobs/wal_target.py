@@ -30,7 +30,10 @@ def _log_send(target: str, batch_id: int, partition: int, rows: int) -> None:
 
 
 class JsonLinesWalSink(WriteAheadSink):
-    """Appends each sent record as one JSON line to ``target``."""
+    """Appends each sent record as one JSON line to ``target``, tagged with its segment.
+
+    Each line carries ``_batch`` and ``_partition``: the segment it was sent from.
+    """
 
     name = "test.jsonl-wal"
 
@@ -45,7 +48,8 @@ class JsonLinesWalSink(WriteAheadSink):
         with open(self.target, "a") as out:
             for batch in batches:
                 for record in batch.to_pylist():
-                    out.write(json.dumps(record) + "\n")
+                    sent = {**record, "_batch": batch_id, "_partition": partition}
+                    out.write(json.dumps(sent) + "\n")
                     rows += 1
             out.flush()
             os.fsync(out.fileno())

@@ -16,6 +16,11 @@ from firesteel.kafka.testing import BOOTSTRAP_ENV, kafka_cluster
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+# Python workers import test helpers (e.g. a custom partitioner) from this folder.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (_HERE, os.environ.get("PYTHONPATH", "")) if p
+)
 
 ON_REAL_KAFKA = bool(os.environ.get(BOOTSTRAP_ENV))
 needs_real_kafka = pytest.mark.skipif(

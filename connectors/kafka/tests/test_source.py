@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import needs_real_kafka
 
-from firesteel.kafka.testing import create_topic, produce
+from firesteel.kafka.testing import create_topic, produce, read_log
 
 
 def _read_all(spark, bootstrap, tmp_path: Path, **options: str) -> list:
@@ -44,3 +44,181 @@ def test_reads_every_record_once_with_schema(spark, bootstrap, tmp_path):
         by_partition.setdefault(r.partition, []).append(r.offset)
     for offsets in by_partition.values():
         assert sorted(offsets) == list(range(len(offsets)))
+
+
+def test_transaction_markers_never_stall_a_batch(spark, bootstrap, tmp_path):
+    """A range that ends on a commit marker completes (the marker's offset counts)."""
+    from confluent_kafka import Producer
+
+    topic = create_topic(bootstrap, partitions=1)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"tx-{topic}"})
+    producer.init_transactions()
+    for batch in range(3):
+        producer.begin_transaction()
+        for i in range(10):
+            producer.produce(topic, f"{batch}-{i}".encode())
+        producer.commit_transaction()
+    rows = _read_all(spark, bootstrap, tmp_path, subscribe=topic, startingOffsets="earliest")
+    assert sorted(r.value.decode() for r in rows) == sorted(
+        f"{b}-{i}" for b in range(3) for i in range(10)
+    )
+    assert max(r.offset for r in rows) == 31  # 3 x 10 records + 2 markers before the last batch
+
+
+@needs_real_kafka
+def test_aborted_transactions_never_surface(spark, bootstrap, tmp_path):
+    """read_committed hides aborted data (tansu's read_committed does not, so real Kafka only)."""
+    from confluent_kafka import Producer
+
+    topic = create_topic(bootstrap, partitions=1)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"tx-{topic}"})
+    producer.init_transactions()
+    for outcome in ("commit", "abort", "commit", "abort"):
+        producer.begin_transaction()
+        for i in range(5):
+            producer.produce(topic, f"{outcome}-{i}".encode())
+        if outcome == "commit":
+            producer.commit_transaction()
+        else:
+            producer.abort_transaction()
+    rows = _read_all(spark, bootstrap, tmp_path, subscribe=topic, startingOffsets="earliest")
+    assert sorted(r.value.decode() for r in rows) == sorted([f"commit-{i}" for i in range(5)] * 2)
+
+
+def test_pattern_json_offsets_and_latest(spark, bootstrap, tmp_path):
+    prefix = f"pat{abs(hash(str(tmp_path))) % 10**6}"
+    first = create_topic(bootstrap, partitions=2, name=f"{prefix}-a")
+    create_topic(bootstrap, partitions=1, name=f"other{prefix}")
+    produce(bootstrap, first, [f"a{i}".encode() for i in range(20)], partition=0)
+    produce(bootstrap, first, [f"b{i}".encode() for i in range(20)], partition=1)
+    rows = _read_all(
+        spark,
+        bootstrap,
+        tmp_path,
+        subscribePattern=f"{prefix}-.*",
+        startingOffsets=json.dumps({first: {"0": 15, "1": -1}}),
+    )
+    assert sorted(r.value.decode() for r in rows) == [f"a{i}" for i in range(15, 20)]
+
+
+def test_admission_control_is_fair_and_new_partitions_are_picked_up(spark, bootstrap, tmp_path):
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    topic = create_topic(bootstrap, partitions=2)
+    produce(bootstrap, topic, [f"big{i}".encode() for i in range(100)], partition=0)
+    produce(bootstrap, topic, [f"small{i}".encode() for i in range(6)], partition=1)
+    query = (
+        spark.readStream.format("firesteel.kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", "20")
+        .load()
+        .writeStream.format("memory")
+        .queryName("fair")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+        first = query.recentProgress[0]["sources"][0]["numInputRows"] if query.recentProgress else 0
+        rows = spark.sql("select partition, count(*) n from fair group by partition").collect()
+        assert {r.partition: r.n for r in rows} == {0: 100, 1: 6}
+        # The first batch split 20 offsets fairly: all 6 of the small partition, 14 of the big.
+        assert first == 20
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        for future in admin.create_partitions([NewPartitions(topic, 3)]).values():
+            future.result(30)
+        produce(bootstrap, topic, [f"new{i}".encode() for i in range(5)], partition=2)
+        query.processAllAvailable()
+        query.processAllAvailable()
+        news = spark.sql("select value from fair where partition = 2").collect()
+        assert sorted(r.value.decode() for r in news) == [f"new{i}" for i in range(5)]
+    finally:
+        query.stop()
+
+
+def test_json_values_decode_into_columns_and_poison_records_follow_policy(
+    spark, bootstrap, tmp_path
+):
+    topic = create_topic(bootstrap, partitions=1)
+    dead = create_topic(bootstrap, partitions=1)
+    good = [json.dumps({"id": i, "name": f"n{i}"}).encode() for i in range(10)]
+    produce(bootstrap, topic, [*good[:5], b"{not json", *good[5:]])
+    base = dict(subscribe=topic, startingOffsets="earliest")
+    base["value.format"] = "json"
+    base["value.schema"] = "id BIGINT, name STRING"
+    with pytest.raises(Exception, match=r"bad input at .*\[0\] line 5"):
+        _read_all(spark, bootstrap, tmp_path / "fail", **base)
+    skipped = _read_all(spark, bootstrap, tmp_path / "skip", errors="skip", **base)
+    assert sorted(r.id for r in skipped) == list(range(10))
+    assert "value" not in skipped[0].asDict() and skipped[0].name.startswith("n")
+    _read_all(spark, bootstrap, tmp_path / "q", errors="quarantine", **{"errors.topic": dead}, **base)
+    quarantined = read_log(bootstrap, dead)
+    assert quarantined.values == [b"{not json"]
+    assert dict(quarantined.committed[0].headers)["firesteel.offset"] == b"5"
+
+
+def test_avro_values_decode(spark, bootstrap, tmp_path):
+    import io
+
+    import fastavro
+
+    schema = {
+        "type": "record",
+        "name": "R",
+        "fields": [{"name": "id", "type": "long"}, {"name": "tag", "type": ["null", "string"]}],
+    }
+    parsed = fastavro.parse_schema(schema)
+    values = []
+    for i in range(8):
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, parsed, {"id": i, "tag": None if i % 2 else f"t{i}"})
+        values.append(out.getvalue())
+    topic = create_topic(bootstrap, partitions=1)
+    produce(bootstrap, topic, values)
+    rows = _read_all(
+        spark,
+        bootstrap,
+        tmp_path,
+        subscribe=topic,
+        startingOffsets="earliest",
+        **{"value.format": "avro", "value.schema": json.dumps(schema)},
+    )
+    assert sorted((r.id, r.tag) for r in rows) == [(i, None if i % 2 else f"t{i}") for i in range(8)]
+
+
+@needs_real_kafka
+def test_starting_timestamp(spark, bootstrap, tmp_path):
+    """offsets_for_times (tansu 0.6 always answers 0, so real Kafka only)."""
+    import time
+
+    topic = create_topic(bootstrap, partitions=1)
+    produce(bootstrap, topic, [b"old"] * 5)
+    time.sleep(0.5)
+    cut = int(time.time() * 1000)
+    time.sleep(0.5)
+    produce(bootstrap, topic, [b"new"] * 3)
+    rows = _read_all(spark, bootstrap, tmp_path, subscribe=topic, startingTimestamp=str(cut))
+    assert [r.value for r in rows] == [b"new"] * 3
+
+
+@needs_real_kafka
+def test_offsets_deleted_by_retention_fail_clearly(spark, bootstrap, tmp_path):
+    """DeleteRecords moves the log start (tansu 0.6 lacks it, so real Kafka only)."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    topic = create_topic(bootstrap, partitions=1)
+    produce(bootstrap, topic, [str(i).encode() for i in range(10)])
+    start = json.dumps({topic: {"0": 0}})
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_records([TopicPartition(topic, 0, 4)]).values():
+        future.result(30)
+    with pytest.raises(Exception, match="deleted from the log"):
+        _read_all(spark, bootstrap, tmp_path / "a", subscribe=topic, startingOffsets=start)
+    rows = _read_all(
+        spark, bootstrap, tmp_path / "b", subscribe=topic, startingOffsets=start,
+        failOnDataLoss="false",
+    )
+    assert sorted(int(r.value) for r in rows) == list(range(4, 10))

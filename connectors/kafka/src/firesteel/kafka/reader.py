@@ -119,7 +119,10 @@ class RangeReader:
         checked_gap = False
         waited_since = time.monotonic()
         while position < offsets.end:
-            messages = consumer.consume(self.options.consume_batch_size, timeout=0.5)
+            # Ask for no more than the range still needs, so consume() returns as soon as
+            # the records are there instead of waiting out its timeout for a full chunk.
+            wanted = max(1, min(self.options.consume_batch_size, offsets.end - position))
+            messages = consumer.consume(wanted, timeout=0.1)
             records = []
             for message in messages:
                 error = message.error()

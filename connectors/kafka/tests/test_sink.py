@@ -1,0 +1,194 @@
+"""The Kafka sinks against a real broker: columns, encodings, transactions, fencing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from firesteel.core.context import TaskScope
+from firesteel.core.errors import ConfigError, SinkError
+from firesteel.core.options import parse_options
+from firesteel.kafka.options import PASSTHROUGH, KafkaSinkOptions
+from firesteel.kafka.sink import KafkaExactlyOnceSink
+from firesteel.kafka.testing import create_topic, produce, read_log
+
+
+def partition_by_last_byte(key: bytes | None, partitions: int) -> int:
+    """A custom partitioner for the test: the key's last digit modulo the partition count."""
+    return int((key or b"0")[-1:].decode()) % partitions
+
+
+def _write(spark, bootstrap: str, tmp_path: Path, df_sql: str, **options: str) -> None:
+    source = create_topic(bootstrap, partitions=1)
+    produce(bootstrap, source, [b"tick"])
+    stream = (
+        spark.readStream.format("firesteel.kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", source)
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+    stream.createOrReplaceTempView("ticks")
+    writer = (
+        spark.sql(df_sql)
+        .writeStream.format("firesteel.kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+    )
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    writer.start().awaitTermination(120)
+
+
+@pytest.mark.parametrize("guarantee", ["at-least-once", "exactly-once", "none"])
+def test_columns_reach_kafka(spark, bootstrap, tmp_path, guarantee):
+    out = create_topic(bootstrap, partitions=3)
+    other = create_topic(bootstrap, partitions=1)
+    _write(
+        spark,
+        bootstrap,
+        tmp_path,
+        f"""select CAST(concat('k', id) AS BINARY) AS key, CAST(concat('v', id) AS BINARY) AS value,
+                   CAST(id % 3 AS INT) AS partition,
+                   CASE WHEN id = 9 THEN '{other}' ELSE NULL END AS topic,
+                   timestamp_millis(1700000000000 + id) AS timestamp,
+                   array(named_struct('key', 'h', 'value', CAST(id AS STRING))) AS headers
+            from ticks lateral view explode(sequence(0, 9)) AS id""",
+        topic=out,
+        guarantee=guarantee,
+    )
+    view = read_log(bootstrap, out)
+    assert sorted(r.value for r in view.committed) == sorted(f"v{i}".encode() for i in range(9))
+    for record in view.committed:
+        index = int(record.value[1:])
+        assert record.key == f"k{index}".encode()
+        assert record.partition == index % 3
+        assert record.headers == (("h", str(index).encode()),)
+        assert record.transactional == (guarantee == "exactly-once")
+    assert read_log(bootstrap, other).values == [b"v9"]
+
+
+def test_json_and_avro_value_encoding_and_custom_partitioner(spark, bootstrap, tmp_path):
+    import io
+
+    import fastavro
+
+    out = create_topic(bootstrap, partitions=4)
+    _write(
+        spark,
+        bootstrap,
+        tmp_path / "json",
+        "select CAST(CAST(id AS STRING) AS BINARY) AS key, id, concat('n', id) AS name "
+        "from ticks lateral view explode(sequence(0, 7)) AS id",
+        topic=out,
+        partitioner=f"{__name__}:partition_by_last_byte",
+        **{"value.format": "json"},
+    )
+    view = read_log(bootstrap, out)
+    decoded = sorted((json.loads(r.value), r.partition) for r in view.committed)
+    assert decoded == sorted(({"id": i, "name": f"n{i}"}, i % 4) for i in range(8))
+
+    schema = {"type": "record", "name": "R", "fields": [{"name": "id", "type": "long"}]}
+    avro_out = create_topic(bootstrap, partitions=1)
+    _write(
+        spark,
+        bootstrap,
+        tmp_path / "avro",
+        "select id from ticks lateral view explode(sequence(0, 4)) AS id",
+        topic=avro_out,
+        guarantee="exactly-once",
+        **{"value.format": "avro", "value.schema": json.dumps(schema)},
+    )
+    parsed = fastavro.parse_schema(schema)
+    ids = [
+        fastavro.schemaless_reader(io.BytesIO(v), parsed, None)["id"]
+        for v in read_log(bootstrap, avro_out).values
+    ]
+    assert sorted(ids) == list(range(5))
+
+
+def _sink(bootstrap: str, topic: str, **extra: str) -> KafkaExactlyOnceSink:
+    raw = {"kafka.bootstrap.servers": bootstrap, "topic": topic, "guarantee": "exactly-once"}
+    raw.update(extra)
+    options = parse_options(KafkaSinkOptions, raw, passthrough_prefixes=PASSTHROUGH)
+    return KafkaExactlyOnceSink(options, sink_id="fence-test")
+
+
+def _batch(prefix: str, rows: int = 5) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict({"value": [f"{prefix}{i}".encode() for i in range(rows)]})
+
+
+def test_two_writers_with_one_transactional_id_the_older_is_fenced(bootstrap):
+    topic = create_topic(bootstrap, partitions=1)
+    sink = _sink(bootstrap, topic)
+    sink.prepare()
+    scope = TaskScope(query_id="q", batch_id=3, partition_id=0, attempt=0)
+    older = sink.begin_transaction(scope)
+    sink.write(older, _batch("zombie"))
+    older.producer.flush(30)
+    newer_scope = TaskScope(query_id="q", batch_id=3, partition_id=0, attempt=1)
+    newer = sink.begin_transaction(newer_scope)
+    sink.write(newer, _batch("live"))
+    handle = sink.pre_commit(newer)
+    assert handle["rows"] == 5 and not handle["skipped"]
+    with pytest.raises(SinkError, match="fatal|abortable|not acknowledged"):
+        sink.write(older, _batch("zombie-more"))
+        sink.pre_commit(older)
+    sink.abort_transaction(older)
+    view = read_log(bootstrap, topic)
+    assert sorted(view.values) == sorted(f"live{i}".encode() for i in range(5))
+    assert not any(r.value.startswith(b"zombie") for r in view.committed)
+    assert not any(r.value.startswith(b"zombie") for r in view.pending)
+
+
+def test_a_rerun_of_a_committed_batch_writes_nothing(bootstrap):
+    topic = create_topic(bootstrap, partitions=1)
+    sink = _sink(bootstrap, topic)
+    for attempt in range(2):
+        scope = TaskScope(query_id="q", batch_id=7, partition_id=2, attempt=attempt)
+        vote = sink.write_partition(scope, iter([_batch("r")]))
+        assert vote.payload["skipped"] == (attempt == 1)
+    earlier = TaskScope(query_id="q", batch_id=6, partition_id=2, attempt=0)
+    assert sink.write_partition(earlier, iter([_batch("old")])).payload["skipped"]
+    assert sorted(read_log(bootstrap, topic).values) == sorted(f"r{i}".encode() for i in range(5))
+
+
+def test_exactly_once_options_are_validated(bootstrap):
+    with pytest.raises(ConfigError, match="transaction.timeout.ms"):
+        _sink(bootstrap, "x", **{"kafka.transaction.timeout.ms": "3600000"})
+    with pytest.raises(ConfigError, match="'topic' or 'marker.topic'"):
+        parse_options(
+            KafkaSinkOptions,
+            {"kafka.bootstrap.servers": bootstrap, "guarantee": "exactly-once"},
+            passthrough_prefixes=PASSTHROUGH,
+        )
+    with pytest.raises(ConfigError, match="does not exist"):
+        _sink(bootstrap, "no-such-topic-firesteel").prepare()
+    with pytest.raises(ConfigError, match="Did you mean 'topic'"):
+        parse_options(
+            KafkaSinkOptions,
+            {"kafka.bootstrap.servers": bootstrap, "topci": "x"},
+            passthrough_prefixes=PASSTHROUGH,
+        )
+
+
+def test_a_transaction_near_its_timeout_is_aborted_not_left_to_the_broker(bootstrap):
+    topic = create_topic(bootstrap, partitions=1)
+    sink = _sink(bootstrap, topic, **{"kafka.transaction.timeout.ms": "1000"})
+    scope = TaskScope(query_id="q", batch_id=1, partition_id=0, attempt=0)
+
+    def slow():
+        import time
+
+        yield _batch("slow")
+        time.sleep(1.0)
+        yield _batch("late")
+
+    with pytest.raises(SinkError, match=r"transaction open .* transaction.timeout.ms"):
+        sink.write_partition(scope, slow())
+    view = read_log(bootstrap, topic)
+    assert view.values == [] and not view.pending and len(view.aborted) == 5

@@ -1,0 +1,69 @@
+"""Crash-test job: firesteel.files source -> stateful running count -> firesteel.files sink.
+
+Usage: state_job.py <input dir> <output dir> <checkpoint> <state uri> <files per batch>
+<parallelism>
+
+Input rows are ``(seq, key)``. The processor keeps a per-key count in keyed
+state (filesystem backend) and emits one row per input record:
+``(seq, key, rank)`` where ``rank`` is the record's 1-based position among its
+key's records in seq order. Any lost or doubled state update shifts ranks, and
+any lost or doubled output shows in the seq count, so the test can check both.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from firesteel.backends import FilesystemBackend
+from firesteel.state import KeyedProcessor, KeyState, ValueStateDescriptor, stateful
+from firesteel.testing.jobs import job_session
+
+
+class RankPerKey(KeyedProcessor):
+    count = ValueStateDescriptor("count", int)
+
+    def process(self, key: Any, rows: Any, state: KeyState) -> Any:
+        count = state.value(self.count)
+        seen = count.value() or 0
+        seqs = sorted(rows.column("seq").to_pylist())
+        count.update(seen + len(seqs))
+        return [
+            {"seq": seq, "key": key[0], "rank": seen + index + 1} for index, seq in enumerate(seqs)
+        ]
+
+
+def main() -> None:
+    source, out, checkpoint, state_uri, files_per_batch, parallelism = sys.argv[1:7]
+    spark = job_session("firesteel-state-crash")
+    records = (
+        spark.readStream.format("firesteel.files")
+        .option("format", "parquet")
+        .option("max.files.per.batch", files_per_batch)
+        .load(source)
+    )
+    ranked = stateful(
+        records,
+        key=["key"],
+        processor=RankPerKey(),
+        output_schema="seq long, key string, rank long",
+        backend=FilesystemBackend(state_uri, full_snapshot_every=3, retain=3),
+        name="rank",
+        parallelism=int(parallelism),
+        max_parallelism=32,
+    )
+    query = (
+        ranked.writeStream.format("firesteel.files")
+        .option("path", out)
+        .option("format", "parquet")
+        .option("guarantee", "exactly-once")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""Crash-test job: firesteel.files source -> 3 hash partitions -> a write-ahead-log sink.
+
+Usage: wal_job.py <input dir> <target> <checkpoint> <max files per batch> <plain|upsert>
+[guarantee]
+
+The sink runs through ``firesteel.core.foreach_batch``: ``plain`` appends JSON
+lines to ``<target>`` (at-least-once), ``upsert`` upserts into the SQLite file
+``<target>`` (exactly-once). Every JSON line carries the batch and partition of
+the segment it was sent from, so a test can tell re-sent segments apart.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import wal_target
+from pyspark import cloudpickle
+
+from firesteel.core import Guarantee, foreach_batch
+from firesteel.sinks.committers import FileCheckpointCommitter
+from firesteel.sinks.write_ahead import log_dir_for
+from firesteel.testing.jobs import job_session
+
+# Executors cannot import this test folder: ship the test sinks by value.
+cloudpickle.register_pickle_by_value(wal_target)
+
+
+def main() -> None:
+    source, target, checkpoint, max_files, mode = sys.argv[1:6]
+    required = Guarantee.parse(sys.argv[6]) if len(sys.argv) > 6 else None
+    spark = job_session("firesteel-wal-crash")
+    sink_cls = wal_target.JsonLinesWalSink if mode == "plain" else wal_target.SqliteUpsertWalSink
+    sink = sink_cls(
+        "wal-crash",
+        log_dir_for(str(checkpoint)),
+        FileCheckpointCommitter.for_checkpoint(str(checkpoint)),
+        target,
+    )
+    records = (
+        spark.readStream.format("firesteel.files")
+        .option("format", "parquet")
+        .option("max.files.per.batch", max_files)
+        .load(source)
+        .repartition(3, "seq")
+    )
+    query = (
+        records.writeStream.foreachBatch(foreach_batch(sink, checkpoint, required))
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""Crash tests of keyed state: kill the job at protocol points and at random, restart, count.
+
+The job (``jobs/state_job.py``) ranks sequence-numbered records per key with
+keyed state on the filesystem backend and writes through the transactional
+file sink. After the harness has killed and restarted it until it completes:
+every seq appears exactly once in the committed output, every record's rank
+is its position among its key's records (no state update lost or applied
+twice), and the state checkpoint holds each key's total -- the same output
+and state as a run without failures, computed here from the input.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from firesteel.files import read_committed
+from firesteel.state import read_state
+from firesteel.testing import (
+    AtPoints,
+    CrashHarness,
+    CrashResult,
+    assert_exactly_once,
+    at_point,
+    at_random,
+    batch_started,
+)
+
+pytestmark = pytest.mark.crash
+
+JOB = Path(__file__).parent / "jobs" / "state_job.py"
+FILES = 24
+ROWS_PER_FILE = 25
+FILES_PER_BATCH = 3
+KEYS = 7
+
+
+def key_of(seq: int) -> str:
+    return f"k{(seq * 5) % KEYS}"
+
+
+class StateJob:
+    def __init__(self, root: Path, parallelism: int = 2) -> None:
+        self.source = root / "in"
+        self.out = root / "out"
+        self.checkpoint = root / "ck"
+        self.state = root / "state"
+        self.parallelism = parallelism
+        self.source.mkdir(parents=True)
+        for index in range(FILES):
+            seqs = list(range(index * ROWS_PER_FILE, (index + 1) * ROWS_PER_FILE))
+            table = pa.table(
+                {"seq": pa.array(seqs, pa.int64()), "key": [key_of(s) for s in seqs]}
+            )
+            pq.write_table(table, self.source / f"part-{index:04d}.parquet")
+        self.expected = range(FILES * ROWS_PER_FILE)
+
+    @property
+    def args(self) -> list[str]:
+        return [
+            str(self.source),
+            str(self.out),
+            str(self.checkpoint),
+            f"file://{self.state}",
+            str(FILES_PER_BATCH),
+            str(self.parallelism),
+        ]
+
+    def check(self, result: CrashResult) -> None:
+        context = f"\n{result.summary()}"
+        output = read_committed(str(self.out))
+        assert_exactly_once(output.column("seq"), self.expected, what="output" + context)
+        ranks: dict[str, list[tuple[int, int]]] = {}
+        for row in output.to_pylist():
+            ranks.setdefault(row["key"], []).append((row["seq"], row["rank"]))
+        for key, pairs in ranks.items():
+            pairs.sort()
+            assert [rank for _, rank in pairs] == list(range(1, len(pairs) + 1)), key + context
+        totals = Counter(key_of(s) for s in self.expected)
+        state = read_state(f"file://{self.state}", operator="rank").to_pandas()
+        assert set(state["batch"]) == {FILES // FILES_PER_BATCH - 1}
+        stored = {
+            key.strip('[]"'): int(value)
+            for key, value in zip(state["key"], state["value"], strict=True)
+        }
+        assert stored == dict(totals), context
+
+
+@pytest.fixture
+def state_job(tmp_path: Path) -> StateJob:
+    return StateJob(tmp_path / "job")
+
+
+def test_killed_at_protocol_points(crash_harness: CrashHarness, state_job: StateJob) -> None:
+    kills = [
+        at_point("state.after_snapshot", batch=1, partition=0),
+        at_point("sink.after_write", batch=2),
+        at_point("driver.before_commit", batch=3),
+        at_point("state.after_snapshot", batch=4, partition=1),
+        at_point("driver.mid_commit", batch=5),
+        at_point("driver.after_commit", batch=6),
+    ]
+    result = crash_harness.run(JOB, state_job.args, kills)
+    assert result.all_fired, result.summary()
+    assert result.exit_codes == [-9] * len(kills) + [0]
+    state_job.check(result)
+
+
+def test_tasks_killed_after_snapshot_are_retried(
+    crash_harness: CrashHarness, state_job: StateJob
+) -> None:
+    task_kills = AtPoints(
+        ("state.after_snapshot@1:0", "state.after_snapshot@3:1", "state.after_snapshot@6"),
+        mode="process",
+    )
+    result = crash_harness.run(JOB, state_job.args, [task_kills])
+    assert result.all_fired, result.summary()
+    assert result.exit_codes == [0]
+    state_job.check(result)
+
+
+def test_killed_at_random_times(crash_harness: CrashHarness, state_job: StateJob) -> None:
+    kills = [
+        at_random((0.0, 3.0), when=batch_started(state_job.checkpoint, batch))
+        for batch in (1, 3, 5)
+    ]
+    result = crash_harness.run(JOB, state_job.args, kills)
+    assert result.all_fired, result.summary()
+    state_job.check(result)
