@@ -11,4 +11,3 @@ from firesteel.backends.filesystem import FilesystemBackend
 from firesteel.backends.heap import HeapBackend
 
 __all__ = ["FilesystemBackend", "HeapBackend", "KeyedStateStore", "OperatorSpec", "StateBackend"]
-

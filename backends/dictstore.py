@@ -42,7 +42,7 @@ from firesteel.backends.base import (
 from firesteel.backends.memory import (
     TIMERS,
     BoundState,
-    Clock,
+    Cursor,
     KeyGroupState,
     KeyPacker,
     RowApplier,
@@ -121,26 +121,24 @@ class DictKeyedStore(KeyedStateStore):
         self.groups: dict[int, KeyGroupState] = {}
         self.identity: dict[int, tuple[int, str]] = {}
         """key group -> (version, file name) its in-memory state is equal to."""
-        self.clock = Clock()
+        self.cursor = Cursor()
         self.descriptors: dict[str, StateDescriptor] = {}
         self._fingerprint: tuple[Any, ...] = ()
         self._states: dict[str, BoundState] = {}
-        self._bound: list[tuple[str, BoundState]] = []
         self._dropped: frozenset[str] = frozenset()
         self._metadata: dict[str, Any] | None = None
         self._task: TaskInfo | None = None
         self._group: KeyGroupState | None = None
-        self._key: Key = ()
 
     # -- task lifecycle ---------------------------------------------------------------------
 
     @property
-    def now_ms(self) -> int:  # type: ignore[override]
-        return self.clock.now_ms
+    def now_ms(self) -> int:
+        return self.cursor.now_ms
 
     @now_ms.setter
     def now_ms(self, value: int) -> None:
-        self.clock.now_ms = value
+        self.cursor.now_ms = value
 
     @property
     def task(self) -> TaskInfo:
@@ -170,11 +168,10 @@ class DictKeyedStore(KeyedStateStore):
             self.identity.clear()
             self._fingerprint = marks
         self.descriptors = {d.name: d for d in descriptors}
-        self._states = {d.name: make_state(d, self.clock) for d in descriptors}
-        self._bound = list(self._states.items())
+        self._states = {d.name: make_state(d, self.cursor) for d in descriptors}
         self._dropped = frozenset(dropped)
         self._task = task
-        self.clock.now_ms = now_ms
+        self.cursor.now_ms = now_ms
         self._check_metadata(task)
         self._restore(task)
 
@@ -241,8 +238,8 @@ class DictKeyedStore(KeyedStateStore):
             listing,
             task.key_groups,
             task.batch_id - 1,
-            self.first_batch,
-            self.identity,
+            first_version=self.first_batch,
+            in_memory=self.identity,
         )
         needed: dict[str, tuple[SnapshotFile, set[int]]] = {}
         for key_group, plan in plans.items():
@@ -252,7 +249,7 @@ class DictKeyedStore(KeyedStateStore):
                 self.groups[key_group] = self._new_group()
             for file in plan.files:
                 needed.setdefault(file.path, (file, set()))[1].add(key_group)
-        applier = RowApplier(self.descriptors, self.clock.now_ms)
+        applier = RowApplier(self.descriptors, self.cursor.now_ms)
         for file, key_groups in sorted(needed.values(), key=lambda item: item[0].version):
             self._apply_file(applier, file, key_groups)
         for key_group in task.key_groups:
@@ -309,9 +306,9 @@ class DictKeyedStore(KeyedStateStore):
                     state,
                     ops[start:end],
                     keys[start:end],
-                    user_keys[start:end],
-                    values[start:end],
-                    expires[start:end],
+                    user_keys=user_keys[start:end],
+                    values=values[start:end],
+                    expires=expires[start:end],
                 )
             start = end
 
@@ -338,11 +335,10 @@ class DictKeyedStore(KeyedStateStore):
 
     def set_current_key(self, key: Key, key_group: int) -> None:
         group = self.groups[key_group]
-        slots = group.slots
-        for name, state in self._bound:
-            state.bind(slots[name], key)
+        cursor = self.cursor
+        cursor.key = key
+        cursor.slots = group.slots
         self._group = group
-        self._key = key
 
     def _current_group(self) -> KeyGroupState:
         if self._group is None:
@@ -352,21 +348,21 @@ class DictKeyedStore(KeyedStateStore):
 
     def register_timer(self, timestamp_ms: int) -> None:
         group = self._current_group()
-        if group.add_timer(self._key, int(timestamp_ms)):
-            group.timers.changed.add(self._key)
+        if group.add_timer(self.cursor.key, int(timestamp_ms)):
+            group.timers.changed.add(self.cursor.key)
 
     def delete_timer(self, timestamp_ms: int) -> None:
         group = self._current_group()
-        pending = group.timers.table.get(self._key)
+        pending = group.timers.table.get(self.cursor.key)
         if pending is None or timestamp_ms not in pending:
             return
         pending.discard(timestamp_ms)
         if not pending:
-            del group.timers.table[self._key]
-        group.timers.changed.add(self._key)
+            del group.timers.table[self.cursor.key]
+        group.timers.changed.add(self.cursor.key)
 
     def timers(self) -> list[int]:
-        return sorted(self._current_group().timers.table.get(self._key, ()))
+        return sorted(self._current_group().timers.table.get(self.cursor.key, ()))
 
     def pop_due_timers(self, now_ms: int) -> list[tuple[int, int, Key]]:
         import heapq
@@ -401,9 +397,11 @@ class DictKeyedStore(KeyedStateStore):
         rows = RowBuffer()
         packer = KeyPacker()
         write = write_full if kind == FULL else write_delta
-        now = self.clock.now_ms
+        now = self.cursor.now_ms
         for key_group in task.key_groups:
-            write(rows, key_group, self.groups[key_group], self.descriptors, now, packer)
+            write(
+                rows, key_group, self.groups[key_group], self.descriptors, now_ms=now, packer=packer
+            )
         parents = sorted(
             {self.identity[kg][1] for kg in task.key_groups if kg in self.identity}
             if kind == DELTA
@@ -442,7 +440,10 @@ class DictKeyedStore(KeyedStateStore):
         dropped = self.storage.drop_versions_before(full_base)
         if dropped:
             logger.info(
-                "state: operator %s dropped %d versions before %d", self.spec.name, dropped, full_base
+                "state: operator %s dropped %d versions before %d",
+                self.spec.name,
+                dropped,
+                full_base,
             )
 
 
@@ -461,9 +462,7 @@ def worker_store(
 ) -> DictKeyedStore:
     """The store this Python worker keeps for (location, operator, query) between tasks."""
     if not cache:
-        return DictKeyedStore(
-            storage, spec, retain=retain, full_snapshot_every=full_snapshot_every
-        )
+        return DictKeyedStore(storage, spec, retain=retain, full_snapshot_every=full_snapshot_every)
     cache_key = (storage.location, spec.name, query_id)
     with _WORKER_LOCK:
         store = _WORKER_STORES.get(cache_key)

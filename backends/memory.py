@@ -5,9 +5,10 @@ where :class:`DictKeyedStore` writes its snapshots.
 
 Layout: one :class:`KeyGroupState` per key group, holding one :class:`Slot`
 (a dict keyed by grouping key, plus what changed since the last snapshot) per
-declared state, and the key group's timers. A state object is rebound to the
-current key's slot on every key switch, so an operation is a dict access and
-a set insert.
+declared state, and the key group's timers. State objects read the current
+key and its group's slots from a shared :class:`Cursor`, so a key switch is
+two attribute writes and an operation is a few lookups, a dict access and a
+set insert.
 
 Entries with a TTL are stored as ``(value, expires_ms)``; without one as the
 bare value (a separate, faster class). Change tracking feeds delta snapshots:
@@ -25,14 +26,14 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from firesteel.backends import format as fmt
 from firesteel.backends.base import Key
 from firesteel.state.api import ListState, MapState, ValueState
 from firesteel.state.descriptors import StateDescriptor, StateKind
-from firesteel.state.serializers import Serializer, pack, pack_key, unpack
+from firesteel.state.serializers import Serializer, key_packer, pack, pack_key, unpack
 
 _MISSING = object()
 TIMERS = "__timers__"
@@ -87,12 +88,19 @@ class KeyGroupState:
         return True
 
 
-class Clock:
-    """The processing time of the running batch, shared by every state object of a store."""
+class Cursor:
+    """Where every state object of a store points: the current key, its key group's slots,
+    and the batch's processing time.
 
-    __slots__ = ("now_ms",)
+    A key switch sets two attributes here; state objects read them on each
+    operation, so switching keys costs the same however many states exist.
+    """
+
+    __slots__ = ("key", "now_ms", "slots")
 
     def __init__(self) -> None:
+        self.key: Key = ()
+        self.slots: dict[str, Slot] = {}
         self.now_ms = 0
 
 
@@ -102,24 +110,17 @@ class Clock:
 class HeapValueState(ValueState):
     """A value per key, without TTL."""
 
-    __slots__ = ("_changed", "_check", "_clock", "_desc", "_key", "_table")
+    __slots__ = ("_check", "_cursor", "_desc", "_name")
 
-    def __init__(self, descriptor: StateDescriptor, clock: Clock) -> None:
+    def __init__(self, descriptor: StateDescriptor, cursor: Cursor) -> None:
         self._desc = descriptor
-        self._clock = clock
+        self._name = descriptor.name
+        self._cursor = cursor
         self._check = descriptor.type is not None
-        self._table: dict[Any, Any] = {}
-        self._changed: set[Any] = set()
-        self._key: Key = ()
-
-    def bind(self, slot: Slot, key: Key) -> None:
-        """Point this object at ``key`` in ``slot`` (called on every key switch)."""
-        self._table = slot.table
-        self._changed = slot.changed
-        self._key = key
 
     def value(self) -> Any:
-        return self._table.get(self._key)
+        cursor = self._cursor
+        return cursor.slots[self._name].table.get(cursor.key)
 
     def update(self, value: Any) -> None:
         if value is None:
@@ -127,12 +128,16 @@ class HeapValueState(ValueState):
             return
         if self._check:
             self._desc.check_type(value)
-        self._table[self._key] = value
-        self._changed.add(self._key)
+        cursor = self._cursor
+        slot = cursor.slots[self._name]
+        slot.table[cursor.key] = value
+        slot.changed.add(cursor.key)
 
     def clear(self) -> None:
-        if self._table.pop(self._key, _MISSING) is not _MISSING:
-            self._changed.add(self._key)
+        cursor = self._cursor
+        slot = cursor.slots[self._name]
+        if slot.table.pop(cursor.key, _MISSING) is not _MISSING:
+            slot.changed.add(cursor.key)
 
 
 class HeapValueStateTtl(HeapValueState):
@@ -140,25 +145,28 @@ class HeapValueStateTtl(HeapValueState):
 
     __slots__ = ("_refresh", "_ttl")
 
-    def __init__(self, descriptor: StateDescriptor, clock: Clock) -> None:
-        super().__init__(descriptor, clock)
+    def __init__(self, descriptor: StateDescriptor, cursor: Cursor) -> None:
+        super().__init__(descriptor, cursor)
         ttl = descriptor.ttl_config
         assert ttl is not None
         self._ttl = ttl.millis
         self._refresh = ttl.refresh_on_read
 
     def value(self) -> Any:
-        entry = self._table.get(self._key)
+        cursor = self._cursor
+        slot = cursor.slots[self._name]
+        key = cursor.key
+        entry = slot.table.get(key)
         if entry is None:
             return None
-        now = self._clock.now_ms
+        now = cursor.now_ms
         if entry[1] <= now:
-            del self._table[self._key]
-            self._changed.add(self._key)
+            del slot.table[key]
+            slot.changed.add(key)
             return None
         if self._refresh:
-            self._table[self._key] = (entry[0], now + self._ttl)
-            self._changed.add(self._key)
+            slot.table[key] = (entry[0], now + self._ttl)
+            slot.changed.add(key)
         return entry[0]
 
     def update(self, value: Any) -> None:
@@ -167,8 +175,10 @@ class HeapValueStateTtl(HeapValueState):
             return
         if self._check:
             self._desc.check_type(value)
-        self._table[self._key] = (value, self._clock.now_ms + self._ttl)
-        self._changed.add(self._key)
+        cursor = self._cursor
+        slot = cursor.slots[self._name]
+        slot.table[cursor.key] = (value, cursor.now_ms + self._ttl)
+        slot.changed.add(cursor.key)
 
 
 # -- list --------------------------------------------------------------------------------
@@ -177,34 +187,25 @@ class HeapValueStateTtl(HeapValueState):
 class HeapListState(ListState):
     """A list per key; with a TTL each element is ``(value, expires_ms)``."""
 
-    __slots__ = ("_appended", "_changed", "_check", "_clock", "_desc", "_key", "_table", "_ttl")
+    __slots__ = ("_check", "_cursor", "_desc", "_name", "_ttl")
 
-    def __init__(self, descriptor: StateDescriptor, clock: Clock) -> None:
+    def __init__(self, descriptor: StateDescriptor, cursor: Cursor) -> None:
         self._desc = descriptor
-        self._clock = clock
+        self._name = descriptor.name
+        self._cursor = cursor
         self._check = descriptor.type is not None
         ttl = descriptor.ttl_config
         self._ttl = ttl.millis if ttl else None
-        self._table: dict[Any, list[Any]] = {}
-        self._changed: set[Any] = set()
-        self._appended: dict[Any, int] = {}
-        self._key: Key = ()
-
-    def bind(self, slot: Slot, key: Key) -> None:
-        """Point this object at ``key`` in ``slot``."""
-        self._table = slot.table
-        self._changed = slot.changed
-        self._appended = slot.appended_from
-        self._key = key
 
     def _live(self) -> list[Any]:
         """The stored list with expired elements removed (a rewrite, when any expired)."""
-        stored = self._table.get(self._key)
+        cursor = self._cursor
+        stored = cursor.slots[self._name].table.get(cursor.key)
         if stored is None:
             return []
         if self._ttl is None:
             return stored
-        now = self._clock.now_ms
+        now = cursor.now_ms
         if all(expires > now for _, expires in stored):
             return stored
         kept = [entry for entry in stored if entry[1] > now]
@@ -212,12 +213,14 @@ class HeapListState(ListState):
         return kept
 
     def _rewrite(self, entries: list[Any]) -> None:
+        cursor = self._cursor
+        slot = cursor.slots[self._name]
         if entries:
-            self._table[self._key] = entries
+            slot.table[cursor.key] = entries
         else:
-            self._table.pop(self._key, None)
-        self._changed.add(self._key)
-        self._appended.pop(self._key, None)
+            slot.table.pop(cursor.key, None)
+        slot.changed.add(cursor.key)
+        slot.appended_from.pop(cursor.key, None)
 
     def get(self) -> list[Any]:
         live = self._live()
@@ -231,13 +234,15 @@ class HeapListState(ListState):
     def append(self, value: Any) -> None:
         if self._check:
             self._desc.check_type(value)
-        key = self._key
-        stored = self._table.get(key)
+        cursor = self._cursor
+        slot = cursor.slots[self._name]
+        key = cursor.key
+        stored = slot.table.get(key)
         if stored is None:
-            stored = self._table[key] = []
-        if key not in self._appended and key not in self._changed:
-            self._appended[key] = len(stored)
-        stored.append(value if self._ttl is None else (value, self._clock.now_ms + self._ttl))
+            stored = slot.table[key] = []
+        if key not in slot.appended_from and key not in slot.changed:
+            slot.appended_from[key] = len(stored)
+        stored.append(value if self._ttl is None else (value, cursor.now_ms + self._ttl))
 
     def extend(self, values: Iterable[Any]) -> None:
         for value in values:
@@ -249,12 +254,13 @@ class HeapListState(ListState):
             for value in items:
                 self._desc.check_type(value)
         if self._ttl is not None:
-            expires = self._clock.now_ms + self._ttl
+            expires = self._cursor.now_ms + self._ttl
             items = [(value, expires) for value in items]
         self._rewrite(items)
 
     def clear(self) -> None:
-        if self._key in self._table:
+        cursor = self._cursor
+        if cursor.key in cursor.slots[self._name].table:
             self._rewrite([])
 
 
@@ -264,34 +270,27 @@ class HeapListState(ListState):
 class HeapMapState(MapState):
     """A map per key; with a TTL each entry is ``(value, expires_ms)``."""
 
-    __slots__ = ("_changed", "_check", "_cleared", "_clock", "_desc", "_key", "_table", "_ttl")
+    __slots__ = ("_check", "_cursor", "_desc", "_name", "_ttl")
 
-    def __init__(self, descriptor: StateDescriptor, clock: Clock) -> None:
+    def __init__(self, descriptor: StateDescriptor, cursor: Cursor) -> None:
         self._desc = descriptor
-        self._clock = clock
+        self._name = descriptor.name
+        self._cursor = cursor
         self._check = descriptor.type is not None
         ttl = descriptor.ttl_config
         self._ttl = ttl.millis if ttl else None
-        self._table: dict[Any, dict[Any, Any]] = {}
-        self._changed: set[Any] = set()
-        self._cleared: set[Any] = set()
-        self._key: Key = ()
 
-    def bind(self, slot: Slot, key: Key) -> None:
-        """Point this object at ``key`` in ``slot``."""
-        self._table = slot.table
-        self._changed = slot.changed
-        self._cleared = slot.cleared
-        self._key = key
-
-    def _remove_entry(self, entries: dict[Any, Any], user_key: Any) -> None:
+    def _remove_entry(self, slot: Slot, entries: dict[Any, Any], user_key: Any) -> None:
+        key = self._cursor.key
         del entries[user_key]
-        self._changed.add((self._key, user_key))
+        slot.changed.add((key, user_key))
         if not entries:
-            del self._table[self._key]
+            del slot.table[key]
 
     def get(self, user_key: Any, default: Any = None) -> Any:
-        entries = self._table.get(self._key)
+        cursor = self._cursor
+        slot = cursor.slots[self._name]
+        entries = slot.table.get(cursor.key)
         if entries is None:
             return default
         entry = entries.get(user_key, _MISSING)
@@ -299,8 +298,8 @@ class HeapMapState(MapState):
             return default
         if self._ttl is None:
             return entry
-        if entry[1] <= self._clock.now_ms:
-            self._remove_entry(entries, user_key)
+        if entry[1] <= cursor.now_ms:
+            self._remove_entry(slot, entries, user_key)
             return default
         return entry[0]
 
@@ -310,35 +309,44 @@ class HeapMapState(MapState):
             return
         if self._check:
             self._desc.check_type(value)
-        entries = self._table.get(self._key)
+        cursor = self._cursor
+        slot = cursor.slots[self._name]
+        key = cursor.key
+        entries = slot.table.get(key)
         if entries is None:
-            entries = self._table[self._key] = {}
-        entries[user_key] = value if self._ttl is None else (value, self._clock.now_ms + self._ttl)
-        self._changed.add((self._key, user_key))
+            entries = slot.table[key] = {}
+        entries[user_key] = value if self._ttl is None else (value, cursor.now_ms + self._ttl)
+        slot.changed.add((key, user_key))
 
     def remove(self, user_key: Any) -> None:
-        entries = self._table.get(self._key)
+        cursor = self._cursor
+        slot = cursor.slots[self._name]
+        entries = slot.table.get(cursor.key)
         if entries is not None and user_key in entries:
-            self._remove_entry(entries, user_key)
+            self._remove_entry(slot, entries, user_key)
 
     def contains(self, user_key: Any) -> bool:
         return self.get(user_key, _MISSING) is not _MISSING
 
     def items(self) -> list[tuple[Any, Any]]:
-        entries = self._table.get(self._key)
+        cursor = self._cursor
+        slot = cursor.slots[self._name]
+        entries = slot.table.get(cursor.key)
         if not entries:
             return []
         if self._ttl is None:
             return list(entries.items())
-        now = self._clock.now_ms
+        now = cursor.now_ms
         expired = [user_key for user_key, (_, expires) in entries.items() if expires <= now]
         for user_key in expired:
-            self._remove_entry(entries, user_key)
+            self._remove_entry(slot, entries, user_key)
         return [(user_key, value) for user_key, (value, _) in entries.items()]
 
     def clear(self) -> None:
-        if self._table.pop(self._key, None) is not None:
-            self._cleared.add(self._key)
+        cursor = self._cursor
+        slot = cursor.slots[self._name]
+        if slot.table.pop(cursor.key, None) is not None:
+            slot.cleared.add(cursor.key)
 
     def __len__(self) -> int:
         return len(self.items())
@@ -347,22 +355,26 @@ class HeapMapState(MapState):
 BoundState = HeapValueState | HeapListState | HeapMapState
 
 
-def make_state(descriptor: StateDescriptor, clock: Clock) -> BoundState:
+def make_state(descriptor: StateDescriptor, cursor: Cursor) -> BoundState:
     """The state object class for ``descriptor``'s kind and TTL."""
     if descriptor.kind is StateKind.VALUE:
         if descriptor.ttl_config is None:
-            return HeapValueState(descriptor, clock)
-        return HeapValueStateTtl(descriptor, clock)
+            return HeapValueState(descriptor, cursor)
+        return HeapValueStateTtl(descriptor, cursor)
     if descriptor.kind is StateKind.LIST:
-        return HeapListState(descriptor, clock)
-    return HeapMapState(descriptor, clock)
+        return HeapListState(descriptor, cursor)
+    return HeapMapState(descriptor, cursor)
 
 
 # -- snapshot rows -----------------------------------------------------------------------
 
 
 class RowBuffer:
-    """Columns of a snapshot body being built (see :data:`firesteel.backends.format.BODY_SCHEMA`)."""
+    """Columns of a snapshot body being built (see :data:`firesteel.backends.format.BODY_SCHEMA`).
+
+    Rows are added in runs of one key group and state, column by column, so a
+    million entries cost a few list extends rather than a million calls.
+    """
 
     def __init__(self) -> None:
         self.key_group: list[int] = []
@@ -373,24 +385,29 @@ class RowBuffer:
         self.value: list[bytes | None] = []
         self.expires: list[int | None] = []
 
-    def add(
+    def extend(
         self,
         key_group: int,
         state: str,
-        op: int,
-        key: bytes,
-        user_key: bytes | None = None,
-        value: bytes | None = None,
-        expires: int | None = None,
+        op: int | list[int],
+        keys: list[bytes],
+        *,
+        user_keys: list[bytes | None] | None = None,
+        values: list[bytes | None] | None = None,
+        expires: list[int | None] | None = None,
     ) -> None:
-        """Append one row."""
-        self.key_group.append(key_group)
-        self.state.append(state)
-        self.op.append(op)
-        self.key.append(key)
-        self.user_key.append(user_key)
-        self.value.append(value)
-        self.expires.append(expires)
+        """Append ``len(keys)`` rows of one key group and state."""
+        count = len(keys)
+        if not count:
+            return
+        self.key_group.extend([key_group] * count)
+        self.state.extend([state] * count)
+        self.op.extend(op if isinstance(op, list) else [op] * count)
+        self.key.extend(keys)
+        none: list[Any] = [None] * count
+        self.user_key.extend(user_keys if user_keys is not None else none)
+        self.value.extend(values if values is not None else none)
+        self.expires.extend(expires if expires is not None else none)
 
     def __len__(self) -> int:
         return len(self.op)
@@ -399,12 +416,11 @@ class RowBuffer:
         """The rows as an Arrow table of the body schema."""
         import pyarrow as pa
 
+        states = pa.array(self.state, pa.string()).dictionary_encode()
         return pa.table(
             [
                 pa.array(self.key_group, pa.int16()),
-                pa.array(self.state, pa.string()).dictionary_encode().cast(
-                    pa.dictionary(pa.int16(), pa.string())
-                ),
+                states.cast(pa.dictionary(pa.int16(), pa.string())),
                 pa.array(self.op, pa.int8()),
                 pa.array(self.key, pa.binary()),
                 pa.array(self.user_key, pa.binary()),
@@ -427,19 +443,75 @@ class KeyPacker:
             packed = self._packed[key] = pack_key(key)
         return packed
 
+    def many(self, keys: Iterable[Key]) -> list[bytes]:
+        """Pack several keys (value states: each key once, so no cache)."""
+        pack_one = key_packer()
+        return [pack_one(k) for k in keys]
 
-def _dumper(name: str, serializer: Serializer) -> Callable[[Any], bytes]:
-    """``serializer.dumps`` whose errors name the state."""
+
+def _dump_all(name: str, serializer: Serializer, values: Iterable[Any]) -> list[bytes | None]:
+    """Serialize values; an error names the state."""
     dumps = serializer.dumps
+    try:
+        return [dumps(value) for value in values]
+    except (TypeError, ValueError, OverflowError) as exc:
+        msg = f"state '{name}': cannot serialize a value: {exc}"
+        raise TypeError(msg) from exc
 
-    def dump(value: Any) -> bytes:
-        try:
-            return dumps(value)
-        except (TypeError, ValueError, OverflowError) as exc:
-            msg = f"state '{name}': cannot serialize {type(value).__name__} value: {exc}"
-            raise TypeError(msg) from exc
 
-    return dump
+def _packed_user_keys(user_keys: Iterable[Any]) -> list[bytes | None]:
+    return [pack(user_key) for user_key in user_keys]
+
+
+def _sweep(desc: StateDescriptor, table: dict[Any, Any], now_ms: int) -> None:
+    """Drop expired entries of a TTL state (before a full snapshot)."""
+    if desc.kind is StateKind.VALUE:
+        for key in [k for k, (_, exp) in table.items() if exp <= now_ms]:
+            del table[key]
+        return
+    for key in list(table):
+        content = table[key]
+        if desc.kind is StateKind.LIST:
+            kept = [e for e in content if e[1] > now_ms]
+            if len(kept) != len(content):
+                table[key] = kept
+        else:
+            for user_key in [u for u, (_, exp) in content.items() if exp <= now_ms]:
+                del content[user_key]
+            kept = content
+        if not kept:
+            del table[key]
+
+
+def _entry_rows(
+    rows: RowBuffer,
+    key_group: int,
+    name: str,
+    desc: StateDescriptor,
+    *,
+    packed: bytes,
+    content: Any,
+    op: int,
+) -> None:
+    """Rows of one key's whole list or map (``content``), all with operation ``op``."""
+    ttl = desc.ttl_config is not None
+    if desc.kind is StateKind.LIST:
+        values = [e[0] for e in content] if ttl else content
+        expires = [e[1] for e in content] if ttl else None
+        user_keys = None
+    else:
+        user_keys = _packed_user_keys(content)
+        values = [e[0] for e in content.values()] if ttl else list(content.values())
+        expires = [e[1] for e in content.values()] if ttl else None
+    rows.extend(
+        key_group,
+        name,
+        op,
+        [packed] * len(values),
+        user_keys=user_keys,
+        values=_dump_all(name, desc.value_serializer, values),
+        expires=expires,
+    )
 
 
 def write_full(
@@ -447,57 +519,43 @@ def write_full(
     key_group: int,
     group: KeyGroupState,
     descriptors: dict[str, StateDescriptor],
+    *,
     now_ms: int,
-    packer: Callable[[Key], bytes],
+    packer: KeyPacker,
 ) -> None:
     """Every live entry of ``group`` as rows (expired entries are swept, not written)."""
     for name, slot in group.slots.items():
         desc = descriptors[name]
-        dump = _dumper(name, desc.value_serializer)
-        ttl = desc.ttl_config is not None
         table = slot.table
+        if desc.ttl_config is not None:
+            _sweep(desc, table, now_ms)
         if desc.kind is StateKind.VALUE:
-            if ttl:
-                for key in [k for k, (_, exp) in table.items() if exp <= now_ms]:
-                    del table[key]
-                for key, (value, exp) in table.items():
-                    rows.add(key_group, name, fmt.OP_PUT, packer(key), None, dump(value), exp)
-            else:
-                for key, value in table.items():
-                    rows.add(key_group, name, fmt.OP_PUT, packer(key), None, dump(value))
-        elif desc.kind is StateKind.LIST:
-            for key in list(table):
-                elements = table[key]
-                if ttl:
-                    elements = [e for e in elements if e[1] > now_ms]
-                    if not elements:
-                        del table[key]
-                        continue
-                    table[key] = elements
-                    for value, exp in elements:
-                        rows.add(key_group, name, fmt.OP_APPEND, packer(key), None, dump(value), exp)
-                else:
-                    packed = packer(key)
-                    for value in elements:
-                        rows.add(key_group, name, fmt.OP_APPEND, packed, None, dump(value))
+            ttl = desc.ttl_config is not None
+            entries = list(table.values())
+            rows.extend(
+                key_group,
+                name,
+                fmt.OP_PUT,
+                packer.many(table),
+                values=_dump_all(
+                    name, desc.value_serializer, [e[0] for e in entries] if ttl else entries
+                ),
+                expires=[e[1] for e in entries] if ttl else None,
+            )
         else:
-            for key in list(table):
-                entries = table[key]
-                if ttl:
-                    for user_key in [u for u, (_, exp) in entries.items() if exp <= now_ms]:
-                        del entries[user_key]
-                    if not entries:
-                        del table[key]
-                        continue
-                packed = packer(key)
-                for user_key, entry in entries.items():
-                    value, exp = entry if ttl else (entry, None)
-                    rows.add(key_group, name, fmt.OP_PUT, packed, pack(user_key), dump(value), exp)
+            op = fmt.OP_APPEND if desc.kind is StateKind.LIST else fmt.OP_PUT
+            for key, content in table.items():
+                _entry_rows(rows, key_group, name, desc, packed=packer(key), content=content, op=op)
         slot.reset_changes()
     for key, pending in group.timers.table.items():
-        packed = packer(key)
-        for timestamp in sorted(pending):
-            rows.add(key_group, TIMERS, fmt.OP_PUT, packed, pack(timestamp))
+        stamps = sorted(pending)
+        rows.extend(
+            key_group,
+            TIMERS,
+            fmt.OP_PUT,
+            [packer(key)] * len(stamps),
+            user_keys=_packed_user_keys(stamps),
+        )
     group.timers.reset_changes()
 
 
@@ -506,73 +564,103 @@ def write_delta(
     key_group: int,
     group: KeyGroupState,
     descriptors: dict[str, StateDescriptor],
+    *,
     now_ms: int,
-    packer: Callable[[Key], bytes],
+    packer: KeyPacker,
 ) -> None:
     """What changed in ``group`` since its last snapshot, as rows."""
     for name, slot in group.slots.items():
         desc = descriptors[name]
-        dump = _dumper(name, desc.value_serializer)
         ttl = desc.ttl_config is not None
         table = slot.table
         if desc.kind is StateKind.VALUE:
-            for key in slot.changed:
-                entry = table.get(key, _MISSING)
-                if entry is _MISSING:
-                    rows.add(key_group, name, fmt.OP_DELETE, packer(key))
-                elif ttl:
-                    rows.add(key_group, name, fmt.OP_PUT, packer(key), None, dump(entry[0]), entry[1])
-                else:
-                    rows.add(key_group, name, fmt.OP_PUT, packer(key), None, dump(entry))
+            present = [key for key in slot.changed if key in table]
+            gone = [key for key in slot.changed if key not in table]
+            entries = [table[key] for key in present]
+            rows.extend(
+                key_group,
+                name,
+                fmt.OP_PUT,
+                packer.many(present),
+                values=_dump_all(
+                    name, desc.value_serializer, [e[0] for e in entries] if ttl else entries
+                ),
+                expires=[e[1] for e in entries] if ttl else None,
+            )
+            rows.extend(key_group, name, fmt.OP_DELETE, packer.many(gone))
         elif desc.kind is StateKind.LIST:
             for key in slot.changed:
                 packed = packer(key)
-                rows.add(key_group, name, fmt.OP_CLEAR, packed)
-                _append_rows(rows, key_group, name, packed, table.get(key, ()), dump, ttl)
+                rows.extend(key_group, name, fmt.OP_CLEAR, [packed])
+                _entry_rows(
+                    rows,
+                    key_group,
+                    name,
+                    desc,
+                    packed=packed,
+                    content=table.get(key, []),
+                    op=fmt.OP_APPEND,
+                )
             for key, start in slot.appended_from.items():
-                if key in slot.changed:
-                    continue
-                elements = table.get(key, [])
-                _append_rows(rows, key_group, name, packer(key), elements[start:], dump, ttl)
+                if key not in slot.changed:
+                    new = table.get(key, [])[start:]
+                    _entry_rows(
+                        rows,
+                        key_group,
+                        name,
+                        desc,
+                        packed=packer(key),
+                        content=new,
+                        op=fmt.OP_APPEND,
+                    )
         else:
             for key in slot.cleared:
                 packed = packer(key)
-                rows.add(key_group, name, fmt.OP_CLEAR, packed)
-                for user_key, entry in table.get(key, {}).items():
-                    value, exp = entry if ttl else (entry, None)
-                    rows.add(key_group, name, fmt.OP_PUT, packed, pack(user_key), dump(value), exp)
+                rows.extend(key_group, name, fmt.OP_CLEAR, [packed])
+                _entry_rows(
+                    rows,
+                    key_group,
+                    name,
+                    desc,
+                    packed=packed,
+                    content=table.get(key, {}),
+                    op=fmt.OP_PUT,
+                )
             for key, user_key in slot.changed:
                 if key in slot.cleared:
                     continue
-                entries = table.get(key)
-                entry = _MISSING if entries is None else entries.get(user_key, _MISSING)
+                entries_of_key = table.get(key)
+                entry = (
+                    _MISSING if entries_of_key is None else entries_of_key.get(user_key, _MISSING)
+                )
                 if entry is _MISSING:
-                    rows.add(key_group, name, fmt.OP_DELETE, packer(key), pack(user_key))
+                    rows.extend(
+                        key_group, name, fmt.OP_DELETE, [packer(key)], user_keys=[pack(user_key)]
+                    )
                 else:
-                    value, exp = entry if ttl else (entry, None)
-                    rows.add(key_group, name, fmt.OP_PUT, packer(key), pack(user_key), dump(value), exp)
+                    _entry_rows(
+                        rows,
+                        key_group,
+                        name,
+                        desc,
+                        packed=packer(key),
+                        content={user_key: entry},
+                        op=fmt.OP_PUT,
+                    )
         slot.reset_changes()
     timers = group.timers
     for key in timers.changed:
         packed = packer(key)
-        rows.add(key_group, TIMERS, fmt.OP_CLEAR, packed)
-        for timestamp in sorted(timers.table.get(key, ())):
-            rows.add(key_group, TIMERS, fmt.OP_PUT, packed, pack(timestamp))
+        rows.extend(key_group, TIMERS, fmt.OP_CLEAR, [packed])
+        stamps = sorted(timers.table.get(key, ()))
+        rows.extend(
+            key_group,
+            TIMERS,
+            fmt.OP_PUT,
+            [packed] * len(stamps),
+            user_keys=_packed_user_keys(stamps),
+        )
     timers.reset_changes()
-
-
-def _append_rows(
-    rows: RowBuffer,
-    key_group: int,
-    name: str,
-    packed: bytes,
-    elements: Iterable[Any],
-    dump: Callable[[Any], bytes],
-    ttl: bool,
-) -> None:
-    for element in elements:
-        value, exp = element if ttl else (element, None)
-        rows.add(key_group, name, fmt.OP_APPEND, packed, None, dump(value), exp)
 
 
 # -- restore -----------------------------------------------------------------------------
@@ -598,6 +686,7 @@ class RowApplier:
         state: str,
         ops: list[int],
         keys: list[bytes],
+        *,
         user_keys: list[bytes | None],
         values: list[bytes | None],
         expires: list[int | None],
@@ -612,7 +701,9 @@ class RowApplier:
         default_expiry = self.now_ms + ttl.millis if ttl else None
         table = group.slots[state].table
         kind = desc.kind
-        for op, packed, user_key, value, exp in zip(ops, keys, user_keys, values, expires, strict=True):
+        for op, packed, user_key, value, exp in zip(
+            ops, keys, user_keys, values, expires, strict=True
+        ):
             key = self._key(packed)
             if op == fmt.OP_CLEAR:
                 table.pop(key, None)
@@ -621,14 +712,14 @@ class RowApplier:
                 if op == fmt.OP_DELETE:
                     table.pop(key, None)
                 else:
-                    decoded = load(value)  # type: ignore[arg-type]
+                    decoded = load(value)
                     table[key] = (decoded, exp or default_expiry) if ttl else decoded
             elif kind is StateKind.LIST:
-                decoded = load(value)  # type: ignore[arg-type]
+                decoded = load(value)
                 element = (decoded, exp or default_expiry) if ttl else decoded
                 table.setdefault(key, []).append(element)
             else:
-                user = unpack(user_key)  # type: ignore[arg-type]
+                user = unpack(user_key)
                 if op == fmt.OP_DELETE:
                     entries = table.get(key)
                     if entries is not None:
@@ -636,7 +727,7 @@ class RowApplier:
                         if not entries:
                             del table[key]
                 else:
-                    decoded = load(value)  # type: ignore[arg-type]
+                    decoded = load(value)
                     table.setdefault(key, {})[user] = (
                         (decoded, exp or default_expiry) if ttl else decoded
                     )
@@ -654,4 +745,4 @@ class RowApplier:
             if op == fmt.OP_CLEAR:
                 table.pop(key, None)
             else:
-                group.add_timer(key, int(unpack(user_key)))  # type: ignore[arg-type]
+                group.add_timer(key, int(unpack(user_key)))

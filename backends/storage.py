@@ -156,7 +156,9 @@ class SnapshotStorage:
             version = int(dir_match.group(1))
             start, end, kind, file_digest = file_match.groups()
             versions.setdefault(version, []).append(
-                SnapshotFile(version, KeyGroupRange(int(start), int(end)), kind, file_digest, info.path)
+                SnapshotFile(
+                    version, KeyGroupRange(int(start), int(end)), kind, file_digest, info.path
+                )
             )
         return versions
 
@@ -264,6 +266,7 @@ def plan_restore(
     listing: dict[int, list[SnapshotFile]],
     key_groups: KeyGroupRange,
     version: int,
+    *,
     first_version: int,
     in_memory: dict[int, tuple[int, str]],
 ) -> dict[int, RestorePlan]:

@@ -104,7 +104,9 @@ def _read_operator(location: str, operator: str, batch: int | None) -> pa.Table:
         )
         raise ConfigError(msg)
     everything = KeyGroupRange(0, max_parallelism - 1)
-    plans = plan_restore(storage, listing, everything, batch, int(meta["first_batch"]), {})
+    plans = plan_restore(
+        storage, listing, everything, batch, first_version=int(meta["first_batch"]), in_memory={}
+    )
     needed: dict[str, tuple[Any, set[int]]] = {}
     for key_group, plan in plans.items():
         for file in plan.files:
@@ -118,7 +120,9 @@ def _read_operator(location: str, operator: str, batch: int | None) -> pa.Table:
     return _to_table(operator, batch, entries, kinds)
 
 
-def _apply(entries: dict[tuple[int, str], dict[Any, Any]], rows: pa.Table, wanted: set[int]) -> None:
+def _apply(
+    entries: dict[tuple[int, str], dict[Any, Any]], rows: pa.Table, wanted: set[int]
+) -> None:
     """Apply rows generically: bytes stay bytes; lists/maps/timers by operation."""
     for kg, state, op, key, user_key, value, expires in zip(
         *(rows.column(name).to_pylist() for name in fmt.BODY_SCHEMA.names), strict=True
@@ -157,7 +161,8 @@ def _to_table(
 ) -> pa.Table:
     columns: dict[str, list[Any]] = {name: [] for name in SCHEMA.names}
 
-    def add(kg: int, key: bytes, state: str, kind: str, user: str | None, value: Any) -> None:
+    def add(where: tuple[int, bytes, str, str], user: str | None, value: Any) -> None:
+        kg, key, state, kind = where
         data, expires = value
         columns["operator"].append(operator)
         columns["batch"].append(batch)
@@ -177,13 +182,13 @@ def _to_table(
         for key, content in table.items():
             if kind == "list":
                 for index, element in enumerate(content):
-                    add(kg, key, state, kind, str(index), element)
+                    add((kg, key, state, kind), str(index), element)
             elif kind == "map":
                 for user_key, element in content.items():
-                    add(kg, key, state, kind, _json(unpack(user_key)), element)
+                    add((kg, key, state, kind), _json(unpack(user_key)), element)
             elif kind == "timer":
                 for user_key in content:
-                    add(kg, key, state, kind, _json(unpack(user_key)), (None, None))
+                    add((kg, key, state, kind), _json(unpack(user_key)), (None, None))
             else:
-                add(kg, key, state, kind, None, content)
+                add((kg, key, state, kind), None, content)
     return pa.table(columns, schema=SCHEMA)

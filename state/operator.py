@@ -79,9 +79,11 @@ def _arrow_schema(df: DataFrame, output_schema: StructType | str) -> tuple[Struc
     elif isinstance(output_schema, StructType):
         parsed = output_schema
     else:
-        msg = f"output_schema must be a StructType or a DDL string, got {type(output_schema).__name__}"
+        given = type(output_schema).__name__
+        msg = f"output_schema must be a StructType or a DDL string, got {given}"
         raise ConfigError(msg)
-    return parsed, to_arrow_schema(parsed)
+    # Spark hands Python timestamps as instants; Arrow needs a zone to spell them (UTC).
+    return parsed, to_arrow_schema(parsed, timezone="UTC")
 
 
 def stateful(
@@ -109,7 +111,7 @@ def stateful(
     batch); the output is as good as the sink (use ``firesteel.files`` with
     ``guarantee=exactly-once`` for exactly-once output).
     """
-    from pyspark.sql import functions as F  # noqa: N812
+    from pyspark.sql import functions as F
 
     key_columns = (key,) if isinstance(key, str) else tuple(key)
     if not key_columns:
@@ -243,10 +245,12 @@ def run_task(
         for timestamp, key_group, key in store.pop_due_timers(now_ms):
             store.set_current_key(key, key_group)
             handle.key = key
-            _call(processor.on_timer, key, timestamp, handle, builder, "on_timer")
+            _call(processor.on_timer, key, timestamp, handle, builder, what="on_timer")
             yield from builder.drain()
         if table is not None:
-            yield from _process_input(processor, store, handle, builder, table, task, spec)
+            yield from _process_input(
+                processor, store, handle, builder, table=table, task=task, spec=spec
+            )
         builder.flush()
         pending = store.snapshot()
         yield from builder.drain()
@@ -278,6 +282,7 @@ def _process_input(
     store: KeyedStateStore,
     handle: KeyState,
     builder: OutputBuilder,
+    *,
     table: pa.Table,
     task: TaskInfo,
     spec: OperatorSpec,
@@ -306,13 +311,19 @@ def _process_input(
         rows: Any = data.slice(start, ends[position] - start)
         if as_pandas:
             rows = rows.to_pandas()
-        _call(processor.process, key, rows, handle, builder, "process")
+        _call(processor.process, key, rows, handle, builder, what="process")
         if builder.ready:
             yield from builder.drain()
 
 
 def _call(
-    method: Any, key: tuple[Any, ...], arg: Any, handle: KeyState, builder: OutputBuilder, what: str
+    method: Any,
+    key: tuple[Any, ...],
+    arg: Any,
+    handle: KeyState,
+    builder: OutputBuilder,
+    *,
+    what: str,
 ) -> None:
     try:
         builder.add(method(key, arg, handle), key)

@@ -33,6 +33,7 @@ batch's time (the same when a batch re-runs), not the wall clock at the call.
 
 from __future__ import annotations
 
+import builtins
 import datetime as dt
 from collections.abc import Iterable
 from typing import Any, ClassVar, Literal
@@ -79,7 +80,9 @@ class OpenContext:
         """Declare a state (class-attribute descriptors are declared already)."""
         known = self._declared.get(descriptor.name)
         if known is not None and known != descriptor:
-            msg = f"operator '{self.operator}': state '{descriptor.name}' declared twice, differently"
+            msg = (
+                f"operator '{self.operator}': state '{descriptor.name}' declared twice, differently"
+            )
             raise ConfigError(msg)
         self._declared[descriptor.name] = descriptor
         return descriptor
@@ -117,15 +120,15 @@ class KeyState:
 
     def value(self, descriptor: ValueStateDescriptor) -> ValueState:
         """The :class:`ValueState` for ``descriptor``."""
-        return self._store.state(descriptor)  # type: ignore[return-value]
+        return self._store.state(descriptor)
 
     def list(self, descriptor: ListStateDescriptor) -> ListState:
         """The :class:`ListState` for ``descriptor``."""
-        return self._store.state(descriptor)  # type: ignore[return-value]
+        return self._store.state(descriptor)
 
     def map(self, descriptor: MapStateDescriptor) -> MapState:
         """The :class:`MapState` for ``descriptor``."""
-        return self._store.state(descriptor)  # type: ignore[return-value]
+        return self._store.state(descriptor)
 
     def register_timer(self, when: dt.datetime | int | float) -> None:
         """Fire ``on_timer`` for this key in the first batch whose time is ``>= when``.
@@ -139,7 +142,7 @@ class KeyState:
         """Remove a timer of this key (no error when absent)."""
         self._store.delete_timer(to_millis(when))
 
-    def timers(self) -> list[int]:
+    def timers(self) -> builtins.list[int]:
         """This key's pending timers (epoch milliseconds, ascending)."""
         return self._store.timers()
 

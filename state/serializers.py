@@ -13,6 +13,7 @@ import dataclasses
 import datetime as dt
 import decimal
 import pickle
+import threading
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
@@ -70,9 +71,19 @@ def _ext_hook(code: int, data: bytes) -> Any:
     return msgpack.ExtType(code, data)
 
 
+_local = threading.local()
+
+
+def _packer() -> msgpack.Packer:
+    packer = getattr(_local, "packer", None)
+    if packer is None:
+        packer = _local.packer = msgpack.Packer(default=_default, datetime=False, use_bin_type=True)
+    return packer
+
+
 def pack(value: Any) -> bytes:
     """Encode a value with firesteel's msgpack conventions (used for keys too)."""
-    return msgpack.packb(value, default=_default, datetime=False, use_bin_type=True)
+    return _packer().pack(value)
 
 
 def unpack(data: bytes) -> Any:
@@ -83,8 +94,13 @@ def unpack(data: bytes) -> Any:
 
 
 def pack_key(key: tuple[Any, ...]) -> bytes:
-    """Encode a grouping key (always a tuple of the key columns' values)."""
-    return pack(list(key))
+    """Encode a grouping key (always a tuple of the key columns' values) as a msgpack array."""
+    return _packer().pack(key)
+
+
+def key_packer() -> Any:
+    """The bound ``pack`` method of this thread's packer, for encoding many keys in a loop."""
+    return _packer().pack
 
 
 def unpack_key(data: bytes) -> tuple[Any, ...]:
@@ -126,7 +142,7 @@ class MsgpackSerializer(Serializer):
         self._is_dataclass = type is not None and dataclasses.is_dataclass(type)
 
     def dumps(self, value: Any) -> bytes:
-        return pack(value)
+        return _packer().pack(value)
 
     def loads(self, data: bytes) -> Any:
         value = unpack(data)
@@ -149,7 +165,7 @@ class PickleSerializer(Serializer):
         return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
     def loads(self, data: bytes) -> Any:
-        return pickle.loads(data)  # noqa: S301 - explicit opt-in, see class docstring
+        return pickle.loads(data)
 
 
 def check_serializer(state: str, declared: Serializer, stored: str, where: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -48,10 +49,8 @@ def run_available_now(reader: Any, writer_options: dict[str, str], fmt: str = "f
     from pyspark.errors import StreamingQueryException
 
     query = writer.trigger(availableNow=True).start()
-    try:
+    with contextlib.suppress(StreamingQueryException):  # the caller checks query.exception()
         query.awaitTermination(240)
-    except StreamingQueryException:
-        pass  # the caller inspects query.exception()
     return query
 
 

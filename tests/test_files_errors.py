@@ -97,7 +97,7 @@ def test_quarantine_copies_an_unreadable_file(tmp_path):
 
 
 def test_quarantine_without_path_is_refused(tmp_path):
-    with pytest.raises(ConfigError, match="quarantine.path"):
+    with pytest.raises(ConfigError, match=r"quarantine\.path"):
         parse_options(FilesSourceOptions, {"path": str(tmp_path), "errors": "quarantine"})
 
 
@@ -165,3 +165,9 @@ def test_spark_skip_count_is_visible_in_query_progress(spark, tmp_path):
     assert sorted(out.column("seq").to_pylist()) == [1, 2, 4, 6, 10]
     reported = json.loads(query.recentProgress[-1]["sources"][0]["latestOffset"])
     assert reported["offset"]["skipped"] == 2
+
+
+def test_csv_header_unrelated_to_schema_is_bad_input(tmp_path):
+    (tmp_path / "other.csv").write_text("id,name\n1,a\n")
+    with pytest.raises(RecordError, match=r"other\.csv: CSV header \['id', 'name'\]"):
+        read_all(make_source(tmp_path, format="csv"))

@@ -213,7 +213,7 @@ def test_cleanup_archive_through_spark(spark, tmp_path):
 
 
 def test_archive_path_inside_source_is_refused(tmp_path):
-    with pytest.raises(ConfigError, match="archive.path"):
+    with pytest.raises(ConfigError, match=r"archive\.path"):
         make_source(tmp_path, cleanup="archive", archive_path=str(tmp_path / "done"))
 
 

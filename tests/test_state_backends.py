@@ -187,7 +187,11 @@ def test_ttl_entries_expire_at_once_and_are_not_restored(tmp_path: Path, backend
         store.state(tags).put("x", 1)
 
     def read(store: Any, _: Any) -> Any:
-        return (store.state(seen_value).value(), store.state(recent).get(), store.state(tags).items())
+        return (
+            store.state(seen_value).value(),
+            store.state(recent).get(),
+            store.state(tags).items(),
+        )
 
     driver.batch(0, [key], write, now_ms=0)
     assert driver.batch(1, [key], read, now_ms=9_999)[key] == (1, [1], [("x", 1)])
@@ -373,7 +377,7 @@ def test_undeclared_state_in_snapshot_is_refused_unless_dropped(tmp_path: Path) 
     backend = make_backend("filesystem", tmp_path, cache=False)
     Driver(backend, 1).batch(0, [("k",)], add_one)
     driver = Driver(backend, 1, descriptors=[COUNT])
-    with pytest.raises(ConfigError, match="ctx.drop_state\\('(events|attrs)'\\)"):
+    with pytest.raises(ConfigError, match=r"ctx.drop_state\('(events|attrs)'\)"):
         driver.batch(1, [("k",)], read_count)
     task = driver.task(1, 0)
     store = backend.open_store(driver.spec, task, [COUNT], ["events", "attrs"], 0)

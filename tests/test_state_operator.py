@@ -179,9 +179,9 @@ def test_running_count_restart_and_rescale(spark: Any, tmp_path: Path) -> None:
 
     inspected = read_state(f"file://{tmp_path}/state").to_pandas()
     counts = inspected[inspected["state"] == "count"]
-    assert {json.loads(k)[0]: int(v) for k, v in zip(counts["key"], counts["value"])} == {
-        sensor: count for sensor, (count, _) in expected_counts(first + second + third).items()
-    }
+    assert {
+        json.loads(k)[0]: int(v) for k, v in zip(counts["key"], counts["value"], strict=True)
+    } == {sensor: count for sensor, (count, _) in expected_counts(first + second + third).items()}
 
 
 def test_processor_error_names_operator_key_and_batch_and_retry_is_clean(
@@ -191,7 +191,11 @@ def test_processor_error_names_operator_key_and_batch_and_retry_is_clean(
     files = [readings(0), [*readings(1), ("poison-1", 5.0)], readings(2)]
     write_inputs(src, files)
     flag = tmp_path / "fixed"
-    with pytest.raises(Exception, match=r"operator 'counts': process\(\) raised on key \('poison-1',\) in batch 1: ValueError"):  # noqa: E501
+    with pytest.raises(
+        Exception,
+        match=r"operator 'counts': process\(\) raised on key \('poison-1',\) in batch 1: "
+        r"ValueError",
+    ):
         run_query(spark, src, tmp_path, FailsOn(str(flag)))
     assert not (tmp_path / "out" / "batch=1" / "_SUCCESS").exists()
     flag.touch()
@@ -227,7 +231,9 @@ def test_stateful_validates_its_arguments(spark: Any, tmp_path: Path) -> None:
     df = spark.readStream.schema(INPUT_SCHEMA).json(str(tmp_path))
     backend = FilesystemBackend(str(tmp_path / "state"))
     with pytest.raises(ConfigError, match="key column 'sensr'"):
-        stateful(df, key="sensr", processor=RunningCount(), output_schema=COUNT_SCHEMA, backend=backend)
+        stateful(
+            df, key="sensr", processor=RunningCount(), output_schema=COUNT_SCHEMA, backend=backend
+        )
     with pytest.raises(ConfigError, match="parallelism must be in"):
         stateful(
             df,

@@ -10,6 +10,7 @@ import pytest
 from jobs import wal_target
 from jobs.wal_target import JsonLinesWalSink, SqliteUpsertWalSink, read_jsonl, read_sqlite
 from pyspark import cloudpickle
+from pyspark.errors import StreamingQueryException
 
 from firesteel.core import Guarantee, foreach_batch
 from firesteel.core.checkpoint import read_guarantee
@@ -71,7 +72,10 @@ def test_plain_wal_target_refuses_exactly_once(spark, tmp_path: Path) -> None:
     _input(tmp_path / "in")
     target = tmp_path / "out.jsonl"
     sink = _sink(JsonLinesWalSink, tmp_path, target)
-    with pytest.raises(Exception, match="write-ahead-log sink, which gives at-least-once"):
+    # The GuaranteeError raised in the first batch fails the query before any send.
+    with pytest.raises(
+        StreamingQueryException, match="write-ahead-log sink, which gives at-least-once"
+    ):
         _run(spark, tmp_path / "in", sink, tmp_path / "ck", Guarantee.EXACTLY_ONCE)
     assert read_jsonl(str(target)) == []
 

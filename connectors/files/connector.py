@@ -37,12 +37,6 @@ class FilesDataSource(FiresteelDataSource):
         from firesteel.sinks.files import FilesSink, WriterConfig
 
         opts = parse_options(FilesSinkOptions, self.options, connector=self.name())
-        if not self.options.get("checkpointlocation"):
-            msg = (
-                f"{self.name()}: a checkpoint location is required; set "
-                ".option('checkpointLocation', <path>) on writeStream"
-            )
-            raise ConfigError(msg)
         names = set(schema.names)
         unknown = [c for c in opts.bucket_columns if c not in names]
         if unknown:

@@ -140,6 +140,12 @@ def _read_text_based(
             head, _, data = data.partition(b"\n")
             first_line = 2
             names = _csv_header(head, spec.delimiter)
+            if not set(names) & set(spec.schema.names):
+                msg = (
+                    f"CSV header {names} shares no column with the schema "
+                    f"{spec.schema.names}; fix the header or the schema (or set header=false)"
+                )
+                raise FileDamaged(msg)
         else:
             names = spec.schema.names
         parse = _csv_parser(spec, names)

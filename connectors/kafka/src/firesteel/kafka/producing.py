@@ -37,16 +37,20 @@ class DeliveryTracker:
     failures: list[str] = field(default_factory=list)
     failed: int = 0
     fatal: str | None = None
+    fenced: bool = False
+    """A newer instance with the same transactional id took over (it aborted our transaction)."""
 
     def on_delivery(self, err: Any, _msg: Any) -> None:
         """librdkafka delivery callback (only failures arrive: delivery.report.only.error)."""
         if err is not None:
             self.failed += 1
+            self.fenced = self.fenced or is_fencing(err)
             if len(self.failures) < 5:
                 self.failures.append(err.str())
 
     def on_error(self, err: Any) -> None:
         """librdkafka global error callback."""
+        self.fenced = self.fenced or is_fencing(err)
         if err.fatal():
             self.fatal = err.str()
         else:
@@ -71,6 +75,17 @@ class DeliveryTracker:
                 f"acknowledged (first error: {first}); the task fails so Spark retries it"
             )
             raise SinkError(msg)
+
+
+def is_fencing(err: Any) -> bool:
+    """Whether ``err`` says a newer producer with our transactional id exists."""
+    from confluent_kafka import KafkaError
+
+    return err.code() in (
+        KafkaError.PRODUCER_FENCED,
+        KafkaError._FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+    )
 
 
 def tracked_config(config: dict[str, Any], tracker: DeliveryTracker) -> dict[str, Any]:

@@ -39,7 +39,13 @@ from firesteel.core.sink import PlainSink, TwoPhaseCommitSink
 from firesteel.kafka.codec import ValueEncoder, schema_text
 from firesteel.kafka.config import client_config, redact, safe_error
 from firesteel.kafka.options import KafkaSinkOptions
-from firesteel.kafka.producing import DeliveryTracker, flush, produce_all, tracked_config
+from firesteel.kafka.producing import (
+    DeliveryTracker,
+    flush,
+    is_fencing,
+    produce_all,
+    tracked_config,
+)
 from firesteel.kafka.rows import RowExtractor, load_partitioner
 
 logger = logging.getLogger(__name__)
@@ -47,6 +53,7 @@ logger = logging.getLogger(__name__)
 TIMEOUT_MARGIN = 0.8
 """A task aborts its transaction once it has been open this fraction of the timeout."""
 NO_MARKER = -1
+ABORT_TIMEOUT = 30
 
 
 def _extractor(options: KafkaSinkOptions, producer: Any) -> RowExtractor:
@@ -299,6 +306,8 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction]):
                 if error.retriable():
                     logger.info("firesteel.kafka sink: %s: %s (retrying)", what, text)
                     continue
+                if txn.tracker is not None and is_fencing(error):
+                    txn.tracker.fenced = True
                 kind = "abortable" if error.txn_requires_abort() else "fatal"
                 msg = (
                     f"firesteel.kafka sink: {txn.transactional_id} batch {txn.scope.batch_id}: "
@@ -339,9 +348,14 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction]):
     def abort_transaction(self, txn: KafkaTransaction) -> None:
         from confluent_kafka import KafkaException
 
-        if txn.state == "open":
+        fenced = txn.tracker is not None and txn.tracker.fenced
+        if txn.state == "open" and fenced:
+            # The newer instance's init_transactions already aborted this transaction.
+            logger.warning("firesteel.kafka sink: %s was fenced", txn.transactional_id)
+            txn.state = "aborted"
+        elif txn.state == "open":
             try:
-                txn.producer.abort_transaction(60)
+                txn.producer.abort_transaction(ABORT_TIMEOUT)
             except KafkaException as exc:
                 # Fatal (e.g. fenced): the next instance's init_transactions aborts it.
                 logger.warning(
