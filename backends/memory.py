@@ -110,13 +110,14 @@ class Cursor:
 class HeapValueState(ValueState):
     """A value per key, without TTL."""
 
-    __slots__ = ("_check", "_cursor", "_desc", "_name")
+    __slots__ = ("_check", "_cursor", "_desc", "_name", "_type")
 
     def __init__(self, descriptor: StateDescriptor, cursor: Cursor) -> None:
         self._desc = descriptor
         self._name = descriptor.name
         self._cursor = cursor
         self._check = descriptor.type is not None
+        self._type: Any = descriptor.type or object
 
     def value(self) -> Any:
         cursor = self._cursor
@@ -126,7 +127,7 @@ class HeapValueState(ValueState):
         if value is None:
             self.clear()
             return
-        if self._check:
+        if self._check and not isinstance(value, self._type):
             self._desc.check_type(value)
         cursor = self._cursor
         slot = cursor.slots[self._name]
@@ -173,7 +174,7 @@ class HeapValueStateTtl(HeapValueState):
         if value is None:
             self.clear()
             return
-        if self._check:
+        if self._check and not isinstance(value, self._type):
             self._desc.check_type(value)
         cursor = self._cursor
         slot = cursor.slots[self._name]
@@ -187,13 +188,14 @@ class HeapValueStateTtl(HeapValueState):
 class HeapListState(ListState):
     """A list per key; with a TTL each element is ``(value, expires_ms)``."""
 
-    __slots__ = ("_check", "_cursor", "_desc", "_name", "_ttl")
+    __slots__ = ("_check", "_cursor", "_desc", "_name", "_ttl", "_type")
 
     def __init__(self, descriptor: StateDescriptor, cursor: Cursor) -> None:
         self._desc = descriptor
         self._name = descriptor.name
         self._cursor = cursor
         self._check = descriptor.type is not None
+        self._type: Any = descriptor.type or object
         ttl = descriptor.ttl_config
         self._ttl = ttl.millis if ttl else None
 
@@ -232,7 +234,7 @@ class HeapListState(ListState):
         return len(self._live())
 
     def append(self, value: Any) -> None:
-        if self._check:
+        if self._check and not isinstance(value, self._type):
             self._desc.check_type(value)
         cursor = self._cursor
         slot = cursor.slots[self._name]
@@ -270,13 +272,14 @@ class HeapListState(ListState):
 class HeapMapState(MapState):
     """A map per key; with a TTL each entry is ``(value, expires_ms)``."""
 
-    __slots__ = ("_check", "_cursor", "_desc", "_name", "_ttl")
+    __slots__ = ("_check", "_cursor", "_desc", "_name", "_ttl", "_type")
 
     def __init__(self, descriptor: StateDescriptor, cursor: Cursor) -> None:
         self._desc = descriptor
         self._name = descriptor.name
         self._cursor = cursor
         self._check = descriptor.type is not None
+        self._type: Any = descriptor.type or object
         ttl = descriptor.ttl_config
         self._ttl = ttl.millis if ttl else None
 
@@ -307,7 +310,7 @@ class HeapMapState(MapState):
         if value is None:
             self.remove(user_key)
             return
-        if self._check:
+        if self._check and not isinstance(value, self._type):
             self._desc.check_type(value)
         cursor = self._cursor
         slot = cursor.slots[self._name]
@@ -687,11 +690,12 @@ class RowApplier:
         ops: list[int],
         keys: list[bytes],
         *,
-        user_keys: list[bytes | None],
-        values: list[bytes | None],
+        user_keys: list[Any],
+        values: list[Any],
         expires: list[int | None],
     ) -> None:
-        """Apply the rows of one state of one key group, in order."""
+        """Apply the rows of one state of one key group, in order (``None`` only where the
+        operation has no user key or value)."""
         if state == TIMERS:
             self._apply_timers(group, ops, keys, user_keys)
             return
@@ -737,7 +741,7 @@ class RowApplier:
         group: KeyGroupState,
         ops: list[int],
         keys: list[bytes],
-        user_keys: list[bytes | None],
+        user_keys: list[Any],
     ) -> None:
         table = group.timers.table
         for op, packed, user_key in zip(ops, keys, user_keys, strict=True):

@@ -19,7 +19,9 @@ same files directly.
 Both sides copy the same input directory into a fresh output directory, and
 every run's output is counted afterwards (outside the timing): a run that lost
 or duplicated rows fails the benchmark rather than reporting a fast figure.
-MB/s is input bytes on disk divided by wall time.
+MB/s is input bytes on disk divided by wall time. Each side also reports the
+CPU seconds its run cost the whole process tree (driver, JVM, Python workers),
+which a busy shared machine disturbs far less than wall time.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from benchmarks import spark
+from benchmarks import cpu, spark
 from benchmarks.framework import Figure, Workload
 
 FULL_ROWS = 10_000_000
@@ -128,67 +130,74 @@ def _check_output(directory: Path, side: str) -> None:
         raise RuntimeError(msg)
 
 
-def _figure(elapsed: float) -> Figure:
-    return Figure(_DATA.rows / elapsed, {"MB/s": _DATA.input_bytes / 2**20 / elapsed})
+def _figure(elapsed: float, usage: cpu.Usage) -> Figure:
+    extra = {"MB/s": _DATA.input_bytes / 2**20 / elapsed}
+    for kind in (cpu.TOTAL, cpu.JVM, cpu.PYTHON_WORKERS, cpu.DRIVER):
+        extra[kind] = usage.get(kind, 0.0)
+    return Figure(_DATA.rows / elapsed, extra)
 
 
 def firesteel_copy() -> Figure:
     """One AvailableNow query copying the input through the firesteel file source and sink."""
     session = spark.session()
     work = _DATA.fresh("firesteel")
-    out, checkpoint = work / "out", work / "checkpoint"
-    started = time.perf_counter()
-    query = (
-        session.readStream.format("firesteel.files")
-        .option("format", "parquet")
-        # The discovered-file log would default to a folder inside the input
-        # directory, shared by every run; each run gets its own, like a new job.
-        .option("log.path", str(work / "source-log"))
-        .load(str(_DATA.input))
-        .writeStream.format("firesteel.files")
-        .option("path", str(out))
-        .option("format", "parquet")
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    elapsed = time.perf_counter() - started
+    out = work / "out"
+    with cpu.measure() as usage:
+        started = time.perf_counter()
+        query = (
+            session.readStream.format("firesteel.files")
+            .option("format", "parquet")
+            # The discovered-file log would default to a folder inside the input
+            # directory, shared by every run; each run gets its own, like a new job.
+            .option("log.path", str(work / "source-log"))
+            .load(str(_DATA.input))
+            .writeStream.format("firesteel.files")
+            .option("path", str(out))
+            .option("format", "parquet")
+            .option("checkpointLocation", str(work / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        elapsed = time.perf_counter() - started
     _check_output(out, "firesteel")
-    return _figure(elapsed)
+    return _figure(elapsed, usage)
 
 
 def pyarrow_copy() -> Figure:
     """Raw pyarrow: read every input file with pyarrow.dataset and write it with pyarrow.parquet."""
     out = _DATA.fresh("pyarrow")
-    started = time.perf_counter()
-    for index, fragment in enumerate(ds.dataset(_DATA.input, format="parquet").get_fragments()):
-        pq.write_table(fragment.to_table(), out / f"part-{index:05d}.parquet")
-    elapsed = time.perf_counter() - started
+    with cpu.measure() as usage:
+        started = time.perf_counter()
+        fragments = ds.dataset(_DATA.input, format="parquet").get_fragments()
+        for index, fragment in enumerate(fragments):
+            pq.write_table(fragment.to_table(), out / f"part-{index:05d}.parquet")
+        elapsed = time.perf_counter() - started
     _check_output(out, "pyarrow")
-    return _figure(elapsed)
+    return _figure(elapsed, usage)
 
 
 def spark_builtin_copy() -> Figure:
     """Spark's own parquet file source -> parquet file sink, the same AvailableNow query."""
     session = spark.session()
     work = _DATA.fresh("spark")
-    out, checkpoint = work / "out", work / "checkpoint"
+    out = work / "out"
     schema = session.read.parquet(str(_DATA.input)).schema
-    started = time.perf_counter()
-    query = (
-        session.readStream.schema(schema)
-        .parquet(str(_DATA.input))
-        .writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    elapsed = time.perf_counter() - started
+    with cpu.measure() as usage:
+        started = time.perf_counter()
+        query = (
+            session.readStream.schema(schema)
+            .parquet(str(_DATA.input))
+            .writeStream.format("parquet")
+            .option("path", str(out))
+            .option("checkpointLocation", str(work / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        elapsed = time.perf_counter() - started
     _check_output(out, "Spark's parquet sink")
-    return _figure(elapsed)
+    return _figure(elapsed, usage)
 
 
 def workloads(quick: bool) -> list[Workload]:
@@ -218,7 +227,7 @@ def workloads(quick: bool) -> list[Workload]:
             goal=None,
             firesteel=firesteel_copy,
             baseline=spark_builtin_copy,
-            repetitions=repetitions,
+            repetitions=1 if quick else repetitions,
             warmup=warmup,
         ),
     ]

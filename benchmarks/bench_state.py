@@ -58,9 +58,10 @@ from firesteel.state.keygroups import KeyGroupRange
 # Spark's Python workers cannot import this module by name (benchmarks/ is not installed).
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-VALUE = ValueStateDescriptor("value", int)
-LIST = ListStateDescriptor("list", int)
-MAP = MapStateDescriptor("map", int)
+# Untyped, the default: a declared ``type`` adds an isinstance check per write.
+VALUE = ValueStateDescriptor("value")
+LIST = ListStateDescriptor("list")
+MAP = MapStateDescriptor("map")
 MAX_P = 128
 
 

@@ -41,7 +41,8 @@ def figure(side: dict[str, Any] | None, unit: str) -> str:
     """``1.2M rows/s [1.1M-1.3M]``: the median and the min-max spread of one side."""
     if not side:
         return "-"
-    return f"{number(side['median'])} {unit} [{number(side['min'])}-{number(side['max'])}]"
+    median = f"{number(side['median'])} {unit}".rstrip()
+    return f"{median} [{number(side['min'])}-{number(side['max'])}]"
 
 
 def short_error(text: str, limit: int = 160) -> str:
@@ -59,11 +60,11 @@ def goal_text(entry: dict[str, Any]) -> str:
 
 
 def ratio_text(entry: dict[str, Any]) -> str:
-    """``0.83x``; three significant digits below 0.1 (``0.00488x``), ``-`` without a ratio."""
+    """``0.83x``; three significant digits outside [0.1, 10) (``0.00488x``, ``72.6x``)."""
     ratio = entry.get("ratio")
     if ratio is None:
         return "-"
-    return f"{ratio:.2f}x" if ratio >= 0.1 else f"{ratio:.3g}x"
+    return f"{ratio:.2f}x" if 0.1 <= ratio < 10 else f"{ratio:.3g}x"
 
 
 def _rows(results: Sequence[dict[str, Any]]) -> list[tuple[str, ...]]:
@@ -178,12 +179,19 @@ def load(out: Path) -> list[dict[str, Any]]:
 
 
 def _extra_lines(entry: dict[str, Any]) -> list[str]:
+    """One line per secondary figure: both sides' medians and spread, and their ratio."""
+    firesteel = (entry.get("firesteel") or {}).get("extra", {})
+    baseline = (entry.get("baseline") or {}).get("extra", {})
     lines = []
-    for side_name in ("firesteel", "baseline"):
-        side = entry.get(side_name) or {}
-        for key, summary in side.get("extra", {}).items():
-            label = "firesteel" if side_name == "firesteel" else entry["baseline_name"]
-            lines.append(f"  - {label}: {figure(summary, key)}")
+    for key in [*firesteel, *(k for k in baseline if k not in firesteel)]:
+        ours, theirs = firesteel.get(key), baseline.get(key)
+        ratio = ""
+        if ours and theirs and theirs["median"]:
+            ratio = f" ({ratio_text({'ratio': ours['median'] / theirs['median']})})"
+        lines.append(
+            f"  - {key}: firesteel {figure(ours, '')}; "
+            f"{entry['baseline_name']} {figure(theirs, '')}{ratio}"
+        )
     return lines
 
 

@@ -32,11 +32,12 @@ import enum
 import json
 import logging
 import os
+import shutil
 import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from firesteel.core.errors import ConfigError, RecordError
 
@@ -116,26 +117,29 @@ class DeadLetter(ABC):
 
 
 class _FolderWriter(DeadLetterWriter):
+    """Streams records to a temporary file; :meth:`close` renames it over the key's file."""
+
     def __init__(self, folder: Path, key: str) -> None:
         self.folder = folder
         self.key = key
-        self.records: list[BadRecord] = []
+        self.tmp: Path | None = None
+        self.out: TextIO | None = None
 
     def add(self, record: BadRecord) -> None:
-        self.records.append(record)
+        if self.out is None:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            self.tmp = self.folder / f".{self.key}.{uuid.uuid4().hex}.tmp"
+            self.out = self.tmp.open("w", encoding="utf-8")
+        self.out.write(json.dumps(record.to_json()) + "\n")
 
     def close(self) -> None:
-        if not self.records:
+        if self.out is None or self.tmp is None:
             return
-        self.folder.mkdir(parents=True, exist_ok=True)
-        final = self.folder / f"{self.key}.jsonl"
-        tmp = self.folder / f".{self.key}.{uuid.uuid4().hex}.tmp"
-        with tmp.open("w", encoding="utf-8") as out:
-            for record in self.records:
-                out.write(json.dumps(record.to_json()) + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, final)
+        self.out.flush()
+        os.fsync(self.out.fileno())
+        self.out.close()
+        os.replace(self.tmp, self.folder / f"{self.key}.jsonl")
+        self.out = None
 
 
 class FolderDeadLetter(DeadLetter):
@@ -154,8 +158,6 @@ class FolderDeadLetter(DeadLetter):
 
     def copy_file(self, key: str, source: str) -> str:
         """Quarantine a whole unreadable file as ``<folder>/<key>`` (replaces; returns the path)."""
-        import shutil
-
         self.folder.mkdir(parents=True, exist_ok=True)
         final = self.folder / key
         tmp = self.folder / f".{key}.{uuid.uuid4().hex}.tmp"
@@ -166,20 +168,17 @@ class FolderDeadLetter(DeadLetter):
         return str(final)
 
 
-def check_policy(policy: ErrorPolicy, dead_letter: object | None, option: str) -> None:
-    """Refuse ``quarantine`` without a destination (``option`` names the option to set)."""
-    if policy is ErrorPolicy.QUARANTINE and not dead_letter:
-        msg = f"option 'errors' is 'quarantine' but option '{option}' is not set; set it"
-        raise ConfigError(msg)
-
-
 class ErrorHandler:
     """Applies an :class:`ErrorPolicy` to the bad records of one unit of work.
 
     Call :meth:`handle` for each bad record, then :meth:`close` once the unit
     is done (before its output can commit). ``skipped`` and ``quarantined``
-    count what was handled.
+    count what was handled, ``whole_units`` the records that stood for a whole
+    unreadable container (no position), and ``examples`` keeps the first
+    :attr:`MAX_EXAMPLES` for reports.
     """
+
+    MAX_EXAMPLES = 100
 
     def __init__(
         self,
@@ -195,7 +194,8 @@ class ErrorHandler:
         self.writer = dead_letter.open(key) if dead_letter is not None else None
         self.skipped = 0
         self.quarantined = 0
-        self.records: list[BadRecord] = []
+        self.whole_units = 0
+        self.examples: list[BadRecord] = []
 
     def handle(self, record: BadRecord) -> None:
         """Fail, skip or quarantine ``record`` according to the policy."""
@@ -205,7 +205,10 @@ class ErrorHandler:
                 "'errors' to 'skip' or 'quarantine'"
             )
             raise RecordError(msg)
-        self.records.append(record)
+        if len(self.examples) < self.MAX_EXAMPLES:
+            self.examples.append(record)
+        if record.position is None:
+            self.whole_units += 1
         if self.policy is ErrorPolicy.SKIP:
             self.skipped += 1
             logger.warning("skipping bad input at %s", record.describe())

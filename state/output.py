@@ -50,7 +50,9 @@ class OutputBuilder:
         if _is_pandas(result):
             self._add_table(self._from_pandas(result, key), key)
             return
-        if isinstance(result, Mapping | tuple):
+        if isinstance(result, Mapping) or (
+            isinstance(result, tuple) and result and not _is_row(result[0])
+        ):
             msg = (
                 f"{self._where(key)}: process() returned a single "
                 f"{type(result).__name__}; return (or yield) an iterable of rows"
@@ -190,6 +192,10 @@ class OutputBuilder:
         """Yield and forget the batches ready so far."""
         ready, self.ready = self.ready, []
         yield from ready
+
+
+def _is_row(value: Any) -> bool:
+    return isinstance(value, Mapping | tuple | list) or hasattr(value, "asDict")
 
 
 def _is_pandas(value: Any) -> bool:

@@ -36,7 +36,7 @@ from __future__ import annotations
 import builtins
 import datetime as dt
 from collections.abc import Iterable
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, cast
 
 from firesteel.backends.base import Key, KeyedStateStore
 from firesteel.core.errors import ConfigError
@@ -120,15 +120,15 @@ class KeyState:
 
     def value(self, descriptor: ValueStateDescriptor) -> ValueState:
         """The :class:`ValueState` for ``descriptor``."""
-        return self._store.state(descriptor)
+        return cast(ValueState, self._store.state(descriptor))
 
     def list(self, descriptor: ListStateDescriptor) -> ListState:
         """The :class:`ListState` for ``descriptor``."""
-        return self._store.state(descriptor)
+        return cast(ListState, self._store.state(descriptor))
 
     def map(self, descriptor: MapStateDescriptor) -> MapState:
         """The :class:`MapState` for ``descriptor``."""
-        return self._store.state(descriptor)
+        return cast(MapState, self._store.state(descriptor))
 
     def register_timer(self, when: dt.datetime | int | float) -> None:
         """Fire ``on_timer`` for this key in the first batch whose time is ``>= when``.

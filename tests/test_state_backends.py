@@ -430,3 +430,15 @@ def test_inspection_reads_a_checkpoint(tmp_path: Path) -> None:
 def test_heap_backend_refuses_remote_storage() -> None:
     with pytest.raises(ConfigError, match="local disk only"):
         HeapBackend("s3://bucket/state")
+
+
+def test_state_command_prints_a_checkpoint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from firesteel.examples.cli import main
+
+    backend = make_backend("filesystem", tmp_path)
+    Driver(backend, parallelism=2).batch(0, KEYS[:3], add_one)
+    assert main(["state", f"file://{tmp_path}/fs", "--operator", "op"]) == 0
+    printed = capsys.readouterr().out
+    assert '["sensor-2"]' in printed and "(9 entries)" in printed

@@ -331,13 +331,13 @@ class FilesSource(ResettableSource):
         for entry in partition.entries:
             path = root / entry.path
             _check_unchanged(path, entry)
-            before = len(handler.records)
+            before = handler.whole_units
             yield from read_file(str(path), str(path), partition.spec, handler)
             _check_unchanged(path, entry)
             if (
                 dead_letter is not None
                 and partition.errors is ErrorPolicy.QUARANTINE
-                and any(r.position is None for r in handler.records[before:])
+                and handler.whole_units > before
             ):
                 dead_letter.copy_file(f"{entry.index:010d}-{path.name}", str(path))
         handler.close()
@@ -349,7 +349,7 @@ class FilesSource(ResettableSource):
                 {
                     "skipped": handler.skipped,
                     "quarantined": handler.quarantined,
-                    "records": [r.describe() for r in handler.records[:100]],
+                    "examples": [r.describe() for r in handler.examples],
                 },
             )
 
