@@ -19,6 +19,7 @@ import logging
 import math
 import statistics
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Iterator, Sequence
@@ -37,6 +38,8 @@ logger = logging.getLogger("benchmarks")
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "results"
 DEFAULT_REPORT = HERE / "RESULTS.md"
+# A smoke run must never overwrite the figures of a real one.
+QUICK_OUT = Path(tempfile.gettempdir()) / "firesteel-benchmarks-quick"
 
 # Import names whose distribution is spelled differently on PyPI or lives in this repo.
 _DISTRIBUTIONS = {
@@ -199,6 +202,7 @@ def run_group(group: str, quick: bool, progress: bool) -> dict[str, Any]:
         "machine": machine.describe(),
         "workloads": [],
     }
+    started = time.perf_counter()
     try:
         module = importlib.import_module(f"benchmarks.bench_{group}")
         workloads: list[Workload] = module.workloads(quick)
@@ -215,6 +219,7 @@ def run_group(group: str, quick: bool, progress: bool) -> dict[str, Any]:
         return {**result, "status": "error", "reason": f"setup: {type(exc).__name__}: {exc}"}
     failed = any(w["status"] != "ok" for w in result["workloads"])
     result["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    result["seconds"] = round(time.perf_counter() - started, 1)
     result["status"] = "error" if failed or not workloads else "ok"
     if not workloads:
         result["reason"] = "the module declared no workloads"
@@ -234,7 +239,8 @@ def _parser(groups: list[str]) -> argparse.ArgumentParser:
         "--out",
         type=Path,
         default=None,
-        help=f"directory for <group>.json and <group>.png (default: {DEFAULT_OUT})",
+        help=f"directory for <group>.json and <group>.png (default: {DEFAULT_OUT}; "
+        f"with --quick: {QUICK_OUT})",
     )
     parser.add_argument(
         "--report",
@@ -242,6 +248,11 @@ def _parser(groups: list[str]) -> argparse.ArgumentParser:
         default=None,
         help="RESULTS.md to regenerate (default: benchmarks/RESULTS.md, or DIR/RESULTS.md "
         "with --out DIR)",
+    )
+    parser.add_argument(
+        "--regenerate",
+        action="store_true",
+        help="run nothing: redraw the charts and RESULTS.md from the JSON in --out",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--list", action="store_true", help="list the groups and exit")
@@ -266,9 +277,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"unknown benchmark group(s) {unknown}; available: {available}", file=sys.stderr)
         return 2
     selected = args.groups or available
-    out: Path = args.out if args.out is not None else DEFAULT_OUT
-    report_path: Path = args.report or (DEFAULT_REPORT if args.out is None else out / "RESULTS.md")
+    out: Path = args.out or (QUICK_OUT if args.quick else DEFAULT_OUT)
+    default_report = DEFAULT_REPORT if out == DEFAULT_OUT else out / "RESULTS.md"
+    report_path: Path = args.report or default_report
     out.mkdir(parents=True, exist_ok=True)
+    if args.regenerate:
+        for result in report.load(out):
+            report.chart(result, out / f"{result['group']}.png")
+        report.write_report(out, report_path)
+        print(f"regenerated {report_path} and the charts in {out}")
+        return 0
 
     print(f"machine: {machine.summary(machine.describe())}")
     mode = "quick" if args.quick else "full"
@@ -283,6 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             report.write_group(result, out)
             results.append(result)
             print(report.table([result]), flush=True)
+            print(f"{group}: {result.get('seconds', 0):.0f} s\n", flush=True)
     finally:
         spark.stop()
     report.write_report(out, report_path)

@@ -19,7 +19,13 @@ import signal
 import time
 from dataclasses import dataclass, field
 
-import psutil
+from firesteel.core.errors import MissingDependencyError
+
+try:
+    import psutil
+except ImportError as exc:
+    package, distribution = "psutil", "firesteel[test]"
+    raise MissingDependencyError(package, distribution) from exc
 
 logger = logging.getLogger(__name__)
 

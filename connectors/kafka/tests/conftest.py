@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from firesteel.kafka.testing import BOOTSTRAP_ENV, kafka_cluster
+from firesteel.kafka.testing import kafka_cluster
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -20,12 +20,6 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 _HERE = os.path.dirname(os.path.abspath(__file__))
 os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (_HERE, os.environ.get("PYTHONPATH", "")) if p
-)
-
-ON_REAL_KAFKA = bool(os.environ.get(BOOTSTRAP_ENV))
-needs_real_kafka = pytest.mark.skipif(
-    not ON_REAL_KAFKA,
-    reason=f"needs a broker feature the local tansu broker lacks; set {BOOTSTRAP_ENV}",
 )
 
 

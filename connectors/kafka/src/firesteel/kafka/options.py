@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from firesteel.core.error_policy import ErrorPolicy, check_policy
+from firesteel.core.error_policy import ErrorPolicy
 from firesteel.core.errors import ConfigError
 from firesteel.core.guarantee import Guarantee
 from firesteel.core.options import option
@@ -115,7 +115,9 @@ class KafkaSourceOptions:
                 "'value.schema' or 'value.schema.file' to say which columns to decode"
             )
             raise ConfigError(msg)
-        check_policy(self.errors, self.errors_topic, "errors.topic")
+        if self.errors is ErrorPolicy.QUARANTINE and not self.errors_topic:
+            msg = f"{CONNECTOR}: option 'errors' is quarantine; set 'errors.topic' (dead letters)"
+            raise ConfigError(msg)
 
     @property
     def topics(self) -> list[str]:

@@ -105,6 +105,15 @@ class RangeReader:
             consumer.assign([TopicPartition(offsets.topic, offsets.partition, offsets.start)])
             yield from self._consume(consumer, config, offsets, errors)
             errors.close()
+            if errors.skipped or errors.quarantined:
+                logger.warning(
+                    "firesteel.kafka: %s offsets [%d, %d): %d bad records skipped, %d quarantined",
+                    offsets.name,
+                    offsets.start,
+                    offsets.end,
+                    errors.skipped,
+                    errors.quarantined,
+                )
         finally:
             consumer.close()
 

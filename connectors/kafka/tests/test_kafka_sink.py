@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from conftest import needs_real_kafka
+from kafka_support import needs_real_kafka
 
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import ConfigError, SinkError
@@ -15,11 +15,6 @@ from firesteel.core.options import parse_options
 from firesteel.kafka.options import PASSTHROUGH, KafkaSinkOptions
 from firesteel.kafka.sink import KafkaExactlyOnceSink
 from firesteel.kafka.testing import create_topic, produce, read_log
-
-
-def partition_by_last_byte(key: bytes | None, partitions: int) -> int:
-    """A custom partitioner for the test: the key's last digit modulo the partition count."""
-    return int((key or b"0")[-1:].decode()) % partitions
 
 
 def _write(spark, bootstrap: str, tmp_path: Path, df_sql: str, **options: str) -> None:
@@ -78,6 +73,8 @@ def test_json_and_avro_value_encoding_and_custom_partitioner(spark, bootstrap, t
 
     import fastavro
 
+    # Python workers import the partitioner from the shipped helper module.
+    spark.sparkContext.addPyFile(str(Path(__file__).parent / "kafka_support.py"))
     out = create_topic(bootstrap, partitions=4)
     _write(
         spark,
@@ -86,7 +83,7 @@ def test_json_and_avro_value_encoding_and_custom_partitioner(spark, bootstrap, t
         "select CAST(CAST(id AS STRING) AS BINARY) AS key, id, concat('n', id) AS name "
         "from ticks lateral view explode(sequence(0, 7)) AS id",
         topic=out,
-        partitioner=f"{__name__}:partition_by_last_byte",
+        partitioner="kafka_support:partition_by_last_digit",
         **{"value.format": "json"},
     )
     view = read_log(bootstrap, out)

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import needs_real_kafka
+from kafka_support import needs_real_kafka
 
 from firesteel.kafka.testing import create_topic, produce, read_log
 

@@ -22,7 +22,8 @@ from firesteel.testing import (
     at_random,
 )
 
-JOB = Path(__file__).parent / "jobs" / "kafka_map_job.py"
+JOBS = Path(__file__).parent / "jobs"
+JOB = JOBS / "kafka_map_job.py"
 RECORDS = 2000
 PARTITIONS = 4
 
@@ -136,3 +137,39 @@ def test_at_least_once_loses_nothing_under_kills(bootstrap, tmp_path):
     assert result.kills >= 8, result.summary()
     assert not live.violations, live.violations
     assert_at_least_once(_sequence(view.values), range(RECORDS), "output")
+
+
+STATE_RECORDS = 1000
+
+
+def test_stateful_operator_between_kafka_topics_is_exactly_once_under_kills(bootstrap, tmp_path):
+    source = create_topic(bootstrap, PARTITIONS)
+    target = create_topic(bootstrap, PARTITIONS)
+    for partition in range(PARTITIONS):
+        values = [str(i).encode() for i in range(partition, STATE_RECORDS, PARTITIONS)]
+        produce(bootstrap, source, values, partition=partition)
+    points = [
+        "state.after_snapshot",
+        "kafka.after_produce",
+        "kafka.before_commit_transaction",
+        "kafka.after_commit_transaction",
+        "driver.after_commit",
+    ]
+    kills = _kills(tmp_path / "checkpoint", points, rounds=6, randoms=2)
+    with CrashHarness(tmp_path / "harness", timeout=300) as harness:
+        result = harness.run(
+            JOBS / "kafka_state_job.py",
+            [bootstrap, source, target, str(tmp_path / "checkpoint"), str(tmp_path / "state")],
+            kills,
+            max_runs=len(kills) + 3,
+        )
+    assert result.kills >= 6, result.summary()
+    view = read_log(bootstrap, target)
+    rows = [v.decode().split(":") for v in view.values]
+    assert_exactly_once([int(seq) for seq, _, _ in rows], range(STATE_RECORDS), "output")
+    ranks: dict[str, list[int]] = {}
+    for _, key, rank in rows:
+        ranks.setdefault(key, []).append(int(rank))
+    for key, got in ranks.items():
+        assert sorted(got) == list(range(1, len(got) + 1)), f"state of {key} lost or doubled"
+    assert not view.pending

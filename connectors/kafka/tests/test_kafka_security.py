@@ -1,0 +1,76 @@
+"""SASL/SSL options pass through; their secrets never show in logs, errors or progress."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from firesteel.core.errors import ConfigError
+from firesteel.core.options import parse_options
+from firesteel.kafka.config import client_config, redact, safe_error
+from firesteel.kafka.options import PASSTHROUGH, KafkaSourceOptions
+from firesteel.kafka.testing import create_topic, produce, read_log
+
+JOB = Path(__file__).parent / "jobs" / "secrets_job.py"
+
+
+def test_security_options_reach_librdkafka_and_are_redacted():
+    options = parse_options(
+        KafkaSourceOptions,
+        {
+            "kafka.bootstrap.servers": "127.0.0.1:1",
+            "subscribe": "t",
+            "kafka.security.protocol": "SASL_SSL",
+            "kafka.sasl.mechanism": "SCRAM-SHA-512",
+            "kafka.sasl.password": "hunter2-secret",
+            "kafka.ssl.key.password": "key-secret",
+        },
+        passthrough_prefixes=PASSTHROUGH,
+    )
+    config = client_config(options.passthrough)
+    assert config["security.protocol"] == "SASL_SSL"
+    assert config["sasl.password"] == "hunter2-secret"
+    shown = str(redact(config))
+    assert "hunter2-secret" not in shown and "key-secret" not in shown
+    assert "SCRAM-SHA-512" in shown
+    assert "hunter2-secret" not in safe_error(RuntimeError("bad hunter2-secret"), config)
+
+
+def test_a_bad_secret_option_is_not_echoed():
+    with pytest.raises(ConfigError) as error:
+        parse_options(
+            KafkaSourceOptions,
+            {"kafka.bootstrap.servers": "x:1", "subscribe": "t", "kafka.sasl.pasword": "s3cr3t"},
+            passthrough_prefixes=PASSTHROUGH,
+        )
+    assert "s3cr3t" not in str(error.value)
+
+
+def test_secrets_never_appear_in_logs_errors_or_progress(bootstrap, tmp_path):
+    secret = f"pw-{uuid.uuid4().hex}"
+    source = create_topic(bootstrap, partitions=1)
+    target = create_topic(bootstrap, partitions=1)
+    produce(bootstrap, source, [b"a", b"b"])
+    env = {**os.environ, "FIRESTEEL_LOG_LEVEL": "DEBUG", "PYSPARK_PYTHON": sys.executable}
+    done = subprocess.run(
+        [sys.executable, str(JOB), bootstrap, source, target, str(tmp_path / "ck"), secret],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    assert "PROGRESS:" in output and "QUERY FAILED" in output, output[-3000:]
+    assert sorted(read_log(bootstrap, target).values) == [b"a", b"b"]
+    assert secret not in output
+    logs = list(tmp_path.rglob("*"))
+    for path in logs:
+        if path.is_file():
+            assert secret not in path.read_text(errors="replace"), path
