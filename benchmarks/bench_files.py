@@ -204,8 +204,8 @@ def workloads(quick: bool) -> list[Workload]:
     """The files group: one Parquet copy, 10M rows (50k with ``quick``), against two baselines."""
     rows = QUICK_ROWS if quick else FULL_ROWS
     label = f"{rows / 1e6:g}M" if rows >= 1_000_000 else f"{rows // 1000}k"
-    # Quick runs are smoke tests (a query's fixed cost dominates 50k rows): no warm-up.
-    repetitions, warmup = (2, 0) if quick else (3, 1)
+    # Quick runs are smoke tests (a query's fixed cost dominates 50k rows): one round.
+    repetitions, warmup = (1, 0) if quick else (3, 1)
     return [
         Workload(
             group="files",
@@ -227,7 +227,7 @@ def workloads(quick: bool) -> list[Workload]:
             goal=None,
             firesteel=firesteel_copy,
             baseline=spark_builtin_copy,
-            repetitions=1 if quick else repetitions,
+            repetitions=repetitions,
             warmup=warmup,
         ),
     ]

@@ -389,7 +389,8 @@ def workloads(quick: bool) -> list[Workload]:
             issue="issue 3",
             firesteel=lambda: _firesteel_count(per_batch),
             baseline=lambda: _spark_count(per_batch),
-            repetitions=1 if quick else 2,
+            # One run per side: applyInPandasWithState needs many minutes for 5M events.
+            repetitions=1,
             warmup=0,
             setup=lambda: _events(events, event_keys, files),
         )

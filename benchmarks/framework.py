@@ -73,3 +73,11 @@ class Workload:
     """Where the goal comes from, e.g. ``issue 2``; shown beside the goal."""
     setup: Callable[[], AbstractContextManager[object]] | None = None
     """Entered once before this workload's warm-up and exited after its last repetition."""
+
+    def __post_init__(self) -> None:
+        if self.repetitions < 1 or self.warmup < 0:
+            msg = (
+                f"workload {self.group}/{self.name}: repetitions must be >= 1 and warmup >= 0, "
+                f"got {self.repetitions} and {self.warmup}"
+            )
+            raise ValueError(msg)

@@ -46,9 +46,6 @@ _DISTRIBUTIONS = {
     "confluent_kafka": "confluent-kafka",
     "kafka": "kafka-python",
     "cassandra": "cassandra-driver",
-    "rocksdict": "rocksdict",
-    "matplotlib": "matplotlib",
-    "tqdm": "tqdm",
 }
 
 

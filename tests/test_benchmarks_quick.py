@@ -28,6 +28,23 @@ def test_missing_optional_dependency_gets_a_pip_hint(monkeypatch: pytest.MonkeyP
     assert "pip install confluent-kafka" in install_hint(missing.value)
 
 
+def _benchmarks(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=570,
+        check=False,
+    )
+
+
+def test_unknown_group_is_refused_with_the_list_of_groups() -> None:
+    done = _benchmarks("no_such_group", "--quick")
+    assert done.returncode == 2
+    assert "no_such_group" in done.stderr and "files" in done.stderr
+
+
 @pytest.mark.timeout(600)
 def test_quick_run_of_every_benchmark_group(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -37,14 +54,7 @@ def test_quick_run_of_every_benchmark_group(
 
     groups = sorted(p.stem.removeprefix("bench_") for p in (ROOT / "benchmarks").glob("bench_*.py"))
     assert "files" in groups, groups
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--quick", "--no-progress", "--out", str(tmp_path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=570,
-        check=False,
-    )
+    done = _benchmarks("--quick", "--no-progress", "--out", str(tmp_path))
     output = f"stdout:\n{done.stdout}\nstderr:\n{done.stderr[-5000:]}"
     assert done.returncode == 0, output
 
@@ -68,3 +78,8 @@ def test_quick_run_of_every_benchmark_group(
         assert (tmp_path / f"{group}.png").read_bytes().startswith(PNG_MAGIC)
         assert f"## {group}" in report
         assert f"({group}.png)" in report or f"/{group}.png)" in report
+
+    # The report is a pure function of the JSON: regenerating it gives the same text.
+    (tmp_path / "RESULTS.md").unlink()
+    assert _benchmarks("--regenerate", "--out", str(tmp_path)).returncode == 0
+    assert (tmp_path / "RESULTS.md").read_text(encoding="utf-8") == report
