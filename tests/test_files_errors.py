@@ -171,3 +171,24 @@ def test_csv_header_unrelated_to_schema_is_bad_input(tmp_path):
     (tmp_path / "other.csv").write_text("id,name\n1,a\n")
     with pytest.raises(RecordError, match=r"other\.csv: CSV header \['id', 'name'\]"):
         read_all(make_source(tmp_path, format="csv"))
+
+
+@pytest.mark.parametrize("key", ["path", "archive.path", "quarantine.path", "log.path"])
+def test_relative_source_paths_are_refused(key: str) -> None:
+    from firesteel.core.options import parse_options
+    from firesteel.files.options import FilesSourceOptions
+
+    raw = {"path": "/abs/in", "cleanup": "archive", "archive.path": "/abs/a", key: "rel/dir"}
+    with pytest.raises(ConfigError, match=f"option '{key}' must be an absolute path"):
+        parse_options(FilesSourceOptions, raw)
+
+
+def test_relative_or_remote_sink_path_is_refused() -> None:
+    from firesteel.core.options import parse_options
+    from firesteel.files.options import FilesSinkOptions
+
+    with pytest.raises(ConfigError, match="option 'path' must be an absolute path"):
+        parse_options(FilesSinkOptions, {"path": "out"})
+    with pytest.raises(ConfigError, match="must be a local absolute path"):
+        parse_options(FilesSinkOptions, {"path": "s3://bucket/out"})
+    assert parse_options(FilesSinkOptions, {"path": "/tmp/out"}).path == "/tmp/out"

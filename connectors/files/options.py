@@ -12,7 +12,7 @@ from typing import Literal
 
 from firesteel.core.error_policy import ErrorPolicy
 from firesteel.core.errors import ConfigError
-from firesteel.core.options import option
+from firesteel.core.options import option, require_absolute
 from firesteel.core.spark.datasource import SinkOptions
 
 SourceFormat = Literal["parquet", "csv", "json", "text"]
@@ -59,6 +59,8 @@ class FilesSourceOptions:
     )
 
     def __post_init__(self) -> None:
+        for key in ("path", "archive_path", "quarantine_path", "log_path"):
+            require_absolute(key.replace("_", "."), getattr(self, key), allow_uri=False)
         for name in ("max_files_per_batch", "max_bytes_per_batch"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -104,6 +106,7 @@ class FilesSinkOptions(SinkOptions):
         return tuple(c.strip() for c in self.bucket_by.split(",") if c.strip())
 
     def __post_init__(self) -> None:
+        require_absolute("path", self.path, allow_uri=False)
         if self.roll_size_bytes < 1:
             msg = f"option 'roll.size.bytes' must be at least 1, got {self.roll_size_bytes}"
             raise ConfigError(msg)

@@ -28,6 +28,17 @@ class _Partition(InputPartition):
         super().__init__(value)
 
 
+def _task_position() -> tuple[int | None, int | None]:
+    """(batch id, partition) of the running read task, for fault points."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is None:
+        return None, None
+    batch = context.getLocalProperty("streaming.sql.batchId")
+    return (int(batch) if batch is not None else None), context.partitionId()
+
+
 class SparkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Adapts a resettable source; tags every offset with the source's identity.
 
@@ -81,7 +92,7 @@ class SparkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         yield from self.source.read(partition.value)
-        fault_point("source.after_read")
+        fault_point("source.after_read", *_task_position())
 
     def commit(self, end: dict[str, Any]) -> None:
         self.source.commit(self._unwrap(end))
