@@ -27,7 +27,8 @@ JOB = JOBS / "kafka_map_job.py"
 RECORDS = 2000
 PARTITIONS = 4
 
-pytestmark = pytest.mark.crash
+# Each run starts a JVM (~20 s on a loaded machine); two dozen runs outlive the default timeout.
+pytestmark = [pytest.mark.crash, pytest.mark.timeout(3600)]
 
 EXACTLY_ONCE_POINTS = [
     "kafka.after_produce",

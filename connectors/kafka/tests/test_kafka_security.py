@@ -13,6 +13,7 @@ import pytest
 from firesteel.core.errors import ConfigError
 from firesteel.core.options import parse_options
 from firesteel.kafka.config import client_config, redact, safe_error
+from firesteel.kafka.discovery import Discovery, KafkaSourceError
 from firesteel.kafka.options import PASSTHROUGH, KafkaSourceOptions
 from firesteel.kafka.testing import create_topic, produce, read_log
 
@@ -45,10 +46,18 @@ def test_a_bad_secret_option_is_not_echoed():
     with pytest.raises(ConfigError) as error:
         parse_options(
             KafkaSourceOptions,
-            {"kafka.bootstrap.servers": "x:1", "subscribe": "t", "kafka.sasl.pasword": "s3cr3t"},
+            {"kafka.bootstrap.servers": "x:1", "subscribe": "t", "sasl.password": "s3cr3t"},
             passthrough_prefixes=PASSTHROUGH,
         )
     assert "s3cr3t" not in str(error.value)
+    options = parse_options(
+        KafkaSourceOptions,
+        {"kafka.bootstrap.servers": "x:1", "subscribe": "t", "kafka.sasl.pasword": "s3cr3t"},
+        passthrough_prefixes=PASSTHROUGH,
+    )
+    with pytest.raises(KafkaSourceError) as failure:
+        Discovery(options)
+    assert "sasl.pasword" in str(failure.value) and "s3cr3t" not in str(failure.value)
 
 
 def test_secrets_never_appear_in_logs_errors_or_progress(bootstrap, tmp_path):

@@ -50,7 +50,8 @@ def main() -> None:
             query.awaitTermination()
         except Exception as exc:  # the failure text itself is what the test inspects
             print(f"QUERY FAILED: {exc!r}")
-        print("PROGRESS:", json.dumps(query.recentProgress))
+        for progress in query.recentProgress:
+            print("PROGRESS:", getattr(progress, "json", progress))
         print("STATUS:", json.dumps(query.status))
 
     # Secrets set but unused (plaintext broker): the query runs.

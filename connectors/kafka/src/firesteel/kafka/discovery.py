@@ -61,13 +61,17 @@ class Discovery:
     """
 
     def __init__(self, options: KafkaSourceOptions) -> None:
-        from confluent_kafka import Consumer
+        from confluent_kafka import Consumer, KafkaException
 
         self.options = options
         self.config = consumer_config(
             options, enable_partition_eof=True, fetch_wait_max_ms=10, auto_offset_reset="latest"
         )
-        self.consumer = Consumer(self.config)
+        try:
+            self.consumer = Consumer(self.config)
+        except KafkaException as exc:
+            what = "invalid client configuration (check the kafka.* options)"
+            raise self._fail(what, exc) from exc
         self.pattern = re.compile(options.subscribe_pattern) if options.subscribe_pattern else None
 
     def close(self) -> None:

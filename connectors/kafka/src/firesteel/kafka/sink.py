@@ -242,15 +242,16 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction]):
                 "enable.auto.commit": False,
             }
         )
+        # Fences older instances with this id and aborts their open transaction.
+        self._transactional(txn, "init_transactions", lambda: txn.producer.init_transactions(60))
         try:
-            txn.producer.init_transactions(60)
             marker = txn.marker_consumer.committed(
                 [TopicPartition(self.marker_topic, 0)], timeout=60
             )[0]
         except KafkaException as exc:
             msg = (
-                f"firesteel.kafka sink: {txn.transactional_id}: cannot initialise the transaction "
-                f"or read its marker: {safe_error(exc, self.config)}"
+                f"firesteel.kafka sink: {txn.transactional_id}: cannot read its commit marker "
+                f"(group {self.marker_group(scope.partition_id)}): {safe_error(exc, self.config)}"
             )
             raise SinkError(msg) from exc
         txn.committed_batch = marker.offset - 1 if marker.offset >= 0 else NO_MARKER
