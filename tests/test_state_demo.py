@@ -14,9 +14,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from firesteel.examples.demo import generate_readings, latest_per_sensor
 
-pytestmark = __import__("pytest").mark.timeout(600)
+pytestmark = pytest.mark.timeout(600)
 
 
 def _run_demo(folder: Path) -> str:

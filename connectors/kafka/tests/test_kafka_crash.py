@@ -20,6 +20,7 @@ from firesteel.testing import (
     assert_exactly_once,
     at_point,
     at_random,
+    batch_started,
 )
 
 JOBS = Path(__file__).parent / "jobs"
@@ -81,6 +82,12 @@ class LiveChecker:
 
 
 def _kills(checkpoint: Path, points: list[str], rounds: int, randoms: int) -> list:
+    """Point kills at batches 1, 2, ... with a random kill after every third.
+
+    A random kill strikes 0.2-3 s after its batch's offsets are logged, and the
+    next point kill aims two batches later, so every planned kill still finds
+    its batch ahead of the job.
+    """
     kills = []
     batch = 1
     for index in range(rounds):
@@ -89,7 +96,8 @@ def _kills(checkpoint: Path, points: list[str], rounds: int, randoms: int) -> li
         kills.append(at_point(point, batch=None if point.startswith("source.") else batch))
         batch += 1
         if index % 3 == 2 and randoms:
-            kills.append(at_random((9.0, 16.0)))
+            kills.append(at_random((0.2, 3.0), when=batch_started(checkpoint, batch)))
+            batch += 2
             randoms -= 1
     return kills
 
@@ -108,7 +116,7 @@ def _run(bootstrap: str, tmp_path: Path, guarantee: str, kills_for) -> tuple:
     ):
         result = harness.run(
             JOB,
-            [bootstrap, source, target, str(checkpoint), guarantee],
+            [bootstrap, source, target, str(checkpoint), guarantee, create_topic(bootstrap, 1)],
             kills,
             max_runs=len(kills) + 3,
         )
@@ -160,7 +168,14 @@ def test_stateful_operator_between_kafka_topics_is_exactly_once_under_kills(boot
     with CrashHarness(tmp_path / "harness", timeout=300) as harness:
         result = harness.run(
             JOBS / "kafka_state_job.py",
-            [bootstrap, source, target, str(tmp_path / "checkpoint"), str(tmp_path / "state")],
+            [
+                bootstrap,
+                source,
+                target,
+                str(tmp_path / "checkpoint"),
+                str(tmp_path / "state"),
+                create_topic(bootstrap, 1),
+            ],
             kills,
             max_runs=len(kills) + 3,
         )

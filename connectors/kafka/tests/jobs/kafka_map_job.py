@@ -1,6 +1,7 @@
 """Crash-test job: Kafka -> map -> Kafka, all available input, from a fixed checkpoint.
 
 Usage: kafka_map_job.py <bootstrap> <input topic> <output topic> <checkpoint> <guarantee>
+[<marker log topic>]
 Each input value ``<n>`` becomes ``out-<n>``; the key and partition are kept.
 """
 
@@ -13,19 +14,20 @@ from firesteel.testing.jobs import job_session
 
 def main() -> None:
     bootstrap, source, target, checkpoint, guarantee = sys.argv[1:6]
+    marker_log = sys.argv[6] if len(sys.argv) > 6 else ""
     spark = job_session("kafka-map-job", shuffle_partitions=2)
     records = (
         spark.readStream.format("firesteel.kafka")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", source)
         .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", "80")
+        .option("maxOffsetsPerTrigger", "60")
         .load()
     )
     mapped = records.selectExpr(
         "key", "CAST(concat('out-', CAST(value AS STRING)) AS BINARY) AS value"
     )
-    query = (
+    writer = (
         mapped.writeStream.format("firesteel.kafka")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("topic", target)
@@ -33,8 +35,10 @@ def main() -> None:
         .option("kafka.linger.ms", "5")
         .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
-        .start()
     )
+    if marker_log:
+        writer = writer.option("marker.log.topic", marker_log)
+    query = writer.start()
     query.awaitTermination()
     spark.stop()
 

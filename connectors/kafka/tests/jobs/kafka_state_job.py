@@ -1,6 +1,6 @@
 """Crash-test job: Kafka -> stateful rank per key -> Kafka exactly-once.
 
-Usage: kafka_state_job.py <bootstrap> <input topic> <output topic> <checkpoint> <state uri>
+Usage: kafka_state_job.py <bootstrap> <input> <output> <checkpoint> <state uri> <marker log>
 
 Input values are sequence numbers ``n`` with key ``k<n % 5>``. The processor
 keeps a per-key count in keyed state and emits ``<n>:<key>:<rank>`` per input
@@ -34,14 +34,14 @@ class RankPerKey(KeyedProcessor):
 
 
 def main() -> None:
-    bootstrap, source, target, checkpoint, state_uri = sys.argv[1:6]
+    bootstrap, source, target, checkpoint, state_uri, marker_log = sys.argv[1:7]
     spark = job_session("kafka-state-job")
     records = (
         spark.readStream.format("firesteel.kafka")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", source)
         .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", "120")
+        .option("maxOffsetsPerTrigger", "80")
         .load()
         .selectExpr("CAST(CAST(value AS STRING) AS BIGINT) AS seq")
         .selectExpr("seq", "concat('k', CAST(seq % 5 AS STRING)) AS key")
@@ -61,6 +61,7 @@ def main() -> None:
         .option("kafka.bootstrap.servers", bootstrap)
         .option("topic", target)
         .option("guarantee", "exactly-once")
+        .option("marker.log.topic", marker_log)
         .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
         .start()

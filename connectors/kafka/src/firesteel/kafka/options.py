@@ -167,6 +167,12 @@ class KafkaSinkOptions:
         doc="exactly-once: existing topic whose partition 0 carries the commit markers "
         "(consumer-group offsets; default: option 'topic')",
     )
+    marker_log_topic: str | None = option(
+        None,
+        name="marker.log.topic",
+        doc="exactly-once: a dedicated topic that also receives a marker record per task "
+        "transaction, for brokers that can lose a transaction's group offsets (tansu 0.6)",
+    )
     flush_timeout_ms: int = option(
         300_000,
         name="flush.timeout.ms",

@@ -54,6 +54,8 @@ TIMEOUT_MARGIN = 0.8
 """A task aborts its transaction once it has been open this fraction of the timeout."""
 NO_MARKER = -1
 ABORT_TIMEOUT = 30
+MARKER_LOG_TAIL = 2_000
+"""Offsets of the marker log read back: two per task transaction, so ~1000 tasks."""
 
 
 def _extractor(options: KafkaSinkOptions, producer: Any) -> RowExtractor:
@@ -255,6 +257,8 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction]):
             )
             raise SinkError(msg) from exc
         txn.committed_batch = marker.offset - 1 if marker.offset >= 0 else NO_MARKER
+        if txn.committed_batch < scope.batch_id and self._logged_as_committed(scope):
+            txn.committed_batch = scope.batch_id
         if txn.committed_batch >= scope.batch_id:
             logger.info(
                 "firesteel.kafka sink: %s already committed batch %d (marker %d); skipping",
@@ -268,6 +272,42 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction]):
         txn.extractor = _extractor(self.options, txn.producer)
         txn.opened_at = time.monotonic()
         txn.state = "open"
+
+    def _marker_key(self, partition: int) -> bytes:
+        return f"{self.sink_id}/{partition}".encode()
+
+    def _logged_as_committed(self, scope: TaskScope) -> bool:
+        """Whether the marker log holds a committed marker for this task's batch.
+
+        Reads the tail of the marker log (:data:`MARKER_LOG_TAIL` offsets): an
+        earlier attempt of this batch wrote its marker after every older batch.
+        """
+        from confluent_kafka import Consumer, TopicPartition
+
+        from firesteel.kafka.rawlog import read_log
+
+        topic = self.options.marker_log_topic
+        if not topic:
+            return False
+        probe = Consumer({**self.config, "group.id": "firesteel-marker-log"})
+        try:
+            _low, high = probe.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
+        finally:
+            probe.close()
+        key = self._marker_key(scope.partition_id)
+        bootstrap = str(self.config.get("bootstrap.servers", ""))
+        view = read_log(bootstrap, topic, [0], {0: max(0, high - MARKER_LOG_TAIL)})
+        found = any(
+            r.key == key and int(r.value or b"-1") >= scope.batch_id for r in view.committed
+        )
+        if found:
+            logger.warning(
+                "firesteel.kafka sink: batch %d partition %d committed earlier but the broker "
+                "lost its group marker; the marker log says so, skipping",
+                scope.batch_id,
+                scope.partition_id,
+            )
+        return found
 
     def write(self, txn: KafkaTransaction, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
@@ -331,6 +371,14 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction]):
         assert txn.tracker is not None
         flush(txn.producer, txn.tracker, self.options.flush_timeout_ms, txn.transactional_id)
         fault_point("kafka.after_flush", scope.batch_id, scope.partition_id)
+        if self.options.marker_log_topic:
+            # Same transaction as the data: visible exactly when the data is.
+            txn.producer.produce(
+                self.options.marker_log_topic,
+                str(scope.batch_id).encode(),
+                self._marker_key(scope.partition_id),
+                0,
+            )
         marker = [TopicPartition(self.marker_topic, 0, scope.batch_id + 1)]
         metadata = txn.marker_consumer.consumer_group_metadata()
         self._transactional(

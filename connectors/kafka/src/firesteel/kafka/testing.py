@@ -22,14 +22,27 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from firesteel.kafka.rawlog import LogRecord, LogView, read_log
+
+__all__ = [
+    "BOOTSTRAP_ENV",
+    "LocalBroker",
+    "LogRecord",
+    "LogView",
+    "create_topic",
+    "free_port",
+    "kafka_cluster",
+    "produce",
+    "read_log",
+    "tansu_binary",
+]
+
 BOOTSTRAP_ENV = "FIRESTEEL_KAFKA_BOOTSTRAP"
 """Set to ``host:port`` to run tests against an existing (e.g. Apache Kafka) cluster."""
-
-COMMIT, ABORT = 1, 0
 
 
 def tansu_binary() -> Path:
@@ -154,124 +167,3 @@ def produce(bootstrap: str, topic: str, values: list[bytes], **kwargs: Any) -> N
     if producer.flush(60) or failures:
         msg = f"produce to {topic} failed: {failures[:3]}"
         raise RuntimeError(msg)
-
-
-@dataclass(frozen=True)
-class LogRecord:
-    """A data record as stored in the log."""
-
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes], ...]
-    producer_id: int
-    transactional: bool
-
-
-@dataclass
-class LogView:
-    """A topic as a read_committed reader must see it, computed from the raw log."""
-
-    committed: list[LogRecord] = field(default_factory=list)
-    """Non-transactional records and records of committed transactions, by partition and offset."""
-    aborted: list[LogRecord] = field(default_factory=list)
-    """Records of aborted transactions (never visible)."""
-    pending: list[LogRecord] = field(default_factory=list)
-    """Records of transactions with no marker yet (not visible now)."""
-    end_offsets: dict[int, int] = field(default_factory=dict)
-
-    @property
-    def values(self) -> list[bytes | None]:
-        """Values of the committed records."""
-        return [r.value for r in self.committed]
-
-
-def _partition_leaders(bootstrap: str, topic: str) -> dict[int, int]:
-    from confluent_kafka.admin import AdminClient
-
-    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=30)
-    return {p: info.leader for p, info in metadata.topics[topic].partitions.items()}
-
-
-def read_log(bootstrap: str, topic: str) -> LogView:
-    """Read every partition of ``topic`` raw and apply commit/abort markers (see module docs)."""
-    from kafka.net.compat import KafkaNetClient
-    from kafka.protocol.consumer import FetchRequest
-    from kafka.record import MemoryRecords
-
-    view = LogView()
-    client = KafkaNetClient(bootstrap_servers=bootstrap)
-    try:
-        client.check_version()
-        for partition, leader in sorted(_partition_leaders(bootstrap, topic).items()):
-            open_txns: dict[int, list[LogRecord]] = {}
-            offset = 0
-            high = None
-            while high is None or offset < high:
-                request = FetchRequest(
-                    max_wait_ms=10,
-                    min_bytes=1,
-                    max_bytes=16 << 20,
-                    isolation_level=0,
-                    topics=[
-                        FetchRequest.FetchTopic(
-                            topic=topic,
-                            partitions=[
-                                FetchRequest.FetchTopic.FetchPartition(
-                                    partition=partition,
-                                    fetch_offset=offset,
-                                    partition_max_bytes=16 << 20,
-                                )
-                            ],
-                        )
-                    ],
-                    max_version=10,
-                )
-                response = client.send_and_receive(leader, request)
-                data = response.responses[0].partitions[0]
-                if data.error_code:
-                    msg = f"fetch {topic}[{partition}]@{offset}: error {data.error_code}"
-                    raise RuntimeError(msg)
-                high = data.high_watermark
-                records = MemoryRecords(data.records or b"")
-                advanced = False
-                while (batch := records.next_batch()) is not None:
-                    advanced = True
-                    _apply(batch, partition, open_txns, view)
-                    offset = batch.next_offset
-                if not advanced and offset < high:
-                    msg = f"fetch {topic}[{partition}]@{offset} returned nothing below {high}"
-                    raise RuntimeError(msg)
-            view.end_offsets[partition] = offset
-            for pending in open_txns.values():
-                view.pending.extend(pending)
-    finally:
-        client.close()
-    view.committed.sort(key=lambda r: (r.partition, r.offset))
-    return view
-
-
-def _apply(
-    batch: Any, partition: int, open_txns: dict[int, list[LogRecord]], view: LogView
-) -> None:
-    pid = batch.producer_id
-    if batch.is_control_batch:
-        for marker in batch:
-            records = open_txns.pop(pid, [])
-            (view.committed if marker.type == COMMIT else view.aborted).extend(records)
-        return
-    for record in batch:
-        entry = LogRecord(
-            partition,
-            record.offset,
-            record.key,
-            record.value,
-            tuple((k, v) for k, v in record.headers),
-            pid,
-            batch.is_transactional,
-        )
-        if batch.is_transactional:
-            open_txns.setdefault(pid, []).append(entry)
-        else:
-            view.committed.append(entry)
