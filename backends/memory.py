@@ -107,10 +107,16 @@ class Cursor:
 # -- value -------------------------------------------------------------------------------
 
 
-class HeapValueState(ValueState):
-    """A value per key, without TTL."""
+class _Bound:
+    """What every state object holds: its descriptor, read once into attributes so an
+    operation does no descriptor lookups, and the store's shared cursor.
 
-    __slots__ = ("_check", "_cursor", "_desc", "_name", "_type")
+    ``_ttl`` is the TTL in milliseconds, or None without one. Operations stay
+    inlined in the subclasses (the type check included) because they are the
+    per-record hot path.
+    """
+
+    __slots__ = ("_check", "_cursor", "_desc", "_name", "_ttl", "_type")
 
     def __init__(self, descriptor: StateDescriptor, cursor: Cursor) -> None:
         self._desc = descriptor
@@ -118,6 +124,14 @@ class HeapValueState(ValueState):
         self._cursor = cursor
         self._check = descriptor.type is not None
         self._type: Any = descriptor.type or object
+        ttl = descriptor.ttl_config
+        self._ttl: int | None = ttl.millis if ttl else None
+
+
+class HeapValueState(_Bound, ValueState):
+    """A value per key, without TTL."""
+
+    __slots__ = ()
 
     def value(self) -> Any:
         cursor = self._cursor
@@ -144,13 +158,13 @@ class HeapValueState(ValueState):
 class HeapValueStateTtl(HeapValueState):
     """A value per key whose entries expire (stored as ``(value, expires_ms)``)."""
 
-    __slots__ = ("_refresh", "_ttl")
+    __slots__ = ("_expires_in", "_refresh")
 
     def __init__(self, descriptor: StateDescriptor, cursor: Cursor) -> None:
         super().__init__(descriptor, cursor)
         ttl = descriptor.ttl_config
         assert ttl is not None
-        self._ttl = ttl.millis
+        self._expires_in = ttl.millis
         self._refresh = ttl.refresh_on_read
 
     def value(self) -> Any:
@@ -166,7 +180,7 @@ class HeapValueStateTtl(HeapValueState):
             slot.changed.add(key)
             return None
         if self._refresh:
-            slot.table[key] = (entry[0], now + self._ttl)
+            slot.table[key] = (entry[0], now + self._expires_in)
             slot.changed.add(key)
         return entry[0]
 
@@ -178,26 +192,17 @@ class HeapValueStateTtl(HeapValueState):
             self._desc.check_type(value)
         cursor = self._cursor
         slot = cursor.slots[self._name]
-        slot.table[cursor.key] = (value, cursor.now_ms + self._ttl)
+        slot.table[cursor.key] = (value, cursor.now_ms + self._expires_in)
         slot.changed.add(cursor.key)
 
 
 # -- list --------------------------------------------------------------------------------
 
 
-class HeapListState(ListState):
+class HeapListState(_Bound, ListState):
     """A list per key; with a TTL each element is ``(value, expires_ms)``."""
 
-    __slots__ = ("_check", "_cursor", "_desc", "_name", "_ttl", "_type")
-
-    def __init__(self, descriptor: StateDescriptor, cursor: Cursor) -> None:
-        self._desc = descriptor
-        self._name = descriptor.name
-        self._cursor = cursor
-        self._check = descriptor.type is not None
-        self._type: Any = descriptor.type or object
-        ttl = descriptor.ttl_config
-        self._ttl = ttl.millis if ttl else None
+    __slots__ = ()
 
     def _live(self) -> list[Any]:
         """The stored list with expired elements removed (a rewrite, when any expired)."""
@@ -269,19 +274,10 @@ class HeapListState(ListState):
 # -- map ---------------------------------------------------------------------------------
 
 
-class HeapMapState(MapState):
+class HeapMapState(_Bound, MapState):
     """A map per key; with a TTL each entry is ``(value, expires_ms)``."""
 
-    __slots__ = ("_check", "_cursor", "_desc", "_name", "_ttl", "_type")
-
-    def __init__(self, descriptor: StateDescriptor, cursor: Cursor) -> None:
-        self._desc = descriptor
-        self._name = descriptor.name
-        self._cursor = cursor
-        self._check = descriptor.type is not None
-        self._type: Any = descriptor.type or object
-        ttl = descriptor.ttl_config
-        self._ttl = ttl.millis if ttl else None
+    __slots__ = ()
 
     def _remove_entry(self, slot: Slot, entries: dict[Any, Any], user_key: Any) -> None:
         key = self._cursor.key
@@ -486,6 +482,40 @@ def _sweep(desc: StateDescriptor, table: dict[Any, Any], now_ms: int) -> None:
             del table[key]
 
 
+def _value_rows(
+    rows: RowBuffer,
+    key_group: int,
+    name: str,
+    desc: StateDescriptor,
+    *,
+    packed_keys: list[bytes],
+    entries: list[Any],
+) -> None:
+    """``PUT`` rows of a value state: one per packed key, ``entries`` the stored values in
+    the same order (``(value, expires_ms)`` pairs with a TTL)."""
+    ttl = desc.ttl_config is not None
+    rows.extend(
+        key_group,
+        name,
+        fmt.OP_PUT,
+        packed_keys,
+        values=_dump_all(name, desc.value_serializer, [e[0] for e in entries] if ttl else entries),
+        expires=[e[1] for e in entries] if ttl else None,
+    )
+
+
+def _timer_rows(rows: RowBuffer, key_group: int, packed: bytes, pending: Iterable[int]) -> None:
+    """``PUT`` rows of one key's pending timers, ascending."""
+    stamps = sorted(pending)
+    rows.extend(
+        key_group,
+        TIMERS,
+        fmt.OP_PUT,
+        [packed] * len(stamps),
+        user_keys=_packed_user_keys(stamps),
+    )
+
+
 def _entry_rows(
     rows: RowBuffer,
     key_group: int,
@@ -517,6 +547,21 @@ def _entry_rows(
     )
 
 
+def _replace_rows(
+    rows: RowBuffer,
+    key_group: int,
+    name: str,
+    desc: StateDescriptor,
+    *,
+    packed: bytes,
+    content: Any,
+    op: int,
+) -> None:
+    """A ``CLEAR`` row for one key, then rows of its whole list or map (see :func:`_entry_rows`)."""
+    rows.extend(key_group, name, fmt.OP_CLEAR, [packed])
+    _entry_rows(rows, key_group, name, desc, packed=packed, content=content, op=op)
+
+
 def write_full(
     rows: RowBuffer,
     key_group: int,
@@ -533,17 +578,13 @@ def write_full(
         if desc.ttl_config is not None:
             _sweep(desc, table, now_ms)
         if desc.kind is StateKind.VALUE:
-            ttl = desc.ttl_config is not None
-            entries = list(table.values())
-            rows.extend(
+            _value_rows(
+                rows,
                 key_group,
                 name,
-                fmt.OP_PUT,
-                packer.many(table),
-                values=_dump_all(
-                    name, desc.value_serializer, [e[0] for e in entries] if ttl else entries
-                ),
-                expires=[e[1] for e in entries] if ttl else None,
+                desc,
+                packed_keys=packer.many(table),
+                entries=list(table.values()),
             )
         else:
             op = fmt.OP_APPEND if desc.kind is StateKind.LIST else fmt.OP_PUT
@@ -551,14 +592,7 @@ def write_full(
                 _entry_rows(rows, key_group, name, desc, packed=packer(key), content=content, op=op)
         slot.reset_changes()
     for key, pending in group.timers.table.items():
-        stamps = sorted(pending)
-        rows.extend(
-            key_group,
-            TIMERS,
-            fmt.OP_PUT,
-            [packer(key)] * len(stamps),
-            user_keys=_packed_user_keys(stamps),
-        )
+        _timer_rows(rows, key_group, packer(key), pending)
     group.timers.reset_changes()
 
 
@@ -574,33 +608,27 @@ def write_delta(
     """What changed in ``group`` since its last snapshot, as rows."""
     for name, slot in group.slots.items():
         desc = descriptors[name]
-        ttl = desc.ttl_config is not None
         table = slot.table
         if desc.kind is StateKind.VALUE:
             present = [key for key in slot.changed if key in table]
             gone = [key for key in slot.changed if key not in table]
-            entries = [table[key] for key in present]
-            rows.extend(
+            _value_rows(
+                rows,
                 key_group,
                 name,
-                fmt.OP_PUT,
-                packer.many(present),
-                values=_dump_all(
-                    name, desc.value_serializer, [e[0] for e in entries] if ttl else entries
-                ),
-                expires=[e[1] for e in entries] if ttl else None,
+                desc,
+                packed_keys=packer.many(present),
+                entries=[table[key] for key in present],
             )
             rows.extend(key_group, name, fmt.OP_DELETE, packer.many(gone))
         elif desc.kind is StateKind.LIST:
             for key in slot.changed:
-                packed = packer(key)
-                rows.extend(key_group, name, fmt.OP_CLEAR, [packed])
-                _entry_rows(
+                _replace_rows(
                     rows,
                     key_group,
                     name,
                     desc,
-                    packed=packed,
+                    packed=packer(key),
                     content=table.get(key, []),
                     op=fmt.OP_APPEND,
                 )
@@ -618,14 +646,12 @@ def write_delta(
                     )
         else:
             for key in slot.cleared:
-                packed = packer(key)
-                rows.extend(key_group, name, fmt.OP_CLEAR, [packed])
-                _entry_rows(
+                _replace_rows(
                     rows,
                     key_group,
                     name,
                     desc,
-                    packed=packed,
+                    packed=packer(key),
                     content=table.get(key, {}),
                     op=fmt.OP_PUT,
                 )
@@ -655,14 +681,7 @@ def write_delta(
     for key in timers.changed:
         packed = packer(key)
         rows.extend(key_group, TIMERS, fmt.OP_CLEAR, [packed])
-        stamps = sorted(timers.table.get(key, ()))
-        rows.extend(
-            key_group,
-            TIMERS,
-            fmt.OP_PUT,
-            [packed] * len(stamps),
-            user_keys=_packed_user_keys(stamps),
-        )
+        _timer_rows(rows, key_group, packed, timers.table.get(key, ()))
     timers.reset_changes()
 
 

@@ -42,7 +42,7 @@ from benchmarks.framework import Workload
 
 PARTITIONS = 4
 SIZES = {"100 B": 100, "1 KB": 1024}
-FULL_RECORDS = {"100 B": 400_000, "1 KB": 150_000}
+FULL_RECORDS = {"100 B": 200_000, "1 KB": 60_000}
 QUICK_RECORDS = {"100 B": 2_000, "1 KB": 1_000}
 TRIGGERED_BATCHES = 8
 PRODUCER_SETTINGS = {"acks": "all", "enable.idempotence": True, "linger.ms": 5}
@@ -161,7 +161,7 @@ def _raw_consume(label: str, on_values: Callable[[list[bytes | None]], None] | N
     remaining = _STATE.records[label]
     try:
         while remaining > 0:
-            messages = consumer.consume(num_messages=10_000, timeout=1.0)
+            messages = consumer.consume(num_messages=min(10_000, remaining), timeout=1.0)
             values = [m.value() for m in messages if m.error() is None]
             remaining -= len(values)
             if on_values is not None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -20,26 +18,16 @@ def session() -> SparkSession:
     stopped by the runner when the process is done with it.
     """
     if not _sessions:
-        # Spark starts Python workers with PYSPARK_PYTHON; they must be this
-        # interpreter, which has firesteel and its dependencies installed.
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-        from pyspark.sql import SparkSession
+        from firesteel.core.spark.session import local_session
 
-        from firesteel.core import register
-
-        created = (
-            SparkSession.builder.master("local[2]")
-            .appName("firesteel-benchmarks")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.driver.memory", "2g")
-            .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-            .getOrCreate()
+        created = local_session(
+            "firesteel-benchmarks",
+            config={
+                "spark.ui.showConsoleProgress": "false",
+                "spark.driver.memory": "2g",
+                "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+            },
         )
-        created.sparkContext.setLogLevel("ERROR")
-        register(created)
         _sessions.append(created)
     return _sessions[0]
 

@@ -124,26 +124,16 @@ def generate_readings(folder: Path, files: int, per_file: int, sensors: int, see
 
 def _session() -> Any:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+    from firesteel.core.spark.session import LOOPBACK, local_session
 
-    from firesteel.core import register
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("firesteel-demo")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
+    return local_session(
+        "firesteel-demo",
+        config={
+            "spark.ui.showConsoleProgress": "false",
+            **LOOPBACK,
+            "spark.sql.session.timeZone": "UTC",
+        },
     )
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
-    return spark
 
 
 def _watch(query: Any, started: float, say: Any) -> None:

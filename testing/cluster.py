@@ -25,7 +25,11 @@ from pathlib import Path
 import psutil
 
 from firesteel.testing.harness import HarnessError
-from firesteel.testing.processes import find_executors, kill_process_and_descendants
+from firesteel.testing.processes import (
+    find_executors,
+    kill_process_and_descendants,
+    spawn_logged,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -86,15 +90,7 @@ class StandaloneCluster:
     def _spawn(self, name: str, args: list[str]) -> Path:
         log = self.workdir / f"{name}.log"
         command = [str(spark_home() / "bin" / "spark-class"), *args]
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                command,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=self._env(),
-                start_new_session=True,
-            )
+        proc = spawn_logged(command, log, self._env())
         self._popens.append(proc)
         self.processes.append(psutil.Process(proc.pid))
         return log

@@ -11,7 +11,7 @@ Each assertion returns the :class:`SequenceCount` so a test can also report it.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeAlias, Union
 
@@ -60,18 +60,15 @@ class SequenceCount:
     def describe(self) -> str:
         """A one-paragraph report that shows the first offending numbers."""
 
-        def show(numbers: list[int]) -> str:
-            head = ", ".join(map(str, numbers[:_SHOWN]))
-            return head + (f", ... ({len(numbers)} in all)" if len(numbers) > _SHOWN else "")
+        def show(items: Sequence[object]) -> str:
+            head = ", ".join(map(str, items[:_SHOWN]))
+            return head + (f", ... ({len(items)} in all)" if len(items) > _SHOWN else "")
 
-        dups = sorted(self.duplicated.items())
-        dup_text = ", ".join(f"{seq}x{times}" for seq, times in dups[:_SHOWN])
-        if len(dups) > _SHOWN:
-            dup_text += f", ... ({len(dups)} in all)"
+        dups = [f"{seq}x{times}" for seq, times in sorted(self.duplicated.items())]
         return (
             f"expected {self.expected} records, saw {self.seen}; "
             f"lost {len(self.lost)} [{show(self.lost)}]; "
-            f"duplicated {len(self.duplicated)} [{dup_text}]; "
+            f"duplicated {len(self.duplicated)} [{show(dups)}]; "
             f"unexpected {len(self.unexpected)} [{show(self.unexpected)}]"
         )
 
@@ -89,19 +86,24 @@ def count_sequence(actual: Numbers, expected: Numbers) -> SequenceCount:
     )
 
 
-def assert_exactly_once(actual: Numbers, expected: Numbers, what: str = "output") -> SequenceCount:
-    """Fail unless every expected number appears exactly once in ``actual``."""
+def _checked(
+    actual: Numbers, expected: Numbers, holds: Callable[[SequenceCount], bool], failure: str
+) -> SequenceCount:
+    """The count, after raising AssertionError (``failure`` and the count) unless it ``holds``."""
     count = count_sequence(actual, expected)
-    if not count.exactly_once:
-        msg = f"{what} is not exactly-once: {count.describe()}"
+    if not holds(count):
+        msg = f"{failure}: {count.describe()}"
         raise AssertionError(msg)
     return count
+
+
+def assert_exactly_once(actual: Numbers, expected: Numbers, what: str = "output") -> SequenceCount:
+    """Fail unless every expected number appears exactly once in ``actual``."""
+    return _checked(
+        actual, expected, lambda count: count.exactly_once, f"{what} is not exactly-once"
+    )
 
 
 def assert_at_least_once(actual: Numbers, expected: Numbers, what: str = "output") -> SequenceCount:
     """Fail if an expected number is missing from ``actual`` (duplicates are allowed)."""
-    count = count_sequence(actual, expected)
-    if not count.at_least_once:
-        msg = f"{what} lost records: {count.describe()}"
-        raise AssertionError(msg)
-    return count
+    return _checked(actual, expected, lambda count: count.at_least_once, f"{what} lost records")

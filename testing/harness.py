@@ -44,7 +44,6 @@ from __future__ import annotations
 import logging
 import os
 import random
-import subprocess
 import sys
 import time
 import uuid
@@ -63,6 +62,7 @@ from firesteel.testing.processes import (
     ProcessTracker,
     find_executors,
     kill_process_and_descendants,
+    spawn_logged,
 )
 
 logger = logging.getLogger(__name__)
@@ -353,15 +353,7 @@ class CrashHarness:
         fired_before = set(os.listdir(faults_dir))
         started = time.monotonic()
         logger.info("harness run %d (%s): %s", index, kill, " ".join(command))
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                command,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=self._environment(kill, faults_dir, token),
-                start_new_session=True,
-            )
+        proc = spawn_logged(command, log, self._environment(kill, faults_dir, token))
         tracker = ProcessTracker(psutil.Process(proc.pid), token)
         self._active.append(tracker)
         killed_pids: list[int] = []

@@ -6,21 +6,18 @@ A job script is an ordinary program (``python job.py <args>``) that:
    harness chose (``local[2,4]`` or a standalone cluster) and forwards the
    fault-injection environment to executors;
 2. processes all available input from a *fixed* checkpoint location
-   (``.trigger(availableNow=True)`` then ``awaitTermination()``, or
-   ``processAllAvailable()`` then ``stop()``);
+   (``.trigger(availableNow=True)`` then ``awaitTermination()``, as
+   :func:`run_available` does, or ``processAllAvailable()`` then ``stop()``);
 3. exits 0 when done. Any other exit is a failure the harness reports, except
    the SIGKILLs it caused itself.
 
 Example::
 
-    from firesteel.testing.jobs import job_session
+    from firesteel.testing.jobs import job_session, read_parquet_files, write_files_exactly_once
 
     spark = job_session("files-job")
-    query = (spark.readStream.format("firesteel.files").option("format", "parquet")
-             .load(src).writeStream.format("firesteel.files")
-             .option("path", out).option("checkpointLocation", ck)
-             .trigger(availableNow=True).start())
-    query.awaitTermination()
+    records = read_parquet_files(spark, src, max_files_per_batch="3")
+    write_files_exactly_once(spark, records, out, ck)
 """
 
 from __future__ import annotations
@@ -30,7 +27,8 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import DataStreamWriter
 
 MASTER_ENV = "FIRESTEEL_SPARK_MASTER"
 """The Spark master the harness asks the job to use."""
@@ -54,34 +52,68 @@ def job_session(app_name: str, shuffle_partitions: int = 2) -> SparkSession:
     ``FIRESTEEL_*`` variable through ``spark.executorEnv.*``, so fault points
     fire on executors too and the harness can recognise executor processes.
     """
-    from pyspark.sql import SparkSession
-
-    from firesteel.core import register
+    from firesteel.core.spark.session import LOOPBACK, local_session
 
     master = os.environ.get(MASTER_ENV, DEFAULT_MASTER)
     python = os.environ.get("PYSPARK_PYTHON", sys.executable)
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.executorEnv.PYSPARK_PYTHON", python)
-        .config("spark.driver.extraJavaOptions", QUICK_START_JVM)
-        .config("spark.executor.extraJavaOptions", QUICK_START_JVM)
-    )
+    config = {
+        **LOOPBACK,
+        "spark.executorEnv.PYSPARK_PYTHON": python,
+        "spark.driver.extraJavaOptions": QUICK_START_JVM,
+        "spark.executor.extraJavaOptions": QUICK_START_JVM,
+    }
     if master.startswith("spark://"):
-        builder = (
-            builder.config("spark.executor.memory", "512m")
-            .config("spark.executor.cores", "1")
-            .config("spark.cores.max", "2")
-            .config("spark.task.maxFailures", "4")
+        config.update(
+            {
+                "spark.executor.memory": "512m",
+                "spark.executor.cores": "1",
+                "spark.cores.max": "2",
+                "spark.task.maxFailures": "4",
+            }
         )
         for key, value in os.environ.items():
             if key.startswith(FORWARDED_PREFIXES):
-                builder = builder.config(f"spark.executorEnv.{key}", value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
-    register(spark)
-    return spark
+                config[f"spark.executorEnv.{key}"] = value
+    return local_session(
+        app_name,
+        master=master,
+        shuffle_partitions=shuffle_partitions,
+        log_level="WARN",
+        config=config,
+    )
+
+
+def read_parquet_files(spark: SparkSession, source: str, max_files_per_batch: str) -> DataFrame:
+    """The ``firesteel.files`` stream of the Parquet files in ``source``, at most
+    ``max_files_per_batch`` files (an option string, as given on the command line) per batch."""
+    return (
+        spark.readStream.format("firesteel.files")
+        .option("format", "parquet")
+        .option("max.files.per.batch", max_files_per_batch)
+        .load(source)
+    )
+
+
+def run_available(spark: SparkSession, writer: DataStreamWriter, checkpoint: str) -> None:
+    """Run ``writer`` over everything available from the fixed ``checkpoint``, then stop.
+
+    Returns when the query has processed all input (Trigger.AvailableNow) and
+    ``spark`` is stopped; a failed query raises, so the job exits non-zero.
+    """
+    query = writer.option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
+    query.awaitTermination()
+    spark.stop()
+
+
+def write_files_exactly_once(
+    spark: SparkSession, frame: DataFrame, out: str, checkpoint: str
+) -> None:
+    """Write ``frame`` as Parquet to ``out`` through the transactional ``firesteel.files``
+    sink with ``guarantee=exactly-once``, via :func:`run_available`."""
+    writer = (
+        frame.writeStream.format("firesteel.files")
+        .option("path", out)
+        .option("format", "parquet")
+        .option("guarantee", "exactly-once")
+    )
+    run_available(spark, writer, checkpoint)

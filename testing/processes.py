@@ -16,8 +16,11 @@ import contextlib
 import logging
 import os
 import signal
+import subprocess
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from firesteel.core.errors import MissingDependencyError
 
@@ -31,6 +34,22 @@ logger = logging.getLogger(__name__)
 
 TOKEN_ENV = "FIRESTEEL_HARNESS_RUN"
 """Environment variable carrying the id of one harness run into every process of the job."""
+
+
+def spawn_logged(
+    command: Sequence[str], log: Path, env: Mapping[str, str]
+) -> subprocess.Popen[bytes]:
+    """Start ``command`` in a session (and process group) of its own, stdout and stderr
+    into the file ``log``, no stdin; so it can be killed as a group without touching us."""
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
 
 
 def _matches_token(proc: psutil.Process, token: str) -> bool:

@@ -20,19 +20,11 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     """A ``local[2]`` session with few shuffle partitions and firesteel registered."""
-    from pyspark.sql import SparkSession
+    from firesteel.core.spark.session import local_session
 
-    from firesteel.core import register
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("firesteel-tests")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-        .getOrCreate()
+    session = local_session(
+        "firesteel-tests",
+        config={"spark.sql.streaming.forceDeleteTempCheckpointLocation": "true"},
     )
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
     yield session
     session.stop()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,28 @@ def rows(start: int, count: int) -> pa.Table:
     """Sequence-numbered rows ``seq`` with a small-cardinality ``key`` column."""
     seq = list(range(start, start + count))
     return pa.table({"seq": seq, "key": [f"k{s % 3}" for s in seq]})
+
+
+def write_sequence_files(
+    folder: Path,
+    files: int,
+    rows_per_file: int,
+    columns: Callable[[range], dict[str, Any]] | None = None,
+    name: str = "part-{index:04d}.parquet",
+) -> range:
+    """Write ``files`` Parquet files of ``rows_per_file`` consecutive int64 ``seq`` values
+    each (file ``index`` named by ``name``), plus whatever ``columns(seqs)`` derives;
+    the seqs written, as a range.
+
+    The source lists files by name, so ``name`` fixes which files share a batch.
+    """
+    folder.mkdir(parents=True)
+    for index in range(files):
+        seqs = range(index * rows_per_file, (index + 1) * rows_per_file)
+        extra = columns(seqs) if columns is not None else {}
+        table = pa.table({"seq": pa.array(seqs, pa.int64()), **extra})
+        pq.write_table(table, folder / name.format(index=index))
+    return range(files * rows_per_file)
 
 
 def write_input(folder: Path, name: str, table: pa.Table, fmt: str) -> Path:

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-import pyarrow.parquet as pq
 import pytest
+from files_helpers import write_sequence_files
 
 from firesteel.files import read_committed
 from firesteel.testing import (
@@ -45,12 +44,9 @@ class FilesJob:
         self.source = root / "in"
         self.out = root / "out"
         self.checkpoint = root / "ck"
-        self.source.mkdir(parents=True)
-        for index in range(FILES):
-            seqs = range(index * ROWS_PER_FILE, (index + 1) * ROWS_PER_FILE)
-            table = pa.table({"seq": pa.array(seqs, pa.int64()), "text": [f"r{i}" for i in seqs]})
-            pq.write_table(table, self.source / f"part-{index:04d}.parquet")
-        self.expected = range(FILES * ROWS_PER_FILE)
+        self.expected = write_sequence_files(
+            self.source, FILES, ROWS_PER_FILE, lambda seqs: {"text": [f"r{i}" for i in seqs]}
+        )
 
     @property
     def args(self) -> list[str]:

@@ -14,9 +14,8 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from files_helpers import write_sequence_files
 
 from firesteel.files import read_committed
 from firesteel.state import read_state
@@ -50,12 +49,9 @@ class StateJob:
         self.checkpoint = root / "ck"
         self.state = root / "state"
         self.parallelism = parallelism
-        self.source.mkdir(parents=True)
-        for index in range(FILES):
-            seqs = list(range(index * ROWS_PER_FILE, (index + 1) * ROWS_PER_FILE))
-            table = pa.table({"seq": pa.array(seqs, pa.int64()), "key": [key_of(s) for s in seqs]})
-            pq.write_table(table, self.source / f"part-{index:04d}.parquet")
-        self.expected = range(FILES * ROWS_PER_FILE)
+        self.expected = write_sequence_files(
+            self.source, FILES, ROWS_PER_FILE, lambda seqs: {"key": [key_of(s) for s in seqs]}
+        )
 
     @property
     def args(self) -> list[str]:

@@ -13,9 +13,8 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from files_helpers import write_sequence_files
 from jobs.wal_target import read_jsonl, read_sends
 
 from firesteel.testing import (
@@ -37,10 +36,7 @@ def test_wal_sink_resends_only_segments_in_flight(
     crash_harness: CrashHarness, tmp_path: Path
 ) -> None:
     source = tmp_path / "in"
-    source.mkdir()
-    for index in range(FILES):
-        seqs = range(index * ROWS_PER_FILE, (index + 1) * ROWS_PER_FILE)
-        pq.write_table(pa.table({"seq": pa.array(seqs, pa.int64())}), source / f"{index}.parquet")
+    write_sequence_files(source, FILES, ROWS_PER_FILE, name="{index}.parquet")
     target = tmp_path / "target.jsonl"
     checkpoint = tmp_path / "ck"
     kills = [

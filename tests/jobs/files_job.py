@@ -13,34 +13,19 @@ import sys
 
 from pyspark.sql import functions as F
 
-from firesteel.testing.jobs import job_session
+from firesteel.testing.jobs import job_session, read_parquet_files, write_files_exactly_once
 
 
 def main() -> None:
     source, out, checkpoint, max_files = sys.argv[1:5]
     spark = job_session("firesteel-files-crash")
-    records = (
-        spark.readStream.format("firesteel.files")
-        .option("format", "parquet")
-        .option("max.files.per.batch", max_files)
-        .load(source)
-    )
+    records = read_parquet_files(spark, source, max_files)
     mapped = records.select(
         "seq",
         (F.col("seq") * 3).alias("tripled"),
         F.upper(F.col("text")).alias("text"),
     )
-    query = (
-        mapped.writeStream.format("firesteel.files")
-        .option("path", out)
-        .option("format", "parquet")
-        .option("guarantee", "exactly-once")
-        .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    spark.stop()
+    write_files_exactly_once(spark, mapped, out, checkpoint)
 
 
 if __name__ == "__main__":

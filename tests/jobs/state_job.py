@@ -17,7 +17,7 @@ from typing import Any
 
 from firesteel.backends import FilesystemBackend
 from firesteel.state import KeyedProcessor, KeyState, ValueStateDescriptor, stateful
-from firesteel.testing.jobs import job_session
+from firesteel.testing.jobs import job_session, read_parquet_files, write_files_exactly_once
 
 
 class RankPerKey(KeyedProcessor):
@@ -36,12 +36,7 @@ class RankPerKey(KeyedProcessor):
 def main() -> None:
     source, out, checkpoint, state_uri, files_per_batch, parallelism = sys.argv[1:7]
     spark = job_session("firesteel-state-crash")
-    records = (
-        spark.readStream.format("firesteel.files")
-        .option("format", "parquet")
-        .option("max.files.per.batch", files_per_batch)
-        .load(source)
-    )
+    records = read_parquet_files(spark, source, files_per_batch)
     ranked = stateful(
         records,
         key=["key"],
@@ -52,17 +47,7 @@ def main() -> None:
         parallelism=int(parallelism),
         max_parallelism=32,
     )
-    query = (
-        ranked.writeStream.format("firesteel.files")
-        .option("path", out)
-        .option("format", "parquet")
-        .option("guarantee", "exactly-once")
-        .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    spark.stop()
+    write_files_exactly_once(spark, ranked, out, checkpoint)
 
 
 if __name__ == "__main__":

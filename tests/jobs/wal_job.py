@@ -19,7 +19,7 @@ from pyspark import cloudpickle
 from firesteel.core import Guarantee, foreach_batch
 from firesteel.sinks.committers import FileCheckpointCommitter
 from firesteel.sinks.write_ahead import log_dir_for
-from firesteel.testing.jobs import job_session
+from firesteel.testing.jobs import job_session, read_parquet_files, run_available
 
 # Executors cannot import this test folder: ship the test sinks by value.
 cloudpickle.register_pickle_by_value(wal_target)
@@ -36,21 +36,9 @@ def main() -> None:
         FileCheckpointCommitter.for_checkpoint(str(checkpoint)),
         target,
     )
-    records = (
-        spark.readStream.format("firesteel.files")
-        .option("format", "parquet")
-        .option("max.files.per.batch", max_files)
-        .load(source)
-        .repartition(3, "seq")
-    )
-    query = (
-        records.writeStream.foreachBatch(foreach_batch(sink, checkpoint, required))
-        .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    spark.stop()
+    records = read_parquet_files(spark, source, max_files).repartition(3, "seq")
+    writer = records.writeStream.foreachBatch(foreach_batch(sink, checkpoint, required))
+    run_available(spark, writer, checkpoint)
 
 
 if __name__ == "__main__":

@@ -29,19 +29,23 @@ def _log_send(target: str, batch_id: int, partition: int, rows: int) -> None:
         os.fsync(out.fileno())
 
 
-class JsonLinesWalSink(WriteAheadSink):
-    """Appends each sent record as one JSON line to ``target``, tagged with its segment.
-
-    Each line carries ``_batch`` and ``_partition``: the segment it was sent from.
-    """
-
-    name = "test.jsonl-wal"
+class _TargetWalSink(WriteAheadSink):
+    """A write-ahead-log sink that sends to the local file ``target``."""
 
     def __init__(
         self, sink_id: str, log_dir: str, committer: CheckpointCommitter, target: str
     ) -> None:
         super().__init__(sink_id, log_dir, committer)
         self.target = target
+
+
+class JsonLinesWalSink(_TargetWalSink):
+    """Appends each sent record as one JSON line to ``target``, tagged with its segment.
+
+    Each line carries ``_batch`` and ``_partition``: the segment it was sent from.
+    """
+
+    name = "test.jsonl-wal"
 
     def send_values(self, batches: Sequence[pa.RecordBatch], batch_id: int, partition: int) -> None:
         rows = 0
@@ -56,17 +60,11 @@ class JsonLinesWalSink(WriteAheadSink):
         _log_send(self.target, batch_id, partition, rows)
 
 
-class SqliteUpsertWalSink(WriteAheadSink):
+class SqliteUpsertWalSink(_TargetWalSink):
     """Upserts each sent record into table ``records`` of the SQLite file ``target``, by ``seq``."""
 
     name = "test.sqlite-upsert-wal"
     upsert_target = True
-
-    def __init__(
-        self, sink_id: str, log_dir: str, committer: CheckpointCommitter, target: str
-    ) -> None:
-        super().__init__(sink_id, log_dir, committer)
-        self.target = target
 
     def send_values(self, batches: Sequence[pa.RecordBatch], batch_id: int, partition: int) -> None:
         rows = [

@@ -56,6 +56,7 @@ class LiveChecker:
         self.exactly_once = exactly_once
         self.violations: list[str] = []
         self.checks = 0
+        self.retries: list[str] = []
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -69,7 +70,12 @@ class LiveChecker:
 
     def _loop(self) -> None:
         while not self.stop_event.wait(1.0):
-            view = read_log(self.bootstrap, self.topic)
+            try:
+                view = read_log(self.bootstrap, self.topic)
+            except RuntimeError as exc:
+                # A fetch racing the job's writes; the next check reads again.
+                self.retries.append(str(exc))
+                continue
             seen = _sequence(view.values)
             self.checks += 1
             unexpected = [n for n in seen if not 0 <= n < RECORDS]
