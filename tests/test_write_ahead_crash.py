@@ -28,7 +28,7 @@ from firesteel.testing import (
 pytestmark = pytest.mark.crash
 
 JOB = Path(__file__).parent / "jobs" / "wal_job.py"
-FILES = 12
+FILES = 16
 ROWS_PER_FILE = 20
 
 
@@ -43,7 +43,7 @@ def test_wal_sink_resends_only_segments_in_flight(
         at_point("wal.after_send", batch=1, partition=1),
         at_point("driver.mid_commit", batch=2),
         at_point("wal.after_send", batch=3, partition=2),
-        at_random((0.0, 2.0), when=batch_started(checkpoint, 4)),
+        at_random((0.0, 1.0), when=batch_started(checkpoint, 4)),
     ]
     result = crash_harness.run(
         JOB, [source, target, checkpoint, "2", "plain", "at-least-once"], kills

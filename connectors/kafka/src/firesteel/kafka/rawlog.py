@@ -18,7 +18,9 @@ from typing import Any
 COMMIT, ABORT = 1, 0
 EMPTY_FETCH_RETRIES = 20
 FETCH_BYTES = 1 << 20
-"""Bytes per raw fetch; kafka-python refuses frames of a few MB."""
+"""Bytes asked for per raw fetch."""
+RECEIVE_BYTES = 256 << 20
+"""Largest response frame accepted (brokers may answer more than asked for)."""
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,7 @@ def read_log(
     from kafka.record import MemoryRecords
 
     view = LogView()
-    client = KafkaNetClient(bootstrap_servers=bootstrap)
+    client = KafkaNetClient(bootstrap_servers=bootstrap, receive_message_max_bytes=RECEIVE_BYTES)
     try:
         client.check_version()
         leaders = _partition_leaders(bootstrap, topic)
