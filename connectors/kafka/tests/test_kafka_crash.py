@@ -90,9 +90,9 @@ class LiveChecker:
 def _kills(checkpoint: Path, points: list[str], rounds: int, randoms: int) -> list:
     """Point kills at batches 1, 2, ... with a random kill after every third.
 
-    A random kill strikes 0.2-3 s after its batch's offsets are logged, and the
-    next point kill aims two batches later, so every planned kill still finds
-    its batch ahead of the job.
+    A random kill strikes 0.2-1 s after its batch's offsets are logged, and the
+    next point kill aims three batches later, so every planned kill still finds
+    its batch ahead of the job even when batches take well under a second.
     """
     kills = []
     batch = 1
@@ -102,8 +102,8 @@ def _kills(checkpoint: Path, points: list[str], rounds: int, randoms: int) -> li
         kills.append(at_point(point, batch=None if point.startswith("source.") else batch))
         batch += 1
         if index % 3 == 2 and randoms:
-            kills.append(at_random((0.2, 3.0), when=batch_started(checkpoint, batch)))
-            batch += 2
+            kills.append(at_random((0.2, 1.0), when=batch_started(checkpoint, batch)))
+            batch += 3
             randoms -= 1
     return kills
 
