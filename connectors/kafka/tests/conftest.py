@@ -33,21 +33,11 @@ def bootstrap() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     """A ``local[2]`` session with firesteel (and so firesteel.kafka) registered."""
-    from pyspark.sql import SparkSession
+    from firesteel.core.spark.session import LOOPBACK, local_session
 
-    from firesteel.core import register
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("firesteel-kafka-tests")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-        .getOrCreate()
+    session = local_session(
+        "firesteel-kafka-tests",
+        config={**LOOPBACK, "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true"},
     )
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
     yield session
     session.stop()
