@@ -13,24 +13,11 @@ any lost or doubled output shows in the seq count, so the test can check both.
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 from firesteel.backends import FilesystemBackend
-from firesteel.state import KeyedProcessor, KeyState, ValueStateDescriptor, stateful
+from firesteel.state import stateful
 from firesteel.testing.jobs import job_session, read_parquet_files, write_files_exactly_once
-
-
-class RankPerKey(KeyedProcessor):
-    count = ValueStateDescriptor("count", int)
-
-    def process(self, key: Any, rows: Any, state: KeyState) -> Any:
-        count = state.value(self.count)
-        seen = count.value() or 0
-        seqs = sorted(rows.column("seq").to_pylist())
-        count.update(seen + len(seqs))
-        return [
-            {"seq": seq, "key": key[0], "rank": seen + index + 1} for index, seq in enumerate(seqs)
-        ]
+from firesteel.testing.processors import RankPerKey
 
 
 def main() -> None:

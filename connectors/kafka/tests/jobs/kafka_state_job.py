@@ -15,22 +15,16 @@ import sys
 from typing import Any
 
 from firesteel.backends import FilesystemBackend
-from firesteel.state import KeyedProcessor, KeyState, ValueStateDescriptor, stateful
+from firesteel.state import stateful
+from firesteel.testing import processors
 from firesteel.testing.jobs import job_session
 
 
-class RankPerKey(KeyedProcessor):
-    count = ValueStateDescriptor("count", int)
+class RankPerKey(processors.RankPerKey):
+    """Ranks as Kafka values ``seq:key:rank``."""
 
-    def process(self, key: Any, rows: Any, state: KeyState) -> Any:
-        count = state.value(self.count)
-        seen = count.value() or 0
-        seqs = sorted(rows.column("seq").to_pylist())
-        count.update(seen + len(seqs))
-        return [
-            {"value": f"{seq}:{key[0]}:{seen + index + 1}".encode()}
-            for index, seq in enumerate(seqs)
-        ]
+    def row(self, seq: int, key: Any, rank: int) -> dict[str, Any]:
+        return {"value": f"{seq}:{key}:{rank}".encode()}
 
 
 def main() -> None:
