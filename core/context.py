@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from firesteel.core.errors import FiresteelError
 
@@ -22,6 +23,17 @@ class TaskScope:
     attempt: int
 
     @classmethod
+    def running(cls) -> TaskScope | None:
+        """The scope of the running streaming task; None outside a Spark task or micro-batch."""
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        raw_batch = context.getLocalProperty("streaming.sql.batchId") if context else None
+        if context is None or raw_batch is None:
+            return None
+        return cls._of(context, int(raw_batch))
+
+    @classmethod
     def current(cls, batch_id: int | None = None) -> TaskScope:
         """Read the scope of the running Spark task from ``TaskContext``.
 
@@ -34,16 +46,20 @@ class TaskScope:
         if context is None:
             msg = "TaskScope.current() must run inside a Spark task"
             raise FiresteelError(msg)
-        raw_batch = context.getLocalProperty("streaming.sql.batchId")
-        if batch_id is None:
-            if raw_batch is None:
-                msg = (
-                    "this task is not part of a streaming micro-batch (no "
-                    "'streaming.sql.batchId' local property); use the sink through "
-                    "writeStream or firesteel.core.foreach_batch"
-                )
-                raise FiresteelError(msg)
-            batch_id = int(raw_batch)
+        if batch_id is not None:
+            return cls._of(context, batch_id)
+        scope = cls.running()
+        if scope is None:
+            msg = (
+                "this task is not part of a streaming micro-batch (no "
+                "'streaming.sql.batchId' local property); use the sink through "
+                "writeStream or firesteel.core.foreach_batch"
+            )
+            raise FiresteelError(msg)
+        return scope
+
+    @classmethod
+    def _of(cls, context: Any, batch_id: int) -> TaskScope:
         return cls(
             query_id=context.getLocalProperty("sql.streaming.queryId") or "",
             batch_id=batch_id,

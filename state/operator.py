@@ -48,6 +48,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from firesteel.backends.base import KeyedStateStore, OperatorSpec, StateBackend, TaskInfo
+from firesteel.core.context import TaskScope
 from firesteel.core.errors import ConfigError, FiresteelError, ProcessorError
 from firesteel.core.faults import fault_point
 from firesteel.state import keygroups
@@ -169,22 +170,19 @@ class OperatorTask:
     schema: pa.Schema
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-        raw_batch = context.getLocalProperty("streaming.sql.batchId") if context else None
-        if context is None or raw_batch is None:
+        scope = TaskScope.running()
+        if scope is None:
             msg = (
                 f"operator '{self.spec.name}': the stateful operator runs only inside a "
                 "streaming query (no 'streaming.sql.batchId' in this task); use writeStream"
             )
             raise ConfigError(msg)
         task = TaskInfo(
-            query_id=context.getLocalProperty("sql.streaming.queryId") or "",
-            batch_id=int(raw_batch),
-            partition=context.partitionId(),
+            query_id=scope.query_id,
+            batch_id=scope.batch_id,
+            partition=scope.partition_id,
             key_groups=KeyGroupRange.for_partition(
-                context.partitionId(), self.spec.parallelism, self.spec.max_parallelism
+                scope.partition_id, self.spec.parallelism, self.spec.max_parallelism
             ),
         )
         return run_task(self, task, batches)

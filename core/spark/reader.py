@@ -17,6 +17,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.streaming.datasource import ReadLimit as SparkReadLimit
 
 from firesteel.core.checkpoint import SOURCE_TAG
+from firesteel.core.context import TaskScope
 from firesteel.core.faults import fault_point
 from firesteel.core.source import UNBOUNDED, Offset, ReadLimit, ResettableSource
 
@@ -26,17 +27,6 @@ OFFSET_KEY = "offset"
 class _Partition(InputPartition):
     def __init__(self, value: Any) -> None:
         super().__init__(value)
-
-
-def _task_position() -> tuple[int | None, int | None]:
-    """(batch id, partition) of the running read task, for fault points."""
-    from pyspark import TaskContext
-
-    context = TaskContext.get()
-    if context is None:
-        return None, None
-    batch = context.getLocalProperty("streaming.sql.batchId")
-    return (int(batch) if batch is not None else None), context.partitionId()
 
 
 class SparkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -92,7 +82,12 @@ class SparkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         yield from self.source.read(partition.value)
-        fault_point("source.after_read", *_task_position())
+        scope = TaskScope.running()
+        fault_point(
+            "source.after_read",
+            scope.batch_id if scope else None,
+            scope.partition_id if scope else None,
+        )
 
     def commit(self, end: dict[str, Any]) -> None:
         self.source.commit(self._unwrap(end))
