@@ -10,11 +10,6 @@ BIN := $(CURDIR)/$(VENV)/bin
 export PYSPARK_PYTHON := $(BIN)/python
 export PYSPARK_DRIVER_PYTHON := $(BIN)/python
 
-# Folder -> package of every firesteel leaf package, for the type checker.
-PACKAGES := core:core sources:sources sinks:sinks state:state backends:backends \
-	testing:testing examples:examples files:connectors/files \
-	kafka:connectors/kafka/src/firesteel/kafka
-
 .PHONY: install demo test lint typecheck pytest
 
 $(BIN)/python:
@@ -32,13 +27,9 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# mypy sees the real package tree through a folder of symlinks, because the
-# top-level folders are named for roles while the packages live under firesteel.*.
+# The folders to check and where each package lives are in pyproject.toml ([tool.mypy]).
 typecheck: install
-	rm -rf .typecheck && mkdir -p .typecheck/firesteel
-	for pair in $(PACKAGES); do ln -sfn "$(CURDIR)/$${pair#*:}" ".typecheck/firesteel/$${pair%%:*}"; done
-	cd .typecheck && MYPYPATH=. $(BIN)/mypy --config-file ../pyproject.toml \
-		$(foreach pair,$(PACKAGES),-p firesteel.$(firstword $(subst :, ,$(pair))))
+	$(BIN)/mypy
 
 pytest: install
 	$(BIN)/pytest -p no:cacheprovider --durations=15

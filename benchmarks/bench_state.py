@@ -43,7 +43,6 @@ from pyspark import cloudpickle
 from benchmarks import spark
 from benchmarks.framework import Figure, Workload
 from firesteel.backends import FilesystemBackend, HeapBackend
-from firesteel.backends.base import OperatorSpec, StateBackend, TaskInfo
 from firesteel.backends.dictstore import DictKeyedStore
 from firesteel.state import (
     KeyedProcessor,
@@ -53,6 +52,7 @@ from firesteel.state import (
     ValueStateDescriptor,
     stateful,
 )
+from firesteel.state.backend import OperatorSpec, StateBackend, TaskInfo
 from firesteel.state.keygroups import KeyGroupRange
 
 # Spark's Python workers cannot import this module by name (benchmarks/ is not installed).

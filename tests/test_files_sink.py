@@ -15,9 +15,9 @@ from firesteel.core.checkpoint import read_guarantee
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import CheckpointCorruptError, ConfigError
 from firesteel.files import committed_files, read_committed
-from firesteel.sinks.files import FilesSink, WriterConfig
-from firesteel.sinks.files.manifest import finalize, manifest_path, read_manifest
-from firesteel.sinks.files.paths import encode_value
+from firesteel.sinks.filesink import FilesSink, WriterConfig
+from firesteel.sinks.filesink.manifest import finalize, manifest_path, read_manifest
+from firesteel.sinks.filesink.paths import encode_value
 
 
 def make_sink(out: Path, **overrides) -> FilesSink:
@@ -189,7 +189,7 @@ def test_recovery_rolls_a_half_renamed_batch_forward(tmp_path):
     votes = [vote(sink, 0, p, rows(p * 10, 10)) for p in range(3)]
     handles = [v.payload for v in votes]
     # Crash simulation: the manifest is written and one rename done, then the driver dies.
-    from firesteel.sinks.files.manifest import CommittedFile, Manifest, write_manifest
+    from firesteel.sinks.filesink.manifest import CommittedFile, Manifest, write_manifest
 
     files = tuple(CommittedFile(**f) for h in handles for f in h["files"])
     write_manifest(out, Manifest("s1", 0, files))

@@ -18,16 +18,16 @@ import pytest
 
 from firesteel.backends import FilesystemBackend, HeapBackend
 from firesteel.backends import format as fmt
-from firesteel.backends.base import OperatorSpec, StateBackend, TaskInfo
 from firesteel.backends.dictstore import DictKeyedStore
+from firesteel.backends.inspect import read_state
 from firesteel.core.errors import CheckpointCorruptError, ConfigError, IncompatibleFormatError
 from firesteel.state import (
     ListStateDescriptor,
     MapStateDescriptor,
     PickleSerializer,
     ValueStateDescriptor,
-    read_state,
 )
+from firesteel.state.backend import OperatorSpec, StateBackend, TaskInfo
 from firesteel.state.keygroups import KeyGroupRange, operator_index
 
 COUNT = ValueStateDescriptor("count", int)
@@ -435,7 +435,7 @@ def test_heap_backend_refuses_remote_storage() -> None:
 def test_state_command_prints_a_checkpoint(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from firesteel.examples.cli import main
+    from firesteel.cli.main import main
 
     backend = make_backend("filesystem", tmp_path)
     Driver(backend, parallelism=2).batch(0, KEYS[:3], add_one)

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from files_helpers import write_sequence_files
 
+from firesteel.backends.inspect import read_state
 from firesteel.files import read_committed
-from firesteel.state import read_state
 from firesteel.testing import (
     AtPoints,
     CrashHarness,

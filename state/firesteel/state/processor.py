@@ -38,9 +38,9 @@ import datetime as dt
 from collections.abc import Iterable
 from typing import Any, ClassVar, Literal, cast
 
-from firesteel.backends.base import Key, KeyedStateStore
 from firesteel.core.errors import ConfigError
 from firesteel.state.api import ListState, MapState, ValueState
+from firesteel.state.backend import Key, KeyedStateStore
 from firesteel.state.descriptors import (
     ListStateDescriptor,
     MapStateDescriptor,

@@ -15,16 +15,16 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from firesteel.backends.base import (
+from firesteel.backends.dictstore import worker_store
+from firesteel.backends.storage import SnapshotStorage
+from firesteel.core.checkpoint import filesystem
+from firesteel.core.errors import ConfigError
+from firesteel.state.backend import (
     KeyedStateStore,
     OperatorSpec,
     StateBackend,
     TaskInfo,
 )
-from firesteel.backends.dictstore import worker_store
-from firesteel.backends.storage import SnapshotStorage
-from firesteel.core.checkpoint import filesystem
-from firesteel.core.errors import ConfigError
 from firesteel.state.descriptors import StateDescriptor
 
 logger = logging.getLogger(__name__)
@@ -102,6 +102,6 @@ class FilesystemBackend(StateBackend):
         return store
 
     def inspect(self, operator: str | None = None, batch: int | None = None) -> pa.Table:
-        from firesteel.state.inspect import read_state
+        from firesteel.backends.inspect import read_state
 
         return read_state(self.location, operator=operator, batch=batch)

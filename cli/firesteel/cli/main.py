@@ -16,7 +16,7 @@ def _state(argv: list[str]) -> int:
     parser.add_argument("--batch", type=int, help="version to read (default: latest complete)")
     parser.add_argument("--limit", type=int, default=50, help="rows to print (default 50)")
     args = parser.parse_args(argv)
-    from firesteel.state import read_state
+    from firesteel.backends.inspect import read_state
 
     frame = read_state(args.location, operator=args.operator, batch=args.batch).to_pandas()
     with_all_columns = frame.head(args.limit).to_string(index=False)

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from firesteel.core.durable import create_record, read_record, write_record
 from firesteel.core.errors import ConfigError
-from firesteel.files.durable import create_record, read_record, write_record
 
 LOG_FORMAT_VERSION = 1
 

@@ -41,7 +41,7 @@ from firesteel.core.context import TaskScope
 from firesteel.core.errors import ConfigError
 from firesteel.core.faults import fault_point
 from firesteel.core.sink import TwoPhaseCommitSink
-from firesteel.sinks.files.manifest import (
+from firesteel.sinks.filesink.manifest import (
     CommittedFile,
     Manifest,
     finalize,
@@ -49,8 +49,8 @@ from firesteel.sinks.files.manifest import (
     read_manifest,
     write_manifest,
 )
-from firesteel.sinks.files.paths import FIRESTEEL_DIR, manifest_dir, pending_dir, valid_sink_id
-from firesteel.sinks.files.writer import TaskWriter, WriterConfig
+from firesteel.sinks.filesink.paths import FIRESTEEL_DIR, manifest_dir, pending_dir, valid_sink_id
+from firesteel.sinks.filesink.writer import TaskWriter, WriterConfig
 
 logger = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from firesteel.core.durable import create_record, fsync_dir, read_record
 from firesteel.core.errors import CheckpointCorruptError
-from firesteel.files.durable import create_record, fsync_dir, read_record
-from firesteel.sinks.files.paths import manifest_dir
+from firesteel.sinks.filesink.paths import manifest_dir
 
 logger = logging.getLogger(__name__)
 

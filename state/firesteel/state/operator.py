@@ -47,11 +47,11 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from firesteel.backends.base import KeyedStateStore, OperatorSpec, StateBackend, TaskInfo
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import ConfigError, FiresteelError, ProcessorError
 from firesteel.core.faults import fault_point
 from firesteel.state import keygroups
+from firesteel.state.backend import KeyedStateStore, OperatorSpec, StateBackend, TaskInfo
 from firesteel.state.keygroups import KeyGroupRange
 from firesteel.state.output import OutputBuilder
 from firesteel.state.processor import KeyedProcessor, KeyState, OpenContext

@@ -2,7 +2,7 @@
 
 ::
 
-    from firesteel.state import read_state
+    from firesteel.backends.inspect import read_state
     read_state("file:///tmp/state").to_pandas()
 
 One row per entry: operator, batch (the version read), key group, key, state,

@@ -3,7 +3,7 @@
 Where positions live
 --------------------
 The source does not know Spark's checkpoint location, so it keeps its own
-durable **discovered-file log** (:mod:`firesteel.sources.files.log`), by
+durable **discovered-file log** (:mod:`firesteel.sources.filesource.log`), by
 default in ``<path>/_firesteel/source-<digest>/`` (hidden from listings and
 from Spark/pyarrow readers by its ``_`` prefix; the digest covers format,
 ``files.pattern`` and ``recursive``, so sources with different options never
@@ -57,13 +57,13 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from firesteel.core.durable import read_record, write_record
 from firesteel.core.error_policy import ErrorHandler, ErrorPolicy, FolderDeadLetter
 from firesteel.core.errors import ConfigError, SourceChangedError
 from firesteel.core.source import Offset, ReadLimit, ResettableSource
-from firesteel.files.durable import read_record, write_record
-from firesteel.files.options import FilesSourceOptions
-from firesteel.sources.files.formats import FormatSpec, infer_schema, read_file
-from firesteel.sources.files.log import LOG_FORMAT_VERSION, FileEntry, FileLog
+from firesteel.sources.filesource.formats import FormatSpec, infer_schema, read_file
+from firesteel.sources.filesource.log import LOG_FORMAT_VERSION, FileEntry, FileLog
+from firesteel.sources.filesource.options import FilesSourceOptions
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
-"""The options of ``firesteel.files``: one frozen dataclass for reading, one for writing.
+"""The options of the file source (``spark.readStream.format("firesteel.files")``).
 
 Spark hands options over as flat, case-insensitive strings;
-:func:`firesteel.core.options.parse_options` turns them into these classes and
+:func:`firesteel.core.options.parse_options` turns them into this class and
 refuses unknown or misspelled keys, listing the valid ones.
 """
 
@@ -13,10 +13,8 @@ from typing import Literal
 from firesteel.core.error_policy import ErrorPolicy
 from firesteel.core.errors import ConfigError
 from firesteel.core.options import option, require_absolute
-from firesteel.core.spark.datasource import SinkOptions
 
 SourceFormat = Literal["parquet", "csv", "json", "text"]
-SinkFormat = Literal["parquet", "json"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,38 +73,4 @@ class FilesSourceOptions:
             raise ConfigError(msg)
         if len(self.delimiter) != 1:
             msg = f"option 'delimiter' must be one character, got {self.delimiter!r}"
-            raise ConfigError(msg)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class FilesSinkOptions(SinkOptions):
-    """Options of ``df.writeStream.format("firesteel.files")`` (plus ``guarantee``, ``sink.id``)."""
-
-    path: str = option(required=True, doc="the output directory")
-    format: SinkFormat = option("parquet", doc="file format: parquet (default) or json (lines)")
-    bucket_by: str | None = option(
-        None,
-        name="bucket.by",
-        doc="comma-separated columns; rows go to Hive-style sub-folders col=value",
-    )
-    roll_size_bytes: int = option(
-        128 * 1024 * 1024,
-        name="roll.size.bytes",
-        doc="start a new file once the current one exceeds this many bytes",
-    )
-    compression: str | None = option(
-        None, doc="parquet codec (default snappy) or json stream codec (default none, e.g. gzip)"
-    )
-
-    @property
-    def bucket_columns(self) -> tuple[str, ...]:
-        """The ``bucket.by`` columns, in order."""
-        if not self.bucket_by:
-            return ()
-        return tuple(c.strip() for c in self.bucket_by.split(",") if c.strip())
-
-    def __post_init__(self) -> None:
-        require_absolute("path", self.path, allow_uri=False)
-        if self.roll_size_bytes < 1:
-            msg = f"option 'roll.size.bytes' must be at least 1, got {self.roll_size_bytes}"
             raise ConfigError(msg)

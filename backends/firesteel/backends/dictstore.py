@@ -32,13 +32,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from firesteel.backends import format as fmt
-from firesteel.backends.base import (
-    Key,
-    KeyedStateStore,
-    OperatorSpec,
-    PendingSnapshot,
-    TaskInfo,
-)
 from firesteel.backends.memory import (
     TIMERS,
     BoundState,
@@ -60,6 +53,13 @@ from firesteel.backends.storage import (
 )
 from firesteel.core.errors import CheckpointCorruptError, ConfigError
 from firesteel.state.api import ListState, MapState, ValueState
+from firesteel.state.backend import (
+    Key,
+    KeyedStateStore,
+    OperatorSpec,
+    PendingSnapshot,
+    TaskInfo,
+)
 from firesteel.state.descriptors import StateDescriptor
 from firesteel.state.serializers import check_serializer
 

@@ -140,4 +140,4 @@ class StateBackend(ABC):
     def inspect(self, operator: str | None = None, batch: int | None = None) -> pa.Table:
         """The state of ``operator`` (every operator when None) at version ``batch``
         (the latest complete one when None), one row per entry; see
-        :func:`firesteel.state.inspect.read_state`."""
+        :func:`firesteel.backends.inspect.read_state`."""

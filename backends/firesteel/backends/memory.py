@@ -30,8 +30,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from firesteel.backends import format as fmt
-from firesteel.backends.base import Key
 from firesteel.state.api import ListState, MapState, ValueState
+from firesteel.state.backend import Key
 from firesteel.state.descriptors import StateDescriptor, StateKind
 from firesteel.state.serializers import Serializer, key_packer, pack, pack_key, unpack
 
