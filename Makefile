@@ -9,6 +9,14 @@ VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 export PYSPARK_PYTHON := $(BIN)/python
 export PYSPARK_DRIVER_PYTHON := $(BIN)/python
+# The Kafka tests and benchmarks start a real Apache Kafka broker from KAFKA_HOME; the
+# distribution in ../shared/kafka is used when none is given (else: the tansu fallback).
+SHARED_KAFKA := $(abspath $(CURDIR)/../shared/kafka/kafka_2.13-3.9.1)
+ifeq ($(KAFKA_HOME),)
+ifneq ($(wildcard $(SHARED_KAFKA)/bin/kafka-server-start.sh),)
+export KAFKA_HOME := $(SHARED_KAFKA)
+endif
+endif
 
 .PHONY: install demo test lint typecheck pytest
 
@@ -18,7 +26,8 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade pip
 
 install: $(BIN)/python
-	$(BIN)/pip install -q -e ".[dev,test]" -e "./connectors/kafka[test]"
+	$(BIN)/pip install -q -e ".[dev,test]" -e "./connectors/kafka[test]" \
+		-e "./connectors/cassandra[test]" -e "./backends/rocksdb[test]"
 
 demo: install
 	$(BIN)/firesteel demo

@@ -1,0 +1,1 @@
+"""firesteel-rocksdb: the RocksDB state backend (work in progress)."""

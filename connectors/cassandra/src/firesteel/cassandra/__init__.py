@@ -1,0 +1,1 @@
+"""firesteel-cassandra: Cassandra sinks, committer and lookups (work in progress)."""
