@@ -1,7 +1,8 @@
 """Fixtures for the Kafka connector: a real broker process and a local SparkSession.
 
-The broker is tansu (memory storage) on a free port, started once per session
-and stopped by PID, or the cluster named by ``FIRESTEEL_KAFKA_BOOTSTRAP``.
+The broker is started once per session and stopped by PID: a real Apache
+Kafka broker from ``KAFKA_HOME`` when set, else tansu (memory storage); the
+cluster named by ``FIRESTEEL_KAFKA_BOOTSTRAP`` wins over both.
 """
 
 from __future__ import annotations

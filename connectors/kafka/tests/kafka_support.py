@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from firesteel.kafka.testing import BOOTSTRAP_ENV
+from firesteel.kafka.testing import KAFKA_HOME_ENV, broker_kind
 
-ON_REAL_KAFKA = bool(os.environ.get(BOOTSTRAP_ENV))
+ON_REAL_KAFKA = broker_kind() == "kafka"
 needs_real_kafka = pytest.mark.skipif(
     not ON_REAL_KAFKA,
-    reason=f"needs a broker feature the local tansu broker lacks; set {BOOTSTRAP_ENV}",
+    reason=f"tansu 0.6 lacks this Kafka feature; set {KAFKA_HOME_ENV} to an Apache Kafka 3.x "
+    "distribution to run it",
 )
 
 

