@@ -178,6 +178,12 @@ class KafkaSinkOptions:
         name="flush.timeout.ms",
         doc="how long a task waits for delivery reports before failing",
     )
+    retry_timeout_ms: int = option(
+        120_000,
+        name="retry.timeout.ms",
+        doc="exactly-once: how long a task retries retriable errors of init_transactions, "
+        "send_offsets_to_transaction and commit_transaction before failing",
+    )
     passthrough: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -61,13 +61,39 @@ class DeliveryTracker:
         self.failures.clear()
         self.failed = 0
 
+    @property
+    def unusable(self) -> bool:
+        """Fenced or fatally failed: no call may go into the producer again."""
+        return self.fatal is not None or self.fenced
+
+    def check_usable(self, what: str) -> None:
+        """Raise :class:`SinkError` if the producer is fenced or fatally failed.
+
+        Called before every call into a producer: once librdkafka raised a
+        fatal error (e.g. fenced by a newer instance with the same
+        transactional id), confluent-kafka's ``flush()`` can fail with a bare
+        ``SystemError``, so firesteel never calls into such a producer again.
+        """
+        error = self.unusable_error(what)
+        if error is not None:
+            raise error
+
+    def unusable_error(self, what: str) -> SinkError | None:
+        """The :class:`SinkError` that :meth:`check_usable` raises, or ``None``."""
+        if not self.unusable:
+            return None
+        reason = scrub(self.fatal or "fenced by a newer instance", secrets_of(self.config))
+        fenced = " (fenced: a newer attempt with the same transactional id took over)"
+        msg = (
+            f"firesteel.kafka sink: {what}: fatal producer error: {reason}"
+            f"{fenced if self.fenced else ''}; the producer is not used again"
+        )
+        return SinkError(msg)
+
     def check(self, what: str, remaining: int = 0) -> None:
-        """Raise :class:`SinkError` if any record was not acknowledged."""
+        """Raise :class:`SinkError` if the producer failed or any record was not acknowledged."""
         secrets = secrets_of(self.config)
-        if self.fatal is not None:
-            fatal = scrub(self.fatal, secrets)
-            msg = f"firesteel.kafka sink: {what}: fatal producer error: {fatal}"
-            raise SinkError(msg)
+        self.check_usable(what)
         if self.failed or remaining:
             first = scrub(self.failures[0], secrets) if self.failures else "delivery timed out"
             msg = (
@@ -98,23 +124,50 @@ def tracked_config(config: dict[str, Any], tracker: DeliveryTracker) -> dict[str
     }
 
 
-def produce_all(producer: Any, args: ProduceArgs) -> None:
-    """Hand every row to librdkafka, waiting for queue space when it is full."""
+def produce_all(
+    producer: Any, args: ProduceArgs, tracker: DeliveryTracker | None = None, what: str = ""
+) -> None:
+    """Hand every row to librdkafka, waiting for queue space when it is full.
+
+    With a ``tracker``, stops with :class:`SinkError` as soon as the producer
+    turns fenced or fatal instead of calling into it again.
+    """
+    from confluent_kafka import KafkaException
+
     produce = producer.produce
     for count, (topic, value, key, partition, timestamp, headers) in enumerate(args, 1):
         while True:
+            if tracker is not None and tracker.unusable:
+                tracker.check_usable(what)
             try:
                 produce(topic, value, key, partition, timestamp=timestamp, headers=headers)
                 break
             except BufferError:
                 producer.poll(0.05)
+            except KafkaException as exc:
+                if tracker is None or not exc.args[0].fatal():
+                    raise
+                tracker.fatal = tracker.fatal or exc.args[0].str()
+                tracker.fenced = tracker.fenced or is_fencing(exc.args[0])
         if count % POLL_EVERY == 0:
             producer.poll(0)
 
 
 def flush(producer: Any, tracker: DeliveryTracker, timeout_ms: int, what: str) -> None:
-    """Wait for every delivery report; raise if any record failed or is still pending."""
-    remaining = producer.flush(timeout_ms / 1000)
+    """Wait for every delivery report; raise if any record failed or is still pending.
+
+    Never calls into a producer that is already fenced or fatal; a fatal error
+    raised inside ``flush()`` (which confluent-kafka may surface as a bare
+    ``SystemError``) becomes a :class:`SinkError` with librdkafka's reason.
+    """
+    tracker.check_usable(what)
+    try:
+        remaining = producer.flush(timeout_ms / 1000)
+    except SystemError as exc:
+        error = tracker.unusable_error(what)
+        if error is None:
+            raise
+        raise error from exc
     tracker.check(what, remaining)
 
 

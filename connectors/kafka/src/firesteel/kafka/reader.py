@@ -208,7 +208,9 @@ class RangeReader:
             why,
         )
         if lost_to < offsets.end:
-            consumer.seek(TopicPartition(offsets.topic, offsets.partition, lost_to))
+            # Not seek(): after an offset-out-of-range error librdkafka's fetcher is in an
+            # error state where seek() fails with _STATE; a fresh assignment restarts it.
+            consumer.assign([TopicPartition(offsets.topic, offsets.partition, lost_to)])
         return lost_to
 
     def _to_arrow(

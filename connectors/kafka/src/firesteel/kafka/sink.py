@@ -54,6 +54,8 @@ TIMEOUT_MARGIN = 0.8
 """A task aborts its transaction once it has been open this fraction of the timeout."""
 NO_MARKER = -1
 ABORT_TIMEOUT = 30
+CALL_TIMEOUT = 60.0
+"""Longest single attempt of a transactional call (retries continue until retry.timeout.ms)."""
 MARKER_LOG_TAIL = 2_000
 """Offsets of the marker log read back: two per task transaction, so ~1000 tasks."""
 
@@ -245,7 +247,7 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction]):
             }
         )
         # Fences older instances with this id and aborts their open transaction.
-        self._transactional(txn, "init_transactions", lambda: txn.producer.init_transactions(60))
+        self._transactional(txn, "init_transactions", txn.producer.init_transactions)
         try:
             marker = txn.marker_consumer.committed(
                 [TopicPartition(self.marker_topic, 0)], timeout=60
@@ -318,7 +320,7 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction]):
             return
         assert txn.extractor is not None
         args = txn.extractor.extract(batch)
-        produce_all(txn.producer, args)
+        produce_all(txn.producer, args, txn.tracker, txn.transactional_id)
         txn.rows += len(args)
         self._check_age(txn)
 
@@ -334,21 +336,45 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction]):
             raise SinkError(msg)
 
     def _transactional(self, txn: KafkaTransaction, what: str, call: Any) -> None:
-        """Run a transactional call, retrying retriable errors (librdkafka's rules)."""
+        """Run ``call(timeout_seconds)``, retrying retriable errors until ``retry.timeout.ms``.
+
+        librdkafka's rules: retriable errors are retried (each attempt gets the
+        time left, at most :data:`CALL_TIMEOUT` seconds), abortable and fatal
+        ones fail the task at once. A producer already fenced or fatal is not
+        called at all. Past the deadline the task fails with :class:`SinkError`
+        naming the transactional id, instead of hanging.
+        """
         from confluent_kafka import KafkaException
 
+        deadline = time.monotonic() + self.options.retry_timeout_ms / 1000
+        attempts = 0
         while True:
+            if txn.tracker is not None:
+                txn.tracker.check_usable(f"{txn.transactional_id} batch {txn.scope.batch_id}")
+            left = deadline - time.monotonic()
             try:
-                call()
+                attempts += 1
+                call(max(1.0, min(CALL_TIMEOUT, left)))
                 return
             except KafkaException as exc:
                 error = exc.args[0]
                 text = safe_error(exc, self.config)
-                if error.retriable():
+                if error.retriable() and time.monotonic() < deadline:
                     logger.info("firesteel.kafka sink: %s: %s (retrying)", what, text)
+                    time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
                     continue
-                if txn.tracker is not None and is_fencing(error):
-                    txn.tracker.fenced = True
+                if error.retriable():
+                    msg = (
+                        f"firesteel.kafka sink: {txn.transactional_id} batch "
+                        f"{txn.scope.batch_id}: {what} still failed after {attempts} attempts "
+                        f"within retry.timeout.ms={self.options.retry_timeout_ms}: {text}. Is the "
+                        "cluster reachable and its transaction coordinator available?"
+                    )
+                    raise SinkError(msg) from exc
+                if txn.tracker is not None:
+                    txn.tracker.fenced = txn.tracker.fenced or is_fencing(error)
+                    if error.fatal():
+                        txn.tracker.fatal = txn.tracker.fatal or error.str()
                 kind = "abortable" if error.txn_requires_abort() else "fatal"
                 msg = (
                     f"firesteel.kafka sink: {txn.transactional_id} batch {txn.scope.batch_id}: "
@@ -384,11 +410,11 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction]):
         self._transactional(
             txn,
             "send_offsets_to_transaction",
-            lambda: txn.producer.send_offsets_to_transaction(marker, metadata, 60),
+            lambda timeout: txn.producer.send_offsets_to_transaction(marker, metadata, timeout),
         )
         self._check_age(txn)
         fault_point("kafka.before_commit_transaction", scope.batch_id, scope.partition_id)
-        self._transactional(txn, "commit_transaction", lambda: txn.producer.commit_transaction(60))
+        self._transactional(txn, "commit_transaction", txn.producer.commit_transaction)
         txn.state = "committed"
         fault_point("kafka.after_commit_transaction", scope.batch_id, scope.partition_id)
         self._close(txn)
@@ -397,10 +423,15 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction]):
     def abort_transaction(self, txn: KafkaTransaction) -> None:
         from confluent_kafka import KafkaException
 
-        fenced = txn.tracker is not None and txn.tracker.fenced
-        if txn.state == "open" and fenced:
-            # The newer instance's init_transactions already aborted this transaction.
-            logger.warning("firesteel.kafka sink: %s was fenced", txn.transactional_id)
+        unusable = txn.tracker is not None and txn.tracker.unusable
+        if txn.state == "open" and unusable:
+            # Fenced: the newer instance's init_transactions aborted this transaction.
+            # Fatal: the broker aborts it at the timeout, or the next instance's
+            # init_transactions does. Either way the producer is never called again.
+            logger.warning(
+                "firesteel.kafka sink: %s is fenced or fatally failed; not aborting through it",
+                txn.transactional_id,
+            )
             txn.state = "aborted"
         elif txn.state == "open":
             try:

@@ -42,9 +42,9 @@ __all__ = [
     "LocalBroker",
     "LogRecord",
     "LogView",
+    "broker_kind",
     "create_topic",
     "free_port",
-    "broker_kind",
     "kafka_cluster",
     "produce",
     "read_log",
@@ -54,7 +54,7 @@ __all__ = [
 BOOTSTRAP_ENV = "FIRESTEEL_KAFKA_BOOTSTRAP"
 """Set to ``host:port`` to run tests against an existing (e.g. Apache Kafka) cluster."""
 KAFKA_HOME_ENV = "KAFKA_HOME"
-"""An Apache Kafka 3.x distribution (``bin/kafka-server-start.sh``): tests start a broker from it."""
+"""An Apache Kafka 3.x distribution (``bin/kafka-server-start.sh``) to start a test broker from."""
 KIND_ENV = "FIRESTEEL_KAFKA_BROKER"
 """Set by :func:`kafka_cluster` for the code it runs: ``kafka`` (real) or ``tansu``."""
 
