@@ -81,3 +81,32 @@ def test_commit_reports_progress_to_the_consumer_group(bootstrap):
     committed = reader.committed([TopicPartition(topic, 0), TopicPartition(topic, 1)], timeout=10)
     reader.close()
     assert [tp.offset for tp in committed] == [7, 3]
+
+
+def test_latest_start_is_pinned_in_offsets_0_by_an_empty_first_batch(bootstrap):
+    """Spark's calls for batch 0, a crash before it commits, and the re-run.
+
+    Spark stores only batch 0's end (offsets/0) and asks a fresh source for the
+    initial offset again when it re-runs batch 0. Records produced after the first
+    resolution must still be read, by the re-run of batch 0 or by batch 1.
+    """
+    topic = create_topic(bootstrap, partitions=1)
+    _produce_one_batch(bootstrap, topic, 3)
+    first = _source(bootstrap, subscribe=topic)
+    try:
+        start = first.initial_offset()
+        assert start == {topic: {"0": 3}}
+        _produce_one_batch(bootstrap, topic, 4)
+        assert first.initial_offset() == start
+        end_0 = first.latest_offset(start, ReadLimit())  # what Spark writes to offsets/0
+    finally:
+        first.stop()
+    restarted = _source(bootstrap, subscribe=topic)
+    try:
+        rerun = restarted.partitions(restarted.initial_offset(), end_0)
+        end_1 = restarted.latest_offset(end_0, ReadLimit())
+        ranges = [*rerun, *restarted.partitions(end_0, end_1)]
+        read = [v for r in ranges for b in restarted.read(r) for v in b.to_pydict()["offset"]]
+    finally:
+        restarted.stop()
+    assert read == [3, 4, 5, 6]

@@ -14,7 +14,7 @@ from firesteel.core.errors import ConfigError
 from firesteel.core.options import parse_options
 from firesteel.kafka.config import client_config, redact, safe_error
 from firesteel.kafka.discovery import Discovery, KafkaSourceError
-from firesteel.kafka.options import PASSTHROUGH, KafkaSourceOptions
+from firesteel.kafka.options import PASSTHROUGH, KafkaSinkOptions, KafkaSourceOptions
 from firesteel.kafka.testing import create_topic, produce, read_log
 
 JOB = Path(__file__).parent / "jobs" / "secrets_job.py"
@@ -83,3 +83,31 @@ def test_secrets_never_appear_in_logs_errors_or_progress(bootstrap, tmp_path):
     for path in logs:
         if path.is_file():
             assert secret not in path.read_text(errors="replace"), path
+
+
+def test_only_allow_listed_properties_reach_the_logs(caplog):
+    """Redaction by key name fails open; the allow-list does not: a misspelled password key
+    and OAuth extensions never appear, by name or by value, in any log record."""
+    import logging
+
+    from firesteel.kafka.sink import KafkaSink
+
+    raw = {
+        "kafka.bootstrap.servers": "127.0.0.1:1",
+        "kafka.security.protocol": "SASL_SSL",
+        "kafka.sasl.mechanism": "OAUTHBEARER",
+        "kafka.sasl.pasword": "hunter2",
+        "kafka.sasl.oauthbearer.extensions": "logicalCluster=lkc-ext42,apiKey=ext-key-77",
+        "kafka.linger.ms": "7",
+        "topic": "t",
+    }
+    options = parse_options(KafkaSinkOptions, raw, passthrough_prefixes=PASSTHROUGH)
+    with caplog.at_level(logging.DEBUG, logger="firesteel"):
+        KafkaSink(options, "s").prepare()
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "SASL_SSL" in text and "OAUTHBEARER" in text and "linger.ms" in text
+    assert "2 more properties" in text
+    for leaked in ("hunter2", "pasword", "lkc-ext42", "ext-key-77", "extensions"):
+        assert leaked not in text, leaked
+    config = client_config(options.passthrough)
+    assert "hunter2" not in safe_error(RuntimeError("auth failed for hunter2"), config)

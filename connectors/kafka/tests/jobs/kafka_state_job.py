@@ -1,6 +1,6 @@
 """Crash-test job: Kafka -> stateful rank per key -> Kafka exactly-once.
 
-Usage: kafka_state_job.py <bootstrap> <input> <output> <checkpoint> <state uri> <marker log>
+Usage: kafka_state_job.py <bootstrap> <input> <output> <checkpoint> <state uri> [<marker log>]
 
 Input values are sequence numbers ``n`` with key ``k<n % 5>``. The processor
 keeps a per-key count in keyed state and emits ``<n>:<key>:<rank>`` per input
@@ -28,7 +28,8 @@ class RankPerKey(processors.RankPerKey):
 
 
 def main() -> None:
-    bootstrap, source, target, checkpoint, state_uri, marker_log = sys.argv[1:7]
+    bootstrap, source, target, checkpoint, state_uri = sys.argv[1:6]
+    marker_log = sys.argv[6] if len(sys.argv) > 6 else ""
     spark = job_session("kafka-state-job")
     records = (
         spark.readStream.format("firesteel.kafka")
@@ -50,16 +51,18 @@ def main() -> None:
         parallelism=2,
         max_parallelism=32,
     )
-    query = (
+    writer = (
         ranked.writeStream.format("firesteel.kafka")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("topic", target)
         .option("guarantee", "exactly-once")
-        .option("marker.log.topic", marker_log)
         .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
-        .start()
     )
+    if marker_log:
+        # tansu 0.6 only: Apache Kafka runs the default configuration.
+        writer = writer.option("marker.log.topic", marker_log)
+    query = writer.start()
     query.awaitTermination()
     spark.stop()
 

@@ -2,9 +2,13 @@
 
 Every ``kafka.<key>`` option is handed to librdkafka as ``<key>`` unchanged
 (SASL, SSL, timeouts, compression...). Secrets among them (passwords, keys,
-JAAS configs, tokens) must never reach a log, an exception or query progress,
-so everything firesteel prints about a client goes through :func:`redact` or
-:func:`safe_error`.
+JAAS configs, tokens, OAuth extensions) must never reach a log, an exception or
+query progress. Recognising secrets by their key name fails open (a typo such
+as ``sasl.pasword``, or ``sasl.oauthbearer.extensions``), so logs show only the
+properties on an allow-list of keys known to be safe (:data:`LOGGABLE_KEYS`),
+names and values, and nothing of the rest but their count; error texts have
+the value of every property off that list scrubbed out. Everything firesteel
+prints about a client goes through :func:`redact` or :func:`safe_error`.
 """
 
 from __future__ import annotations
@@ -12,18 +16,77 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from firesteel.core.options import is_secret
-
 PREFIX = "kafka."
 
-_EXTRA_SECRET_MARKERS = ("ssl.key", "ssl_key", "keystore", "credential", "oauthbearer.config")
 REDACTED = "<redacted>"
+
+LOGGABLE_KEYS = frozenset(
+    {
+        "acks",
+        "allow.auto.create.topics",
+        "api.version.request",
+        "auto.offset.reset",
+        "batch.num.messages",
+        "batch.size",
+        "bootstrap.servers",
+        "broker.address.family",
+        "check.crcs",
+        "client.id",
+        "client.rack",
+        "compression.codec",
+        "compression.level",
+        "compression.type",
+        "delivery.report.only.error",
+        "delivery.timeout.ms",
+        "enable.auto.commit",
+        "enable.auto.offset.store",
+        "enable.idempotence",
+        "enable.partition.eof",
+        "fetch.max.bytes",
+        "fetch.min.bytes",
+        "fetch.wait.max.ms",
+        "group.id",
+        "isolation.level",
+        "linger.ms",
+        "max.in.flight.requests.per.connection",
+        "max.poll.interval.ms",
+        "message.max.bytes",
+        "message.send.max.retries",
+        "message.timeout.ms",
+        "metadata.max.age.ms",
+        "partitioner",
+        "queue.buffering.max.kbytes",
+        "queue.buffering.max.messages",
+        "queue.buffering.max.ms",
+        "receive.message.max.bytes",
+        "reconnect.backoff.max.ms",
+        "reconnect.backoff.ms",
+        "request.timeout.ms",
+        "retries",
+        "retry.backoff.max.ms",
+        "retry.backoff.ms",
+        "sasl.mechanism",
+        "sasl.mechanisms",
+        "security.protocol",
+        "session.timeout.ms",
+        "socket.keepalive.enable",
+        "socket.timeout.ms",
+        "statistics.interval.ms",
+        "topic.metadata.refresh.interval.ms",
+        "transaction.timeout.ms",
+        "transactional.id",
+    }
+)
+"""librdkafka properties whose names and values may be logged; nothing else is."""
 
 
 def is_secret_key(key: str) -> bool:
-    """Whether the value of librdkafka property ``key`` must never be shown."""
-    lowered = key.lower()
-    return is_secret(lowered) or any(marker in lowered for marker in _EXTRA_SECRET_MARKERS)
+    """Whether the value of librdkafka property ``key`` must be kept out of logs and errors.
+
+    True for every key off :data:`LOGGABLE_KEYS`, so an unknown or misspelled
+    key (``sasl.pasword``) counts as secret.
+    """
+    return key.lower() not in LOGGABLE_KEYS
 
 
 def client_config(passthrough: Mapping[str, str], **overrides: Any) -> dict[str, Any]:
@@ -44,13 +107,24 @@ def client_config(passthrough: Mapping[str, str], **overrides: Any) -> dict[str,
 
 
 def secrets_of(config: Mapping[str, Any]) -> list[str]:
-    """The secret values in a client configuration (to scrub them from error texts)."""
-    return [str(v) for k, v in config.items() if is_secret_key(k) and str(v)]
+    """The values of properties off the allow-list (to scrub them from error texts).
+
+    Callables (delivery and error callbacks) are not configuration text and are skipped.
+    """
+    return [str(v) for k, v in config.items() if is_secret_key(k) and not callable(v) and str(v)]
 
 
 def redact(config: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``config`` safe to log: secret values replaced by ``<redacted>``."""
-    return {k: (REDACTED if is_secret_key(k) else v) for k, v in config.items()}
+    """What may be logged of ``config``: allow-listed properties, and a count of the others.
+
+    Neither the names nor the values of the other properties appear: a
+    misspelled secret key is as secret as a well-spelled one.
+    """
+    shown = {k: v for k, v in config.items() if not is_secret_key(k)}
+    hidden = len(config) - len(shown)
+    if hidden:
+        shown["(not shown)"] = f"{hidden} more properties"
+    return shown
 
 
 def scrub(text: str, secrets: list[str]) -> str:

@@ -156,10 +156,10 @@ class Discovery:
             logger.info("firesteel.kafka: end of %s learned without end-of-partition", pending)
         return ends
 
-    def for_times(
+    def offsets_for_times(
         self, tps: Iterable[TopicPartitionKey], timestamp_ms: int
     ) -> dict[TopicPartitionKey, int]:
-        """The first offset with a timestamp >= ``timestamp_ms``, or the end when none is."""
+        """The first offset with a timestamp >= ``timestamp_ms``; -1 where no record is."""
         from confluent_kafka import KafkaException, TopicPartition
 
         keys = list(tps)
@@ -170,10 +170,7 @@ class Discovery:
         except KafkaException as exc:
             what = "cannot look up offsets by timestamp"
             raise self._fail(what, exc) from exc
-        result = {(tp.topic, tp.partition): tp.offset for tp in found}
-        missing = [tp for tp, off in result.items() if off < 0]
-        result.update(self.latest(missing))
-        return result
+        return {(tp.topic, tp.partition): tp.offset for tp in found}
 
     def commit_progress(self, group: str, offsets: Mapping[TopicPartitionKey, int]) -> None:
         """Report ``offsets`` as the committed position of consumer group ``group``."""

@@ -8,6 +8,17 @@ monitoring.
 New partitions and new topics matching ``subscribePattern`` are picked up when
 a batch is planned: they join the offset at their earliest offset and are read
 from the next batch on, so a batch's ranges never depend on when it is re-run.
+
+``startingOffsets=latest`` (the default) is resolved once and pinned by Spark
+itself. Spark's own Kafka source writes the resolved start to the source's
+metadata folder; a Python data source is never told that folder (PySpark's
+``PythonScan.toMicroBatchStream`` drops it), and Spark asks ``initialOffset``
+again when it re-runs batch 0 after a crash. So a start that depends on when
+it is asked (latest, or a timestamp or JSON entry that falls back to latest)
+makes batch 0 empty: its end, the resolved start, is what Spark writes to
+``offsets/0`` before batch 0 runs, and batch 1 starts there whatever a re-run
+of batch 0 re-resolves. A crash before batch 0 commits therefore drops
+nothing: records produced after the start was resolved are read by batch 1.
 """
 
 from __future__ import annotations
@@ -101,6 +112,9 @@ class KafkaSource(ResettableSource):
             raise ConfigError(msg)
         self._discovery: Discovery | None = None
         self._available_now: dict[TopicPartitionKey, int] | None = None
+        self._initial: Offset | None = None
+        self._pin_first_batch = False
+        """The initial offset was resolved against the log's current end: batch 0 is empty."""
 
     def __getstate__(self) -> dict[str, Any]:
         # Executors get the options, never the driver's consumer.
@@ -122,14 +136,23 @@ class KafkaSource(ResettableSource):
         return ReadLimit(max_records=self.options.max_offsets_per_trigger)
 
     def initial_offset(self) -> Offset:
+        """The start, resolved once per source instance (see the module docs on ``latest``)."""
+        if self._initial is None:
+            self._initial, self._pin_first_batch = self._resolve_initial()
+        return self._initial
+
+    def _resolve_initial(self) -> tuple[Offset, bool]:
+        """The start and whether it depends on the time it is resolved (a log end)."""
         tps = self.discovery.topic_partitions()
         if self.options.starting_timestamp is not None:
-            return to_offset(self.discovery.for_times(tps, self.options.starting_timestamp))
+            found = self.discovery.offsets_for_times(tps, self.options.starting_timestamp)
+            ends = self.discovery.latest([tp for tp, o in found.items() if o < 0])
+            return to_offset({**found, **ends}), bool(ends)
         text = self.options.starting_offsets.strip()
         if text.lower() == "earliest":
-            return to_offset(self.discovery.earliest(tps))
+            return to_offset(self.discovery.earliest(tps)), False
         if text.lower() == "latest":
-            return to_offset(self.discovery.latest(tps))
+            return to_offset(self.discovery.latest(tps)), True
         given = parse_partition_offsets(text, "startingOffsets")
         unknown = sorted(set(given) - set(tps))
         if unknown:
@@ -145,9 +168,14 @@ class KafkaSource(ResettableSource):
         latest.update(self.discovery.latest(missing))
         positions = {tp: earliest.get(tp, latest.get(tp, o)) for tp, o in given.items()}
         positions.update({tp: latest[tp] for tp in missing})
-        return to_offset(positions)
+        return to_offset(positions), bool(latest)
 
     def latest_offset(self, start: Offset, limit: ReadLimit) -> Offset:
+        if self._pin_first_batch and self._initial is not None and start == self._initial:
+            # Batch 0 ends where it starts, so offsets/0 pins the resolved start durably.
+            self._pin_first_batch = False
+            logger.info("firesteel.kafka: start %s pinned by an empty first batch", start)
+            return start
         positions = from_offset(start)
         current = self.discovery.topic_partitions()
         new = [tp for tp in current if tp not in positions]

