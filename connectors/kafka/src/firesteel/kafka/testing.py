@@ -322,6 +322,11 @@ def produce(bootstrap: str, topic: str, values: list[bytes], **kwargs: Any) -> N
         raise RuntimeError(msg)
 
 
+def _headers(message: Any) -> tuple[tuple[str, bytes], ...]:
+    pairs: list[tuple[str, bytes | None]] = message.headers() or []
+    return tuple((key, value or b"") for key, value in pairs)
+
+
 def read_committed(bootstrap: str, topic: str, timeout: float = 60.0) -> list[LogRecord]:
     """Every record a plain ``read_committed`` consumer sees in ``topic``, by partition and offset.
 
@@ -366,9 +371,7 @@ def read_committed(bootstrap: str, topic: str, timeout: float = 60.0) -> list[Lo
                             offset=int(message.offset() or 0),
                             key=message.key(),
                             value=message.value(),
-                            headers=tuple(
-                                (str(k), bytes(v or b"")) for k, v in message.headers() or ()
-                            ),
+                            headers=_headers(message),
                             producer_id=-1,
                             transactional=False,
                         )
