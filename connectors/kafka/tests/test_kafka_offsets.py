@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from firesteel.core.errors import ConfigError
 from firesteel.core.options import parse_options
 from firesteel.kafka.codec import json_value_schema
 from firesteel.kafka.discovery import parse_partition_offsets
-from firesteel.kafka.options import PASSTHROUGH, KafkaSourceOptions
+from firesteel.kafka.options import PASSTHROUGH, KafkaSinkOptions, KafkaSourceOptions
 from firesteel.kafka.source import fair_share, from_offset, to_offset
 
 
@@ -77,3 +79,51 @@ def test_json_value_schema_accepts_ddl_and_spark_json():
     assert spark_json.names == ["tags"]
     with pytest.raises(ConfigError, match="unsupported type"):
         json_value_schema("id WIDGET")
+
+
+def _sink_options(**raw: str) -> KafkaSinkOptions:
+    return parse_options(
+        KafkaSinkOptions,
+        {"kafka.bootstrap.servers": "x:1", "topic": "t", **raw},
+        passthrough_prefixes=PASSTHROUGH,
+    )
+
+
+@pytest.mark.parametrize(
+    ("raw", "named"),
+    [
+        ({"kafka.compression.type": "gzp"}, "kafka.compression.type"),
+        ({"kafka.acks": "most"}, "kafka.acks"),
+        ({"kafka.linger.ms": "-5"}, "kafka.linger.ms"),
+        ({"kafka.sasl.pasword": "hunter2"}, "kafka.sasl.pasword"),
+        ({"flush.timeout.ms": "0"}, "flush.timeout.ms"),
+        ({"retry.timeout.ms": "-1"}, "retry.timeout.ms"),
+        ({"sink.id": "../x"}, "sink.id"),
+        ({"transactional.id.prefix": "a b"}, "transactional.id.prefix"),
+    ],
+)
+def test_sink_option_values_are_checked_up_front_naming_the_option(raw, named):
+    with pytest.raises(ConfigError, match=re.escape(f"'{named}'")) as error:
+        _sink_options(**raw)
+    assert "hunter2" not in str(error.value)
+
+
+def test_sink_options_that_conflict_with_the_guarantee_are_refused():
+    with pytest.raises(ConfigError, match="acks"):
+        _sink_options(guarantee="at-least-once", **{"kafka.acks": "1"})
+    _sink_options(guarantee="at-most-once", **{"kafka.acks": "1", "kafka.compression.type": "zstd"})
+
+
+@pytest.mark.parametrize(
+    ("raw", "named"),
+    [
+        ({"kafka.isolation.level": "bogus"}, "kafka.isolation.level"),
+        ({"kafka.fetch.wait.max.ms": "-1"}, "kafka.fetch.wait.max.ms"),
+        ({"poll.timeout.ms": "0"}, "poll.timeout.ms"),
+        ({"consume.batch.size": "0"}, "consume.batch.size"),
+        ({"startingTimestamp": "-3"}, "startingTimestamp"),
+    ],
+)
+def test_source_option_values_are_checked_up_front_naming_the_option(raw, named):
+    with pytest.raises(ConfigError, match=re.escape(f"'{named}'")):
+        _source_options(subscribe="t", **raw)

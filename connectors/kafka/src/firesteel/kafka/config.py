@@ -14,7 +14,9 @@ prints about a client goes through :func:`redact` or :func:`safe_error`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
+
+from firesteel.core.errors import ConfigError
 
 PREFIX = "kafka."
 
@@ -138,3 +140,59 @@ def scrub(text: str, secrets: list[str]) -> str:
 def safe_error(exc: BaseException, config: Mapping[str, Any]) -> str:
     """The message of a client error with the configuration's secrets scrubbed out."""
     return scrub(str(exc), secrets_of(config))
+
+
+def validate_client_config(
+    passthrough: Mapping[str, str],
+    role: Literal["producer", "consumer"],
+    where: str,
+    defaults: Mapping[str, Any] | None = None,
+) -> None:
+    """Check every ``kafka.*`` option with librdkafka itself, before any task runs.
+
+    librdkafka checks names, types, ranges and choices (``compression.type``,
+    ``acks``, ``linger.ms``...) as each property is set, so a client is
+    created without ``bootstrap.servers`` (it connects nowhere) and dropped.
+    Checks librdkafka makes only when the client starts (certificate files,
+    SASL providers) depend on the machine, and the executors' may differ from
+    the driver's, so those are left to the tasks. On an
+    error the option at fault is found by checking each alone, so the
+    :class:`ConfigError` names it as the user typed it; values off the
+    allow-list are scrubbed from the text. ``defaults`` are the settings the
+    role adds beneath the user's (e.g. ``enable.idempotence``), so conflicts
+    with them show here too.
+    """
+    from confluent_kafka import Consumer, KafkaException, Producer
+
+    client = Producer if role == "producer" else Consumer
+    base: dict[str, Any] = {**(defaults or {}), "log_level": 3}
+    if role == "consumer":
+        base["group.id"] = "firesteel-config-check"
+    typed = {
+        key: (key[len(PREFIX) :], value)
+        for key, value in passthrough.items()
+        if key.lower().startswith(PREFIX) and key.lower() != f"{PREFIX}bootstrap.servers"
+    }
+
+    def failure(config: dict[str, Any]) -> KafkaException | None:
+        try:
+            client({**base, **config})
+        except KafkaException as exc:
+            # confluent-kafka prefixes errors of rd_kafka_new (start-up checks) so.
+            started = exc.args[0].str().startswith(f"Failed to create {role}")
+            return None if started else exc
+        return None
+
+    everything = failure(dict(typed.values()))
+    if everything is None:
+        return
+    secrets = secrets_of(dict(typed.values()))
+    for option, (key, value) in typed.items():
+        alone = failure({key: value})
+        if alone is not None:
+            text = scrub(alone.args[0].str(), secrets)
+            msg = f"{where}: option '{option}' is not valid for librdkafka's {role}: {text}"
+            raise ConfigError(msg) from alone
+    text = scrub(everything.args[0].str(), secrets)
+    msg = f"{where}: options 'kafka.*' are not valid for librdkafka's {role}: {text}"
+    raise ConfigError(msg) from everything

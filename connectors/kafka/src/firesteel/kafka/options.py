@@ -15,7 +15,7 @@ from firesteel.core.error_policy import ErrorPolicy
 from firesteel.core.errors import ConfigError
 from firesteel.core.guarantee import Guarantee
 from firesteel.core.options import option
-from firesteel.kafka.config import PREFIX
+from firesteel.kafka.config import PREFIX, validate_client_config
 
 CONNECTOR = "firesteel.kafka"
 PASSTHROUGH = (PREFIX,)
@@ -27,9 +27,20 @@ MAX_TRANSACTION_TIMEOUT_MS = 900_000
 MIN_TRANSACTION_TIMEOUT_MS = 1_000
 
 
+SINK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+"""A sink id becomes part of transactional ids and consumer-group names."""
+TRANSACTIONAL_ID_PREFIX = re.compile(r"[A-Za-z0-9._-]{1,100}")
+
+
 def _require_bootstrap(passthrough: dict[str, str]) -> None:
     if not any(k.lower() == "kafka.bootstrap.servers" for k in passthrough):
         msg = f"{CONNECTOR}: option 'kafka.bootstrap.servers' is required (host:port,...)"
+        raise ConfigError(msg)
+
+
+def _require_range(name: str, value: int | None, low: int, high: int) -> None:
+    if value is not None and not low <= value <= high:
+        msg = f"{CONNECTOR}: option '{name}' is {value}; it must be between {low} and {high}"
         raise ConfigError(msg)
 
 
@@ -118,6 +129,10 @@ class KafkaSourceOptions:
         if self.errors is ErrorPolicy.QUARANTINE and not self.errors_topic:
             msg = f"{CONNECTOR}: option 'errors' is quarantine; set 'errors.topic' (dead letters)"
             raise ConfigError(msg)
+        _require_range("startingTimestamp", self.starting_timestamp, 0, 2**63 - 1)
+        _require_range("poll.timeout.ms", self.poll_timeout_ms, 1, 86_400_000)
+        _require_range("consume.batch.size", self.consume_batch_size, 1, 1_000_000)
+        validate_client_config(self.passthrough, "consumer", CONNECTOR)
 
     @property
     def topics(self) -> list[str]:
@@ -197,6 +212,25 @@ class KafkaSinkOptions:
                 f"got {self.partitioner!r}"
             )
             raise ConfigError(msg)
+        if self.sink_id is not None and not SINK_ID.fullmatch(self.sink_id):
+            msg = (
+                f"{CONNECTOR}: option 'sink.id' is {self.sink_id!r}; use 1-200 letters, digits, "
+                "'.', '_' or '-', starting with a letter or digit (it names transactional ids "
+                "and consumer groups)"
+            )
+            raise ConfigError(msg)
+        if not TRANSACTIONAL_ID_PREFIX.fullmatch(self.transactional_id_prefix):
+            msg = (
+                f"{CONNECTOR}: option 'transactional.id.prefix' is "
+                f"{self.transactional_id_prefix!r}; use 1-100 letters, digits, '.', '_' or '-'"
+            )
+            raise ConfigError(msg)
+        _require_range("flush.timeout.ms", self.flush_timeout_ms, 1, 86_400_000)
+        _require_range("retry.timeout.ms", self.retry_timeout_ms, 1, 86_400_000)
+        defaults: dict[str, object] = {}
+        if self.delivery > Guarantee.AT_MOST_ONCE:
+            defaults = {"acks": "all", "enable.idempotence": True}
+            self._require_confirmed_delivery()
         if self.delivery is Guarantee.EXACTLY_ONCE:
             if not (self.marker_topic or self.topic):
                 msg = (
@@ -205,6 +239,25 @@ class KafkaSinkOptions:
                 )
                 raise ConfigError(msg)
             self.transaction_timeout_ms()
+            defaults["transactional.id"] = "firesteel-config-check"
+        validate_client_config(self.passthrough, "producer", CONNECTOR, defaults)
+
+    def _require_confirmed_delivery(self) -> None:
+        """at-least-once and exactly-once need every replica's ack and idempotence."""
+        given = {k.lower(): v.strip().lower() for k, v in self.passthrough.items()}
+        acks = given.get("kafka.acks", given.get("kafka.request.required.acks"))
+        if acks is not None and acks not in ("all", "-1"):
+            msg = (
+                f"{CONNECTOR}: option 'kafka.acks' is {acks}; guarantee "
+                f"{self.delivery.label} needs all (or -1), the default: drop the option"
+            )
+            raise ConfigError(msg)
+        if given.get("kafka.enable.idempotence") == "false":
+            msg = (
+                f"{CONNECTOR}: option 'kafka.enable.idempotence' is false; guarantee "
+                f"{self.delivery.label} needs the idempotent producer: drop the option"
+            )
+            raise ConfigError(msg)
 
     @property
     def delivery(self) -> Guarantee:
