@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from confluent_kafka import Consumer, Producer, TopicPartition
+from kafka_support import needs_real_kafka
 
 from firesteel.core.options import parse_options
 from firesteel.core.source import ReadLimit
@@ -110,3 +111,34 @@ def test_latest_start_is_pinned_in_offsets_0_by_an_empty_first_batch(bootstrap):
     finally:
         restarted.stop()
     assert read == [3, 4, 5, 6]
+
+
+@needs_real_kafka
+def test_a_deleted_and_recreated_topic_is_data_loss_not_a_stall(bootstrap):
+    """The new log ends before the query's position: failOnDataLoss fires; with it off the
+    query continues from the new log's start. (tansu 0.6 lacks DeleteTopics.)"""
+    import pytest
+
+    from firesteel.kafka.reader import DataLossError
+    from firesteel.kafka.testing import delete_topic
+
+    topic = create_topic(bootstrap, partitions=1)
+    _produce_one_batch(bootstrap, topic, 5)
+    strict = _source(bootstrap, subscribe=topic, startingOffsets="earliest")
+    lenient = _source(bootstrap, subscribe=topic, failOnDataLoss="false")
+    try:
+        end = strict.latest_offset(strict.initial_offset(), ReadLimit())
+        assert end == {topic: {"0": 5}}
+        delete_topic(bootstrap, topic)
+        create_topic(bootstrap, partitions=1, name=topic)
+        _produce_one_batch(bootstrap, topic, 2)
+        with pytest.raises(DataLossError, match=rf"went back \({topic}\[0\] from 5 to 2\)"):
+            strict.latest_offset(end, ReadLimit())
+        restart = lenient.latest_offset(end, ReadLimit())
+        assert restart == {topic: {"0": 0}} and not lenient.partitions(end, restart)
+        after = lenient.latest_offset(restart, ReadLimit())
+        (offsets,) = lenient.partitions(restart, after)
+        assert [v for b in lenient.read(offsets) for v in b.to_pydict()["value"]] == [b"0", b"1"]
+    finally:
+        strict.stop()
+        lenient.stop()

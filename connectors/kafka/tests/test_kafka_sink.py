@@ -226,3 +226,18 @@ def test_the_marker_log_covers_a_group_marker_the_broker_lost(bootstrap):
     assert values == sorted(
         [f"once{i}".encode() for i in range(5)] + [f"next{i}".encode() for i in range(5)]
     )
+
+
+def test_init_transactions_retries_are_bounded_and_name_the_transactional_id():
+    """No broker answers: retriable timeouts are retried until retry.timeout.ms, then the
+    task fails with an error naming its transactional id instead of hanging."""
+    import time
+
+    from firesteel.kafka.testing import free_port
+
+    sink = _sink(f"127.0.0.1:{free_port()}", "t", **{"retry.timeout.ms": "3000"})
+    scope = TaskScope(query_id="q", batch_id=2, partition_id=1, attempt=0)
+    began = time.monotonic()
+    with pytest.raises(SinkError, match=r"firesteel-fence-test-1 batch 2: init_transactions"):
+        sink.write_partition(scope, iter([_batch("x")]))
+    assert time.monotonic() - began < 60

@@ -35,7 +35,7 @@ from firesteel.kafka.codec import ValueDecoder, schema_text
 from firesteel.kafka.deadletter import TopicDeadLetter
 from firesteel.kafka.discovery import Discovery, TopicPartitionKey, parse_partition_offsets
 from firesteel.kafka.options import KafkaSourceOptions
-from firesteel.kafka.reader import OffsetRange, RangeReader, output_schema
+from firesteel.kafka.reader import DataLossError, OffsetRange, RangeReader, output_schema
 
 logger = logging.getLogger(__name__)
 
@@ -183,6 +183,9 @@ class KafkaSource(ResettableSource):
             logger.info("firesteel.kafka: new partitions %s start at their earliest offset", new)
         known = [tp for tp in current if tp in positions]
         ends = self.discovery.latest(known)
+        restarted = self._went_back(ends, positions)
+        for tp in restarted:
+            del ends[tp]
         if self._available_now is not None:
             frozen = self._available_now
             ends = {tp: min(e, frozen.get(tp, positions[tp])) for tp, e in ends.items()}
@@ -191,10 +194,51 @@ class KafkaSource(ResettableSource):
             available = {tp: ends[tp] - positions[tp] for tp in ends}
             grant = fair_share(available, limit.max_records)
             ends = {tp: positions[tp] + grant[tp] for tp in ends}
+        ends.update(restarted)
         result = dict(positions)
         result.update(ends)
         result.update(self.discovery.earliest(new))
         return to_offset(result)
+
+    def _went_back(
+        self, ends: dict[TopicPartitionKey, int], positions: dict[TopicPartitionKey, int]
+    ) -> dict[TopicPartitionKey, int]:
+        """Partitions whose log now ends before the query's position (deleted and recreated),
+        with the offset each continues from.
+
+        A shrinking end is checked twice (a lagging broker's end can look short
+        once). ``failOnDataLoss`` fails the query naming the partitions;
+        otherwise each restarts at its new log's earliest offset, read from the
+        next batch on (this batch reads nothing of it: its end lies before its
+        start), and the records between are logged as lost.
+        """
+        shrunk = [tp for tp, e in ends.items() if e < positions[tp]]
+        if not shrunk:
+            return {}
+        again = self.discovery.latest(shrunk)
+        gone = {tp: e for tp, e in again.items() if e < positions[tp]}
+        if not gone:
+            ends.update({tp: max(ends[tp], again[tp]) for tp in shrunk})
+            return {}
+        described = ", ".join(
+            f"{t}[{p}] from {positions[(t, p)]} to {e}" for (t, p), e in sorted(gone.items())
+        )
+        if self.options.fail_on_data_loss:
+            msg = (
+                f"firesteel.kafka: the end offset went back ({described}): the topic was "
+                "deleted and recreated, or its log truncated, and records the query had not "
+                "read may be lost. Set option failOnDataLoss=false to continue from the new "
+                "log's start"
+            )
+            raise DataLossError(msg)
+        restart = self.discovery.earliest(gone)
+        logger.warning(
+            "firesteel.kafka: the end offset went back (%s); failOnDataLoss=false: "
+            "continuing from the new log's start %s",
+            described,
+            restart,
+        )
+        return restart
 
     def prepare_available_now(self) -> None:
         self._available_now = self.discovery.latest(self.discovery.topic_partitions())

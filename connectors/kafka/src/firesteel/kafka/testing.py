@@ -46,6 +46,7 @@ __all__ = [
     "LogView",
     "broker_kind",
     "create_topic",
+    "delete_topic",
     "free_port",
     "kafka_cluster",
     "produce",
@@ -299,6 +300,21 @@ def create_topic(bootstrap: str, partitions: int = 1, name: str | None = None) -
         time.sleep(0.1)
     msg = f"topic {topic} did not appear"
     raise RuntimeError(msg)
+
+
+def delete_topic(bootstrap: str, name: str, timeout: float = 60.0) -> None:
+    """Delete a topic and wait until the cluster no longer lists it."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_topics([name]).values():
+        future.result(timeout)
+    deadline = time.monotonic() + timeout
+    while name in admin.list_topics(timeout=10).topics:
+        if time.monotonic() > deadline:
+            msg = f"topic {name} still listed {timeout}s after its deletion"
+            raise RuntimeError(msg)
+        time.sleep(0.2)
 
 
 def produce(bootstrap: str, topic: str, values: list[bytes], **kwargs: Any) -> None:
