@@ -18,13 +18,13 @@ import pytest
 from pyspark import cloudpickle
 
 from firesteel.backends import FilesystemBackend, HeapBackend
+from firesteel.backends.inspect import read_state
 from firesteel.core.errors import ConfigError
 from firesteel.state import (
     KeyedProcessor,
     KeyState,
     ListStateDescriptor,
     ValueStateDescriptor,
-    read_state,
     stateful,
 )
 
