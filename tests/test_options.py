@@ -46,6 +46,21 @@ def test_types_are_converted() -> None:
     )
 
 
+def test_guarantee_none_is_at_most_once_not_unset() -> None:
+    # "none" selects at-most-once; only an empty value means "not set".
+    chosen = parse_options(Example, {"path": "/tmp/x", "guarantee": "none"})
+    unset = parse_options(Example, {"path": "/tmp/x"})
+    blank = parse_options(Example, {"path": "/tmp/x", "guarantee": ""})
+    assert chosen.guarantee is Guarantee.AT_MOST_ONCE
+    assert unset.guarantee is None
+    assert blank.guarantee is None
+    # Other optional options keep reading "none" as not set.
+    assert (
+        parse_options(Example, {"path": "/x", "max.files.per.batch": "none"}).max_files_per_batch
+        is None
+    )
+
+
 def test_unknown_option_lists_valid_ones_and_closest_match() -> None:
     with pytest.raises(ConfigError) as info:
         parse_options(Example, {"path": "/x", "max.file.per.batch": "3"}, connector="firesteel.t")

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 from kafka_support import needs_real_kafka
 
+from firesteel.core.checkpoint import read_guarantee
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import ConfigError, SinkError
 from firesteel.core.options import parse_options
@@ -66,6 +67,10 @@ def test_columns_reach_kafka(spark, bootstrap, tmp_path, guarantee):
         assert record.headers == (("h", str(index).encode()),)
         assert record.transactional == (guarantee == "exactly-once")
     assert read_log(bootstrap, other).values == [b"v9"]
+    # "none" is at-most-once, never mistaken for "not set" (which means at-least-once).
+    (record,) = read_guarantee(str(tmp_path / "ck")).values()
+    expected = {"none": "at-most-once"}.get(guarantee, guarantee)
+    assert record["required"] == expected
 
 
 def test_json_and_avro_value_encoding_and_custom_partitioner(spark, bootstrap, tmp_path):

@@ -96,7 +96,7 @@ def write_guarantee(checkpoint: str, sink_id: str, record: GuaranteeRecord) -> N
         "sink": record.sink,
         "sources": record.sources,
         "achieved": record.achieved.label,
-        "required": record.required.label if record.required else None,
+        "required": record.required.label if record.required is not None else None,
     }
     with fsys.open_output_stream(f"{base}/{FIRESTEEL_DIR}/guarantee-{sink_id}.json") as out:
         out.write(json.dumps(body, indent=2).encode())

@@ -60,9 +60,9 @@ def _convert(key: str, text: str, annotation: Any) -> Any:
     origin = get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
         members = [a for a in get_args(annotation) if a is not type(None)]
-        if text.strip().lower() in ("", "none", "null") and len(members) < len(
-            get_args(annotation)
-        ):
+        # "none" is a value of its own for a guarantee (at-most-once), never "not set".
+        blanks = ("", "null") if members[0] is Guarantee else ("", "none", "null")
+        if text.strip().lower() in blanks and len(members) < len(get_args(annotation)):
             return None
         return _convert(key, text, members[0])
     if origin is Literal:
