@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from firesteel.core.faults import FAULT_ENV, KILL_ENV, MARKER_DIR_ENV, fault_point
+from firesteel.core.faults import FAULT_ENV, KILL_ENV, MARKER_DIR_ENV
 
 SCRIPT = """
 import sys
@@ -55,8 +55,15 @@ def test_fires_once_per_marker_dir(tmp_path: Path) -> None:
 def test_other_points_do_not_fire(tmp_path: Path) -> None:
     result = run("driver.after_commit@1,sink.after_write@9", tmp_path)
     assert result.returncode == 0
+    assert len(result.stdout.splitlines()) == 10
 
 
-def test_noop_without_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(FAULT_ENV, raising=False)
-    fault_point("sink.after_write", 0, 0)
+def test_noop_without_environment(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != FAULT_ENV}
+    env.update({KILL_ENV: "process", MARKER_DIR_ENV: str(tmp_path)})
+    result = subprocess.run(
+        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0
+    assert len(result.stdout.splitlines()) == 10
+    assert not any(tmp_path.iterdir()), "no fault fired, so no marker may be written"

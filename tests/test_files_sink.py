@@ -295,18 +295,26 @@ def test_unwritable_output_path_is_a_config_error(spark, tmp_path):
 def test_missing_checkpoint_location_is_refused(spark, tmp_path):
     write_input(tmp_path / "in", "a.parquet", rows(0, 5), "parquet")
     reader = spark.readStream.format("firesteel.files").load(str(tmp_path / "in"))
-    from pyspark.errors import AnalysisException
+    from pyspark.errors import AnalysisException, StreamingQueryException
 
-    # Spark refuses first; firesteel's writer adapter refuses too if Spark ever lets it through.
+    # Without any checkpoint location Spark refuses the query itself.
     with pytest.raises(AnalysisException, match=r"checkpointLocation must be specified"):
+        reader.writeStream.format("firesteel.files").option("path", str(tmp_path / "out")).start()
+    # With only the session's checkpoint root Spark starts the query but never tells a
+    # Python sink where its checkpoint is: firesteel's own ConfigError must name the option.
+    spark.conf.set("spark.sql.streaming.checkpointLocation", str(tmp_path / "root"))
+    try:
         query = (
             reader.writeStream.format("firesteel.files")
             .option("path", str(tmp_path / "out"))
             .trigger(availableNow=True)
             .start()
         )
-        query.awaitTermination(120)
-        raise AssertionError(f"query ran without a checkpoint: {query.exception()}")
+        with pytest.raises(StreamingQueryException, match=r"ConfigError.*'checkpointLocation'"):
+            query.awaitTermination(120)
+    finally:
+        spark.conf.unset("spark.sql.streaming.checkpointLocation")
+    assert not (tmp_path / "out").exists() or read_committed(str(tmp_path / "out")).num_rows == 0
     assert not (tmp_path / "out").exists() or read_committed(str(tmp_path / "out")).num_rows == 0
 
 

@@ -56,7 +56,8 @@ class SparkStreamWriter(DataSourceStreamArrowWriter):
         if not checkpoint:
             msg = (
                 f"{sink.name}: a checkpoint location is required; set "
-                ".option('checkpointLocation', <path>) on writeStream"
+                ".option('checkpointLocation', <path>) on writeStream (Spark does not hand "
+                "the session's spark.sql.streaming.checkpointLocation to Python sinks)"
             )
             raise ConfigError(msg)
         configure_worker_logging()
