@@ -119,7 +119,7 @@ def test_a_deleted_and_recreated_topic_is_data_loss_not_a_stall(bootstrap):
     query continues from the new log's start. (tansu 0.6 lacks DeleteTopics.)"""
     import pytest
 
-    from firesteel.kafka.reader import DataLossError
+    from firesteel.kafka.errors import DataLossError
     from firesteel.kafka.testing import delete_topic
 
     topic = create_topic(bootstrap, partitions=1)

