@@ -74,3 +74,39 @@ def test_check_records_what_the_query_runs_with(tmp_path: Path) -> None:
     assert _Sink.kind is SinkKind.PLAIN
     with pytest.raises(GuaranteeError, match="plain sink"):
         check_guarantee(_Sink(), str(tmp_path), Guarantee.EXACTLY_ONCE)
+
+
+def test_one_spelling_per_checkpoint(tmp_path):
+    from firesteel.core.checkpoint import normalize_location
+
+    (tmp_path / "chk").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "chk")
+    spellings = [
+        str(tmp_path / "chk"),
+        f"{tmp_path}/chk/",
+        f"file://{tmp_path}/chk",
+        f"file:{tmp_path}/chk/",
+        str(tmp_path / "link"),
+        f"{tmp_path}/other/../chk",
+    ]
+    assert {normalize_location(s) for s in spellings} == {str((tmp_path / "chk").resolve())}
+
+
+def test_query_id_is_read_from_spark_metadata(tmp_path):
+    from firesteel.core.checkpoint import read_query_id
+    from firesteel.core.errors import CheckpointCorruptError
+    from firesteel.core.spark.datasource import default_sink_id
+
+    checkpoint = tmp_path / "chk"
+    checkpoint.mkdir()
+    assert read_query_id(str(checkpoint)) is None
+    (checkpoint / "metadata").write_text('{"id":"6f1c-query"}\n')
+    assert read_query_id(f"file://{checkpoint}/") == "6f1c-query"
+    ids = {default_sink_id({"checkpointlocation": s}) for s in (str(checkpoint), f"{checkpoint}/")}
+    assert len(ids) == 1
+    (checkpoint / "metadata").write_text('{"id":"a-new-query"}\n')
+    assert default_sink_id({"checkpointlocation": str(checkpoint)}) not in ids
+    assert default_sink_id({"checkpointlocation": str(checkpoint), "sink.id": "mine"}) == "mine"
+    (checkpoint / "metadata").write_text("garbage\n")
+    with pytest.raises(CheckpointCorruptError, match="metadata"):
+        read_query_id(str(checkpoint))

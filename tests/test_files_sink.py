@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pyarrow as pa
@@ -321,3 +322,25 @@ def test_missing_checkpoint_location_is_refused(spark, tmp_path):
 def test_invalid_sink_id_is_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"sink\.id"):
         make_sink(tmp_path, sink_id="../evil")
+
+
+def test_sink_identity_follows_the_query_not_the_path_spelling(spark, tmp_path):
+    out, checkpoint = tmp_path / "out", tmp_path / "ck"
+
+    def run(location: str) -> None:
+        reader = spark.readStream.format("firesteel.files").load(str(tmp_path / "in"))
+        query = run_available_now(reader, {"path": str(out), "checkpointLocation": location})
+        assert query.exception() is None
+
+    write_input(tmp_path / "in", "a.parquet", rows(0, 5), "parquet")
+    run(str(checkpoint))
+    # The same checkpoint spelled as a URI with a trailing slash is the same sink.
+    write_input(tmp_path / "in", "b.parquet", rows(5, 5), "parquet")
+    run(f"file://{checkpoint}/")
+    assert sorted(read_committed(str(out)).column("seq").to_pylist()) == list(range(10))
+    assert len(read_guarantee(str(checkpoint))) == 1
+    # A deleted and recreated checkpoint is a new query: it reprocesses, never skips.
+    shutil.rmtree(checkpoint)
+    run(str(checkpoint))
+    seqs = sorted(read_committed(str(out)).column("seq").to_pylist())
+    assert seqs == sorted(list(range(10)) * 2)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,36 @@ def filesystem(uri: str) -> tuple[fs.FileSystem, str]:
     if "://" not in uri:
         return fs.LocalFileSystem(), fs.LocalFileSystem().normalize_path(uri)
     return fs.FileSystem.from_uri(uri)
+
+
+def normalize_location(location: str) -> str:
+    """One spelling per checkpoint: ``/chk``, ``/chk/``, ``file:/chk`` and ``file:///chk``
+    (and a symlink to it) give the same string."""
+    if location.startswith("file:"):
+        location = "/" + location[len("file:") :].lstrip("/")
+    if "://" not in location:
+        return os.path.realpath(location)
+    fsys, path = fs.FileSystem.from_uri(location)
+    return f"{fsys.type_name}://{path.rstrip('/')}"
+
+
+def read_query_id(checkpoint: str) -> str | None:
+    """Spark's query id from ``<checkpoint>/metadata``, or None before Spark wrote it.
+
+    Spark writes the file when the query starts, before it builds any sink, and
+    keeps it across restarts; a deleted and recreated checkpoint gets a new id.
+    """
+    fsys, base = filesystem(checkpoint)
+    try:
+        with fsys.open_input_stream(f"{base}/metadata") as stream:
+            first = stream.read().decode("utf-8").splitlines()[0]
+    except (FileNotFoundError, IndexError):
+        return None
+    try:
+        return str(json.loads(first)["id"])
+    except (ValueError, KeyError, TypeError) as exc:
+        msg = f"{checkpoint}/metadata: not Spark's query metadata ({first[:80]!r})"
+        raise CheckpointCorruptError(msg) from exc
 
 
 def _latest_offsets_file(fsys: fs.FileSystem, base: str) -> str | None:

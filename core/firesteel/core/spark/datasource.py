@@ -10,6 +10,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, DataSourc
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
+from firesteel.core.checkpoint import normalize_location, read_query_id
 from firesteel.core.errors import ConfigError
 from firesteel.core.guarantee import Guarantee
 from firesteel.core.options import option
@@ -39,12 +40,23 @@ class SinkOptions:
 
 
 def default_sink_id(options: dict[str, Any]) -> str:
-    """A sink id stable for one query: a digest of its checkpoint location."""
+    """The sink's id: ``sink.id`` if given, else one derived from Spark's query id.
+
+    Spark gives every checkpoint a query id (``<checkpoint>/metadata``) that stays
+    the same across restarts and is new when a checkpoint is deleted and created
+    again. Deriving the id from it, never from the spelling of the path, means
+    ``/chk``, ``/chk/`` and ``file:///chk`` are one sink, and reprocessing into a
+    recreated checkpoint starts a new sink instead of skipping the batches an
+    earlier query committed. An explicit ``sink.id`` is taken as is: the user
+    then owns its lifetime (a recreated checkpoint must get a new one).
+    """
     explicit = options.get("sink.id")
     if explicit:
         return str(explicit)
     checkpoint = str(options.get("checkpointlocation", ""))
-    return hashlib.sha256(checkpoint.encode()).hexdigest()[:16]
+    query_id = read_query_id(checkpoint) if checkpoint else None
+    identity = f"query:{query_id}" if query_id else normalize_location(checkpoint)
+    return hashlib.sha256(identity.encode()).hexdigest()[:16]
 
 
 class FiresteelDataSource(DataSource):
