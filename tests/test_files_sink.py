@@ -344,3 +344,36 @@ def test_sink_identity_follows_the_query_not_the_path_spelling(spark, tmp_path):
     run(str(checkpoint))
     seqs = sorted(read_committed(str(out)).column("seq").to_pylist())
     assert seqs == sorted(list(range(10)) * 2)
+
+
+def test_overlong_bucket_value_fails_the_task_and_leaves_the_query_restartable(spark, tmp_path):
+    long_tag = "x" * 300
+    table = pa.table({"seq": list(range(6)), "tag": ["a", "b", long_tag, "a", "b", "c"]})
+    write_input(tmp_path / "in", "a.parquet", table, "parquet")
+    options = {
+        "path": str(tmp_path / "out"),
+        "bucket.by": "tag",
+        "checkpointLocation": str(tmp_path / "ck"),
+    }
+
+    def run(**overrides: str):
+        reader = spark.readStream.format("firesteel.files").load(str(tmp_path / "in"))
+        return run_available_now(reader, {**options, **overrides})
+
+    for _ in range(2):  # the first run and a restart fail the same clear way
+        error = str(run().exception())
+        assert "RecordError" in error and "column 'tag'" in error and "over the filesystem" in error
+        assert committed_files(str(tmp_path / "out")) == []
+    # With bucketing changed the same checkpoint restarts and writes every row once.
+    assert run(**{"bucket.by": "seq"}).exception() is None
+    assert sorted(read_committed(str(tmp_path / "out")).column("seq").to_pylist()) == list(range(6))
+
+
+def test_bucket_folder_names_are_bounded() -> None:
+    from firesteel.core.errors import RecordError
+    from firesteel.sinks.filesink.paths import MAX_NAME_BYTES, bucket_dir
+
+    fits = "é" * ((MAX_NAME_BYTES - len("tag=")) // 2)
+    assert bucket_dir(("tag",), (fits,)) == f"tag={fits}"
+    with pytest.raises(RecordError, match=r"column 'tag'.*256 bytes"):
+        bucket_dir(("tag",), (fits + "xx",))

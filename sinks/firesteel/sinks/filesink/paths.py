@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from firesteel.core.errors import RecordError
+
 FIRESTEEL_DIR = "_firesteel"
 NULL_VALUE = "__HIVE_DEFAULT_PARTITION__"
 """Hive's and Spark's folder value for null (and, as Spark writes it, the empty string)."""
@@ -50,11 +52,34 @@ def encode_value(value: Any) -> str:
     return encoded
 
 
+MAX_NAME_BYTES = 255
+"""Longest file or folder name (in UTF-8 bytes) the common filesystems accept."""
+
+
 def bucket_dir(columns: tuple[str, ...], values: tuple[Any, ...]) -> str:
-    """``col=value/col2=value2`` for one bucket (empty for no bucketing)."""
-    return "/".join(
-        f"{encode_value(c)}={encode_value(v)}" for c, v in zip(columns, values, strict=True)
-    )
+    """``col=value/col2=value2`` for one bucket (empty for no bucketing).
+
+    Raises :class:`~firesteel.core.errors.RecordError` naming the column and the
+    value when a folder name would exceed :data:`MAX_NAME_BYTES`: the task
+    fails before it votes, so nothing of the batch is committed and no restart
+    is left with renames that can never succeed.
+    """
+    names = []
+    for column, value in zip(columns, values, strict=True):
+        name = f"{encode_value(column)}={encode_value(value)}"
+        size = len(name.encode("utf-8"))
+        if size > MAX_NAME_BYTES:
+            shown = str(value)
+            shown = shown if len(shown) <= 60 else f"{shown[:60]}... ({len(shown)} characters)"
+            msg = (
+                f"option 'bucket.by': the value {shown!r} of column {column!r} makes a folder "
+                f"name of {size} bytes, over the filesystem limit of {MAX_NAME_BYTES}; the "
+                "batch fails before anything is committed (the file sink has no error "
+                "policy): bucket by a column with shorter values, or filter such rows upstream"
+            )
+            raise RecordError(msg)
+        names.append(name)
+    return "/".join(names)
 
 
 def valid_sink_id(sink_id: str) -> bool:
