@@ -13,20 +13,17 @@ after rescaling, the ranges of different versions differ, and a key group is
 restored from whichever file of each version covers it. The digest in the
 name is the BLAKE2b of the file's body, so a worker can tell whether the file
 it wrote is the one that is now committed (see
-:mod:`firesteel.backends.memory`).
+:mod:`firesteel.backends.dictstore`).
 
-Writes are atomic: a temporary name then a rename, except on object stores
-(S3, GCS), where an upload becomes visible whole on close and a rename would
-be a copy.
+Writes follow the durability policy of :mod:`firesteel.core.durable` (the
+heap backend, development only, skips the fsyncs).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import re
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +31,7 @@ from pyarrow import fs
 
 from firesteel.backends import format as snapshot_format
 from firesteel.core.checkpoint import filesystem
+from firesteel.core.durable import write_atomically
 from firesteel.core.errors import CheckpointCorruptError, IncompatibleFormatError
 from firesteel.state.keygroups import KeyGroupRange
 
@@ -43,7 +41,6 @@ METADATA_FILE = "_operator.json"
 METADATA_FORMAT = 1
 _VERSION_DIR = re.compile(r"^v(\d{12})$")
 _FILE = re.compile(r"^(\d{4})-(\d{4})-(full|delta)-([0-9a-f]{16})\.snap$")
-_OBJECT_STORES = ("s3", "gcs")
 
 FULL = "full"
 DELTA = "delta"
@@ -230,26 +227,7 @@ class SnapshotStorage:
             return
 
     def _write_atomic(self, folder: str, name: str, data: bytes) -> None:
-        target = f"{folder}/{name}"
-        if self.fs.type_name in _OBJECT_STORES:
-            with self.fs.open_output_stream(target) as out:
-                out.write(data)
-            return
-        temp = f"{folder}/.tmp-{uuid.uuid4().hex}-{name}"
-        if self.durable and isinstance(self.fs, fs.LocalFileSystem):
-            _write_local_synced(temp, data)
-        else:
-            with self.fs.open_output_stream(temp) as out:
-                out.write(data)
-        self.fs.move(temp, target)
-
-
-def _write_local_synced(path: str, data: bytes) -> None:
-    """Write and fsync a local file, so a machine crash cannot leave it empty after rename."""
-    with open(path, "wb") as out:
-        out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
+        write_atomically(self.fs, f"{folder}/{name}", data, sync=self.durable)
 
 
 @dataclass(frozen=True)

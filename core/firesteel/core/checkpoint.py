@@ -16,6 +16,7 @@ from typing import Any
 
 from pyarrow import fs
 
+from firesteel.core.durable import write_atomically
 from firesteel.core.errors import CheckpointCorruptError
 from firesteel.core.guarantee import Guarantee, Part, Replay
 
@@ -129,8 +130,8 @@ def write_guarantee(checkpoint: str, sink_id: str, record: GuaranteeRecord) -> N
         "achieved": record.achieved.label,
         "required": record.required.label if record.required is not None else None,
     }
-    with fsys.open_output_stream(f"{base}/{FIRESTEEL_DIR}/guarantee-{sink_id}.json") as out:
-        out.write(json.dumps(body, indent=2).encode())
+    path = f"{base}/{FIRESTEEL_DIR}/guarantee-{sink_id}.json"
+    write_atomically(fsys, path, json.dumps(body, indent=2).encode())
 
 
 def read_guarantee(checkpoint: str) -> dict[str, Any]:

@@ -1,27 +1,40 @@
-"""Self-describing JSON records on a local filesystem: atomic, versioned, checksummed.
+"""Durable writes: every file firesteel must find whole after a crash goes through here.
 
-The file source's discovered-file log and the file sink's manifests are such
-records. A record is written to a temporary name, fsynced, and renamed into
-place (then the folder is fsynced), so a reader sees the whole record or none.
-Its body carries a format version and the SHA-256 of its content; a reader
-refuses a record whose checksum does not match or whose version it does not know.
+The durability policy, one for the whole project:
+
+1. A file is written under a unique temporary name in its final folder
+   (``.<name>.<random>.tmp``), never in place, so a reader sees the old file or
+   the new one and a zombie writer can never damage another attempt's file.
+2. On a local filesystem the file is fsynced before the rename and the folder
+   after it, so neither a process kill nor a machine crash leaves an empty or
+   half-written file under the final name (``sync=False`` skips both for
+   development-only data such as the heap backend's snapshots).
+3. It is then moved into place with the filesystem's atomic rename (local,
+   HDFS). Object stores (S3, GCS) have no rename: the object is uploaded under
+   its final name, since a put becomes visible whole or not at all.
+
+On top of that, this module writes self-describing JSON records (the file
+source's discovered-file log, the file sink's manifests): versioned and
+checksummed, so a reader refuses a damaged record or a format it does not know.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from pyarrow import NativeFile, fs
+
 from firesteel.core.errors import CheckpointCorruptError, IncompatibleFormatError
 
-
-def _digest(content: Any) -> str:
-    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+OBJECT_STORES = frozenset({"s3", "gcs"})
+"""pyarrow filesystem types whose uploads are atomic and which have no rename."""
 
 
 def fsync_dir(folder: Path) -> None:
@@ -31,6 +44,55 @@ def fsync_dir(folder: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_output(fsys: fs.FileSystem, path: str, *, sync: bool = True) -> Iterator[NativeFile]:
+    """A stream whose content appears at ``path`` whole, when the block ends without error.
+
+    Follows the module's durability policy. An error inside the block removes the
+    temporary file and leaves ``path`` as it was (on an object store the upload
+    is under the final name, so the caller must not depend on a failed write
+    leaving an older object untouched there).
+    """
+    if fsys.type_name in OBJECT_STORES:
+        with fsys.open_output_stream(path) as out:
+            yield out
+        return
+    folder, _, name = path.rpartition("/")
+    temporary = f"{folder}/.{name}.{uuid.uuid4().hex}.tmp"
+    local = sync and fsys.type_name == "local"
+    try:
+        with fsys.open_output_stream(temporary) as out:
+            yield out
+        if local:
+            _fsync_file(temporary)
+        fsys.move(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            fsys.delete_file(temporary)
+        raise
+    if local:
+        fsync_dir(Path(folder or "/"))
+
+
+def write_atomically(fsys: fs.FileSystem, path: str, data: bytes, *, sync: bool = True) -> None:
+    """Write ``data`` to ``path`` under the durability policy (see :func:`atomic_output`)."""
+    with atomic_output(fsys, path, sync=sync) as out:
+        out.write(data)
+
+
+def _digest(content: Any) -> str:
+    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def _encode(kind: str, version: int, content: Any) -> bytes:
@@ -49,10 +111,9 @@ def _write_tmp(path: Path, data: bytes) -> Path:
 
 
 def write_record(path: Path, kind: str, version: int, content: Any) -> None:
-    """Atomically write (or replace) the record at ``path``."""
-    tmp = _write_tmp(path, _encode(kind, version, content))
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+    """Atomically write (or replace) the local record at ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(fs.LocalFileSystem(), str(path), _encode(kind, version, content))
 
 
 def create_record(path: Path, kind: str, version: int, content: Any) -> bool:

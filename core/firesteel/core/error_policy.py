@@ -28,17 +28,19 @@ Traps:
 from __future__ import annotations
 
 import base64
+import contextlib
 import enum
 import json
 import logging
-import os
 import shutil
-import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
+from pyarrow import NativeFile, fs
+
+from firesteel.core.durable import atomic_output
 from firesteel.core.errors import ConfigError, RecordError
 
 logger = logging.getLogger(__name__)
@@ -117,28 +119,28 @@ class DeadLetter(ABC):
 
 
 class _FolderWriter(DeadLetterWriter):
-    """Streams records to a temporary file; :meth:`close` renames it over the key's file."""
+    """Streams records to a temporary file; :meth:`close` puts it in place of the key's file
+    (the durability policy of :mod:`firesteel.core.durable`)."""
 
     def __init__(self, folder: Path, key: str) -> None:
         self.folder = folder
         self.key = key
-        self.tmp: Path | None = None
-        self.out: TextIO | None = None
+        self.pending: contextlib.ExitStack | None = None
+        self.out: NativeFile | None = None
 
     def add(self, record: BadRecord) -> None:
         if self.out is None:
             self.folder.mkdir(parents=True, exist_ok=True)
-            self.tmp = self.folder / f".{self.key}.{uuid.uuid4().hex}.tmp"
-            self.out = self.tmp.open("w", encoding="utf-8")
-        self.out.write(json.dumps(record.to_json()) + "\n")
+            self.pending = contextlib.ExitStack()
+            path = str(self.folder / f"{self.key}.jsonl")
+            self.out = self.pending.enter_context(atomic_output(fs.LocalFileSystem(), path))
+        self.out.write((json.dumps(record.to_json()) + "\n").encode("utf-8"))
 
     def close(self) -> None:
-        if self.out is None or self.tmp is None:
+        if self.pending is None:
             return
-        self.out.flush()
-        os.fsync(self.out.fileno())
-        self.out.close()
-        os.replace(self.tmp, self.folder / f"{self.key}.jsonl")
+        self.pending.close()
+        self.pending = None
         self.out = None
 
 
@@ -159,13 +161,10 @@ class FolderDeadLetter(DeadLetter):
     def copy_file(self, key: str, source: str) -> str:
         """Quarantine a whole unreadable file as ``<folder>/<key>`` (replaces; returns the path)."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        final = self.folder / key
-        tmp = self.folder / f".{key}.{uuid.uuid4().hex}.tmp"
-        shutil.copyfile(source, tmp)
-        with tmp.open("rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, final)
-        return str(final)
+        final = str(self.folder / key)
+        with atomic_output(fs.LocalFileSystem(), final) as out, open(source, "rb") as original:
+            shutil.copyfileobj(original, out)
+        return final
 
 
 def check_policy(policy: ErrorPolicy, dead_letter: object | None, option: str) -> None:

@@ -11,12 +11,12 @@ durable (files here, a Cassandra table in ``firesteel-cassandra``).
 from __future__ import annotations
 
 import logging
-import uuid
 from abc import ABC, abstractmethod
 
 from pyarrow import fs
 
 from firesteel.core.checkpoint import FIRESTEEL_DIR, filesystem
+from firesteel.core.durable import write_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -101,10 +101,7 @@ class FileCheckpointCommitter(CheckpointCommitter):
         fsys, base = self._fs()
         marker = self._marker(base, sink_id, batch_id, partition_id)
         fsys.create_dir(f"{base}/{sink_id}/{batch_id}", recursive=True)
-        temporary = f"{marker}.tmp-{uuid.uuid4().hex}"
-        with fsys.open_output_stream(temporary) as out:
-            out.write(f"{sink_id} {batch_id} {partition_id}\n".encode())
-        fsys.move(temporary, marker)
+        write_atomically(fsys, marker, f"{sink_id} {batch_id} {partition_id}\n".encode())
 
     def forget(self, sink_id: str, batch_id: int) -> None:
         fsys, base = self._fs()

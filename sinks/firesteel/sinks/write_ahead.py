@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import uuid
 from abc import abstractmethod
 from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
@@ -39,6 +38,7 @@ from pyarrow import fs
 
 from firesteel.core.checkpoint import FIRESTEEL_DIR, filesystem
 from firesteel.core.context import TaskScope
+from firesteel.core.durable import atomic_output
 from firesteel.core.errors import CheckpointCorruptError, IncompatibleFormatError, SinkError
 from firesteel.core.faults import fault_point
 from firesteel.core.guarantee import SinkKind
@@ -145,9 +145,8 @@ class WriteAheadSink(Sink):
         path = self.segment_path(scope.batch_id, scope.partition_id)
         fsys, final = filesystem(path)
         fsys.create_dir(final.rsplit("/", 1)[0], recursive=True)
-        # Attempts of the same task write different temporary files; the rename
-        # makes the segment appear whole, and a retry's rename replaces it.
-        temporary = f"{final}.tmp-{scope.attempt}-{uuid.uuid4().hex}"
+        # Attempts of the same task write different temporary files (firesteel.core.durable);
+        # the rename makes the segment appear whole, and a retry's rename replaces it.
         key = f"{self.sink_id}/{scope.batch_id}/{scope.partition_id}"
         schema = first.schema.with_metadata(
             {
@@ -157,13 +156,12 @@ class WriteAheadSink(Sink):
             }
         )
         rows = 0
-        with fsys.open_output_stream(temporary) as out:
+        with atomic_output(fsys, final) as out:
             hashing = _HashingWriter(out)
             with pa.ipc.new_file(pa.PythonFile(hashing, mode="w"), schema) as writer:
                 for batch in _chain(first, iterator):
                     writer.write_batch(batch)
                     rows += batch.num_rows
-        fsys.move(temporary, final)
         fault_point("sink.after_write", scope.batch_id, scope.partition_id)
         payload = {
             "segment": path,
