@@ -96,15 +96,47 @@ def test_recorded_segments_are_skipped_after_a_partial_commit(tmp_path: Path) ->
     assert [s["partition"] for s in read_sends(str(tmp_path / "target.jsonl"))] == [0, 1, 2]
 
 
-def test_task_retry_replaces_the_segment(tmp_path: Path) -> None:
+def test_task_retries_never_replace_each_others_segments(tmp_path: Path) -> None:
     sink = _sink(tmp_path)
     first = _write(sink, 0, 0, 0, 6, attempt=0)
     retry = _write(sink, 0, 0, 0, 6, attempt=1)
-    assert first.payload["segment"] == retry.payload["segment"]
-    leftovers = list((tmp_path / "ck" / "firesteel" / "wal" / "s1" / "0").iterdir())
-    assert [p.name for p in leftovers] == ["part-00000.arrow"]
+    assert first.payload["segment"] != retry.payload["segment"]
+    assert Path(first.payload["segment"]).exists() and Path(retry.payload["segment"]).exists()
     sink.commit_batch(0, [retry])
     assert _seqs(tmp_path) == list(range(6))
+    assert not (tmp_path / "ck" / "firesteel" / "wal" / "s1" / "0").exists()
+
+
+@pytest.mark.parametrize(("first", "rerun"), [(4, 2), (2, 4), (3, 1)])
+def test_rerun_with_another_partition_count_neither_loses_nor_resends(
+    tmp_path: Path, first: int, rerun: int
+) -> None:
+    sink = _sink(tmp_path)
+
+    def votes(count: int) -> list[Vote]:
+        # 12 rows split into `count` partitions: other counts put rows elsewhere.
+        size = 12 // count
+        return [_write(sink, 5, p, p * size, (p + 1) * size) for p in range(count)]
+
+    planned = votes(first)
+    # The first commit crashes after sending and recording half of its partitions.
+    original = sink.committer.commit
+    calls = []
+
+    def crash_after_half(sink_id: str, batch_id: int, partition_id: int) -> None:
+        original(sink_id, batch_id, partition_id)
+        calls.append(partition_id)
+        if len(calls) == first // 2 or first == 1:
+            raise RuntimeError("driver killed")
+
+    sink.committer.commit = crash_after_half  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="driver killed"):
+        sink.commit_batch(5, planned)
+    sink.committer.commit = original  # type: ignore[method-assign]
+    # Batch 5 re-runs with another partition count and commits.
+    sink.commit_batch(5, votes(rerun))
+    assert sorted(_seqs(tmp_path)) == list(range(12))
+    assert len(_seqs(tmp_path)) == 12, "no row sent twice"
 
 
 def test_committing_a_batch_deletes_leftover_segments_of_older_batches(tmp_path: Path) -> None:
@@ -142,7 +174,7 @@ def test_missing_segment_is_refused_naming_the_file(tmp_path: Path) -> None:
     sink = _sink(tmp_path)
     vote = _write(sink, 0, 0, 0, 5)
     Path(vote.payload["segment"]).unlink()
-    with pytest.raises(CheckpointCorruptError, match=r"part-00000\.arrow: .*missing"):
+    with pytest.raises(CheckpointCorruptError, match=r"part-00000-\w+\.arrow: .*missing"):
         sink.commit_batch(0, [vote])
 
 

@@ -4,19 +4,28 @@ Commit order, per micro-batch N:
 
 1. Executors (:meth:`WriteAheadSink.write_partition`): each task appends its
    partition's record batches to a log segment in checkpoint storage,
-   ``<log_dir>/<sink>/<N>/part-<p>.arrow`` (an Arrow IPC file, written under a
-   temporary name and renamed into place), keyed by (sink, N, partition) and
-   never by the task attempt, so a retry replaces the segment. The vote names
-   the segment, its row count and its SHA-256.
-2. Driver (:meth:`WriteAheadSink.commit_batch`), once every task voted, for
-   each segment in partition order:
-   a. skip it if the :class:`~firesteel.sinks.committers.CheckpointCommitter`
-      says (sink, N, partition) is committed;
-   b. otherwise read it, verify its checksum and format version, hand its
-      records to :meth:`WriteAheadSink.send_values`, then record it with the
-      committer.
-3. Delete the segments of batch N and of every earlier batch, and let the
-   committer forget batches before N.
+   ``<log_dir>/<sink>/<N>/part-<p>-<token>.arrow`` (an Arrow IPC file written
+   durably, :mod:`firesteel.core.durable`), under a name unique to the
+   attempt, so no attempt ever replaces a segment another one voted for. The
+   vote names the segment, its row count and its SHA-256.
+2. Driver (:meth:`WriteAheadSink.commit_batch`), once every task voted:
+   a. the first commit of N writes the batch's *plan*
+      (``<log_dir>/<sink>/plans/<N>.json``: its partition count and every
+      voted segment); a re-run of N (after a crash before Spark recorded
+      ``commits/N``) with the same partition count uses its own fresh segments
+      (same partitioning, same rows per partition), and one with another
+      partition count (a changed ``spark.sql.shuffle.partitions`` or operator
+      parallelism) rolls the plan's segments forward and ignores its own, so
+      the commit records, keyed by partition, can neither skip rows nor
+      re-send them;
+   b. for each segment of the plan in partition order: skip it if the
+      :class:`~firesteel.sinks.committers.CheckpointCommitter` says
+      (sink, N, partition) is committed; otherwise read it, verify its checksum
+      and format version, hand its records to :meth:`WriteAheadSink.send_values`,
+      then record it with the committer.
+3. Delete the segments of batch N and of every earlier batch, the plans
+   before N, and let the committer forget batches before N (the plan of N
+   stays until N + 1 commits: Spark may still re-run N).
 4. Spark writes ``commits/N``.
 
 A crash between 2b's send and its commit record re-sends that one segment
@@ -28,7 +37,9 @@ an overwrite, hence exactly-once. Segments already recorded are never re-sent.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+import uuid
 from abc import abstractmethod
 from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
@@ -38,7 +49,7 @@ from pyarrow import fs
 
 from firesteel.core.checkpoint import FIRESTEEL_DIR, filesystem
 from firesteel.core.context import TaskScope
-from firesteel.core.durable import atomic_output
+from firesteel.core.durable import atomic_output, write_atomically
 from firesteel.core.errors import CheckpointCorruptError, IncompatibleFormatError, SinkError
 from firesteel.core.faults import fault_point
 from firesteel.core.guarantee import SinkKind
@@ -49,6 +60,9 @@ logger = logging.getLogger(__name__)
 
 SEGMENT_FORMAT_VERSION = 1
 """Version of the log segment layout; readers refuse newer versions."""
+
+PLAN_FORMAT_VERSION = 1
+"""Version of a batch plan (``plans/<N>.json``); readers refuse other versions."""
 
 _META_VERSION = b"firesteel.wal.version"
 _META_KEY = b"firesteel.wal.key"
@@ -132,9 +146,14 @@ class WriteAheadSink(Sink):
         fsys.create_dir(f"{base}/{self.sink_id}", recursive=True)
         self.committer.open()
 
-    def segment_path(self, batch_id: int, partition_id: int) -> str:
-        """Where the segment of (this sink, batch, partition) lives (a path or URI)."""
-        return f"{self.log_dir}/{self.sink_id}/{batch_id}/part-{partition_id:05d}.arrow"
+    def segment_path(self, batch_id: int, partition_id: int, token: str) -> str:
+        """Where one attempt's segment of (this sink, batch, partition) lives (a path or URI)."""
+        name = f"part-{partition_id:05d}-{token}.arrow"
+        return f"{self.log_dir}/{self.sink_id}/{batch_id}/{name}"
+
+    def plan_path(self, batch_id: int) -> str:
+        """Where the plan of batch ``batch_id`` lives (a path or URI)."""
+        return f"{self.log_dir}/{self.sink_id}/plans/{batch_id}.json"
 
     def write_partition(self, scope: TaskScope, batches: Iterator[pa.RecordBatch]) -> Vote:
         iterator = iter(batches)
@@ -142,11 +161,9 @@ class WriteAheadSink(Sink):
         if first is None:
             fault_point("sink.after_write", scope.batch_id, scope.partition_id)
             return self.vote(scope, 0, {"segment": None, "version": SEGMENT_FORMAT_VERSION})
-        path = self.segment_path(scope.batch_id, scope.partition_id)
+        path = self.segment_path(scope.batch_id, scope.partition_id, uuid.uuid4().hex)
         fsys, final = filesystem(path)
         fsys.create_dir(final.rsplit("/", 1)[0], recursive=True)
-        # Attempts of the same task write different temporary files (firesteel.core.durable);
-        # the rename makes the segment appear whole, and a retry's rename replaces it.
         key = f"{self.sink_id}/{scope.batch_id}/{scope.partition_id}"
         schema = first.schema.with_metadata(
             {
@@ -219,7 +236,7 @@ class WriteAheadSink(Sink):
 
     def commit_batch(self, batch_id: int, votes: Sequence[Vote]) -> None:
         fault_point("driver.before_commit", batch_id)
-        ordered = sorted(votes, key=lambda vote: vote.partition_id)
+        ordered = self._plan(batch_id, votes)
         for position, vote in enumerate(ordered):
             partition = vote.partition_id
             if vote.payload.get("segment") is None:
@@ -241,6 +258,59 @@ class WriteAheadSink(Sink):
         self.committer.forget(self.sink_id, batch_id)
         fault_point("driver.after_commit", batch_id)
 
+    def _plan(self, batch_id: int, votes: Sequence[Vote]) -> list[Vote]:
+        """The votes batch ``batch_id`` commits: its first commit's, recorded durably."""
+        fsys, path = filesystem(self.plan_path(batch_id))
+        try:
+            with fsys.open_input_stream(path) as stream:
+                body = json.loads(stream.read())
+        except FileNotFoundError:
+            body = None
+        except ValueError as exc:
+            msg = f"{self.plan_path(batch_id)}: write-ahead-log plan is damaged ({exc})"
+            raise CheckpointCorruptError(msg) from exc
+        if body is None:
+            ordered = sorted(votes, key=lambda vote: vote.partition_id)
+            body = {
+                "version": PLAN_FORMAT_VERSION,
+                "sink": self.sink_id,
+                "batch": batch_id,
+                "partitions": len(ordered),
+                "segments": [{"partition": v.partition_id, **v.payload} for v in ordered],
+            }
+            fsys.create_dir(path.rsplit("/", 1)[0], recursive=True)
+            write_atomically(fsys, path, json.dumps(body).encode("utf-8"))
+            return ordered
+        if body.get("version") != PLAN_FORMAT_VERSION or body.get("batch") != batch_id:
+            msg = (
+                f"{self.plan_path(batch_id)}: not a version-{PLAN_FORMAT_VERSION} plan of "
+                f"batch {batch_id}; it was written by another release or damaged"
+            )
+            raise IncompatibleFormatError(msg)
+        if body["partitions"] == len(votes):
+            # Same partitioning, same rows per partition: this attempt's fresh segments
+            # serve as well, and they replace a planned segment that storage lost.
+            return sorted(votes, key=lambda vote: vote.partition_id)
+        logger.warning(
+            "%s: batch %d re-runs with %d partitions but first committed with %d; "
+            "rolling its first commit forward and discarding this attempt's segments",
+            self.sink_id,
+            batch_id,
+            len(votes),
+            body["partitions"],
+        )
+        return [
+            Vote(
+                sink_id=self.sink_id,
+                batch_id=batch_id,
+                partition_id=int(entry["partition"]),
+                attempt=0,
+                rows=int(entry.get("rows", 0)),
+                payload={k: v for k, v in entry.items() if k != "partition"},
+            )
+            for entry in body["segments"]
+        ]
+
     def abort_batch(self, batch_id: int, votes: Sequence[Vote | None]) -> None:
         # Nothing was sent: the segments are simply replaced when the batch re-runs.
         logger.warning(
@@ -248,16 +318,20 @@ class WriteAheadSink(Sink):
         )
 
     def _delete_through(self, batch_id: int) -> None:
-        """Delete the segments of ``batch_id`` and of older batches (leftovers of crashes)."""
+        """Delete the segments of ``batch_id`` and older batches, and the plans before it."""
         fsys, base = filesystem(f"{self.log_dir}/{self.sink_id}")
-        selector = fs.FileSelector(base, allow_not_found=True)
-        for info in fsys.get_file_info(selector):
+        for info in fsys.get_file_info(fs.FileSelector(base, allow_not_found=True)):
             if (
                 info.type == fs.FileType.Directory
                 and info.base_name.isdigit()
                 and int(info.base_name) <= batch_id
             ):
                 fsys.delete_dir(info.path)
+        plans = fs.FileSelector(f"{base}/plans", allow_not_found=True)
+        for info in fsys.get_file_info(plans):
+            number = info.base_name.removesuffix(".json")
+            if number.isdigit() and int(number) < batch_id:
+                fsys.delete_file(info.path)
 
 
 def _chain(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
