@@ -27,13 +27,39 @@ def tagged(source: str, replay: str = "resettable") -> str:
 
 def test_latest_offsets_entry_is_read(tmp_path: Path) -> None:
     write_offsets(tmp_path, 0, ['{"0":1}'])
-    write_offsets(tmp_path, 11, [tagged("firesteel.files"), '{"topic":{"0":5}}'])
+    write_offsets(tmp_path, 11, [tagged("firesteel.files"), "17"])
     write_offsets(tmp_path, 2, [tagged("firesteel.kafka")])
     (tmp_path / "offsets" / ".11.crc").write_text("ignored")
     parts = source_parts(str(tmp_path))
     assert [p.replay for p in parts] == [Replay.RESETTABLE, Replay.NOT_RESETTABLE]
     assert parts[0].name == "source #0 (firesteel.files)"
-    assert "not a firesteel source" in parts[1].name
+    assert "not a source firesteel knows, offset 17" in parts[1].name
+
+
+@pytest.mark.parametrize(
+    ("line", "described", "replay"),
+    [
+        ('{"logOffset":3}', "Spark's file source", Replay.RESETTABLE),
+        (
+            '{"events":{"0":5,"1":-2},"audit":{"0":0}}',
+            "Kafka source on audit, events",
+            Replay.RESETTABLE,
+        ),
+        ("0", "not a source firesteel knows", Replay.NOT_RESETTABLE),  # rate, socket, memory
+        ('{"logOffset":3,"extra":1}', "not a source firesteel knows", Replay.NOT_RESETTABLE),
+        ('{"events":{"zero":5}}', "not a source firesteel knows", Replay.NOT_RESETTABLE),
+        ('{"events":{}}', "not a source firesteel knows", Replay.NOT_RESETTABLE),
+        ("-", "not a source firesteel knows", Replay.NOT_RESETTABLE),
+        ("{not json", "not a source firesteel knows", Replay.NOT_RESETTABLE),
+    ],
+)
+def test_spark_sources_are_known_by_their_offsets(
+    tmp_path: Path, line: str, described: str, replay: Replay
+) -> None:
+    write_offsets(tmp_path, 0, [line])
+    (part,) = source_parts(str(tmp_path))
+    assert described in part.name
+    assert part.replay is replay
 
 
 def test_no_offsets_yet_means_no_sources(tmp_path: Path) -> None:

@@ -179,6 +179,40 @@ def test_restart_continues_from_checkpoint(counting: SparkSession, tmp_path: Pat
     assert seqs == list(range(8))
 
 
+def test_spark_file_source_feeds_an_exactly_once_sink(
+    counting: SparkSession, tmp_path: Path
+) -> None:
+    """Spark's own parquet source is resettable (its offsets are a log index): certified."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from firesteel.core.checkpoint import read_guarantee
+
+    source = tmp_path / "in"
+    source.mkdir()
+    pq.write_table(pa.table({"seq": list(range(6))}), source / "part-0.parquet")
+    out = tmp_path / "out"
+    out.mkdir()
+    checkpoint = str(tmp_path / "ck")
+    (
+        counting.readStream.schema("seq long")
+        .parquet(str(source))
+        .writeStream.format("firesteel.counting")
+        .option("path", str(out))
+        .option("guarantee", "exactly-once")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+        .awaitTermination(120)
+    )
+    assert sorted(s for rows in committed(out).values() for s in rows) == list(range(6))
+    (record,) = read_guarantee(checkpoint).values()
+    assert record["achieved"] == "exactly-once"
+    assert record["sources"] == [
+        "source #0 (Spark's file source; replays its batches from its own metadata log)"
+    ]
+
+
 def test_non_firesteel_source_is_refused_for_exactly_once(
     counting: SparkSession, tmp_path: Path
 ) -> None:
@@ -198,7 +232,7 @@ def test_non_firesteel_source_is_refused_for_exactly_once(
         query.awaitTermination(120)
     message = str(info.value)
     assert "GuaranteeError" in message
-    assert "source #0 (not a firesteel source" in message
+    assert "source #0 (not a source firesteel knows" in message
     assert committed(out) == {}
 
 

@@ -2,8 +2,9 @@
 
 Spark writes ``<checkpoint>/offsets/N`` before batch N runs: a version line, a
 metadata line, then one JSON line per source. firesteel sources tag their
-offsets (see :mod:`firesteel.core.spark.reader`), which is how a sink learns
-what feeds it.
+offsets (see :mod:`firesteel.core.spark.reader`) and Spark's own resettable
+sources are known by the form of theirs (:mod:`firesteel.core.spark.offsets`),
+which is how a sink learns what feeds it.
 """
 
 from __future__ import annotations
@@ -18,12 +19,10 @@ from pyarrow import fs
 
 from firesteel.core.durable import write_atomically
 from firesteel.core.errors import CheckpointCorruptError
-from firesteel.core.guarantee import Guarantee, Part, Replay
+from firesteel.core.guarantee import Guarantee, Part
+from firesteel.core.spark.offsets import classify
 
 logger = logging.getLogger(__name__)
-
-SOURCE_TAG = "firesteel"
-"""Key under which a firesteel source's offset carries its identity and replay capability."""
 
 FIRESTEEL_DIR = "firesteel"
 """Sub-folder of a Spark checkpoint holding firesteel's own records."""
@@ -75,8 +74,9 @@ def _latest_offsets_file(fsys: fs.FileSystem, base: str) -> str | None:
 def source_parts(checkpoint: str) -> list[Part]:
     """The sources feeding the query checkpointed at ``checkpoint``, for the guarantee check.
 
-    A source whose offset carries no firesteel tag is not one of ours: its
-    replay capability is unknown, so it counts as not resettable.
+    Each offsets line is classified by :func:`firesteel.core.spark.offsets.classify`:
+    firesteel's tagged sources, Spark's own file and Kafka sources, and
+    everything else as not resettable.
     """
     fsys, base = filesystem(checkpoint)
     path = _latest_offsets_file(fsys, base)
@@ -89,24 +89,8 @@ def source_parts(checkpoint: str) -> list[Part]:
         raise CheckpointCorruptError(msg)
     parts = []
     for index, line in enumerate(lines[2:]):
-        offset: Any = None
-        if line.strip() not in ("", "-"):
-            try:
-                offset = json.loads(line)
-            except json.JSONDecodeError:
-                offset = None
-        tag = offset.get(SOURCE_TAG) if isinstance(offset, dict) else None
-        if isinstance(tag, dict) and "source" in tag:
-            parts.append(Part(f"source #{index} ({tag['source']})", replay=Replay(tag["replay"])))
-        else:
-            shown = line if len(line) <= 60 else line[:57] + "..."
-            parts.append(
-                Part(
-                    f"source #{index} (not a firesteel source, offset {shown}; its replay "
-                    "capability is unknown)",
-                    replay=Replay.NOT_RESETTABLE,
-                )
-            )
+        entry = classify(line)
+        parts.append(Part(f"source #{index} ({entry.description})", replay=entry.replay))
     return parts
 
 

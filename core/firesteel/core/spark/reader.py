@@ -16,10 +16,10 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.streaming.datasource import ReadLimit as SparkReadLimit
 
-from firesteel.core.checkpoint import SOURCE_TAG
 from firesteel.core.context import TaskScope
 from firesteel.core.faults import fault_point
 from firesteel.core.source import UNBOUNDED, Offset, ReadLimit, ResettableSource
+from firesteel.core.spark.offsets import SOURCE_TAG
 
 OFFSET_KEY = "offset"
 

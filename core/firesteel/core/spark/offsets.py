@@ -1,0 +1,90 @@
+"""What a source's entry in Spark's offsets log says about its replay capability.
+
+Each source of a query writes one JSON line per batch into
+``<checkpoint>/offsets/N``. firesteel sources tag theirs (see
+:mod:`firesteel.core.spark.reader`); two of Spark's own sources are recognised
+by the form of their entry, because their replay is known:
+
+- the built-in file sources (``parquet``, ``json``, ``csv``, ``orc``, ``text``)
+  write ``{"logOffset": n}``, an index into the source's own metadata log
+  (``<checkpoint>/sources/<i>/<n>``) that lists the files of each batch, so a
+  re-run of batch N reads exactly the same files;
+- the JVM Kafka source (``spark-sql-kafka``) writes
+  ``{"topic": {"partition": offset, ...}, ...}`` and re-reads that offset range.
+
+Everything else (``rate``, ``socket``, ``memory``: a bare number; any unknown
+form) counts as not resettable, because nothing says a re-run would see the
+same records. A custom source whose entry happens to have the Kafka form is
+taken for Kafka: tag it (``{"firesteel": {"source": ..., "replay": ...}}``)
+to say otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from firesteel.core.guarantee import Replay
+
+SOURCE_TAG = "firesteel"
+"""Key under which a firesteel source's offset carries its identity and replay capability."""
+
+
+@dataclass(frozen=True)
+class SourceEntry:
+    """What one offsets-log line identifies."""
+
+    description: str
+    replay: Replay
+
+
+def _is_spark_file_source(offset: Any) -> bool:
+    return (
+        isinstance(offset, dict)
+        and set(offset) == {"logOffset"}
+        and isinstance(offset["logOffset"], int)
+    )
+
+
+def _is_spark_kafka_source(offset: Any) -> bool:
+    if not isinstance(offset, dict) or not offset:
+        return False
+    for partitions in offset.values():
+        if not isinstance(partitions, dict) or not partitions:
+            return False
+        for partition, position in partitions.items():
+            if not partition.isdigit() or not isinstance(position, int):
+                return False
+    return True
+
+
+def _shown(line: str) -> str:
+    return line if len(line) <= 60 else line[:57] + "..."
+
+
+def classify(line: str) -> SourceEntry:
+    """The source behind one offsets-log line, and whether it can replay a batch."""
+    offset: Any = None
+    if line.strip() not in ("", "-"):
+        try:
+            offset = json.loads(line)
+        except json.JSONDecodeError:
+            offset = None
+    tag = offset.get(SOURCE_TAG) if isinstance(offset, dict) else None
+    if isinstance(tag, dict) and "source" in tag:
+        return SourceEntry(str(tag["source"]), Replay(tag["replay"]))
+    if _is_spark_file_source(offset):
+        return SourceEntry(
+            "Spark's file source; replays its batches from its own metadata log",
+            Replay.RESETTABLE,
+        )
+    if _is_spark_kafka_source(offset):
+        topics = ", ".join(sorted(offset))
+        return SourceEntry(
+            f"Spark's Kafka source on {topics}; re-reads its offset ranges", Replay.RESETTABLE
+        )
+    return SourceEntry(
+        f"not a source firesteel knows, offset {_shown(line)}; its replay capability is unknown",
+        Replay.NOT_RESETTABLE,
+    )
