@@ -82,6 +82,17 @@ class SessionTimeout(KeyedProcessor):
         return out
 
 
+class ReportsTimerClock(KeyedProcessor):
+    """Sets a timer 1 ms after each batch; on_timer reports the processing time it saw."""
+
+    def process(self, key: Any, rows: Any, state: KeyState) -> Any:
+        state.register_timer(state.processing_time_ms + 1)
+        return None
+
+    def on_timer(self, key: Any, timestamp_ms: int, state: KeyState) -> Any:
+        return [{"sensor": key[0], "now": state.processing_time_ms}]
+
+
 def write_inputs(folder: Path, files: list[list[tuple[str, float]]], start: int = 0) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     seq = start
@@ -225,6 +236,40 @@ def test_timers_fire_in_a_later_batch(spark: Any, tmp_path: Path) -> None:
     fired = sorted((r["batch"], r["sensor"], r["seqs"]) for r in table.to_pylist())
     # batch 0 sees a,b (seq 0,1); batch 1 fires them, then sees a (2); batch 2 fires a, sees c.
     assert fired == [(1, "a", "0"), (1, "b", "1"), (2, "a", "2")]
+
+
+def batch_timestamps(checkpoint: Path) -> dict[int, int]:
+    """batchTimestampMs of every batch in Spark's offsets log (Spark's record, not ours)."""
+    stamps = {}
+    for entry in (checkpoint / "offsets").iterdir():
+        if entry.name.isdigit():
+            metadata = json.loads(entry.read_text().splitlines()[1])
+            stamps[int(entry.name)] = int(metadata["batchTimestampMs"])
+    return stamps
+
+
+def test_timers_of_partitions_without_records_fire_at_the_batch_timestamp(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A re-run must fire the same timers: an idle partition uses Spark's batch time too."""
+    src = tmp_path / "in"
+    sensors = [f"s{i}" for i in range(16)]
+    write_inputs(src, [[(s, 1.0) for s in sensors], [("s0", 2.0)], [("s0", 3.0)]])
+    run_query(
+        spark,
+        src,
+        tmp_path,
+        ReportsTimerClock(),
+        parallelism=4,
+        schema="sensor string, now long",
+        backend=HeapBackend(str(tmp_path / "heap")),
+    )
+    table = ds.dataset(tmp_path / "out", format="parquet", partitioning="hive").to_table()
+    stamps = batch_timestamps(tmp_path / "checkpoint")
+    fired = table.to_pylist()
+    # Batch 1 has one record, so three of the four partitions get none, yet all 16 fire.
+    assert sorted(r["sensor"] for r in fired if r["batch"] == 1) == sorted(sensors)
+    assert {(r["batch"], r["now"]) for r in fired} == {(1, stamps[1]), (2, stamps[2])}
 
 
 def test_stateful_validates_its_arguments(spark: Any, tmp_path: Path) -> None:

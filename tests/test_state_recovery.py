@@ -3,7 +3,8 @@
 The job (``jobs/state_job.py``) ranks sequence-numbered records per key with
 keyed state on the filesystem backend and writes through the transactional
 file sink. After the harness has killed and restarted it until it completes:
-every seq appears exactly once in the committed output, every record's rank
+every seq appears exactly once in the committed output, every key's timers
+fire once per batch it had records in (but the last), every record's rank
 is its position among its key's records (no state update lost or applied
 twice), and the state checkpoint holds each key's total -- the same output
 and state as a run without failures, computed here from the input.
@@ -14,6 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import pyarrow.compute as pc
 import pytest
 from files_helpers import write_sequence_files
 
@@ -66,10 +68,20 @@ class StateJob:
 
     def check(self, result: CrashResult) -> None:
         context = f"\n{result.summary()}"
-        output = read_committed(str(self.out))
-        assert_exactly_once(output.column("seq"), self.expected, what="output" + context)
+        committed = read_committed(str(self.out))
+        records = committed.filter(pc.greater_equal(committed.column("seq"), 0))
+        assert_exactly_once(records.column("seq"), self.expected, what="output" + context)
+        fired: dict[str, list[int]] = {}
+        for row in committed.filter(pc.less(committed.column("seq"), 0)).to_pylist():
+            fired.setdefault(row["key"], []).append(-row["seq"])
+        # Every key has records in every batch: its timers of all but the last batch fire.
+        batches = FILES // FILES_PER_BATCH
+        assert {k: len(set(v)) for k, v in fired.items()} == {
+            key_of(s): batches - 1 for s in self.expected
+        }, context
+        assert all(len(v) == len(set(v)) for v in fired.values()), f"a timer fired twice{context}"
         ranks: dict[str, list[tuple[int, int]]] = {}
-        for row in output.to_pylist():
+        for row in records.to_pylist():
             ranks.setdefault(row["key"], []).append((row["seq"], row["rank"]))
         for key, pairs in ranks.items():
             pairs.sort()
@@ -77,9 +89,12 @@ class StateJob:
         totals = Counter(key_of(s) for s in self.expected)
         state = read_state(f"file://{self.state}", operator="rank").to_pandas()
         assert set(state["batch"]) == {FILES // FILES_PER_BATCH - 1}
+        timers = state[state["kind"] == "timer"]
+        assert sorted(timers["key"].str.strip('[]"')) == sorted(totals), "one pending timer per key"
+        counts = state[state["state"] == "count"]
         stored = {
             key.strip('[]"'): int(value)
-            for key, value in zip(state["key"], state["value"], strict=True)
+            for key, value in zip(counts["key"], counts["value"], strict=True)
         }
         assert stored == dict(totals), context
 

@@ -8,6 +8,7 @@ state (filesystem backend) and emits one row per input record:
 ``(seq, key, rank)`` where ``rank`` is the record's 1-based position among its
 key's records in seq order. Any lost or doubled state update shifts ranks, and
 any lost or doubled output shows in the seq count, so the test can check both.
+Every key also sets a timer per batch; fired timers emit ``(-timestamp, key, 0)``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import sys
 from firesteel.backends import FilesystemBackend
 from firesteel.state import stateful
 from firesteel.testing.jobs import job_session, read_parquet_files, write_files_exactly_once
-from firesteel.testing.processors import RankPerKey
+from firesteel.testing.processors import RankPerKeyWithTimers
 
 
 def main() -> None:
@@ -27,7 +28,7 @@ def main() -> None:
     ranked = stateful(
         records,
         key=["key"],
-        processor=RankPerKey(),
+        processor=RankPerKeyWithTimers(),
         output_schema="seq long, key string, rank long",
         backend=FilesystemBackend(state_uri, full_snapshot_every=3, retain=3),
         name="rank",

@@ -3,9 +3,10 @@
 :func:`stateful` builds, from a streaming DataFrame::
 
     df
-      .withColumn(key group = pmod(hash(key columns), max_parallelism))   # Spark's Murmur3
+      .withColumn(route = explode(first row of an input task ? [-P .. 0] : [0]))  # Arrow UDF
+      .withColumn(key group = route < 0 ? route : pmod(hash(key columns), max_parallelism))
       .withColumn(batch time = current_timestamp())                       # fixed per batch
-      .repartitionById(parallelism, key group * parallelism div max_parallelism)
+      .repartitionById(P, key group < 0 ? -key group - 1 : key group * P div max_parallelism)
       .mapInArrow(<one operator task per partition>, output_schema)
 
 Operator partition p owns the key groups of Flink's range for p, so after a
@@ -30,16 +31,20 @@ restores version N-1 again. Nothing is half-written: a failed attempt's
 snapshot of N, if any, is replaced by the re-run's.
 
 Processing time of batch N is Spark's batch timestamp (``current_timestamp()``
-of that batch, kept in the offsets log, so a re-run sees the same). A
-partition without input rows in a batch has no row to carry it and uses the
-wall clock instead.
+of that batch, kept in the offsets log, so a re-run sees the same), and it
+must reach every operator partition, also one whose keys got no records in N,
+or its timers would fire on another clock in a re-run. So the first row of
+every input task is copied once to each of the P partitions (the ``route``
+column; a negative key group marks a copy): P tick rows per input task,
+dropped before ``process``. When the whole batch has no rows (a Kafka range of
+transaction markers only) no task has a time to use: no time passes, and
+timers wait for the next batch with rows, which keeps re-runs identical.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -63,6 +68,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 KEY_GROUP_COLUMN = "__firesteel_key_group"
+ROUTE_COLUMN = "__firesteel_route"
 BATCH_TIME_COLUMN = "__firesteel_batch_time"
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
 
@@ -122,7 +128,7 @@ def stateful(
     if missing:
         msg = f"stateful(): key column '{missing[0]}' is not in the input ({', '.join(df.columns)})"
         raise ConfigError(msg)
-    clash = {KEY_GROUP_COLUMN, BATCH_TIME_COLUMN} & set(df.columns)
+    clash = {KEY_GROUP_COLUMN, BATCH_TIME_COLUMN, ROUTE_COLUMN} & set(df.columns)
     if clash:
         msg = f"stateful(): input column '{sorted(clash)[0]}' is reserved by firesteel"
         raise ConfigError(msg)
@@ -141,11 +147,21 @@ def stateful(
     spec = OperatorSpec(operator, key_columns, max_parallelism, parallelism)
 
     key_group = F.pmod(F.hash(*[F.col(c) for c in key_columns]), F.lit(max_parallelism))
-    partition = F.floor(F.col(KEY_GROUP_COLUMN) * parallelism / max_parallelism).cast("int")
+    first_of_task = _first_row_of_task()(F.spark_partition_id())
+    route = F.when(first_of_task, F.sequence(F.lit(-parallelism), F.lit(0))).otherwise(
+        F.array(F.lit(0))
+    )
+    routed = F.col(ROUTE_COLUMN)
+    group = F.col(KEY_GROUP_COLUMN)
+    partition = F.when(group < 0, -group - 1).otherwise(
+        F.floor(group * parallelism / max_parallelism)
+    )
     staged = (
-        df.withColumn(KEY_GROUP_COLUMN, key_group.cast("int"))
+        df.withColumn(ROUTE_COLUMN, F.explode(route))
+        .withColumn(KEY_GROUP_COLUMN, F.when(routed < 0, routed).otherwise(key_group).cast("int"))
+        .drop(ROUTE_COLUMN)
         .withColumn(BATCH_TIME_COLUMN, F.current_timestamp())
-        .repartitionById(parallelism, partition)
+        .repartitionById(parallelism, partition.cast("int"))
     )
     task = OperatorTask(spec, processor, backend, arrow_schema)
     logger.info(
@@ -158,6 +174,30 @@ def stateful(
         backend.location,
     )
     return staged.mapInArrow(task, spark_schema)
+
+
+_routed_task: dict[str, int | None] = {"attempt": None}
+"""The task attempt whose first row was flagged (a Python worker runs one task at a time)."""
+
+
+def first_row_of_task(column: pa.Array) -> pa.Array:
+    """Flags the first row a Spark task evaluates (``monotonically_increasing_id`` is
+    refused in streaming plans, so this is a tiny Arrow UDF over one int column)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    attempt = context.taskAttemptId() if context is not None else None
+    flags = [False] * len(column)
+    if flags and attempt != _routed_task["attempt"]:
+        flags[0] = True
+        _routed_task["attempt"] = attempt
+    return pa.array(flags, pa.bool_())
+
+
+def _first_row_of_task() -> Any:
+    from pyspark.sql.functions import arrow_udf
+
+    return arrow_udf(first_row_of_task, "boolean")
 
 
 @dataclass
@@ -193,12 +233,20 @@ def _input_table(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:
     return pa.Table.from_batches(collected) if collected else None
 
 
-def _batch_time_ms(table: pa.Table | None) -> int:
-    if table is not None:
-        latest = pc.max(table.column(BATCH_TIME_COLUMN).cast(pa.timestamp("ms")).cast(pa.int64()))
-        if latest.is_valid:
-            return int(latest.as_py())
-    return int(time.time() * 1000)
+def _batch_time_ms(table: pa.Table | None) -> int | None:
+    """Spark's batch timestamp, carried by every row (tick rows included); None without rows."""
+    if table is None:
+        return None
+    latest = pc.max(table.column(BATCH_TIME_COLUMN).cast(pa.timestamp("ms")).cast(pa.int64()))
+    return int(latest.as_py()) if latest.is_valid else None
+
+
+def _records(table: pa.Table | None) -> pa.Table | None:
+    """The input without tick rows (negative key group), or None if only ticks came."""
+    if table is None:
+        return None
+    records = table.filter(pc.greater_equal(table.column(KEY_GROUP_COLUMN), 0))
+    return records if records.num_rows else None
 
 
 def _key_runs(table: pa.Table, key_columns: Sequence[str]) -> tuple[pa.Table, list[int]]:
@@ -226,8 +274,10 @@ def run_task(
 ) -> Iterator[pa.RecordBatch]:
     """One operator task (see module docs). A generator: Spark pulls the output."""
     spec = operator.spec
-    table = _input_table(batches)
-    now_ms = _batch_time_ms(table)
+    received = _input_table(batches)
+    batch_time = _batch_time_ms(received)
+    table = _records(received)
+    now_ms = 0 if batch_time is None else batch_time
     processor = operator.processor
     declared = dict(processor.declared_states())
     open_ctx = OpenContext(spec.name, task.batch_id, task.partition, declared)
@@ -240,7 +290,8 @@ def run_task(
         )
         builder = OutputBuilder(operator.schema, spec.name, task.batch_id)
         handle = KeyState(store, spec.name, task.batch_id)
-        for timestamp, key_group, key in store.pop_due_timers(now_ms):
+        due = store.pop_due_timers(now_ms) if batch_time is not None else []
+        for timestamp, key_group, key in due:
             store.set_current_key(key, key_group)
             handle.key = key
             _call(processor.on_timer, key, timestamp, handle, builder, what="on_timer")

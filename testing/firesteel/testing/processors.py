@@ -27,3 +27,20 @@ class RankPerKey(KeyedProcessor):
         seqs = sorted(rows.column("seq").to_pylist())
         count.update(seen + len(seqs))
         return [self.row(seq, key[0], seen + index + 1) for index, seq in enumerate(seqs)]
+
+
+class RankPerKeyWithTimers(RankPerKey):
+    """:class:`RankPerKey` that also sets a timer 1 ms after every batch a key has records in.
+
+    A fired timer emits ``seq = -timestamp`` and ``rank = 0``; each key's timer
+    rows must then be one per batch it had records in (except the last batch,
+    whose timers are still pending), with distinct timestamps: a timer fired
+    twice, lost, or fired on another clock in a re-run shows.
+    """
+
+    def process(self, key: Any, rows: Any, state: KeyState) -> Any:
+        state.register_timer(state.processing_time_ms + 1)
+        return super().process(key, rows, state)
+
+    def on_timer(self, key: Any, timestamp_ms: int, state: KeyState) -> Any:
+        return [{"seq": -timestamp_ms, "key": key[0], "rank": 0}]
