@@ -197,7 +197,9 @@ def first_row_of_task(column: pa.Array) -> pa.Array:
 def _first_row_of_task() -> Any:
     from pyspark.sql.functions import arrow_udf
 
-    return arrow_udf(first_row_of_task, "boolean")
+    # PySpark's stubs only type the form with functionType, which warns at run time.
+    make: Any = arrow_udf
+    return make(first_row_of_task, "boolean")
 
 
 @dataclass
