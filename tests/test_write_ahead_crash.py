@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 from files_helpers import write_sequence_files
-from jobs.wal_target import read_jsonl, read_sends
+from jobs.wal_target import read_jsonl, read_sends, read_sqlite_bodies
 
 from firesteel.testing import (
     CrashHarness,
     assert_at_least_once,
+    assert_exactly_once,
     at_point,
     at_random,
     batch_started,
@@ -68,3 +69,37 @@ def test_wal_sink_resends_only_segments_in_flight(
     assert in_flight <= duplicated_from
     extra = (duplicated_from | resent) - in_flight
     assert len(extra) <= 1, (extra, result.summary())
+
+
+def test_upsert_target_is_exactly_once_when_the_restart_changes_partitions(
+    crash_harness: CrashHarness, tmp_path: Path
+) -> None:
+    """Killed right after sending a segment, restarted with 2 partitions instead of 4.
+
+    The re-run of the batch must send exactly the segments its first commit
+    planned (4 of them), never skip one (lost rows) nor re-plan it. The table
+    is read back with sqlite3, and each row's body must be the input record.
+    """
+    source = tmp_path / "in"
+    write_sequence_files(source, FILES, ROWS_PER_FILE, name="{index}.parquet")
+    target = tmp_path / "target.sqlite"
+    checkpoint = tmp_path / "ck"
+    kills = [
+        at_point("wal.after_send", batch=1, partition=1),
+        at_random((0.0, 1.0), when=batch_started(checkpoint, 3)),
+    ]
+    partitions = ["4", "2", "3"]
+
+    def args(run: int) -> list[object]:
+        return [source, target, checkpoint, "2", "upsert", "exactly-once", partitions[run]]
+
+    result = crash_harness.run(JOB, args, kills)
+    assert result.fired[:1] == ["wal.after_send@1:1"], result.summary()
+
+    bodies = read_sqlite_bodies(str(target))
+    assert_exactly_once(list(bodies), range(FILES * ROWS_PER_FILE))
+    assert all(body["seq"] == seq for seq, body in bodies.items())
+    sends = Counter((s["batch"], s["partition"]) for s in read_sends(str(target)))
+    # Batch 1 was planned with 4 segments; its re-run (2 partitions) sends the rest of them.
+    assert {p for b, p in sends if b == 1} == {0, 1, 2, 3}, sends
+    assert sends[(1, 1)] >= 2, "the killed segment was re-sent (the window this target absorbs)"

@@ -1,7 +1,7 @@
-"""Crash-test job: firesteel.files source -> 3 hash partitions -> a write-ahead-log sink.
+"""Crash-test job: firesteel.files source -> hash partitions -> a write-ahead-log sink.
 
 Usage: wal_job.py <input dir> <target> <checkpoint> <max files per batch> <plain|upsert>
-[guarantee]
+[guarantee] [partitions]
 
 The sink runs through ``firesteel.core.foreach_batch``: ``plain`` appends JSON
 lines to ``<target>`` (at-least-once), ``upsert`` upserts into the SQLite file
@@ -28,6 +28,7 @@ cloudpickle.register_pickle_by_value(wal_target)
 def main() -> None:
     source, target, checkpoint, max_files, mode = sys.argv[1:6]
     required = Guarantee.parse(sys.argv[6]) if len(sys.argv) > 6 else None
+    partitions = int(sys.argv[7]) if len(sys.argv) > 7 else 3
     spark = job_session("firesteel-wal-crash")
     sink_cls = wal_target.JsonLinesWalSink if mode == "plain" else wal_target.SqliteUpsertWalSink
     sink = sink_cls(
@@ -36,7 +37,7 @@ def main() -> None:
         FileCheckpointCommitter.for_checkpoint(str(checkpoint)),
         target,
     )
-    records = read_parquet_files(spark, source, max_files).repartition(3, "seq")
+    records = read_parquet_files(spark, source, max_files).repartition(partitions, "seq")
     writer = records.writeStream.foreachBatch(foreach_batch(sink, checkpoint, required))
     run_available(spark, writer, checkpoint)
 

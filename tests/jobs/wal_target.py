@@ -90,6 +90,12 @@ def read_sqlite(target: str) -> list[int]:
         return [row[0] for row in db.execute("SELECT seq FROM records")]
 
 
+def read_sqlite_bodies(target: str) -> dict[int, dict[str, object]]:
+    """``seq`` -> the record stored for it in a SQLite upsert target."""
+    with sqlite3.connect(target) as db:
+        return {row[0]: json.loads(row[1]) for row in db.execute("SELECT seq, body FROM records")}
+
+
 def read_sends(target: str) -> list[dict[str, int]]:
     """One entry per ``send_values`` call, in order."""
     if not os.path.exists(f"{target}.sends"):

@@ -270,12 +270,16 @@ class CrashHarness:
     def run(
         self,
         script: str | os.PathLike[str],
-        args: Sequence[str | os.PathLike[str]] = (),
+        args: Sequence[str | os.PathLike[str]]
+        | Callable[[int], Sequence[str | os.PathLike[str]]] = (),
         kills: Sequence[Kill] = (),
         *,
         max_runs: int | None = None,
     ) -> CrashResult:
         """Run ``python script args`` with ``kills[i]`` armed in run ``i`` until a run completes.
+
+        ``args`` may be a function of the run index, for what a user changes
+        between a crash and the restart (parallelism, a path spelled otherwise).
 
         Returns once a run exits 0 (its kill, if any, may or may not have
         fired: check :attr:`CrashResult.all_fired`). ``max_runs`` (default:
@@ -292,8 +296,9 @@ class CrashHarness:
         for index in range(limit):
             kill = kills[index] if index < len(kills) else None
             log = self.workdir / f"run-{call}-{index}.log"
+            run_args = args(index) if callable(args) else args
             record = self._run_once(
-                index, script=script, args=args, kill=kill, faults_dir=faults_dir, log=log
+                index, script=script, args=run_args, kill=kill, faults_dir=faults_dir, log=log
             )
             runs.append(record)
             if record.exit_code == 0:
