@@ -1,6 +1,6 @@
 """Crash tests of the file path: firesteel.files source -> map -> firesteel.files sink.
 
-Each test feeds sequence-numbered Parquet files to ``jobs/files_job.py``
+Each test feeds sequence-numbered Parquet files to ``firesteel/testing/scripts/files_job.py``
 (exactly-once, several files per micro-batch), kills it with SIGKILL at named
 protocol points, at random times, or kills tasks and executors, lets the
 harness restart it from its checkpoint until it completes, and then counts
@@ -27,10 +27,11 @@ from firesteel.testing import (
     at_random,
     batch_started,
 )
+from firesteel.testing.scripts import script
 
 pytestmark = pytest.mark.crash
 
-JOB = Path(__file__).parent / "jobs" / "files_job.py"
+JOB = script("files_job")
 FILES = 30
 ROWS_PER_FILE = 20
 FILES_PER_BATCH = 3

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import psutil
@@ -109,3 +110,16 @@ def test_counting_accepts_exact_and_duplicates_for_at_least_once() -> None:
     assert assert_at_least_once([0, 1, 1, 2], range(3)).duplicated == {1: 2}
     with pytest.raises(AssertionError, match="lost records"):
         assert_at_least_once([0, 2], range(3))
+
+
+@pytest.mark.crash
+def test_soak_command_counts_a_killed_and_restarted_pipeline(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from firesteel.testing.soak import main
+
+    code = main(["wal", "--cycles", "1", "--seed", "7", "--workdir", str(tmp_path / "soak")])
+    report = json.loads(capsys.readouterr().out)
+    assert (report["path"], report["cycles"], report["records"]) == ("wal", 1, 200)
+    assert report["lost"] == report["duplicated"] == 0
+    assert code == 0

@@ -1,6 +1,6 @@
 """Crash tests of keyed state: kill the job at protocol points and at random, restart, count.
 
-The job (``jobs/state_job.py``) ranks sequence-numbered records per key with
+The job (``firesteel/testing/scripts/state_job.py``) ranks sequence-numbered records per key with
 keyed state on the filesystem backend and writes through the transactional
 file sink. After the harness has killed and restarted it until it completes:
 every seq appears exactly once in the committed output, every key's timers
@@ -30,10 +30,11 @@ from firesteel.testing import (
     at_random,
     batch_started,
 )
+from firesteel.testing.scripts import script
 
 pytestmark = pytest.mark.crash
 
-JOB = Path(__file__).parent / "jobs" / "state_job.py"
+JOB = script("state_job")
 FILES = 15
 ROWS_PER_FILE = 25
 FILES_PER_BATCH = 3

@@ -10,13 +10,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from jobs.wal_target import (
-    JsonLinesWalSink,
-    SqliteUpsertWalSink,
-    read_jsonl,
-    read_sends,
-    read_sqlite,
-)
 
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import (
@@ -29,6 +22,13 @@ from firesteel.core.guarantee import Guarantee, Part, Replay, SinkKind, check
 from firesteel.core.sink import Vote
 from firesteel.sinks.committers import FileCheckpointCommitter
 from firesteel.sinks.write_ahead import WriteAheadSink
+from firesteel.testing.scripts.wal_target import (
+    JsonLinesWalSink,
+    SqliteUpsertWalSink,
+    read_jsonl,
+    read_sends,
+    read_sqlite,
+)
 
 
 def _sink(tmp_path: Path, sink_id: str = "s1") -> JsonLinesWalSink:

@@ -1,6 +1,6 @@
 """Crash test of the write-ahead-log sink: at-least-once, and committed segments never re-sent.
 
-``jobs/wal_job.py`` sends every micro-batch through a JSON-lines WAL sink (three
+``firesteel.testing.scripts.wal_job`` sends every micro-batch through a JSON-lines WAL sink (three
 segments per batch). The job is killed between sending a segment and recording
 it (``wal.after_send``: the one window where a re-send can happen), between
 segments (``driver.mid_commit``), after the commit, and at a random time.
@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 from files_helpers import write_sequence_files
-from jobs.wal_target import read_jsonl, read_sends, read_sqlite_bodies
 
 from firesteel.testing import (
     CrashHarness,
@@ -25,10 +24,12 @@ from firesteel.testing import (
     at_random,
     batch_started,
 )
+from firesteel.testing.scripts import script
+from firesteel.testing.scripts.wal_target import read_jsonl, read_sends, read_sqlite_bodies
 
 pytestmark = pytest.mark.crash
 
-JOB = Path(__file__).parent / "jobs" / "wal_job.py"
+JOB = script("wal_job")
 FILES = 16
 ROWS_PER_FILE = 20
 

@@ -7,9 +7,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from jobs import wal_target
-from jobs.wal_target import JsonLinesWalSink, SqliteUpsertWalSink, read_jsonl, read_sqlite
-from pyspark import cloudpickle
 from pyspark.errors import StreamingQueryException
 
 from firesteel.core import Guarantee, foreach_batch
@@ -17,9 +14,14 @@ from firesteel.core.checkpoint import read_guarantee
 from firesteel.sinks.committers import FileCheckpointCommitter
 from firesteel.sinks.write_ahead import log_dir_for
 from firesteel.testing import assert_exactly_once
+from firesteel.testing.scripts.wal_target import (
+    JsonLinesWalSink,
+    SqliteUpsertWalSink,
+    read_jsonl,
+    read_sqlite,
+)
 
 # Spark's Python workers cannot import this test folder: ship the test sinks by value.
-cloudpickle.register_pickle_by_value(wal_target)
 
 
 def _input(folder: Path, files: int = 4, rows: int = 25) -> range:

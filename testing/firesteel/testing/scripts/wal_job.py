@@ -13,16 +13,11 @@ from __future__ import annotations
 
 import sys
 
-import wal_target
-from pyspark import cloudpickle
-
 from firesteel.core import Guarantee, foreach_batch
 from firesteel.sinks.committers import FileCheckpointCommitter
 from firesteel.sinks.write_ahead import log_dir_for
 from firesteel.testing.jobs import job_session, read_parquet_files, run_available
-
-# Executors cannot import this test folder: ship the test sinks by value.
-cloudpickle.register_pickle_by_value(wal_target)
+from firesteel.testing.scripts import wal_target
 
 
 def main() -> None:
