@@ -49,7 +49,7 @@ from firesteel.sinks.filesink.manifest import (
     read_manifest,
     write_manifest,
 )
-from firesteel.sinks.filesink.paths import FIRESTEEL_DIR, manifest_dir, pending_dir, valid_sink_id
+from firesteel.sinks.filesink.paths import FIRESTEEL_DIR, pending_dir, valid_sink_id
 from firesteel.sinks.filesink.writer import TaskWriter, WriterConfig
 
 logger = logging.getLogger(__name__)
@@ -94,20 +94,17 @@ class FilesSink(TwoPhaseCommitSink[TaskWriter]):
 
         Spark builds the writer again in the Python process that runs each
         batch's commit, so this also runs right before ``commit(N)`` while
-        batch N's pending files wait to be published: it must keep pending
-        folders of batches newer than the newest manifest. Those are either the
-        batch about to commit or a crashed attempt that Spark re-runs (its
-        leftovers go when that batch commits).
+        batch N's pending files wait to be published: it must keep the pending
+        folder of a batch that has not committed. That is either the batch
+        about to commit or a crashed attempt that Spark re-runs (its leftovers
+        go when that batch commits); once batch N+1 has committed, Spark never
+        runs N again and its folder goes. Only the pending folders (one or two)
+        and their manifests are looked at, so the cost does not grow with the
+        number of batches.
         """
         pending_root = self.out / FIRESTEEL_DIR / "pending" / self.sink_id
         if not pending_root.is_dir():
             return
-        committed = [
-            int(p.stem)
-            for p in (self.out / manifest_dir(self.sink_id)).glob("*.json")
-            if p.stem.isdigit()
-        ]
-        newest = max(committed, default=-1)
         for folder in sorted(pending_root.iterdir()):
             if not folder.name.isdigit():
                 continue
@@ -121,7 +118,7 @@ class FilesSink(TwoPhaseCommitSink[TaskWriter]):
                     batch_id,
                     renamed,
                 )
-            elif batch_id < newest:
+            elif manifest_path(self.out, self.sink_id, batch_id + 1).exists():
                 logger.info(
                     "firesteel.files: sink %s discarding uncommitted files of batch %d",
                     self.sink_id,
