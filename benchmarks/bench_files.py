@@ -11,6 +11,9 @@ same files directly.
 - raw pyarrow: ``pyarrow.dataset`` reads each input file and
   ``pyarrow.parquet.write_table`` writes it out, one output file per input
   file, with pyarrow's default threads and compression.
+- The sink alone (goal, issue 12: 1.3x): Spark's own parquet source feeding
+  the firesteel file sink with ``guarantee=exactly-once`` (Spark's file source
+  is recognised as resettable), beside Spark's own source and sink.
 - For context, reported without a goal: the same query through Spark's
   built-in (JVM) parquet file source and file sink, which moves no data
   through Python at all; it shows how much of the gap to pyarrow is Spark's
@@ -200,6 +203,31 @@ def spark_builtin_copy() -> Figure:
     return _figure(elapsed, usage)
 
 
+def spark_source_firesteel_sink() -> Figure:
+    """Spark's parquet source -> firesteel.files sink, certified exactly-once: the sink alone."""
+    session = spark.session()
+    work = _DATA.fresh("spark-source-firesteel-sink")
+    out = work / "out"
+    schema = session.read.parquet(str(_DATA.input)).schema
+    with cpu.measure() as usage:
+        started = time.perf_counter()
+        query = (
+            session.readStream.schema(schema)
+            .parquet(str(_DATA.input))
+            .writeStream.format("firesteel.files")
+            .option("path", str(out))
+            .option("format", "parquet")
+            .option("guarantee", "exactly-once")
+            .option("checkpointLocation", str(work / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        elapsed = time.perf_counter() - started
+    _check_output(out, "firesteel sink after Spark's source")
+    return _figure(elapsed, usage)
+
+
 def workloads(quick: bool) -> list[Workload]:
     """The files group: one Parquet copy, 10M rows (50k with ``quick``), against two baselines."""
     rows = QUICK_ROWS if quick else FULL_ROWS
@@ -226,6 +254,18 @@ def workloads(quick: bool) -> list[Workload]:
             baseline_name="Spark parquet source/sink",
             goal=None,
             firesteel=firesteel_copy,
+            baseline=spark_builtin_copy,
+            repetitions=repetitions,
+            warmup=warmup,
+        ),
+        Workload(
+            group="files",
+            name=f"Spark parquet source -> files sink exactly-once, {label} rows (the sink alone)",
+            unit="rows/s",
+            baseline_name="Spark parquet source/sink",
+            goal=1.3,
+            issue="issue 12",
+            firesteel=spark_source_firesteel_sink,
             baseline=spark_builtin_copy,
             repetitions=repetitions,
             warmup=warmup,
