@@ -76,7 +76,7 @@ def test_admission_control_applies_files_and_bytes_together(tmp_path):
     assert everything["index"] == 6
     assert source.latest_offset(everything, UNBOUNDED) == everything
     # The same range always reads the same records, in discovery (mtime) order.
-    middle = {"log": source.digest, "index": 2}
+    middle = {"log": source.log_id, "index": 2}
     first = read_all(source, middle, by_files)
     again = read_all(make_source(tmp_path, format="csv"), middle, by_files)
     assert first.equals(again)
@@ -164,6 +164,23 @@ def test_offsets_survive_a_new_driver(tmp_path):
     second = make_source(tmp_path)
     table = read_all(second, second.initial_offset(), end)
     assert sorted(table.column("seq").to_pylist()) == list(range(20))
+
+
+def test_a_rebuilt_discovery_log_is_not_mistaken_for_the_checkpoint_one(tmp_path):
+    import shutil
+
+    for i in range(3):
+        write_input(tmp_path, f"f{i}.parquet", rows(i * 10, 10), "parquet")
+    first = make_source(tmp_path)
+    end = first.latest_offset(first.initial_offset(), ReadLimit(max_files=2))
+    shutil.rmtree(first.log.folder)
+    # Rebuilt in another order: positions 0-1 of the new log would be other files.
+    os.utime(tmp_path / "f0.parquet", (time.time() + 60, time.time() + 60))
+    second = make_source(tmp_path)
+    with pytest.raises(SourceChangedError, match=r"deleted and rebuilt.*start a new checkpoint"):
+        second.latest_offset(end, ReadLimit(max_files=2))
+    with pytest.raises(SourceChangedError, match="deleted and rebuilt"):
+        second.partitions(second.initial_offset(), end)
 
 
 @pytest.mark.parametrize("mode", ["archive", "delete"])

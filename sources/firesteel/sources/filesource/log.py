@@ -21,6 +21,7 @@ meaningful.
 from __future__ import annotations
 
 import base64
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,6 +60,7 @@ class FileLog:
             )
             raise ConfigError(msg) from exc
         self._check_config(config)
+        self.identity = self._identity()
         self.refresh()
 
     def _check_config(self, config: dict[str, object]) -> None:
@@ -72,6 +74,13 @@ class FileLog:
                 f"{config}; use another 'log.path' for a source with different options"
             )
             raise ConfigError(msg)
+
+    def _identity(self) -> str:
+        """A random id made with the log: a deleted and rebuilt log gets another one."""
+        path = self.folder / "identity.json"
+        if not path.exists():
+            create_record(path, "source-log-identity", LOG_FORMAT_VERSION, uuid.uuid4().hex[:12])
+        return str(read_record(path, "source-log-identity", (LOG_FORMAT_VERSION,)))
 
     def _segment(self, seq: int) -> Path:
         return self.folder / "segments" / f"{seq:010d}.json"

@@ -8,7 +8,10 @@ default in ``<path>/_firesteel/source-<digest>/`` (hidden from listings and
 from Spark/pyarrow readers by its ``_`` prefix; the digest covers format,
 ``files.pattern`` and ``recursive``, so sources with different options never
 share a log). ``log.path`` moves it, e.g. when the input folder is read-only.
-An offset is ``{"log": <digest>, "index": n}``: "the first n files of the log".
+An offset is ``{"log": "<digest>-<log id>", "index": n}``: "the first n files
+of the log". The log id is random, made with the log, so a checkpoint whose
+log was deleted and rebuilt (in another order) fails with a clear error
+instead of reading other files at the same positions.
 Listing appends files not yet in the log, ordered by (mtime, path); the log is
 append-only, so a range ``[start, end)`` always names the same files.
 
@@ -119,6 +122,7 @@ class FilesSource(ResettableSource):
             "recursive": opts.recursive,
         }
         self.log = FileLog(log_dir, config)
+        self.log_id = f"{self.digest}-{self.log.identity}"
         self._user_schema = schema
         self._schema: pa.Schema | None = None
         self._available_now_end: int | None = None
@@ -234,8 +238,16 @@ class FilesSource(ResettableSource):
     # -- offsets --------------------------------------------------------------
 
     def _index(self, offset: Offset) -> int:
-        log = offset.get("log", self.digest)
-        if log != self.digest:
+        log = str(offset.get("log", self.log_id))
+        if log.split("-", maxsplit=1)[0] == self.digest and log != self.log_id:
+            msg = (
+                f"the checkpoint's offset {offset} refers to a discovered-file log that no "
+                f"longer exists: the log at {self.log.folder} was deleted and rebuilt (it is "
+                f"{self.log_id} now), so its positions would name other files. Restore the "
+                "log folder, or start a new checkpoint to read the folder from the beginning"
+            )
+            raise SourceChangedError(msg)
+        if log != self.log_id:
             msg = (
                 f"the checkpoint's offset {offset} belongs to a file source with other "
                 f"options (log {log}, this one is {self.digest}); format, files.pattern and "
@@ -245,7 +257,7 @@ class FilesSource(ResettableSource):
         return int(offset.get("index", 0))
 
     def initial_offset(self) -> Offset:
-        return {"log": self.digest, "index": 0}
+        return {"log": self.log_id, "index": 0}
 
     def default_limit(self) -> ReadLimit:
         return ReadLimit(
@@ -278,7 +290,7 @@ class FilesSource(ResettableSource):
             end += 1
         if end == begin:
             return start
-        return {"log": self.digest, "index": end}
+        return {"log": self.log_id, "index": end}
 
     def partitions(self, start: Offset, end: Offset) -> Sequence[FilesPartition]:
         begin, stop = self._index(start), self._index(end)
