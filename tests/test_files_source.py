@@ -181,6 +181,9 @@ def test_a_rebuilt_discovery_log_is_not_mistaken_for_the_checkpoint_one(tmp_path
         second.latest_offset(end, ReadLimit(max_files=2))
     with pytest.raises(SourceChangedError, match="deleted and rebuilt"):
         second.partitions(second.initial_offset(), end)
+    # Offsets written before logs had ids still resume.
+    legacy = {"log": second.digest, "index": 1}
+    assert second.latest_offset(legacy, ReadLimit(max_files=1))["index"] == 2
 
 
 @pytest.mark.parametrize("mode", ["archive", "delete"])

@@ -239,6 +239,9 @@ class FilesSource(ResettableSource):
 
     def _index(self, offset: Offset) -> int:
         log = str(offset.get("log", self.log_id))
+        if log == self.digest:
+            # Written before logs had ids: nothing to compare, as before.
+            return int(offset.get("index", 0))
         if log.split("-", maxsplit=1)[0] == self.digest and log != self.log_id:
             msg = (
                 f"the checkpoint's offset {offset} refers to a discovered-file log that no "
