@@ -377,3 +377,34 @@ def test_bucket_folder_names_are_bounded() -> None:
     assert bucket_dir(("tag",), (fits,)) == f"tag={fits}"
     with pytest.raises(RecordError, match=r"column 'tag'.*256 bytes"):
         bucket_dir(("tag",), (fits + "xx",))
+
+
+def test_a_sink_id_written_by_another_query_is_refused(tmp_path):
+    out = tmp_path / "out"
+    first = make_sink(out, sink_id="shared", query_id="query-a")
+    first.commit_batch(0, [vote(first, 0, 0, rows(0, 5))])
+    make_sink(out, sink_id="shared", query_id="query-a")  # its own restart
+    with pytest.raises(
+        ConfigError, match=r"option 'sink.id': 'shared' .* belongs to Spark query query-a"
+    ):
+        make_sink(out, sink_id="shared", query_id="query-b")
+    make_sink(out, sink_id="other", query_id="query-b")
+    assert sorted(read_committed(str(out)).column("seq").to_pylist()) == list(range(5))
+
+
+def test_two_queries_sharing_an_explicit_sink_id_through_spark(spark, tmp_path):
+    out = tmp_path / "out"
+    source = tmp_path / "in"
+    write_input(source, "a.parquet", rows(0, 4), "parquet")
+    reader = spark.readStream.format("firesteel.files").option("format", "parquet")
+    options = {"path": str(out), "sink.id": "shared"}
+    first = run_available_now(
+        reader.load(str(source)), {**options, "checkpointLocation": str(tmp_path / "ck-a")}
+    )
+    assert first.exception() is None
+    second = run_available_now(
+        reader.option("log.path", str(tmp_path / "log-b")).load(str(source)),
+        {**options, "checkpointLocation": str(tmp_path / "ck-b")},
+    )
+    assert "belongs to Spark query" in str(second.exception())
+    assert sorted(read_committed(str(out)).column("seq").to_pylist()) == list(range(4))

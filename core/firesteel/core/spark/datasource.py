@@ -48,7 +48,9 @@ def default_sink_id(options: dict[str, Any]) -> str:
     ``/chk``, ``/chk/`` and ``file:///chk`` are one sink, and reprocessing into a
     recreated checkpoint starts a new sink instead of skipping the batches an
     earlier query committed. An explicit ``sink.id`` is taken as is: the user
-    then owns its lifetime (a recreated checkpoint must get a new one).
+    then owns its lifetime (a recreated checkpoint must get a new one). The
+    file sink records which query owns an id in its output folder and refuses
+    another query using it; the Kafka sink cannot (see its README).
     """
     explicit = options.get("sink.id")
     if explicit:

@@ -38,6 +38,7 @@ from typing import Any
 import pyarrow as pa
 
 from firesteel.core.context import TaskScope
+from firesteel.core.durable import create_record, read_record
 from firesteel.core.errors import ConfigError
 from firesteel.core.faults import fault_point
 from firesteel.core.sink import TwoPhaseCommitSink
@@ -53,6 +54,8 @@ from firesteel.sinks.filesink.paths import FIRESTEEL_DIR, pending_dir, valid_sin
 from firesteel.sinks.filesink.writer import TaskWriter, WriterConfig
 
 logger = logging.getLogger(__name__)
+
+OWNER_KIND = "sink-owner"
 
 
 class FilesSink(TwoPhaseCommitSink[TaskWriter]):
@@ -87,7 +90,32 @@ class FilesSink(TwoPhaseCommitSink[TaskWriter]):
                 "create it with write permission or choose another path"
             )
             raise ConfigError(msg) from exc
+        self._claim()
         super().prepare()
+
+    def _claim(self) -> None:
+        """Refuse a sink id that another query (another checkpoint) writes with.
+
+        Two queries sharing a sink id would treat each other's manifests as their
+        own: one skips batches the other committed, or discards its files. The
+        first query to write records itself as the id's owner; a query with
+        another Spark query id is refused before it writes anything.
+        """
+        if self.config.query_id is None:
+            return
+        path = self.out / FIRESTEEL_DIR / "owners" / f"{self.sink_id}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        create_record(path, OWNER_KIND, 1, {"query_id": self.config.query_id})
+        owner = read_record(path, OWNER_KIND, (1,))["query_id"]
+        if owner != self.config.query_id:
+            msg = (
+                f"option 'sink.id': {self.sink_id!r} in {self.out} belongs to Spark query "
+                f"{owner}, not this one ({self.config.query_id}, another checkpoint); two "
+                "queries with one sink id would skip or discard each other's batches. Give "
+                f"this query its own 'sink.id', or, if query {owner} is gone for good and "
+                f"this one replaces it on purpose, delete {path}"
+            )
+            raise ConfigError(msg)
 
     def recover(self) -> None:
         """Roll forward committed batches; drop pending files nobody will commit.

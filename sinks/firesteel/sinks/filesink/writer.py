@@ -37,6 +37,8 @@ class WriterConfig:
     bucket_columns: tuple[str, ...]
     roll_size_bytes: int
     compression: str | None
+    query_id: str | None = None
+    """Spark's query id (``<checkpoint>/metadata``): the sink id's owner in ``out``."""
 
     @property
     def extension(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
+from firesteel.core.checkpoint import read_query_id
 from firesteel.core.errors import ConfigError
 from firesteel.core.guarantee import Guarantee
 from firesteel.core.options import parse_options
@@ -46,6 +47,7 @@ class FilesDataSource(FiresteelDataSource):
                 f"not have; its columns are {schema.names}"
             )
             raise ConfigError(msg)
+        checkpoint = str(self.options.get("checkpointlocation", ""))
         config = WriterConfig(
             out=opts.path,
             sink_id=default_sink_id(dict(self.options)),
@@ -53,5 +55,6 @@ class FilesDataSource(FiresteelDataSource):
             bucket_columns=opts.bucket_columns,
             roll_size_bytes=opts.roll_size_bytes,
             compression=opts.compression,
+            query_id=read_query_id(checkpoint) if checkpoint else None,
         )
         return FilesSink(config, to_arrow_schema(schema, timezone="UTC")), opts.guarantee
