@@ -136,3 +136,19 @@ def test_query_id_is_read_from_spark_metadata(tmp_path):
     (checkpoint / "metadata").write_text("garbage\n")
     with pytest.raises(CheckpointCorruptError, match="metadata"):
         read_query_id(str(checkpoint))
+
+
+def test_guarantee_record_is_rewritten_only_when_it_changes(tmp_path: Path) -> None:
+    from firesteel.core.checkpoint import GuaranteeRecord, write_guarantee
+    from firesteel.core.guarantee import Guarantee
+
+    record = GuaranteeRecord("s", ["source #0 (x)"], Guarantee.EXACTLY_ONCE, None)
+    write_guarantee(str(tmp_path), "s1", record)
+    path = tmp_path / "firesteel" / "guarantee-s1.json"
+    first = path.stat().st_ino
+    write_guarantee(str(tmp_path), "s1", record)
+    assert path.stat().st_ino == first, "an unchanged record is not written again"
+    weaker = GuaranteeRecord("s", ["source #0 (x)"], Guarantee.AT_LEAST_ONCE, None)
+    write_guarantee(str(tmp_path), "s1", weaker)
+    assert path.stat().st_ino != first
+    assert read_guarantee(str(tmp_path))["s1"]["achieved"] == "at-least-once"
