@@ -1,0 +1,1 @@
+"""``firesteel.template``: the connector to copy (see ``connectors/_template/README.md``)."""

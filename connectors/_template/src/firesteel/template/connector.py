@@ -1,0 +1,24 @@
+"""``firesteel.template``: the Spark data source that builds the template sink."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pyspark.sql.types import StructType
+
+from firesteel.core.guarantee import Guarantee
+from firesteel.core.options import parse_options
+from firesteel.core.sink import Sink
+from firesteel.core.spark.datasource import FiresteelDataSource, default_sink_id
+from firesteel.template.options import CONNECTOR, TemplateSinkOptions
+from firesteel.template.sink import TemplateSink
+
+
+class TemplateConnector(FiresteelDataSource):
+    """Registered as ``firesteel.template`` by :func:`firesteel.core.register`."""
+
+    connector: ClassVar[str] = "template"
+
+    def create_sink(self, schema: StructType) -> tuple[Sink, Guarantee | None]:
+        options = parse_options(TemplateSinkOptions, dict(self.options), connector=CONNECTOR)
+        return TemplateSink(options.path, default_sink_id(dict(self.options))), options.guarantee
