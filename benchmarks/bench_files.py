@@ -180,52 +180,41 @@ def pyarrow_copy() -> Figure:
     return _figure(elapsed, usage)
 
 
-def spark_builtin_copy() -> Figure:
-    """Spark's own parquet file source -> parquet file sink, the same AvailableNow query."""
+def _from_spark_source(side: str, sink: str, options: dict[str, str]) -> Figure:
+    """Spark's own parquet file source -> ``sink``, one AvailableNow query."""
     session = spark.session()
-    work = _DATA.fresh("spark")
+    work = _DATA.fresh("spark-source-" + sink.replace(".", "-"))
     out = work / "out"
     schema = session.read.parquet(str(_DATA.input)).schema
     with cpu.measure() as usage:
         started = time.perf_counter()
+        writer = session.readStream.schema(schema).parquet(str(_DATA.input)).writeStream
+        for key, value in {**options, "path": str(out)}.items():
+            writer = writer.option(key, value)
         query = (
-            session.readStream.schema(schema)
-            .parquet(str(_DATA.input))
-            .writeStream.format("parquet")
-            .option("path", str(out))
+            writer.format(sink)
             .option("checkpointLocation", str(work / "checkpoint"))
             .trigger(availableNow=True)
             .start()
         )
         query.awaitTermination()
         elapsed = time.perf_counter() - started
-    _check_output(out, "Spark's parquet sink")
+    _check_output(out, side)
     return _figure(elapsed, usage)
+
+
+def spark_builtin_copy() -> Figure:
+    """Spark's own parquet file source -> parquet file sink, the same AvailableNow query."""
+    return _from_spark_source("Spark's parquet sink", "parquet", {})
 
 
 def spark_source_firesteel_sink() -> Figure:
     """Spark's parquet source -> firesteel.files sink, certified exactly-once: the sink alone."""
-    session = spark.session()
-    work = _DATA.fresh("spark-source-firesteel-sink")
-    out = work / "out"
-    schema = session.read.parquet(str(_DATA.input)).schema
-    with cpu.measure() as usage:
-        started = time.perf_counter()
-        query = (
-            session.readStream.schema(schema)
-            .parquet(str(_DATA.input))
-            .writeStream.format("firesteel.files")
-            .option("path", str(out))
-            .option("format", "parquet")
-            .option("guarantee", "exactly-once")
-            .option("checkpointLocation", str(work / "checkpoint"))
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination()
-        elapsed = time.perf_counter() - started
-    _check_output(out, "firesteel sink after Spark's source")
-    return _figure(elapsed, usage)
+    return _from_spark_source(
+        "firesteel sink after Spark's source",
+        "firesteel.files",
+        {"format": "parquet", "guarantee": "exactly-once"},
+    )
 
 
 def workloads(quick: bool) -> list[Workload]:
