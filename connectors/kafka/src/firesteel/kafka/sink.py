@@ -24,6 +24,7 @@ skips. Transactions live only for the length of a task; a task that nears
 
 from __future__ import annotations
 
+import enum
 import logging
 import time
 from collections.abc import Iterator, Sequence
@@ -148,6 +149,18 @@ class KafkaSink(PlainSink):
         return rows
 
 
+class TxnState(enum.Enum):
+    """Where one task's transaction is: NEW -> OPEN | SKIPPED; OPEN -> COMMITTED | ABORTED."""
+
+    NEW = "new"
+    """Nothing produced yet; opened lazily on the first non-empty batch."""
+    OPEN = "open"
+    SKIPPED = "skipped"
+    """The marker says an earlier attempt committed this (batch, partition)."""
+    COMMITTED = "committed"
+    ABORTED = "aborted"
+
+
 @dataclass
 class KafkaTransaction:
     """One task's transaction: opened lazily, on the first non-empty batch."""
@@ -158,8 +171,7 @@ class KafkaTransaction:
     tracker: DeliveryTracker | None = None
     marker_consumer: Any = None
     extractor: RowExtractor | None = None
-    state: str = "new"
-    """new -> open | skipped; open -> committed | aborted."""
+    state: TxnState = TxnState.NEW
     opened_at: float = 0.0
     rows: int = 0
     committed_batch: int = NO_MARKER
@@ -268,12 +280,12 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction]):
                 scope.batch_id,
                 txn.committed_batch,
             )
-            txn.state = "skipped"
+            txn.state = TxnState.SKIPPED
             return
         txn.producer.begin_transaction()
         txn.extractor = _extractor(self.options, txn.producer)
         txn.opened_at = time.monotonic()
-        txn.state = "open"
+        txn.state = TxnState.OPEN
 
     def _marker_key(self, partition: int) -> bytes:
         return f"{self.sink_id}/{partition}".encode()
@@ -314,9 +326,9 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction]):
     def write(self, txn: KafkaTransaction, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
             return
-        if txn.state == "new":
+        if txn.state is TxnState.NEW:
             self._open(txn)
-        if txn.state == "skipped":
+        if txn.state is TxnState.SKIPPED:
             return
         assert txn.extractor is not None
         args = txn.extractor.extract(batch)
@@ -389,9 +401,9 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction]):
         handle = {
             "transactional_id": txn.transactional_id,
             "rows": txn.rows,
-            "skipped": txn.state == "skipped",
+            "skipped": txn.state is TxnState.SKIPPED,
         }
-        if txn.state != "open":
+        if txn.state is not TxnState.OPEN:
             return handle
         fault_point("kafka.after_produce", scope.batch_id, scope.partition_id)
         assert txn.tracker is not None
@@ -415,7 +427,7 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction]):
         self._check_age(txn)
         fault_point("kafka.before_commit_transaction", scope.batch_id, scope.partition_id)
         self._transactional(txn, "commit_transaction", txn.producer.commit_transaction)
-        txn.state = "committed"
+        txn.state = TxnState.COMMITTED
         fault_point("kafka.after_commit_transaction", scope.batch_id, scope.partition_id)
         self._close(txn)
         return handle
@@ -424,7 +436,7 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction]):
         from confluent_kafka import KafkaException
 
         unusable = txn.tracker is not None and txn.tracker.unusable
-        if txn.state == "open" and unusable:
+        if txn.state is TxnState.OPEN and unusable:
             # Fenced: the newer instance's init_transactions aborted this transaction.
             # Fatal: the broker aborts it at the timeout, or the next instance's
             # init_transactions does. Either way the producer is never called again.
@@ -432,8 +444,8 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction]):
                 "firesteel.kafka sink: %s is fenced or fatally failed; not aborting through it",
                 txn.transactional_id,
             )
-            txn.state = "aborted"
-        elif txn.state == "open":
+            txn.state = TxnState.ABORTED
+        elif txn.state is TxnState.OPEN:
             try:
                 txn.producer.abort_transaction(ABORT_TIMEOUT)
             except KafkaException as exc:
@@ -443,7 +455,7 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction]):
                     txn.transactional_id,
                     safe_error(exc, self.config),
                 )
-            txn.state = "aborted"
+            txn.state = TxnState.ABORTED
         self._close(txn)
 
     @staticmethod
