@@ -102,6 +102,9 @@ class _ProducerCache:
 
 _PRODUCERS = _ProducerCache()
 
+_PREPARED: set[tuple[str, str, int]] = set()
+"""(bootstrap servers, marker topic, timeout) whose checks passed in this process."""
+
 
 class KafkaSink(PlainSink):
     """``guarantee`` none / at-least-once: produce and (at-least-once) confirm every record.
@@ -198,10 +201,18 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction]):
         return f"{self.options.transactional_id_prefix}-{self.sink_id}-marker-{partition}"
 
     def prepare(self) -> None:
-        """Check the marker topic exists and the timeout fits the broker's cap."""
+        """Check the marker topic exists and the timeout fits the broker's cap.
+
+        Spark rebuilds the sink's driver half for every batch, often in a reused
+        Python process: a check that passed there is not repeated.
+        """
         from confluent_kafka import KafkaException
         from confluent_kafka.admin import AdminClient, ConfigResource
 
+        checked = (str(self.config.get("bootstrap.servers")), self.marker_topic, self.timeout_ms)
+        if checked in _PREPARED:
+            super().prepare()
+            return
         admin = AdminClient(self.config)
         try:
             metadata = admin.list_topics(self.marker_topic, timeout=30)
@@ -219,6 +230,7 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction]):
         logger.info(
             "firesteel.kafka sink %s: exactly-once, producer %s", self.sink_id, redact(self.config)
         )
+        _PREPARED.add(checked)
         super().prepare()
 
     def _check_broker_timeout(self, admin: Any, resource_cls: Any, error_cls: Any) -> None:
