@@ -60,6 +60,8 @@ class SnapshotFile:
     kind: str
     digest: str
     path: str
+    mtime_ns: int = 0
+    """When the listing saw it last modified (0 when not listed)."""
 
     @property
     def name(self) -> str:
@@ -154,7 +156,12 @@ class SnapshotStorage:
             start, end, kind, file_digest = file_match.groups()
             versions.setdefault(version, []).append(
                 SnapshotFile(
-                    version, KeyGroupRange(int(start), int(end)), kind, file_digest, info.path
+                    version,
+                    KeyGroupRange(int(start), int(end)),
+                    kind,
+                    file_digest,
+                    info.path,
+                    info.mtime_ns or 0,
                 )
             )
         return versions
@@ -189,20 +196,28 @@ class SnapshotStorage:
         return SnapshotFile(version, key_groups, kind, body_digest, f"{folder}/{name}")
 
     def remove_stale(self, written: SnapshotFile) -> None:
-        """Delete files of the same version that overlap ``written``: a failed attempt's leftovers.
+        """Delete the files of the same version that ``written`` supersedes.
 
-        A re-run of batch N may use another parallelism than the attempt that
-        crashed, so its leftovers can have other ranges; each key group of a
-        version must be covered by exactly one file.
+        A re-run of batch N replaces what a failed attempt wrote. A file is
+        superseded when its key groups all lie within ``written``'s: deleting
+        it never leaves a key group uncovered, whatever order attempts finish
+        in. An attempt with a narrower range (a re-run with more partitions, or
+        a zombie of an attempt that used them) leaves wider files in place;
+        :func:`plan_restore` then takes, per key group, the newest. Once
+        version N+1 exists nothing is deleted: a zombie finishing late must not
+        touch what N+1 was built on.
         """
         folder = f"{self.base}/{version_dir_name(written.version)}"
+        later = self.fs.get_file_info(f"{self.base}/{version_dir_name(written.version + 1)}")
+        if later.type != fs.FileType.NotFound:
+            return
         selector = fs.FileSelector(folder, allow_not_found=True)
         for info in self.fs.get_file_info(selector):
             match = _FILE.match(info.base_name)
             if not match or info.path == written.path:
                 continue
             other = KeyGroupRange(int(match.group(1)), int(match.group(2)))
-            if other.overlaps(written.key_groups):
+            if other.start >= written.key_groups.start and other.end <= written.key_groups.end:
                 logger.info("state: removing leftover of a failed attempt %s", info.path)
                 self._delete_quietly(info.path)
 
@@ -250,8 +265,9 @@ def plan_restore(
 ) -> dict[int, RestorePlan]:
     """The files that rebuild each key group of ``key_groups`` at ``version``.
 
-    Walks back from ``version``: each version must have exactly one file
-    covering the key group (every task writes every batch), until a full
+    Walks back from ``version``: each version must have a file covering the key
+    group (every task writes every batch; see :func:`_choose` when two attempts
+    left several), until a full
     snapshot, the operator's first version, or the version whose file is the
     one the worker already holds in memory (``in_memory[kg] == (version, name)``).
     A version without a file for the key group means a file was lost: that is
@@ -266,15 +282,7 @@ def plan_restore(
             covering = [f for f in listing.get(current, []) if key_group in f.key_groups]
             if not covering:
                 raise _missing(storage, current, key_group, chain)
-            if len(covering) > 1:
-                names = ", ".join(storage.describe(f.path) for f in covering)
-                msg = (
-                    f"state of key group {key_group} at version {current} is in several files "
-                    f"({names}); a zombie task wrote after its batch was retried: delete the "
-                    "one not named in the next version's parents"
-                )
-                raise CheckpointCorruptError(msg)
-            file = covering[0]
+            file = _choose(storage, covering, chain[-1] if chain else None)
             if in_memory.get(key_group) == (current, file.name):
                 from_memory = True
                 break
@@ -290,6 +298,24 @@ def plan_restore(
                 raise CheckpointCorruptError(msg)
         plans[key_group] = RestorePlan(from_memory, tuple(reversed(chain)))
     return plans
+
+
+def _choose(
+    storage: SnapshotStorage, covering: list[SnapshotFile], child: SnapshotFile | None
+) -> SnapshotFile:
+    """One of several files of a version covering a key group (attempts of one batch).
+
+    The one the next version was built on, as its header names it; else the
+    newest, as Spark commits the batch with its last attempt.
+    """
+    if len(covering) == 1:
+        return covering[0]
+    if child is not None and child.kind != FULL:
+        parents = set(storage.read(child).header.get("parents", []))
+        named = [f for f in covering if f.name in parents]
+        if named:
+            return named[0]
+    return max(covering, key=lambda f: (f.mtime_ns, f.name))
 
 
 def _missing(
