@@ -115,7 +115,7 @@ def run_query(
     root: Path,
     processor: KeyedProcessor,
     *,
-    parallelism: int = 2,
+    parallelism: int | None = 2,
     schema: str = COUNT_SCHEMA,
     backend: Any = None,
 ) -> None:
@@ -193,6 +193,25 @@ def test_running_count_restart_and_rescale(spark: Any, tmp_path: Path) -> None:
     assert {
         json.loads(k)[0]: int(v) for k, v in zip(counts["key"], counts["value"], strict=True)
     } == {sensor: count for sensor, (count, _) in expected_counts(first + second + third).items()}
+
+
+def test_default_parallelism_follows_the_state_not_a_changed_session(
+    spark: Any, tmp_path: Path
+) -> None:
+    src = tmp_path / "in"
+    write_inputs(src, [readings(0)])
+    previous = spark.conf.get("spark.sql.shuffle.partitions")
+    try:
+        spark.conf.set("spark.sql.shuffle.partitions", "3")
+        run_query(spark, src, tmp_path, RunningCount(), parallelism=None)
+        spark.conf.set("spark.sql.shuffle.partitions", "5")
+        write_inputs(src, [readings(1)], start=1000)
+        run_query(spark, src, tmp_path, RunningCount(), parallelism=None)
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", previous)
+    newest = max((tmp_path / "state").rglob("v*"), key=lambda p: p.name)
+    assert len(list(newest.glob("*.snap"))) == 3
+    assert latest_counts(tmp_path) == expected_counts([readings(0), readings(1)])
 
 
 def test_processor_error_names_operator_key_and_batch_and_retry_is_clean(

@@ -74,6 +74,18 @@ class FilesystemBackend(StateBackend):
         """The snapshot files of ``operator``."""
         return SnapshotStorage(self.location, operator, durable=self.durable)
 
+    def recorded_parallelism(self, operator: str) -> int | None:
+        """How many files the newest version has: one per task that wrote it.
+
+        Leftovers of a failed attempt are superseded or reported when restored;
+        here the newest version's distinct ranges are counted.
+        """
+        versions = self.storage(operator).list_versions()
+        if not versions:
+            return None
+        newest = versions[max(versions)]
+        return len({(f.key_groups.start, f.key_groups.end) for f in newest})
+
     def validate(self) -> None:
         try:
             fsys, root = filesystem(self.location)

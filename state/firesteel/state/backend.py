@@ -121,6 +121,13 @@ class StateBackend(ABC):
     def validate(self) -> None:
         """Driver side, when the operator is built: refuse a configuration that cannot work."""
 
+    def recorded_parallelism(self, operator: str) -> int | None:
+        """Driver side: the parallelism the newest snapshot of ``operator`` was written with.
+
+        None for an operator without state yet (or a backend that cannot tell).
+        """
+        return None
+
     @abstractmethod
     def open_store(
         self,

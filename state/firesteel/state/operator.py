@@ -109,8 +109,10 @@ def stateful(
     ``key``: the key column(s); the processor sees keys as tuples of their
     values. ``name``: the operator's identity in the backend (default: from the
     processor's class); keep it stable across restarts and unique per query.
-    ``parallelism``: operator partitions (default ``spark.sql.shuffle.partitions``),
-    may change between restarts. ``max_parallelism``: number of key groups,
+    ``parallelism``: operator partitions; by default the parallelism the
+    operator's newest snapshot was written with (as Spark pins its own shuffle
+    partitions in the checkpoint), else ``spark.sql.shuffle.partitions``; an
+    explicit value may change between restarts. ``max_parallelism``: number of key groups,
     fixed for the life of the state.
 
     The result is a streaming DataFrame of ``output_schema``: write it with any
@@ -139,10 +141,14 @@ def stateful(
     if not _NAME.match(operator):
         msg = f"stateful(): operator name {operator!r}: use letters, digits, '_', '-' or '.'"
         raise ConfigError(msg)
-    if parallelism is None:
-        parallelism = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or "200")
-    keygroups.validate(parallelism, max_parallelism)
     backend.validate()
+    if parallelism is None:
+        # Like Spark's own stateful operators, keep the partitioning the state was
+        # written with rather than follow a session setting changed since.
+        parallelism = backend.recorded_parallelism(operator) or int(
+            df.sparkSession.conf.get("spark.sql.shuffle.partitions") or "200"
+        )
+    keygroups.validate(parallelism, max_parallelism)
     spark_schema, arrow_schema = _arrow_schema(df, output_schema)
     spec = OperatorSpec(operator, key_columns, max_parallelism, parallelism)
 
