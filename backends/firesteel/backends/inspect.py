@@ -9,12 +9,19 @@ One row per entry: operator, batch (the version read), key group, key, state,
 kind, user key (maps; list index for lists; timestamp for timers), value,
 expiry. Keys and values are shown as JSON text, decoded with msgpack; values
 of states written with pickle are shown as hex and never unpickled.
+
+An operator's ``_operator.json`` names the backend that wrote it when that is
+not one of the dict backends (``"backend": "rocksdb"``); such operators are
+read by that backend's own ``inspect``, found by name with :func:`backend_class`
+(built in: ``heap``, ``filesystem``; installed distributions: the entry point
+group ``firesteel.backends``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+from importlib.metadata import entry_points
 from typing import Any
 
 import pyarrow as pa
@@ -23,9 +30,16 @@ from pyarrow import fs
 from firesteel.backends import format as fmt
 from firesteel.backends.storage import SnapshotStorage, plan_restore
 from firesteel.core.checkpoint import filesystem
-from firesteel.core.errors import ConfigError
+from firesteel.core.errors import ConfigError, MissingDependencyError
+from firesteel.state.backend import StateBackend
 from firesteel.state.keygroups import KeyGroupRange
 from firesteel.state.serializers import unpack
+
+BACKENDS_GROUP = "firesteel.backends"
+"""Entry point group under which distributions announce state backends by name."""
+
+_DISTRIBUTIONS = {"rocksdb": "firesteel-rocksdb"}
+"""Backends shipped as their own distribution, for the install hint."""
 
 SCHEMA = pa.schema(
     [
@@ -45,6 +59,30 @@ SCHEMA = pa.schema(
 
 def _json(value: Any) -> str:
     return json.dumps(value, default=str, ensure_ascii=False)
+
+
+def backend_class(name: str) -> type[StateBackend]:
+    """The state backend class called ``name``: ``heap``, ``filesystem``, or one an installed
+    distribution announces in the entry point group ``firesteel.backends`` (``rocksdb``)."""
+    from firesteel.backends import FilesystemBackend, HeapBackend
+
+    builtin: dict[str, type[StateBackend]] = {
+        "heap": HeapBackend,
+        "filesystem": FilesystemBackend,
+    }
+    if name in builtin:
+        return builtin[name]
+    announced = {entry.name: entry for entry in entry_points(group=BACKENDS_GROUP)}
+    entry = announced.get(name)
+    if entry is None:
+        if name in _DISTRIBUTIONS:
+            package = f"firesteel.{name}"
+            raise MissingDependencyError(package, _DISTRIBUTIONS[name])
+        known = ", ".join(sorted({*builtin, *announced}))
+        msg = f"unknown state backend {name!r}; installed backends: {known}"
+        raise ConfigError(msg)
+    loaded: type[StateBackend] = entry.load()
+    return loaded
 
 
 def list_operators(location: str) -> list[str]:
@@ -90,6 +128,9 @@ def _read_operator(location: str, operator: str, batch: int | None) -> pa.Table:
     if meta is None:
         msg = f"no state of operator '{operator}' under {location}"
         raise ConfigError(msg)
+    if meta.get("backend") is not None:
+        backend = backend_class(str(meta["backend"]))(location)  # type: ignore[call-arg]
+        return backend.inspect(operator=operator, batch=batch)
     max_parallelism = int(meta["max_parallelism"])
     listing = storage.list_versions()
     complete = sorted(v for v, files in listing.items() if _complete(files, max_parallelism))
@@ -117,7 +158,7 @@ def _read_operator(location: str, operator: str, batch: int | None) -> pa.Table:
         snapshot = storage.read(file)
         kinds.update(snapshot.header.get("states", {}))
         _apply(entries, snapshot.rows, key_groups)
-    return _to_table(operator, batch, entries, kinds)
+    return to_table(operator, batch, entries, kinds)
 
 
 def _apply(
@@ -153,12 +194,20 @@ def _decode(data: bytes | None, serializer: str) -> str | None:
     return _json(unpack(data))
 
 
-def _to_table(
+def to_table(
     operator: str,
     batch: int,
     entries: dict[tuple[int, str], dict[Any, Any]],
     kinds: dict[str, dict[str, str]],
 ) -> pa.Table:
+    """Rows of :data:`SCHEMA` from decoded-but-serialized entries, for every backend.
+
+    ``entries[(key_group, state)]`` maps a msgpack grouping key to: ``(value,
+    expires_ms)`` for a value state; a list of them for a list; a dict of msgpack
+    user key -> ``(value, expires_ms)`` for a map; for timers (state
+    ``__timers__``) an iterable of msgpack timestamps. ``kinds`` gives each
+    state's kind and serializer.
+    """
     columns: dict[str, list[Any]] = {name: [] for name in SCHEMA.names}
 
     def add(where: tuple[int, bytes, str, str], user: str | None, value: Any) -> None:

@@ -1,0 +1,144 @@
+"""RocksDB tuning: a typed, validated options dataclass and the native options it builds.
+
+Memory model (what bounds a Python worker's RocksDB memory):
+
+* one LRU block cache of :attr:`RocksDBOptions.memory_budget` bytes per Python
+  worker process, shared by every store that worker holds with the same options;
+* index and filter blocks live in that cache (two-level index, partitioned
+  filters, top level pinned), so they do not grow outside it with the state;
+* memtables are charged to the same cache through a ``WriteBufferManager``
+  capped at ``write_buffer_size * max_write_buffers``, which is at most half
+  the budget, so a write-heavy batch flushes instead of growing memory.
+
+What is *not* in the budget is a per-process constant (RocksDB's table
+readers and threads, allocator slack, the Python side); the README states the
+measured figure.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from firesteel.core.errors import ConfigError
+
+KiB = 1024
+MiB = 1024 * KiB
+
+Compression = Literal["none", "snappy", "lz4", "zstd"]
+COMPRESSIONS: tuple[str, ...] = ("none", "snappy", "lz4", "zstd")
+
+
+@dataclass(frozen=True)
+class RocksDBOptions:
+    """How each local RocksDB instance is tuned. Every field is validated on construction.
+
+    ``memory_budget``: bytes of the block cache per Python worker (default
+    64 MiB); memtables, index and filter blocks are charged to it.
+    ``write_buffer_size``: bytes of one memtable (default 8 MiB).
+    ``max_write_buffers``: memtables per instance, active plus flushing (default 2);
+    ``write_buffer_size * max_write_buffers`` may be at most half the budget.
+    ``compression``: of SST files, ``"none"``, ``"snappy"``, ``"lz4"`` (default) or ``"zstd"``.
+    ``block_size``: bytes of uncompressed data per SST block (default 16 KiB).
+    ``bloom_bits_per_key``: bloom filter size, 0 for none (default 10: ~1% false positives).
+    ``target_file_size``: bytes of SST files written by compaction (default 16 MiB);
+    smaller files make incremental checkpoints upload less after a compaction.
+    ``background_jobs``: RocksDB's flush and compaction threads (default 2).
+    """
+
+    memory_budget: int = 64 * MiB
+    write_buffer_size: int = 8 * MiB
+    max_write_buffers: int = 2
+    compression: Compression = "lz4"
+    block_size: int = 16 * KiB
+    bloom_bits_per_key: int = 10
+    target_file_size: int = 16 * MiB
+    background_jobs: int = 2
+
+    def __post_init__(self) -> None:
+        _in_range("memory_budget", self.memory_budget, 8 * MiB, 1 << 40)
+        _in_range("write_buffer_size", self.write_buffer_size, 1 * MiB, 1 << 32)
+        _in_range("max_write_buffers", self.max_write_buffers, 2, 64)
+        _in_range("block_size", self.block_size, 1 * KiB, 4 * MiB)
+        _in_range("bloom_bits_per_key", self.bloom_bits_per_key, 0, 64)
+        _in_range("target_file_size", self.target_file_size, 1 * MiB, 1 << 34)
+        _in_range("background_jobs", self.background_jobs, 1, 64)
+        if self.compression not in COMPRESSIONS:
+            msg = (
+                f"RocksDBOptions.compression={self.compression!r}: use one of "
+                f"{', '.join(COMPRESSIONS)}"
+            )
+            raise ConfigError(msg)
+        if self.write_buffer_bytes * 2 > self.memory_budget:
+            msg = (
+                f"RocksDBOptions: write_buffer_size * max_write_buffers = "
+                f"{self.write_buffer_bytes} bytes exceeds half of memory_budget="
+                f"{self.memory_budget}; lower them or raise memory_budget"
+            )
+            raise ConfigError(msg)
+
+    @property
+    def write_buffer_bytes(self) -> int:
+        """The memtable memory one instance may hold (charged to the budget)."""
+        return self.write_buffer_size * self.max_write_buffers
+
+    def native(self) -> Any:
+        """A new ``rocksdict.Options`` in raw (bytes) mode for one instance of these options.
+
+        The cache and write buffer manager are shared by every instance of the
+        same options in this process (see :func:`shared_memory`).
+        """
+        import rocksdict as rd
+
+        cache, manager = shared_memory(self)
+        table = rd.BlockBasedOptions()
+        table.set_block_cache(cache)
+        table.set_block_size(self.block_size)
+        table.set_cache_index_and_filter_blocks(True)
+        # Partitioned index and filters: a lookup loads one small partition into the
+        # cache, not a whole file's index and filter (which thrashed a 64 MiB cache).
+        table.set_index_type(rd.BlockBasedIndexType.two_level_index_search())
+        table.set_partition_filters(True)
+        table.set_pin_top_level_index_and_filter(True)
+        table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+        table.set_metadata_block_size(4 * KiB)
+        if self.bloom_bits_per_key:
+            table.set_bloom_filter(self.bloom_bits_per_key, False)
+        options = rd.Options(raw_mode=True)
+        options.create_if_missing(True)
+        options.set_block_based_table_factory(table)
+        options.set_write_buffer_size(self.write_buffer_size)
+        options.set_max_write_buffer_number(self.max_write_buffers)
+        options.set_write_buffer_manager(manager)
+        options.set_target_file_size_base(self.target_file_size)
+        options.set_max_bytes_for_level_base(self.target_file_size * 4)
+        options.set_max_background_jobs(self.background_jobs)
+        options.set_compression_type(getattr(rd.DBCompressionType, self.compression)())
+        options.set_keep_log_file_num(2)
+        return options
+
+
+def _in_range(name: str, value: int, lowest: int, highest: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not lowest <= value <= highest:
+        msg = f"RocksDBOptions.{name}={value!r}: must be an integer in [{lowest}, {highest}]"
+        raise ConfigError(msg)
+
+
+_SHARED: dict[RocksDBOptions, tuple[Any, Any]] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_memory(options: RocksDBOptions) -> tuple[Any, Any]:
+    """The block cache and write buffer manager of ``options`` in this process (created once)."""
+    import rocksdict as rd
+
+    with _SHARED_LOCK:
+        found = _SHARED.get(options)
+        if found is None:
+            cache = rd.Cache(options.memory_budget)
+            manager = rd.WriteBufferManager.new_write_buffer_manager_with_cache(
+                options.write_buffer_bytes, False, cache
+            )
+            found = _SHARED[options] = (cache, manager)
+        return found
