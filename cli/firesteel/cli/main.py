@@ -9,7 +9,11 @@ import sys
 
 def _state(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
-        prog="firesteel state", description="Print the keyed state stored under a location."
+        prog="firesteel state",
+        description=(
+            "Print the keyed state stored under a location, whichever backend wrote it "
+            "(heap, filesystem, or an installed one such as rocksdb)."
+        ),
     )
     parser.add_argument("location", help="the state backend's path or URI")
     parser.add_argument("--operator", help="one operator (default: all)")

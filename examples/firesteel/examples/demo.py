@@ -5,13 +5,18 @@ Run it with ``firesteel demo`` (or ``python -m firesteel.examples.demo``)::
     <dir>/input/        sensor readings, JSON lines (generated when empty)
     <dir>/output/       the results, Parquet, written by the transactional file sink
     <dir>/checkpoint/   Spark's checkpoint (offsets, commits) and firesteel's records
-    <dir>/state/        the keyed state snapshots (filesystem backend)
+    <dir>/state/        the keyed state snapshots (filesystem backend, or --backend)
 
 The query::
 
     readStream.format("firesteel.files")  (JSON, 4 files per micro-batch)
       -> stateful(key="sensor", SensorStatistics, FilesystemBackend(<dir>/state))
       -> writeStream.format("firesteel.files").option("guarantee", "exactly-once")
+
+``--backend rocksdb`` keeps the state in local RocksDB instances instead, with
+incremental checkpoints in ``<dir>/state`` (``pip install firesteel-rocksdb``);
+``--backend heap`` keeps it in memory with snapshots on local disk. Keep one
+backend per ``<dir>``: a checkpoint is read by the backend that wrote it.
 
 Output semantics: every micro-batch appends one row per sensor it touched,
 with the sensor's statistics after that batch and the batch id; the newest
@@ -182,16 +187,19 @@ def run(
     per_file: int = 500,
     sensors: int = 25,
     files_per_batch: int = 4,
+    backend: str = "filesystem",
     say: Any = print,
 ) -> list[dict[str, Any]]:
-    """Run the demo job under ``root``; returns the latest statistics per sensor."""
-    from firesteel.backends import FilesystemBackend
+    """Run the demo job under ``root`` with the state backend named ``backend``; returns the
+    latest statistics per sensor."""
+    from firesteel.backends.inspect import backend_class
     from firesteel.core.checkpoint import read_guarantee
     from firesteel.state import stateful
 
     started = time.monotonic()
     inputs, output = root / "input", root / "output"
     checkpoint, state = root / "checkpoint", root / "state"
+    state_backend: Any = backend_class(backend)(f"file://{state.resolve()}")
     if not inputs.exists() or not any(inputs.iterdir()):
         count = generate_readings(inputs, files, per_file, sensors)
         say(f"generated {count} readings from {sensors} sensors in {files} files under {inputs}")
@@ -212,7 +220,7 @@ def run(
             key="sensor",
             processor=SensorStatistics(),
             output_schema=OUTPUT_SCHEMA,
-            backend=FilesystemBackend(f"file://{state.resolve()}"),
+            backend=state_backend,
             name="sensor-statistics",
         )
         query = (
@@ -247,7 +255,7 @@ def run(
     say("")
     say(f"output (Parquet, one row per sensor per batch): {output}")
     say("  read it with: firesteel.files.read_committed(path); newest batch_id per sensor wins")
-    say(f"keyed state (filesystem backend): {state}")
+    say(f"keyed state ({state_backend.name} backend): {state}")
     say(f"  inspect it with: firesteel state {state}")
     say(f"guarantee: {guarantee} (firesteel.files source -> stateful operator -> files sink)")
     say(f"done in {time.monotonic() - started:.1f}s")
@@ -267,6 +275,12 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--readings", type=int, default=500, help="readings per generated file")
     parser.add_argument("--sensors", type=int, default=25, help="sensors in generated files")
     parser.add_argument("--files-per-batch", type=int, default=4, help="admission control")
+    parser.add_argument(
+        "--backend",
+        default="filesystem",
+        choices=("filesystem", "heap", "rocksdb"),
+        help="state backend (default: filesystem; rocksdb needs firesteel-rocksdb)",
+    )
     return parser
 
 
@@ -280,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         per_file=args.readings,
         sensors=args.sensors,
         files_per_batch=args.files_per_batch,
+        backend=args.backend,
     )
     return 0
 

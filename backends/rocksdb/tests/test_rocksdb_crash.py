@@ -1,0 +1,149 @@
+"""Crash tests of the RocksDB backend: SIGKILL during uploads, restores and at random, then count.
+
+The job (``jobs/rocksdb_state_job.py``) ranks sequence-numbered records per key
+in RocksDB state and writes through the transactional file sink. After the
+harness has killed and restarted it until it completes: every seq appears
+exactly once, every record's rank is its position among its key's records
+(no state update lost or applied twice), timers fired once per batch, the
+checkpoint holds each key's total, and the checkpoint folder holds exactly
+what its retained manifests reference (the killed attempts' uploads are gone).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from firesteel.backends.inspect import read_state
+from firesteel.files import read_committed
+from firesteel.rocksdb.store import MID_RESTORE, MID_UPLOAD
+from firesteel.testing import (
+    AtPoints,
+    CrashHarness,
+    CrashResult,
+    assert_exactly_once,
+    at_point,
+    at_random,
+    batch_started,
+)
+
+pytestmark = [pytest.mark.crash, pytest.mark.timeout(600)]
+
+JOB = Path(__file__).parent / "jobs" / "rocksdb_state_job.py"
+FILES = 15
+ROWS_PER_FILE = 25
+FILES_PER_BATCH = 3
+BATCHES = FILES // FILES_PER_BATCH
+KEYS = 7
+
+
+def key_of(seq: int) -> str:
+    return f"k{(seq * 5) % KEYS}"
+
+
+class RocksJob:
+    def __init__(self, root: Path, parallelism: int = 2) -> None:
+        self.source = root / "in"
+        self.out = root / "out"
+        self.checkpoint = root / "ck"
+        self.state = root / "state"
+        self.local = root / "local"
+        self.parallelism = parallelism
+        self.source.mkdir(parents=True)
+        for index in range(FILES):
+            seqs = list(range(index * ROWS_PER_FILE, (index + 1) * ROWS_PER_FILE))
+            table = pa.table({"seq": pa.array(seqs, pa.int64()), "key": [key_of(s) for s in seqs]})
+            pq.write_table(table, self.source / f"part-{index:04d}.parquet")
+        self.expected = range(FILES * ROWS_PER_FILE)
+
+    @property
+    def args(self) -> list[str]:
+        return [
+            str(self.source),
+            str(self.out),
+            str(self.checkpoint),
+            f"file://{self.state}",
+            str(self.local),
+            str(FILES_PER_BATCH),
+            str(self.parallelism),
+        ]
+
+    def check(self, result: CrashResult) -> None:
+        context = f"\n{result.summary()}"
+        committed = read_committed(str(self.out))
+        records = committed.filter(pc.greater_equal(committed.column("seq"), 0))
+        assert_exactly_once(records.column("seq"), self.expected, what="output" + context)
+        fired: dict[str, list[int]] = {}
+        for row in committed.filter(pc.less(committed.column("seq"), 0)).to_pylist():
+            fired.setdefault(row["key"], []).append(-row["seq"])
+        assert {k: len(set(v)) for k, v in fired.items()} == {
+            key_of(s): BATCHES - 1 for s in self.expected
+        }, context
+        assert all(len(v) == len(set(v)) for v in fired.values()), f"a timer fired twice{context}"
+        ranks: dict[str, list[tuple[int, int]]] = {}
+        for row in records.to_pylist():
+            ranks.setdefault(row["key"], []).append((row["seq"], row["rank"]))
+        for key, pairs in ranks.items():
+            pairs.sort()
+            assert [rank for _, rank in pairs] == list(range(1, len(pairs) + 1)), key + context
+        totals = Counter(key_of(s) for s in self.expected)
+        state = read_state(f"file://{self.state}", operator="rank").to_pandas()
+        assert set(state["batch"]) == {BATCHES - 1}
+        timers = state[state["kind"] == "timer"]
+        assert sorted(timers["key"].str.strip('[]"')) == sorted(totals), "one pending timer per key"
+        counts = state[state["state"] == "count"]
+        stored = {
+            key.strip('[]"'): int(value)
+            for key, value in zip(counts["key"], counts["value"], strict=True)
+        }
+        assert stored == dict(totals), context
+        self.check_storage(context)
+
+    def check_storage(self, context: str) -> None:
+        """Only retained versions remain, and shared/ holds exactly the files they reference
+        (files of the last batch's attempts aside, which the next batch would collect)."""
+        base = self.state / "rank"
+        versions = sorted(p.name for p in base.glob("v*"))
+        assert versions == [f"v{v:012d}" for v in (BATCHES - 2, BATCHES - 1)], context
+        referenced = {
+            entry["path"].split("/", 1)[1]
+            for manifest in base.glob("v*/*.json")
+            for entry in json.loads(manifest.read_text())["content"]["files"]
+            if entry["path"].startswith("shared/")
+        }
+        stored = {p.name for p in (base / "shared").iterdir()}
+        assert referenced <= stored, f"referenced files are missing{context}"
+        unreferenced = stored - referenced
+        oldest_kept = BATCHES - 2
+        stale = sorted(n for n in unreferenced if int(n.lstrip(".")[:12]) < oldest_kept)
+        assert not stale, f"files no retained version needs were kept: {stale}{context}"
+
+
+def test_killed_during_upload_restore_and_at_random(tmp_path: Path) -> None:
+    job = RocksJob(tmp_path / "job")
+    kills = [
+        at_point(MID_UPLOAD, batch=1, partition=0),
+        at_point(MID_RESTORE, batch=1),
+        at_random((0.0, 3.0), when=batch_started(job.checkpoint, 3)),
+    ]
+    with CrashHarness(tmp_path / "harness", timeout=300) as harness:
+        result = harness.run(JOB, job.args, kills)
+    assert result.all_fired, result.summary()
+    assert result.exit_codes == [-9] * len(kills) + [0]
+    job.check(result)
+
+
+def test_tasks_killed_during_upload_are_retried(tmp_path: Path) -> None:
+    job = RocksJob(tmp_path / "job")
+    task_kills = AtPoints((f"{MID_UPLOAD}@1:0", f"{MID_UPLOAD}@3:1"), mode="process")
+    with CrashHarness(tmp_path / "harness", timeout=300) as harness:
+        result = harness.run(JOB, job.args, [task_kills])
+    assert result.all_fired, result.summary()
+    assert result.exit_codes == [0]
+    job.check(result)
