@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -61,12 +62,15 @@ def _json(value: Any) -> str:
     return json.dumps(value, default=str, ensure_ascii=False)
 
 
-def backend_class(name: str) -> type[StateBackend]:
+def backend_class(name: str) -> Callable[..., StateBackend]:
     """The state backend class called ``name``: ``heap``, ``filesystem``, or one an installed
-    distribution announces in the entry point group ``firesteel.backends`` (``rocksdb``)."""
+    distribution announces in the entry point group ``firesteel.backends`` (``rocksdb``).
+
+    Every backend class takes its location (a path or URI) as first argument.
+    """
     from firesteel.backends import FilesystemBackend, HeapBackend
 
-    builtin: dict[str, type[StateBackend]] = {
+    builtin: dict[str, Callable[..., StateBackend]] = {
         "heap": HeapBackend,
         "filesystem": FilesystemBackend,
     }
@@ -81,7 +85,7 @@ def backend_class(name: str) -> type[StateBackend]:
         known = ", ".join(sorted({*builtin, *announced}))
         msg = f"unknown state backend {name!r}; installed backends: {known}"
         raise ConfigError(msg)
-    loaded: type[StateBackend] = entry.load()
+    loaded: Callable[..., StateBackend] = entry.load()
     return loaded
 
 
@@ -129,7 +133,7 @@ def _read_operator(location: str, operator: str, batch: int | None) -> pa.Table:
         msg = f"no state of operator '{operator}' under {location}"
         raise ConfigError(msg)
     if meta.get("backend") is not None:
-        backend = backend_class(str(meta["backend"]))(location)  # type: ignore[call-arg]
+        backend = backend_class(str(meta["backend"]))(location)
         return backend.inspect(operator=operator, batch=batch)
     max_parallelism = int(meta["max_parallelism"])
     listing = storage.list_versions()

@@ -199,7 +199,7 @@ def run(
     started = time.monotonic()
     inputs, output = root / "input", root / "output"
     checkpoint, state = root / "checkpoint", root / "state"
-    state_backend: Any = backend_class(backend)(f"file://{state.resolve()}")
+    state_backend = backend_class(backend)(f"file://{state.resolve()}")
     if not inputs.exists() or not any(inputs.iterdir()):
         count = generate_readings(inputs, files, per_file, sensors)
         say(f"generated {count} readings from {sensors} sensors in {files} files under {inputs}")
