@@ -29,7 +29,9 @@ from rocksdb_helpers import (
 )
 
 from firesteel.core.errors import CheckpointCorruptError
-from firesteel.rocksdb.keys import key_group_of
+from firesteel.rocksdb.keys import key_group_of, key_group_prefix, state_id
+from firesteel.rocksdb.store import SWEEP_ROUNDS
+from firesteel.state import ValueStateDescriptor
 from firesteel.state.backend import TaskInfo
 
 MANY = {index: 1 for index in range(5_000)}
@@ -200,6 +202,28 @@ def test_a_dropped_state_is_gone_when_declared_again(tmp_path: Path) -> None:
     store.begin(TaskInfo("q", 2, 0, EVERYTHING), ALL, [], 0)
     store.set_current_key(("k",), 1)
     assert (store.state(COUNT).value(), store.state(EVENTS).get()) == (1, [])
+
+
+def test_expired_entries_nobody_reads_are_swept_within_a_round_of_batches(
+    tmp_path: Path,
+) -> None:
+    expiring = ValueStateDescriptor("expiring", int, ttl=10)
+    store = worker(tmp_path, "w", backend(tmp_path))
+    store.begin(TaskInfo("q", 0, 0, EVERYTHING), [expiring], [], 0)
+    for index in range(64):
+        store.set_current_key((index,), index % MAX_P)
+        store.state(expiring).update(index)
+    store.snapshot().wait()
+    prefixes = [key_group_prefix(kg) + state_id("expiring") for kg in range(MAX_P)]
+
+    def stored() -> int:
+        return sum(1 for key in store.db.keys() if key[:6] in prefixes)  # noqa: SIM118
+
+    for batch in range(1, SWEEP_ROUNDS + 1):
+        assert stored() > 0
+        store.begin(TaskInfo("q", batch, 0, EVERYTHING), [expiring], [], 20_000)
+        store.snapshot().wait()
+    assert stored() == 0
 
 
 def test_key_groups_outside_the_task_are_dropped_on_scale_out(tmp_path: Path) -> None:

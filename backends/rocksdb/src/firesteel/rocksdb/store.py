@@ -21,7 +21,8 @@ batch N, in order (see :mod:`firesteel.state.backend` for the protocol):
 
    The instance then runs with the write-ahead log off (see :mod:`firesteel.rocksdb.states`).
 2. **Process**: state objects read and write the instance directly.
-3. **Snapshot N**: a RocksDB checkpoint (memtables flushed, SSTs hard-linked)
+3. **Snapshot N**: expired TTL entries of one round of key groups are
+   deleted, then a RocksDB checkpoint (memtables flushed, SSTs hard-linked)
    is taken on the task thread; a background thread uploads every SST the
    restored manifest does not list (new names, unique to this attempt), the
    small private files, and finally the manifest. Then leftovers of failed
@@ -69,6 +70,8 @@ MID_UPLOAD = "rocksdb.mid_upload"
 MID_RESTORE = "rocksdb.mid_restore"
 """Fault point: after the first file of a restore is downloaded, before the instance opens."""
 _MERGE_CHUNK = 10_000
+SWEEP_ROUNDS = 8
+"""Batches in which every TTL entry is checked once (see ``_sweep_expired``)."""
 
 
 @dataclass
@@ -476,6 +479,7 @@ class RocksDBKeyedStore(KeyedStateStore):
 
         task = self.task
         self._has_key = False
+        self._sweep_expired(task)
         attempt = uuid.uuid4().hex[:16]
         checkpoint = self.folder.checkpoint_dir(task.batch_id, attempt)
         rd.Checkpoint(self.db).create_checkpoint(str(checkpoint))
@@ -484,6 +488,37 @@ class RocksDBKeyedStore(KeyedStateStore):
             for name, d in self.descriptors.items()
         }
         return SnapshotThread(lambda: self._upload(task, attempt, checkpoint, states))
+
+    def _sweep_expired(self, task: TaskInfo) -> None:
+        """Delete expired entries of TTL states in every :data:`SWEEP_ROUNDS`-th key group.
+
+        rocksdict offers no compaction filter, so entries nobody reads again
+        would stay forever; instead each batch scans the TTL states of one
+        round of key groups (``key group % SWEEP_ROUNDS == batch % SWEEP_ROUNDS``),
+        so every entry is checked at least once every ``SWEEP_ROUNDS`` batches.
+        """
+        import rocksdict as rd
+
+        expiring = [keys.state_id(d.name) for d in self.descriptors.values() if d.ttl_config]
+        if not expiring:
+            return
+        now = self.cursor.now_ms
+        round_ = task.batch_id % SWEEP_ROUNDS
+        batch = rd.WriteBatch(raw_mode=True)
+        for key_group in task.key_groups:
+            if key_group % SWEEP_ROUNDS != round_:
+                continue
+            for state_id in expiring:
+                prefix = self._prefixes[key_group] + state_id
+                for stored_key, stored in self.db.items(from_key=prefix):
+                    if not stored_key.startswith(prefix):
+                        break
+                    expires = keys.decode_value(stored)[1]
+                    if expires is not None and expires <= now:
+                        batch.delete(stored_key)
+        if len(batch):
+            logger.debug("state: %s swept %d expired entries", self._label(), len(batch))
+            self.db.write(batch)
 
     def _upload(
         self, task: TaskInfo, attempt: str, checkpoint: Path, states: dict[str, dict[str, str]]
