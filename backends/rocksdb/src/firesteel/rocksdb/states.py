@@ -84,12 +84,16 @@ class _Bound:
     __slots__ = (
         "_check",
         "_cursor",
+        "_delete",
         "_desc",
         "_dumps",
         "_expires_in",
+        "_get",
         "_id",
         "_loads",
         "_name",
+        "_plain",
+        "_put",
         "_refresh",
         "_type",
     )
@@ -106,6 +110,12 @@ class _Bound:
         ttl = descriptor.ttl_config
         self._expires_in: int | None = ttl.millis if ttl else None
         self._refresh = bool(ttl and ttl.refresh_on_read)
+        self._plain = ttl is None and not self._check
+        """No expiry and no type check: the hot paths encode inline."""
+        # The instance only changes between tasks, and state objects are made per task.
+        self._get = cursor.db.get
+        self._put = cursor.db.put
+        self._delete = cursor.db.delete
 
     def _encode(self, value: Any) -> bytes:
         """Type-check and serialize one value with its expiry header."""
@@ -145,29 +155,35 @@ class RocksValueState(_Bound, ValueState):
     def value(self) -> Any:
         cursor = self._cursor
         stored_key = cursor.key_group + self._id + cursor.packed
-        stored = cursor.db.get(stored_key)
+        stored = self._get(stored_key)
         if stored is None:
             return None
         if stored[0] != WITH_EXPIRY:
             return self._loads(stored[1:])
         data = self._live(stored)
         if data is None:
-            cursor.db.delete(stored_key)
+            self._delete(stored_key)
             return None
         if self._refresh and self._expires_in is not None:
-            cursor.db.put(stored_key, encode_value(data, cursor.now_ms + self._expires_in))
+            self._put(stored_key, encode_value(data, cursor.now_ms + self._expires_in))
         return self._loads(data)
 
     def update(self, value: Any) -> None:
-        if value is None:
-            self.clear()
-            return
         cursor = self._cursor
-        cursor.db.put(cursor.key_group + self._id + cursor.packed, self._encode(value))
+        if self._plain and value is not None:
+            try:
+                stored = NO_EXPIRY + self._dumps(value)
+            except (TypeError, ValueError, OverflowError):
+                stored = self._encode(value)  # raises, naming the state
+            self._put(cursor.key_group + self._id + cursor.packed, stored)
+        elif value is None:
+            self.clear()
+        else:
+            self._put(cursor.key_group + self._id + cursor.packed, self._encode(value))
 
     def clear(self) -> None:
         cursor = self._cursor
-        cursor.db.delete(cursor.key_group + self._id + cursor.packed)
+        self._delete(cursor.key_group + self._id + cursor.packed)
 
 
 class RocksListState(_Bound, ListState):
@@ -199,7 +215,7 @@ class RocksListState(_Bound, ListState):
 
     def append(self, value: Any) -> None:
         cursor = self._cursor
-        cursor.db.put(
+        self._put(
             cursor.key_group + self._id + cursor.packed + cursor.next_sequence(),
             self._encode(value),
         )
@@ -242,12 +258,14 @@ class RocksMapState(_Bound, MapState):
     def get(self, user_key: Any, default: Any = None) -> Any:
         cursor = self._cursor
         stored_key = cursor.key_group + self._id + cursor.packed + pack(user_key)
-        stored = cursor.db.get(stored_key)
+        stored = self._get(stored_key)
         if stored is None:
             return default
+        if stored[0] != WITH_EXPIRY:
+            return self._loads(stored[1:])
         data = self._live(stored)
         if data is None:
-            cursor.db.delete(stored_key)
+            self._delete(stored_key)
             return default
         return self._loads(data)
 
@@ -256,13 +274,11 @@ class RocksMapState(_Bound, MapState):
             self.remove(user_key)
             return
         cursor = self._cursor
-        cursor.db.put(
-            cursor.key_group + self._id + cursor.packed + pack(user_key), self._encode(value)
-        )
+        self._put(cursor.key_group + self._id + cursor.packed + pack(user_key), self._encode(value))
 
     def remove(self, user_key: Any) -> None:
         cursor = self._cursor
-        cursor.db.delete(cursor.key_group + self._id + cursor.packed + pack(user_key))
+        self._delete(cursor.key_group + self._id + cursor.packed + pack(user_key))
 
     def contains(self, user_key: Any) -> bool:
         return self.get(user_key, _MISSING) is not _MISSING

@@ -163,11 +163,11 @@ class RocksDBKeyedStore(KeyedStateStore):
         self._restore(task)
         self._check_states({d.name: d for d in descriptors}, frozenset(dropped))
         self.descriptors = {d.name: d for d in descriptors}
+        self.cursor.db = self.db
         by_name = {name: state_id for state_id, name in ids.items()}
         self._states = {d.name: make_state(d, self.cursor, by_name[d.name]) for d in descriptors}
         self._task = task
         self._has_key = False
-        self.cursor.db = self.db
         self.cursor.now_ms = now_ms
         self.cursor.sequence = task.batch_id << 32
         self.changed = True

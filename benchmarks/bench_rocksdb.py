@@ -1,0 +1,518 @@
+"""RocksDB backend: per-operation cost, incremental checkpoints, restore, a keyed count end to end.
+
+Goals (issue 11): per operation at least 0.7x raw rocksdict; an incremental
+checkpoint after 1% of 1M keys changed at most 5% of a full one; end to end at
+least 10x PySpark's ``applyInPandasWithState`` and 0.5x Spark's built-in count.
+
+- Per operation (value get/put, list append, map put/get), 1M keys: the state
+  object of a real store, switched to each key the way the operator does
+  (``set_current_key``), against rocksdict used directly by a program that
+  knows its keys: its own (pickle) encoding of the same string keys, puts
+  through ``WriteBatch`` of 1,000, point ``get``\\s (multi-get measured no
+  faster here), the write-ahead log off on both sides.
+- Checkpoints (reported in MB uploaded, with seconds beside): after 1% of 1M
+  keys changed, the next checkpoint and the mean of ten such checkpoints in a
+  row (compactions included), each against the full checkpoint of the same 1M
+  keys (everything uploaded, the first version of a new location).
+- Restore: a new worker restoring the 1M keys from storage (download, verify,
+  open) against copying the same files with ``shutil``.
+- End to end: 5M events over 1M keys in Parquet files, read by Spark's file
+  source with ``Trigger.AvailableNow`` (5 micro-batches), counted per key
+  through :func:`firesteel.state.stateful` on this backend and, with Spark's
+  RocksDB state store provider, through ``applyInPandasWithState``,
+  ``transformWithStateInPandas`` and ``groupBy().count()`` (update mode, the
+  JVM ceiling). Every query emits the updated count of every key each batch
+  into the ``noop`` sink; events per second.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark import cloudpickle
+
+from benchmarks import spark
+from benchmarks.framework import Figure, Workload
+from firesteel.core.errors import MissingDependencyError
+from firesteel.state import (
+    KeyedProcessor,
+    KeyState,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ValueStateDescriptor,
+    stateful,
+)
+from firesteel.state.backend import OperatorSpec, TaskInfo
+from firesteel.state.keygroups import KeyGroupRange
+
+try:
+    import rocksdict as rd
+
+    from firesteel.rocksdb import RocksDBBackend
+except ModuleNotFoundError as exc:
+    raise MissingDependencyError(exc.name or "firesteel.rocksdb", "-e ./backends/rocksdb") from exc
+
+# Spark's Python workers cannot import this module by name (benchmarks/ is not installed).
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+VALUE = ValueStateDescriptor("value")
+LIST = ListStateDescriptor("list")
+MAP = MapStateDescriptor("map")
+MAX_P = 128
+EVERYTHING = KeyGroupRange(0, MAX_P - 1)
+SPEC = OperatorSpec("bench", ("key",), MAX_P, 1)
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
+BATCH = 1_000
+
+
+@dataclass
+class _Dirs:
+    root: Path | None = None
+    events: int = 0
+    runs: int = 0
+
+    def fresh(self, name: str) -> Path:
+        assert self.root is not None
+        self.runs += 1
+        path = self.root / f"{name}-{self.runs}"
+        path.mkdir(parents=True)
+        return path
+
+
+_DIRS = _Dirs()
+
+
+@contextmanager
+def setup(quick: bool) -> Iterator[None]:
+    """A scratch folder for the group; removed afterwards."""
+    root = Path(tempfile.mkdtemp(prefix="firesteel-bench-rocksdb-"))
+    _DIRS.root = root
+    try:
+        yield
+    finally:
+        _DIRS.root = None
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _backend(folder: Path, **options: Any) -> RocksDBBackend:
+    return RocksDBBackend(f"file://{folder}/ck", local_dir=str(folder / "local"), **options)
+
+
+def _task(batch: int) -> TaskInfo:
+    return TaskInfo("bench", batch, 0, EVERYTHING)
+
+
+def _keys(count: int) -> list[tuple[tuple[str], int]]:
+    return [((f"key-{i}",), i % MAX_P) for i in range(count)]
+
+
+# -- per operation -------------------------------------------------------------------------
+
+
+def _per_op(op: str, keys: int) -> tuple[Callable[[], float], Callable[[], float]]:
+    pairs = _keys(keys)
+
+    def firesteel_side() -> float:
+        store: Any = _backend(_DIRS.fresh("op"), cache=False).open_store(
+            SPEC, _task(0), [VALUE, LIST, MAP], [], 0
+        )
+        switch = store.set_current_key
+        value, lst, mapping = store.state(VALUE), store.state(LIST), store.state(MAP)
+        for key, kg in pairs:  # populate (not timed) so reads hit
+            switch(key, kg)
+            value.update(1)
+            mapping.put("field", 1)
+        started = time.perf_counter()
+        if op == "value get":
+            for key, kg in pairs:
+                switch(key, kg)
+                value.value()
+        elif op == "value put":
+            for key, kg in pairs:
+                switch(key, kg)
+                value.update(2)
+        elif op == "list append":
+            for key, kg in pairs:
+                switch(key, kg)
+                lst.append(2)
+        elif op == "map put":
+            for key, kg in pairs:
+                switch(key, kg)
+                mapping.put("other", 2)
+        else:
+            for key, kg in pairs:
+                switch(key, kg)
+                mapping.get("field")
+        elapsed = time.perf_counter() - started
+        store.discard()
+        return len(pairs) / elapsed
+
+    def rocksdict_side() -> float:
+        folder = _DIRS.fresh("raw")
+        db = rd.Rdict(str(folder / "db"))
+        write_options = rd.WriteOptions()
+        write_options.disable_wal = True
+        db.set_write_options(write_options)
+        names = [key[0] for key, _ in pairs]
+
+        def put_all(items: Any) -> None:
+            batch = rd.WriteBatch()
+            for stored_key, stored in items:
+                batch.put(stored_key, stored)
+                if len(batch) == BATCH:
+                    db.write(batch)
+                    batch = rd.WriteBatch()
+            db.write(batch)
+
+        put_all((name, 1) for name in names)  # populate (not timed)
+        put_all((f"{name}\0field", 1) for name in names)
+        get = db.get
+        started = time.perf_counter()
+        if op == "value get":
+            for name in names:
+                get(name)
+        elif op == "value put":
+            put_all((name, 2) for name in names)
+        elif op == "list append":
+            put_all((f"{name}\0{index}", 2) for index, name in enumerate(names))
+        elif op == "map put":
+            put_all((f"{name}\0other", 2) for name in names)
+        else:
+            for name in names:
+                get(f"{name}\0field")
+        elapsed = time.perf_counter() - started
+        db.close()
+        return len(pairs) / elapsed
+
+    return firesteel_side, rocksdict_side
+
+
+# -- checkpoints and restore ---------------------------------------------------------------
+
+
+def _loaded(keys: int) -> tuple[RocksDBBackend, Any]:
+    """A store at version 0 holding ``keys`` keys of the value state, snapshotted."""
+    backend = _backend(_DIRS.fresh("ck"))
+    store: Any = backend.open_store(SPEC, _task(0), [VALUE], [], 0)
+    value = store.state(VALUE)
+    for key, kg in _keys(keys):
+        store.set_current_key(key, kg)
+        value.update(1)
+    return backend, store
+
+
+def _uploaded(backend: RocksDBBackend, version: int) -> float:
+    """MB the attempt that wrote ``version`` uploaded (its new SSTs and private files)."""
+    storage = backend.storage(SPEC.name)
+    [ref] = storage.list_version(version)
+    manifest = storage.read_manifest(ref)
+    return sum(f.size for f in manifest.files if ref.attempt in f.path) / 2**20
+
+
+def _timed_snapshot(store: Any) -> float:
+    started = time.perf_counter()
+    store.snapshot().wait()
+    return time.perf_counter() - started
+
+
+def _checkpoints(
+    keys: int, churn: float, rounds: int
+) -> tuple[Callable[[], Figure], Callable[[], Figure]]:
+    pairs = _keys(keys)
+    changed = max(1, int(keys * churn))
+
+    def incremental_side() -> Figure:
+        backend, store = _loaded(keys)
+        store.snapshot().wait()
+        megabytes, seconds = [], []
+        for batch in range(1, rounds + 1):
+            store = backend.open_store(SPEC, _task(batch), [VALUE], [], 0)
+            value = store.state(VALUE)
+            start = batch * 7919 % keys  # a different 1% of the keys each round
+            for index in range(start, start + changed):
+                key, kg = pairs[index % keys]
+                store.set_current_key(key, kg)
+                value.update(batch)
+            seconds.append(_timed_snapshot(store))
+            megabytes.append(_uploaded(backend, batch))
+        return Figure(sum(megabytes) / rounds, {"s": sum(seconds) / rounds})
+
+    def full_side() -> Figure:
+        backend, store = _loaded(keys)
+        elapsed = _timed_snapshot(store)
+        return Figure(_uploaded(backend, 0), {"s": elapsed})
+
+    return incremental_side, full_side
+
+
+def _restore(keys: int) -> tuple[Callable[[], float], Callable[[], float]]:
+    prepared: dict[str, Any] = {}
+
+    def prepare() -> tuple[RocksDBBackend, Path]:
+        if "backend" not in prepared:
+            backend, store = _loaded(keys)
+            store.snapshot().wait()
+            prepared["backend"] = backend
+        backend = prepared["backend"]
+        return backend, Path(backend.path.removeprefix("file://")) / SPEC.name
+
+    def firesteel_side() -> float:
+        backend, _ = prepare()
+        fresh = RocksDBBackend(backend.path, local_dir=str(_DIRS.fresh("restore")), cache=False)
+        started = time.perf_counter()
+        store: Any = fresh.open_store(SPEC, _task(1), [VALUE], [], 0)
+        elapsed = time.perf_counter() - started
+        store.discard()
+        return elapsed
+
+    def copy_side() -> float:
+        _, stored = prepare()
+        started = time.perf_counter()
+        shutil.copytree(stored, _DIRS.fresh("copy") / "op")
+        return time.perf_counter() - started
+
+    return firesteel_side, copy_side
+
+
+# -- end to end ----------------------------------------------------------------------------
+
+
+class KeyedCount(KeyedProcessor):
+    """Counts events per key; emits the key's new count once per batch."""
+
+    count = ValueStateDescriptor("count", int)
+
+    def process(self, key: Any, rows: Any, state: KeyState) -> Any:
+        count = state.value(self.count)
+        total = (count.value() or 0) + rows.num_rows
+        count.update(total)
+        return ((key[0], total),)
+
+
+def _count_with_pandas_state(key: Any, frames: Any, state: Any) -> Any:
+    import pandas as pd
+
+    total = state.get[0] if state.exists else 0
+    for frame in frames:
+        total += len(frame)
+    state.update((total,))
+    yield pd.DataFrame({"key": [key[0]], "count": [total]})
+
+
+def _count_processor() -> Any:
+    """``transformWithStateInPandas``' processor (built here: its base class needs pyspark)."""
+    import pandas as pd
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    class CountProcessor(StatefulProcessor):
+        def init(self, handle: Any) -> None:
+            self.count = handle.getValueState("count", "count long")
+
+        def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:
+            total = self.count.get()[0] if self.count.exists() else 0
+            for frame in rows:
+                total += len(frame)
+            self.count.update((total,))
+            yield pd.DataFrame({"key": [key[0]], "count": [total]})
+
+        def close(self) -> None:
+            return None
+
+    return CountProcessor()
+
+
+def _write_events(folder: Path, events: int, keys: int, files: int) -> None:
+    folder.mkdir(parents=True)
+    per_file = -(-events // files)
+    rng = np.random.default_rng(7)
+    for index, start in enumerate(range(0, events, per_file)):
+        rows = min(per_file, events - start)
+        key_ids = rng.integers(0, keys, rows)
+        table = pa.table(
+            {
+                "seq": np.arange(start, start + rows, dtype=np.int64),
+                "key": pa.array(np.char.add("key-", key_ids.astype(str))),
+            }
+        )
+        pq.write_table(table, folder / f"part-{index:05d}.parquet")
+
+
+@contextmanager
+def _events(events: int, keys: int, files: int) -> Iterator[None]:
+    assert _DIRS.root is not None
+    spark.session()
+    _write_events(_DIRS.root / "events", events, keys, files)
+    _DIRS.events = events
+    try:
+        yield
+    finally:
+        shutil.rmtree(_DIRS.root / "events", ignore_errors=True)
+
+
+def _stream(files_per_batch: int) -> Any:
+    assert _DIRS.root is not None
+    return (
+        spark.session()
+        .readStream.schema("seq long, key string")
+        .option("maxFilesPerTrigger", files_per_batch)
+        .parquet(str(_DIRS.root / "events"))
+    )
+
+
+def _run(frame: Any, mode: str, work: Path) -> float:
+    started = time.perf_counter()
+    query = (
+        frame.writeStream.format("noop")
+        .outputMode(mode)
+        .option("checkpointLocation", str(work / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    elapsed = time.perf_counter() - started
+    processed = sum(p["numInputRows"] for p in query.recentProgress)
+    if processed != _DIRS.events:
+        msg = f"bench_rocksdb: the query read {processed} events of {_DIRS.events}"
+        raise RuntimeError(msg)
+    return _DIRS.events / elapsed
+
+
+def _firesteel_count(files_per_batch: int) -> float:
+    work = _DIRS.fresh("e2e-firesteel")
+    counted = stateful(
+        _stream(files_per_batch),
+        key="key",
+        processor=KeyedCount(),
+        output_schema="key string, count long",
+        backend=_backend(work),
+        name="count",
+    )
+    return _run(counted, "append", work)
+
+
+def _on_spark_rocksdb(files_per_batch: int, build: Callable[[Any], Any]) -> float:
+    session = spark.session()
+    session.conf.set(PROVIDER_CONF, ROCKSDB_PROVIDER)
+    try:
+        return _run(build(_stream(files_per_batch)), "update", _DIRS.fresh("e2e-spark"))
+    finally:
+        session.conf.unset(PROVIDER_CONF)
+
+
+def _pandas_state(frame: Any) -> Any:
+    return frame.groupBy("key").applyInPandasWithState(
+        _count_with_pandas_state,
+        outputStructType="key string, count long",
+        stateStructType="count long",
+        outputMode="update",
+        timeoutConf="NoTimeout",
+    )
+
+
+def _transform_with_state(frame: Any) -> Any:
+    try:
+        import google.protobuf  # noqa: F401  (Spark's Python workers need it for this API)
+    except ModuleNotFoundError as exc:
+        raise MissingDependencyError("google.protobuf", "protobuf") from exc
+    return frame.groupBy("key").transformWithStateInPandas(
+        statefulProcessor=_count_processor(),
+        outputStructType="key string, count long",
+        outputMode="Update",
+        timeMode="None",
+    )
+
+
+def _builtin_count(frame: Any) -> Any:
+    return frame.groupBy("key").count()
+
+
+def workloads(quick: bool) -> list[Workload]:
+    """Per-op, checkpoints and restore of 1M keys, keyed count of 5M events (tiny if quick)."""
+    keys = 20_000 if quick else 1_000_000
+    events, event_keys, files = (50_000, 1_000, 4) if quick else (5_000_000, 1_000_000, 10)
+    repetitions, warmup = (1, 0) if quick else (3, 1)
+    result: list[Workload] = []
+    for op in ("value get", "value put", "list append", "map put", "map get"):
+        ours, theirs = _per_op(op, keys)
+        result.append(
+            Workload(
+                group="rocksdb",
+                name=f"{op}, {keys:,} keys",
+                unit="ops/s",
+                baseline_name="raw rocksdict",
+                goal=0.7,
+                issue="issue 11",
+                firesteel=ours,
+                baseline=theirs,
+                repetitions=repetitions,
+                warmup=warmup,
+            )
+        )
+    for rounds, label in ((1, "next checkpoint"), (10, "mean of 10 checkpoints")):
+        incremental, full = _checkpoints(keys, 0.01, rounds)
+        result.append(
+            Workload(
+                group="rocksdb",
+                name=f"{label} after 1% of {keys:,} keys changed",
+                unit="MB uploaded",
+                baseline_name="full checkpoint of the same keys",
+                goal=0.05,
+                issue="issue 11",
+                firesteel=incremental,
+                baseline=full,
+                lower_is_better=True,
+                repetitions=repetitions,
+                warmup=0,
+            )
+        )
+    restore, copy = _restore(keys)
+    result.append(
+        Workload(
+            group="rocksdb",
+            name=f"restore {keys:,} keys on a new worker",
+            unit="s",
+            baseline_name="shutil copy of the same files",
+            goal=None,
+            firesteel=restore,
+            baseline=copy,
+            lower_is_better=True,
+            repetitions=repetitions,
+            warmup=0,
+        )
+    )
+    per_batch = max(1, files // 5)
+    spark_sides = (
+        ("PySpark applyInPandasWithState (RocksDB store)", _pandas_state, 10.0),
+        ("PySpark transformWithStateInPandas (RocksDB store)", _transform_with_state, None),
+        ("Spark groupBy().count() (RocksDB store)", _builtin_count, 0.5),
+    )
+    for baseline_name, build, goal in spark_sides:
+        result.append(
+            Workload(
+                group="rocksdb",
+                name=f"keyed count, {events:,} events, {event_keys:,} keys",
+                unit="events/s",
+                baseline_name=baseline_name,
+                goal=goal,
+                issue="issue 11" if goal is not None else None,
+                firesteel=lambda: _firesteel_count(per_batch),
+                baseline=lambda build=build: _on_spark_rocksdb(per_batch, build),
+                # One run per side: Spark's Python stateful operators need many minutes.
+                repetitions=1,
+                warmup=0,
+                setup=lambda: _events(events, event_keys, files),
+            )
+        )
+    return result
