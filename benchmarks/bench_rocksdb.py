@@ -441,7 +441,7 @@ def _builtin_count(frame: Any) -> Any:
 def workloads(quick: bool) -> list[Workload]:
     """Per-op, checkpoints and restore of 1M keys, keyed count of 5M events (tiny if quick)."""
     keys = 20_000 if quick else 1_000_000
-    events, event_keys, files = (50_000, 1_000, 4) if quick else (5_000_000, 1_000_000, 10)
+    events, event_keys, files = (20_000, 500, 2) if quick else (5_000_000, 1_000_000, 10)
     repetitions, warmup = (1, 0) if quick else (3, 1)
     result: list[Workload] = []
     for op in ("value get", "value put", "list append", "map put", "map get"):
