@@ -8,6 +8,7 @@ trusted only when the committed manifest is the one it wrote.
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -80,6 +81,28 @@ def test_a_zombie_manifest_written_after_the_retry_is_reported(tmp_path: Path) -
     shutil.copy(kept, zombie)  # ... which a zombie then writes again
     with pytest.raises(CheckpointCorruptError, match=f"several manifests.*{zombie.name}"):
         read(worker(tmp_path, "fresh", chosen), 2, range(1))
+
+
+def test_two_attempts_finishing_together_never_remove_each_others_manifest(
+    tmp_path: Path,
+) -> None:
+    chosen = backend(tmp_path)
+    run(worker(tmp_path, "first", chosen), 0, MANY)
+    slow = run(worker(tmp_path, "slow", chosen), 1, FEW)
+    fast = run(worker(tmp_path, "fast", chosen), 1, {0: 5})
+    assert slow.base is not None and fast.base is not None
+    # Both manifests present at once, the slow attempt's older: as when both attempts
+    # wrote before either listed the folder.
+    older = tmp_path / "ck" / "op" / slow.base.manifest.relative_path
+    older.write_bytes(slow.base.manifest.encode())
+    newer = tmp_path / "ck" / "op" / fast.base.manifest.relative_path
+    os.utime(older, ns=(newer.stat().st_mtime_ns - 10**9,) * 2)
+    storage = chosen.storage("op")
+    storage.remove_stale(slow.base.manifest)
+    assert older.exists() and newer.exists(), "an attempt removed a newer attempt's manifest"
+    storage.remove_stale(fast.base.manifest)
+    assert newer.exists() and not older.exists()
+    assert read(worker(tmp_path, "reader", chosen), 2, range(2)) == {0: 5, 1: 1}
 
 
 def test_the_next_checkpoint_uploads_only_new_files(tmp_path: Path) -> None:

@@ -109,26 +109,31 @@ class CheckpointStorage:
     # -- listing ----------------------------------------------------------------------------
 
     def list_versions(self) -> dict[int, list[ManifestRef]]:
-        """Every manifest, by version. Temporary and unknown files are ignored."""
-        selector = fs.FileSelector(self.base, allow_not_found=True, recursive=True)
+        """Every manifest, by version (the version folders only: ``shared/`` is not listed).
+        Temporary and unknown files are ignored."""
+        selector = fs.FileSelector(self.base, allow_not_found=True)
         versions: dict[int, list[ManifestRef]] = {}
         for info in self.fs.get_file_info(selector):
-            if info.type != fs.FileType.File:
-                continue
-            parent = info.path.rsplit("/", 2)
-            version = parse_version_dir(parent[-2]) if len(parent) == 3 else None
-            if version is None:
-                continue
-            ref = ManifestRef.parse(version, info.path)
-            if ref is not None:
-                versions.setdefault(version, []).append(ref)
+            version = parse_version_dir(info.base_name)
+            if version is not None and info.type == fs.FileType.Directory:
+                refs = self.list_version(version)
+                if refs:
+                    versions[version] = refs
         return versions
 
     def list_version(self, version: int) -> list[ManifestRef]:
         """The manifests of one version."""
+        return [ref for ref, _ in self._listed(version)]
+
+    def _listed(self, version: int) -> list[tuple[ManifestRef, int]]:
+        """The manifests of one version with their modification times (ns; 0 when unknown)."""
         selector = fs.FileSelector(self.path(version_dir(version)), allow_not_found=True)
-        refs = [ManifestRef.parse(version, info.path) for info in self.fs.get_file_info(selector)]
-        return [ref for ref in refs if ref is not None]
+        listed = []
+        for info in self.fs.get_file_info(selector):
+            ref = ManifestRef.parse(version, info.path)
+            if ref is not None and info.type == fs.FileType.File:
+                listed.append((ref, info.mtime_ns or 0))
+        return listed
 
     def read_manifest(self, ref: ManifestRef) -> Manifest:
         """Read and verify one manifest; a missing or damaged one names itself."""
@@ -231,11 +236,23 @@ class CheckpointStorage:
         return ref
 
     def remove_stale(self, written: Manifest) -> None:
-        """Delete manifests of the same version that overlap ``written``: a failed attempt's
-        leftovers (a re-run may use another parallelism, so ranges may differ). Their
-        shared files become unreferenced and go with the next garbage collection."""
-        for ref in self.list_version(written.version):
+        """Delete manifests of the same version that overlap ``written`` and were written
+        before it: a failed attempt's leftovers (a re-run may use another parallelism, so
+        ranges may differ). Their shared files become unreferenced and go with the next
+        garbage collection.
+
+        Only older ones: two attempts running at once (speculation, a zombie) must not
+        delete each other's manifest and leave none. A newer overlapping one stays, and
+        restoring the version then reports both by name.
+        """
+        listed = self._listed(written.version)
+        own = [mtime for ref, mtime in listed if ref.attempt == written.attempt]
+        if not own:
+            return
+        for ref, mtime in listed:
             if ref.attempt == written.attempt or not ref.key_groups.overlaps(written.key_groups):
+                continue
+            if mtime >= own[0]:
                 continue
             logger.info("state: removing a failed attempt's manifest %s", ref.path)
             self._delete(ref.path)
