@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import itertools
+import os
+import sys
 from collections.abc import Iterator
 
 import pytest
 
 from firesteel.cassandra.testing import cassandra_cluster, connect
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 _keyspaces = itertools.count()
 
@@ -32,3 +37,13 @@ def session(cluster_address: tuple[str, int]) -> Iterator[object]:
     sess.set_keyspace(name)  # type: ignore[attr-defined]
     yield sess
     sess.cluster.shutdown()  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """A ``local[2]`` session with every installed connector registered."""
+    from firesteel.core.spark.session import local_session
+
+    session = local_session("firesteel-cassandra-tests")
+    yield session
+    session.stop()

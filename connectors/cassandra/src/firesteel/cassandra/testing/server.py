@@ -179,6 +179,10 @@ class _Connection(socketserver.BaseRequestHandler):
         result: Spec = []
         if table is not None:
             binds = _bind_specs(st, table)
+            missing = [c for c in table.primary_key if c not in st.columns]
+            if st.kind == "insert" and missing:
+                msg = f"Some primary key parts are missing: {', '.join(missing)}"
+                raise CqlError(wire.INVALID, msg)
             if st.kind == "select":
                 result = _select_spec(st, table)
         statement_id = hashlib.md5(f"{self.keyspace}|{text}".encode()).digest()

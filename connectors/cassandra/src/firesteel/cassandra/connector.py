@@ -1,0 +1,34 @@
+"""``firesteel.cassandra``: the Spark data source that builds the Cassandra sinks."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pyspark.sql.types import StructType
+
+from firesteel.cassandra.options import CONNECTOR, PASSTHROUGH, CassandraSinkOptions
+from firesteel.cassandra.sink import CassandraUpsertSink
+from firesteel.core.guarantee import Guarantee
+from firesteel.core.options import parse_options
+from firesteel.core.sink import Sink
+from firesteel.core.spark.datasource import FiresteelDataSource, default_sink_id
+
+
+class CassandraConnector(FiresteelDataSource):
+    """Registered as ``firesteel.cassandra`` by :func:`firesteel.core.register`."""
+
+    connector: ClassVar[str] = "cassandra"
+
+    def create_sink(self, schema: StructType) -> tuple[Sink, Guarantee | None]:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        options = parse_options(
+            CassandraSinkOptions,
+            dict(self.options),
+            connector=CONNECTOR,
+            passthrough_prefixes=PASSTHROUGH,
+        )
+        sink = CassandraUpsertSink(
+            options, to_arrow_schema(schema), default_sink_id(dict(self.options))
+        )
+        return sink, options.guarantee

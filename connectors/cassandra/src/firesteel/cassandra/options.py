@@ -1,0 +1,80 @@
+"""Options of ``df.writeStream.format("firesteel.cassandra")``."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from firesteel.core.errors import ConfigError
+from firesteel.core.options import option
+from firesteel.core.spark.datasource import SinkOptions
+
+CONNECTOR = "firesteel.cassandra"
+PASSTHROUGH = ("cassandra.",)
+"""``cassandra.username`` / ``cassandra.password`` (plain-text auth), ``cassandra.connect.timeout``.
+
+Values are never logged (``password`` marks a secret for :func:`firesteel.core.options.is_secret`).
+"""
+
+CONSISTENCY_LEVELS = (
+    "one",
+    "two",
+    "three",
+    "quorum",
+    "all",
+    "local_quorum",
+    "each_quorum",
+    "local_one",
+    "any",
+)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CassandraSinkOptions(SinkOptions):
+    """The sink's options (plus ``guarantee`` and ``sink.id`` from :class:`SinkOptions`)."""
+
+    contact_points: str = option(
+        required=True, name="contact.points", doc="comma-separated hosts of the cluster"
+    )
+    port: int = option(9042, doc="native protocol port")
+    keyspace: str = option(required=True, doc="keyspace of the target table")
+    table: str = option(required=True, doc="target table")
+    mode: Literal["upsert"] = option("upsert", doc="upsert: idempotent INSERTs (exactly-once)")
+    local_dc: str | None = option(None, name="local.dc", doc="data center for DC-aware routing")
+    consistency: str = option("local_quorum", doc="write consistency level")
+    ttl: int | None = option(None, doc="TTL in seconds for every written row")
+    ttl_column: str | None = option(
+        None, name="ttl.column", doc="int column holding a row's TTL (s)"
+    )
+    timestamp_column: str | None = option(
+        None,
+        name="timestamp.column",
+        doc="column holding a row's write timestamp (µs or timestamp)",
+    )
+    nulls: Literal["unset", "tombstone"] = option(
+        "unset", doc="unset: a null column is not written; tombstone: it deletes the cell"
+    )
+    max_in_flight: int = option(
+        10, name="max.in.flight", doc="concurrent requests per task (backpressure bound)"
+    )
+    passthrough: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.consistency.lower() not in CONSISTENCY_LEVELS:
+            valid = ", ".join(CONSISTENCY_LEVELS)
+            msg = f"option 'consistency': {self.consistency!r} is not one of {valid}"
+            raise ConfigError(msg)
+        if self.max_in_flight < 1:
+            msg = f"option 'max.in.flight' must be at least 1, got {self.max_in_flight}"
+            raise ConfigError(msg)
+        if self.ttl is not None and self.ttl_column is not None:
+            msg = "options 'ttl' and 'ttl.column' exclude each other: give one"
+            raise ConfigError(msg)
+        if self.ttl is not None and self.ttl <= 0:
+            msg = f"option 'ttl' must be a positive number of seconds, got {self.ttl}"
+            raise ConfigError(msg)
+
+    @property
+    def hosts(self) -> list[str]:
+        """The contact points as a list."""
+        return [h.strip() for h in self.contact_points.split(",") if h.strip()]
