@@ -234,6 +234,8 @@ class RocksDBKeyedStore(KeyedStateStore):
         self.downloads = 0
         if task.batch_id == self.first_batch:
             self._replace_instance(None)
+            if self.base is not None:
+                self.folder.remove(self.base.checkpoint)
             self.base, self.reusable, self.stored_states, self.parents = None, {}, {}, ()
             return
         manifests = self.storage.covering(task.batch_id - 1, self.key_groups)
