@@ -1,0 +1,51 @@
+"""Crash test of the upsert sink: SIGKILL at fault points and at random, counted by the driver.
+
+The CQL server is its own process (started by the ``cluster_address``
+fixture), so it outlives every killed job, as a real cluster would.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from firesteel.testing import CrashHarness, assert_exactly_once, at_point, at_random, batch_started
+
+pytest_plugins = ["firesteel.testing.fixtures"]
+
+JOB = Path(__file__).parent / "jobs" / "cassandra_job.py"
+FILES = 10
+ROWS_PER_FILE = 20
+
+
+def test_upsert_sink_is_exactly_once_under_sigkill(
+    crash_harness: CrashHarness, session: Any, cluster_address: tuple[str, int], tmp_path: Path
+) -> None:
+    source = tmp_path / "in"
+    source.mkdir()
+    for index in range(FILES):
+        seqs = list(range(index * ROWS_PER_FILE, (index + 1) * ROWS_PER_FILE))
+        pq.write_table(pa.table({"seq": seqs}), source / f"{index:03d}.parquet")
+    session.execute("CREATE TABLE crash (seq bigint PRIMARY KEY, body text)")
+    checkpoint = tmp_path / "ck"
+    kills = [
+        at_point("sink.after_write", batch=1, partition=0),
+        at_point("driver.before_commit", batch=2),
+        at_point("driver.after_commit", batch=3),
+        at_random((0.0, 1.0), when=batch_started(checkpoint, 4)),
+    ]
+    host, port = cluster_address
+    args = [source, checkpoint, host, str(port), session.keyspace, "crash", "2"]
+    result = crash_harness.run(JOB, args, kills)
+    assert result.fired[:3] == [
+        "sink.after_write@1:0",
+        "driver.before_commit@2",
+        "driver.after_commit@3",
+    ], result.summary()
+
+    rows = list(session.execute("SELECT seq, body FROM crash"))
+    assert_exactly_once([r.seq for r in rows], range(FILES * ROWS_PER_FILE))
+    assert all(r.body == f"body-{r.seq}" for r in rows)
