@@ -1,0 +1,152 @@
+"""Cassandra upsert sink beside raw cassandra-driver ``execute_concurrent_with_args``.
+
+Both sides run in this one process against the same CQL test server
+(:mod:`firesteel.cassandra.testing`, its own process on 127.0.0.1) and write
+the same rows (bigint key, text, double) into fresh tables of one keyspace:
+
+- firesteel: ``CassandraUpsertSink.write`` for one task (prepare, the Arrow ->
+  row conversion, UNSET handling, bounded concurrency ``max.in.flight``);
+- baseline: the same prepared INSERT through ``execute_concurrent_with_args``
+  with the same concurrency, over rows already in Python tuples.
+
+The figure measures the client path, NOT Cassandra: the test server is an
+in-memory Python server, far slower than a real node, and it bounds both
+sides alike. Spark's own overhead (scheduling, Arrow transfer to the Python
+worker) is not in either figure. Each run's table is counted afterwards.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from benchmarks.framework import Workload
+
+FULL_ROWS = 20_000
+QUICK_ROWS = 1_000
+IN_FLIGHT = 10
+
+
+@dataclass
+class _Server:
+    host: str = ""
+    port: int = 0
+    session: Any = None
+    runs: Iterator[int] = field(default_factory=itertools.count)
+
+
+_STATE = _Server()
+
+
+@contextmanager
+def setup(quick: bool) -> Iterator[None]:
+    """One test server (or ``FIRESTEEL_CASSANDRA_HOSTS``) and a keyspace for the group."""
+    from firesteel.cassandra.testing import cassandra_cluster, connect
+
+    with cassandra_cluster() as (host, port):
+        session: Any = connect(host, port)
+        session.execute(
+            "CREATE KEYSPACE IF NOT EXISTS bench WITH replication = "
+            "{'class': 'SimpleStrategy', 'replication_factor': 1}"
+        )
+        _STATE.host, _STATE.port, _STATE.session = host, port, session
+        try:
+            yield
+        finally:
+            session.cluster.shutdown()
+            _STATE.session = None
+
+
+def _table() -> str:
+    name = f"t{next(_STATE.runs)}"
+    _STATE.session.execute(
+        f"CREATE TABLE bench.{name} (k bigint PRIMARY KEY, name text, score double)"
+    )
+    return name
+
+
+def _check(table: str, rows: int, side: str) -> None:
+    count = _STATE.session.execute(f"SELECT count(*) FROM bench.{table}").one().count
+    if count != rows:
+        msg = f"{side}: bench.{table} holds {count} rows, expected {rows}"
+        raise AssertionError(msg)
+
+
+def _data(rows: int) -> pa.RecordBatch:
+    keys = list(range(rows))
+    return pa.record_batch(
+        {"k": keys, "name": [f"name-{k}" for k in keys], "score": [k * 0.5 for k in keys]}
+    )
+
+
+def firesteel_upsert(rows: int) -> Callable[[], float]:
+    """rows/s of one task of the upsert sink."""
+    from firesteel.cassandra.options import CassandraSinkOptions
+    from firesteel.cassandra.sink import CassandraUpsertSink
+    from firesteel.core.context import TaskScope
+
+    data = _data(rows)
+
+    def run() -> float:
+        table = _table()
+        options = CassandraSinkOptions(
+            contact_points=_STATE.host,
+            port=_STATE.port,
+            keyspace="bench",
+            table=table,
+            max_in_flight=IN_FLIGHT,
+        )
+        sink = CassandraUpsertSink(options, data.schema, "bench")
+        start = time.perf_counter()
+        sink.write(TaskScope("bench", 0, 0, 0), iter([data]))
+        elapsed = time.perf_counter() - start
+        _check(table, rows, "firesteel")
+        return rows / elapsed
+
+    return run
+
+
+def raw_driver(rows: int) -> Callable[[], float]:
+    """rows/s of ``execute_concurrent_with_args`` with the same INSERT and concurrency."""
+    from cassandra.concurrent import execute_concurrent_with_args
+
+    params = [tuple(r.values()) for r in _data(rows).to_pylist()]
+
+    def run() -> float:
+        table = _table()
+        start = time.perf_counter()
+        insert = _STATE.session.prepare(
+            f"INSERT INTO bench.{table} (k, name, score) VALUES (?, ?, ?)"
+        )
+        execute_concurrent_with_args(_STATE.session, insert, params, concurrency=IN_FLIGHT)
+        elapsed = time.perf_counter() - start
+        _check(table, rows, "raw driver")
+        return rows / elapsed
+
+    return run
+
+
+def workloads(quick: bool) -> list[Workload]:
+    """The upsert sink's client path beside the raw driver."""
+    rows = QUICK_ROWS if quick else FULL_ROWS
+    repetitions, warmup = (1, 0) if quick else (3, 1)
+    return [
+        Workload(
+            group="cassandra",
+            name=f"upsert sink, one task, {rows // 1000}k rows (client path; CQL test server)",
+            unit="rows/s",
+            baseline_name=f"raw execute_concurrent_with_args, concurrency {IN_FLIGHT}",
+            goal=0.8,
+            issue="issue 10",
+            firesteel=firesteel_upsert(rows),
+            baseline=raw_driver(rows),
+            repetitions=repetitions,
+            warmup=warmup,
+        )
+    ]
