@@ -133,7 +133,7 @@ def test_tasks_killed_after_snapshot_are_retried(
 
 def test_killed_at_random_times(crash_harness: CrashHarness, state_job: StateJob) -> None:
     kills = [
-        at_random((0.0, 3.0), when=batch_started(state_job.checkpoint, batch)) for batch in (1, 3)
+        at_random((0.0, 1.5), when=batch_started(state_job.checkpoint, batch)) for batch in (1, 3)
     ]
     result = crash_harness.run(JOB, state_job.args, kills)
     assert result.all_fired, result.summary()

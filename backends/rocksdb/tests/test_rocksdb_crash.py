@@ -130,7 +130,7 @@ def test_killed_during_upload_restore_and_at_random(tmp_path: Path) -> None:
     kills = [
         at_point(MID_UPLOAD, batch=1, partition=0),
         at_point(MID_RESTORE, batch=1),
-        at_random((0.0, 3.0), when=batch_started(job.checkpoint, 3)),
+        at_random((0.0, 1.5), when=batch_started(job.checkpoint, 2)),
     ]
     with CrashHarness(tmp_path / "harness", timeout=300) as harness:
         result = harness.run(JOB, job.args, kills)
