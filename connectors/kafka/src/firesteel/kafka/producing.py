@@ -17,6 +17,7 @@ the task fails rather than vote for data that is missing.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,8 @@ from firesteel.kafka.rows import ProduceArgs
 
 logger = logging.getLogger(__name__)
 
+FLUSH_POLL_SECONDS = 0.1
+"""Longest single wait while flushing, so a fenced producer is noticed promptly."""
 POLL_EVERY = 10_000
 
 
@@ -156,19 +159,33 @@ def produce_all(
 def flush(producer: Any, tracker: DeliveryTracker, timeout_ms: int, what: str) -> None:
     """Wait for every delivery report; raise if any record failed or is still pending.
 
-    Never calls into a producer that is already fenced or fatal; a fatal error
-    raised inside ``flush()`` (which confluent-kafka may surface as a bare
-    ``SystemError``) becomes a :class:`SinkError` with librdkafka's reason.
+    Polls instead of calling ``producer.flush()``: when a transactional
+    producer is fenced during ``flush()``, confluent-kafka raises a
+    ``KafkaError`` that is not an exception class, which no ``except`` can
+    catch and which resurfaces later (seen ending a pytest run with exit 1).
+    ``poll()`` raises a proper ``KafkaException`` instead, turned into a
+    :class:`SinkError` here. Polling delivers the same callbacks, and the loop stops as soon as the
+    tracker sees the producer fenced or fatal, never calling into it again.
     """
+    from confluent_kafka import KafkaException
+
     tracker.check_usable(what)
+    deadline = time.monotonic() + timeout_ms / 1000
     try:
-        remaining = producer.flush(timeout_ms / 1000)
-    except SystemError as exc:
-        error = tracker.unusable_error(what)
-        if error is None:
+        while len(producer) and not tracker.unusable:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            producer.poll(min(FLUSH_POLL_SECONDS, left))
+    except KafkaException as exc:
+        if not exc.args[0].fatal():
             raise
+        tracker.fatal = tracker.fatal or exc.args[0].str()
+        tracker.fenced = tracker.fenced or is_fencing(exc.args[0])
+        error = tracker.unusable_error(what)
+        assert error is not None
         raise error from exc
-    tracker.check(what, remaining)
+    tracker.check(what, len(producer))
 
 
 def describe(exc: BaseException, config: dict[str, Any]) -> str:

@@ -81,6 +81,36 @@ def _extractor(options: KafkaSinkOptions, producer: Any) -> RowExtractor:
     return RowExtractor(options.topic, encoder, partitioner, partition_count)
 
 
+MARKER_READ_TIMEOUT = 60.0
+"""How long reading a commit marker may retry while the group coordinator is not ready."""
+_COORDINATOR_NOT_READY = frozenset(
+    {"NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE"}
+)
+
+
+def _committed_marker(consumer: Any, partition: Any) -> Any:
+    """The marker group's committed offset, retried while its coordinator is not ready.
+
+    librdkafka returns ``NOT_COORDINATOR`` from ``committed()`` instead of
+    retrying it while a fresh broker is still creating ``__consumer_offsets``
+    or a coordinator moves; those are waited out, anything else is raised.
+    """
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + MARKER_READ_TIMEOUT
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            return consumer.committed([partition], timeout=max(left, 1.0))[0]
+        except KafkaException as exc:
+            error = exc.args[0]
+            not_ready = error.retriable() or error.name() in _COORDINATOR_NOT_READY
+            if not not_ready or left <= 0:
+                raise
+            logger.info("firesteel.kafka sink: marker group not ready (%s); retrying", error)
+            time.sleep(0.2)
+
+
 class _ProducerCache:
     """Non-transactional producers reused between tasks of one Python worker."""
 
@@ -273,9 +303,7 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction]):
         # Fences older instances with this id and aborts their open transaction.
         self._transactional(txn, "init_transactions", txn.producer.init_transactions)
         try:
-            marker = txn.marker_consumer.committed(
-                [TopicPartition(self.marker_topic, 0)], timeout=60
-            )[0]
+            marker = _committed_marker(txn.marker_consumer, TopicPartition(self.marker_topic, 0))
         except KafkaException as exc:
             msg = (
                 f"firesteel.kafka sink: {txn.transactional_id}: cannot read its commit marker "
