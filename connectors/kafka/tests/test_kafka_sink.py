@@ -246,3 +246,21 @@ def test_init_transactions_retries_are_bounded_and_name_the_transactional_id():
     with pytest.raises(SinkError, match=r"firesteel-fence-test-1 batch 2: init_transactions"):
         sink.write_partition(scope, iter([_batch("x")]))
     assert time.monotonic() - began < 60
+
+
+def test_a_sink_id_shared_by_two_queries_is_refused(bootstrap):
+    topic = create_topic(bootstrap, partitions=1)
+    sink = _sink(bootstrap, topic)
+    first = TaskScope(query_id="query-a", batch_id=0, partition_id=0, attempt=0)
+    assert not sink.write_partition(first, iter([_batch("a")])).payload["skipped"]
+    later = TaskScope(query_id="query-a", batch_id=1, partition_id=0, attempt=0)
+    assert not sink.write_partition(later, iter([_batch("b")])).payload["skipped"]
+    other = TaskScope(query_id="query-b", batch_id=0, partition_id=0, attempt=0)
+    with pytest.raises(
+        ConfigError, match=r"sink\.id 'fence-test' is already used by query query-a"
+    ):
+        sink.write_partition(other, iter([_batch("c")]))
+    values = read_log(bootstrap, topic).values
+    assert sorted(values) == sorted(
+        [f"a{i}".encode() for i in range(5)] + [f"b{i}".encode() for i in range(5)]
+    )

@@ -8,7 +8,11 @@ Exactly-once, per write task of batch N and Spark partition p (sink S):
    its open transaction;
 2. read the marker: the committed offset of consumer group ``<prefix>-<S>-marker-<p>``
    on partition 0 of the marker topic encodes the last batch this partition
-   committed, plus one. If it says N or later, the task writes nothing;
+   committed, plus one. If it says N or later, the task writes nothing. Its
+   offset metadata names the query that committed it: a marker of another
+   query (two queries sharing an explicit ``sink.id``, or a deleted and
+   recreated checkpoint keeping one) fails the task with a ``ConfigError``
+   instead of skipping that query's batches;
 3. ``begin_transaction``, produce the rows, flush;
 4. ``send_offsets_to_transaction`` sets the marker to N + 1 *inside* the
    transaction, then ``commit_transaction``: data and marker become visible
@@ -25,6 +29,7 @@ skips. Transactions live only for the length of a task; a task that nears
 from __future__ import annotations
 
 import enum
+import json
 import logging
 import time
 from collections.abc import Iterator, Sequence
@@ -109,6 +114,27 @@ def _committed_marker(consumer: Any, partition: Any) -> Any:
                 raise
             logger.info("firesteel.kafka sink: marker group not ready (%s); retrying", error)
             time.sleep(0.2)
+
+
+MARKER_METADATA_VERSION = 1
+"""Version of the JSON a commit marker carries in its offset metadata."""
+
+
+def marker_metadata(query_id: str) -> str:
+    """The offset metadata of a commit marker: who committed it."""
+    return json.dumps({"v": MARKER_METADATA_VERSION, "query": query_id}, separators=(",", ":"))
+
+
+def marker_owner(metadata: str | None) -> str | None:
+    """The query id a marker's metadata names; ``None`` for markers without one."""
+    if not metadata:
+        return None
+    try:
+        parsed = json.loads(metadata)
+    except ValueError:
+        return None
+    query = parsed.get("query") if isinstance(parsed, dict) else None
+    return query if isinstance(query, str) else None
 
 
 class _ProducerCache:
@@ -310,6 +336,8 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction]):
                 f"(group {self.marker_group(scope.partition_id)}): {safe_error(exc, self.config)}"
             )
             raise SinkError(msg) from exc
+        if marker.offset >= 0:
+            self._check_owner(scope, marker.metadata)
         txn.committed_batch = marker.offset - 1 if marker.offset >= 0 else NO_MARKER
         if txn.committed_batch < scope.batch_id and self._logged_as_committed(scope):
             txn.committed_batch = scope.batch_id
@@ -326,6 +354,26 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction]):
         txn.extractor = _extractor(self.options, txn.producer)
         txn.opened_at = time.monotonic()
         txn.state = TxnState.OPEN
+
+    def _check_owner(self, scope: TaskScope, metadata: str | None) -> None:
+        """Refuse a marker another query committed: two queries share this ``sink.id``.
+
+        Each marker carries the query id that committed it
+        (:func:`marker_metadata`). Another query's marker would make this one
+        skip every batch up to that query's last (or re-send, once past it), so
+        it is a :class:`ConfigError`, not a skip. Markers without an owner (older
+        firesteel) are accepted.
+        """
+        owner = marker_owner(metadata)
+        if owner and scope.query_id and owner != scope.query_id:
+            msg = (
+                f"firesteel.kafka sink: sink.id {self.sink_id!r} is already used by query "
+                f"{owner} (its commit marker, group {self.marker_group(scope.partition_id)}), "
+                f"and this is query {scope.query_id}. Two queries, or a query whose checkpoint "
+                "was deleted and recreated, must not share a sink.id: choose another "
+                "'sink.id', or leave it unset so it is derived from the query"
+            )
+            raise ConfigError(msg)
 
     def _marker_key(self, partition: int) -> bytes:
         return f"{self.sink_id}/{partition}".encode()
@@ -457,7 +505,11 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction]):
                 self._marker_key(scope.partition_id),
                 0,
             )
-        marker = [TopicPartition(self.marker_topic, 0, scope.batch_id + 1)]
+        marker = [
+            TopicPartition(
+                self.marker_topic, 0, scope.batch_id + 1, metadata=marker_metadata(scope.query_id)
+            )
+        ]
         metadata = txn.marker_consumer.consumer_group_metadata()
         self._transactional(
             txn,
