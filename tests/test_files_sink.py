@@ -17,7 +17,12 @@ from firesteel.core.context import TaskScope
 from firesteel.core.errors import CheckpointCorruptError, ConfigError
 from firesteel.files import committed_files, read_committed
 from firesteel.sinks.filesink import FilesSink, WriterConfig
-from firesteel.sinks.filesink.manifest import finalize, manifest_path, read_manifest
+from firesteel.sinks.filesink.manifest import (
+    FileCommittable,
+    finalize,
+    manifest_path,
+    read_manifest,
+)
 from firesteel.sinks.filesink.paths import encode_value
 
 
@@ -188,11 +193,11 @@ def test_recovery_rolls_a_half_renamed_batch_forward(tmp_path):
     out = tmp_path / "out"
     sink = make_sink(out)
     votes = [vote(sink, 0, p, rows(p * 10, 10)) for p in range(3)]
-    handles = [v.payload for v in votes]
+    handles = [v.committable(FileCommittable) for v in votes]
     # Crash simulation: the manifest is written and one rename done, then the driver dies.
-    from firesteel.sinks.filesink.manifest import CommittedFile, Manifest, write_manifest
+    from firesteel.sinks.filesink.manifest import Manifest, write_manifest
 
-    files = tuple(CommittedFile(**f) for h in handles for f in h["files"])
+    files = tuple(f for h in handles for f in h.files)
     write_manifest(out, Manifest("s1", 0, files))
     first = files[0]
     os.replace(out / first.pending, out / first.path)
@@ -240,8 +245,8 @@ def test_leftovers_are_cleaned_up(tmp_path):
     sink.commit_batch(0, [good])
     assert pending_files(out) == []
     assert sorted(read_committed(str(out)).column("seq").to_pylist()) == list(range(5))
-    assert failed.payload["files"][0]["pending"] not in {
-        f["pending"] for f in good.payload["files"]
+    assert failed.committable(FileCommittable).files[0].pending not in {
+        f.pending for f in good.committable(FileCommittable).files
     }
     # A crashed run left pending files of batch 1 that never got a manifest, and batch 2
     # committed since: recovery drops batch 1's leftovers but keeps the newest batch's.

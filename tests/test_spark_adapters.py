@@ -11,6 +11,7 @@ import json
 import os
 import sys
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from firesteel.core import foreach_batch, register
 from firesteel.core.checkpoint import read_guarantee
 from firesteel.core.context import TaskScope
 from firesteel.core.guarantee import Guarantee
-from firesteel.core.sink import Sink, TwoPhaseCommitSink
+from firesteel.core.sink import Committable, Sink, TwoPhaseCommitSink
 from firesteel.core.source import Offset, ReadLimit, ResettableSource
 from firesteel.core.spark.datasource import FiresteelDataSource, default_sink_id
 
@@ -61,10 +62,17 @@ class CountingSource(ResettableSource):
         yield pa.record_batch([pa.array(range(*partition), pa.int64())], names=["seq"])
 
 
-class JsonBatchSink(TwoPhaseCommitSink[dict[str, Any]]):
+@dataclass(frozen=True)
+class PendingJson(Committable):
+    pending: str
+    final: str
+
+
+class JsonBatchSink(TwoPhaseCommitSink[dict[str, Any], PendingJson]):
     """Tasks write pending JSON files; commit renames them to ``batch-N-part-P.json``."""
 
     name = "firesteel.counting"
+    committable_type = PendingJson
 
     def __init__(self, out: str, sink_id: str) -> None:
         self.out = out
@@ -76,26 +84,26 @@ class JsonBatchSink(TwoPhaseCommitSink[dict[str, Any]]):
     def write(self, txn: dict[str, Any], batch: pa.RecordBatch) -> None:
         txn["rows"].extend(batch.column(0).to_pylist())
 
-    def pre_commit(self, txn: dict[str, Any]) -> dict[str, Any]:
+    def pre_commit(self, txn: dict[str, Any]) -> PendingJson:
         scope = txn["scope"]
         pending = os.path.join(self.out, f".pending-{scope.batch_id}-{scope.partition_id}")
         with open(pending, "w") as handle:
             json.dump(txn["rows"], handle)
         final = os.path.join(self.out, f"batch-{scope.batch_id}-part-{scope.partition_id}.json")
-        return {"pending": pending, "final": final}
+        return PendingJson(pending, final)
 
     def abort_transaction(self, txn: dict[str, Any]) -> None:
         txn["rows"].clear()
 
-    def commit(self, batch_id: int, handles: Sequence[dict[str, Any]]) -> None:
+    def commit(self, batch_id: int, handles: Sequence[PendingJson]) -> None:
         for handle in handles:
-            if os.path.exists(handle["pending"]):
-                os.replace(handle["pending"], handle["final"])
+            if os.path.exists(handle.pending):
+                os.replace(handle.pending, handle.final)
 
-    def abort(self, batch_id: int, handles: Sequence[dict[str, Any]]) -> None:
+    def abort(self, batch_id: int, handles: Sequence[PendingJson]) -> None:
         for handle in handles:
-            if os.path.exists(handle["pending"]):
-                os.remove(handle["pending"])
+            if os.path.exists(handle.pending):
+                os.remove(handle.pending)
 
 
 class CountingDataSource(FiresteelDataSource):

@@ -6,6 +6,7 @@ them: ``write_partition`` per task, then ``commit_batch`` on the driver.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pyarrow as pa
@@ -21,7 +22,7 @@ from firesteel.core.errors import (
 from firesteel.core.guarantee import Guarantee, Part, Replay, SinkKind, check
 from firesteel.core.sink import Vote
 from firesteel.sinks.committers import FileCheckpointCommitter
-from firesteel.sinks.write_ahead import WriteAheadSink
+from firesteel.sinks.write_ahead import SegmentCommittable, WriteAheadSink
 from firesteel.testing.scripts.wal_target import (
     JsonLinesWalSink,
     SqliteUpsertWalSink,
@@ -54,6 +55,10 @@ def _write(sink: WriteAheadSink, batch: int, partition: int, start: int, stop: i
     return sink.write_partition(scope, iter(_records(start, stop)))
 
 
+def _segment(vote: Vote) -> str | None:
+    return vote.committable(SegmentCommittable).segment
+
+
 def _seqs(tmp_path: Path) -> list[int]:
     return [int(r["seq"]) for r in read_jsonl(str(tmp_path / "target.jsonl"))]
 
@@ -62,12 +67,12 @@ def test_commit_sends_every_segment_in_partition_order_then_deletes_them(tmp_pat
     sink = _sink(tmp_path)
     votes = [_write(sink, 0, 1, 10, 20), _write(sink, 0, 0, 0, 10)]
     assert [v.rows for v in votes] == [10, 10]
-    assert Path(votes[0].payload["segment"]).exists()
+    assert Path(str(_segment(votes[0]))).exists()
     sink.commit_batch(0, votes)
     assert _seqs(tmp_path) == list(range(20))
     sends = read_sends(str(tmp_path / "target.jsonl"))
     assert [(s["partition"], s["rows"]) for s in sends] == [(0, 10), (1, 10)]
-    assert not Path(votes[0].payload["segment"]).exists()
+    assert not Path(str(_segment(votes[0]))).exists()
     assert not (tmp_path / "ck" / "firesteel" / "wal" / "s1" / "0").exists()
 
 
@@ -100,8 +105,8 @@ def test_task_retries_never_replace_each_others_segments(tmp_path: Path) -> None
     sink = _sink(tmp_path)
     first = _write(sink, 0, 0, 0, 6, attempt=0)
     retry = _write(sink, 0, 0, 0, 6, attempt=1)
-    assert first.payload["segment"] != retry.payload["segment"]
-    assert Path(first.payload["segment"]).exists() and Path(retry.payload["segment"]).exists()
+    assert _segment(first) != _segment(retry)
+    assert Path(str(_segment(first))).exists() and Path(str(_segment(retry))).exists()
     sink.commit_batch(0, [retry])
     assert _seqs(tmp_path) == list(range(6))
     assert not (tmp_path / "ck" / "firesteel" / "wal" / "s1" / "0").exists()
@@ -144,7 +149,7 @@ def test_committing_a_batch_deletes_leftover_segments_of_older_batches(tmp_path:
     stale = _write(sink, 1, 0, 0, 3)
     votes = [_write(sink, 2, 0, 3, 6)]
     sink.commit_batch(2, votes)
-    assert not Path(stale.payload["segment"]).exists()
+    assert not Path(str(_segment(stale))).exists()
     assert _seqs(tmp_path) == [3, 4, 5]
 
 
@@ -152,7 +157,7 @@ def test_empty_partition_votes_without_a_segment(tmp_path: Path) -> None:
     sink = _sink(tmp_path)
     empty = sink.write_partition(TaskScope("q", 0, 0, 0), iter([]))
     assert empty.rows == 0
-    assert empty.payload["segment"] is None
+    assert _segment(empty) is None
     sink.commit_batch(0, [empty, _write(sink, 0, 1, 0, 2)])
     assert _seqs(tmp_path) == [0, 1]
 
@@ -160,7 +165,7 @@ def test_empty_partition_votes_without_a_segment(tmp_path: Path) -> None:
 def test_corrupt_segment_is_refused_naming_the_file(tmp_path: Path) -> None:
     sink = _sink(tmp_path)
     vote = _write(sink, 0, 0, 0, 50)
-    segment = Path(vote.payload["segment"])
+    segment = Path(str(_segment(vote)))
     data = bytearray(segment.read_bytes())
     data[len(data) // 2] ^= 0xFF
     segment.write_bytes(bytes(data))
@@ -173,7 +178,7 @@ def test_corrupt_segment_is_refused_naming_the_file(tmp_path: Path) -> None:
 def test_missing_segment_is_refused_naming_the_file(tmp_path: Path) -> None:
     sink = _sink(tmp_path)
     vote = _write(sink, 0, 0, 0, 5)
-    Path(vote.payload["segment"]).unlink()
+    Path(str(_segment(vote))).unlink()
     with pytest.raises(CheckpointCorruptError, match=r"part-00000-\w+\.arrow: .*missing"):
         sink.commit_batch(0, [vote])
 
@@ -181,7 +186,8 @@ def test_missing_segment_is_refused_naming_the_file(tmp_path: Path) -> None:
 def test_newer_segment_format_is_refused(tmp_path: Path) -> None:
     sink = _sink(tmp_path)
     vote = _write(sink, 0, 0, 0, 5)
-    newer = Vote(**{**vote.__dict__, "payload": {**vote.payload, "version": 99}})
+    payload = vote.committable(SegmentCommittable)
+    newer = Vote(**{**vote.__dict__, "payload": dataclasses.replace(payload, version=99)})
     with pytest.raises(IncompatibleFormatError, match="upgrade firesteel"):
         sink.commit_batch(0, [newer])
 

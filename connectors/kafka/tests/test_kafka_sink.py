@@ -14,7 +14,7 @@ from firesteel.core.context import TaskScope
 from firesteel.core.errors import ConfigError, SinkError
 from firesteel.core.options import parse_options
 from firesteel.kafka.options import PASSTHROUGH, KafkaSinkOptions
-from firesteel.kafka.sink import KafkaExactlyOnceSink
+from firesteel.kafka.sink import KafkaCommittable, KafkaExactlyOnceSink
 from firesteel.kafka.testing import create_topic, produce, read_log
 
 
@@ -138,7 +138,7 @@ def test_two_writers_with_one_transactional_id_the_older_is_fenced(bootstrap):
     newer = sink.begin_transaction(newer_scope)
     sink.write(newer, _batch("live"))
     handle = sink.pre_commit(newer)
-    assert handle["rows"] == 5 and not handle["skipped"]
+    assert handle.rows == 5 and not handle.skipped
     with pytest.raises(SinkError, match=r"fatal|abortable|not acknowledged"):
         sink.write(older, _batch("zombie-more"))
         sink.pre_commit(older)
@@ -155,9 +155,11 @@ def test_a_rerun_of_a_committed_batch_writes_nothing(bootstrap):
     for attempt in range(2):
         scope = TaskScope(query_id="q", batch_id=7, partition_id=2, attempt=attempt)
         vote = sink.write_partition(scope, iter([_batch("r")]))
-        assert vote.payload["skipped"] == (attempt == 1)
+        assert vote.committable(KafkaCommittable).skipped == (attempt == 1)
     earlier = TaskScope(query_id="q", batch_id=6, partition_id=2, attempt=0)
-    assert sink.write_partition(earlier, iter([_batch("old")])).payload["skipped"]
+    assert (
+        sink.write_partition(earlier, iter([_batch("old")])).committable(KafkaCommittable).skipped
+    )
     assert sorted(read_log(bootstrap, topic).values) == sorted(f"r{i}".encode() for i in range(5))
 
 
@@ -214,7 +216,11 @@ def test_the_marker_log_covers_a_group_marker_the_broker_lost(bootstrap):
     marker_log = create_topic(bootstrap, partitions=1)
     sink = _sink(bootstrap, topic, **{"marker.log.topic": marker_log})
     scope = TaskScope(query_id="q", batch_id=4, partition_id=1, attempt=0)
-    assert not sink.write_partition(scope, iter([_batch("once")])).payload["skipped"]
+    assert (
+        not sink.write_partition(scope, iter([_batch("once")]))
+        .committable(KafkaCommittable)
+        .skipped
+    )
     lost = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -224,9 +230,13 @@ def test_the_marker_log_covers_a_group_marker_the_broker_lost(bootstrap):
     )
     lost.commit(offsets=[TopicPartition(topic, 0, 4)], asynchronous=False)
     lost.close()
-    assert sink.write_partition(scope, iter([_batch("once")])).payload["skipped"]
+    assert sink.write_partition(scope, iter([_batch("once")])).committable(KafkaCommittable).skipped
     next_batch = TaskScope(query_id="q", batch_id=5, partition_id=1, attempt=0)
-    assert not sink.write_partition(next_batch, iter([_batch("next")])).payload["skipped"]
+    assert (
+        not sink.write_partition(next_batch, iter([_batch("next")]))
+        .committable(KafkaCommittable)
+        .skipped
+    )
     values = sorted(read_log(bootstrap, topic).values)
     assert values == sorted(
         [f"once{i}".encode() for i in range(5)] + [f"next{i}".encode() for i in range(5)]
@@ -252,9 +262,13 @@ def test_a_sink_id_shared_by_two_queries_is_refused(bootstrap):
     topic = create_topic(bootstrap, partitions=1)
     sink = _sink(bootstrap, topic)
     first = TaskScope(query_id="query-a", batch_id=0, partition_id=0, attempt=0)
-    assert not sink.write_partition(first, iter([_batch("a")])).payload["skipped"]
+    assert (
+        not sink.write_partition(first, iter([_batch("a")])).committable(KafkaCommittable).skipped
+    )
     later = TaskScope(query_id="query-a", batch_id=1, partition_id=0, attempt=0)
-    assert not sink.write_partition(later, iter([_batch("b")])).payload["skipped"]
+    assert (
+        not sink.write_partition(later, iter([_batch("b")])).committable(KafkaCommittable).skipped
+    )
     other = TaskScope(query_id="query-b", batch_id=0, partition_id=0, attempt=0)
     with pytest.raises(
         ConfigError, match=r"sink\.id 'fence-test' is already used by query query-a"

@@ -15,16 +15,18 @@ and :class:`TwoPhaseCommitSink`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar, cast
 
 import pyarrow as pa
 from pyspark.sql.datasource import WriterCommitMessage
 
 from firesteel.core.context import TaskScope
+from firesteel.core.errors import IncompatibleFormatError, SinkError
 from firesteel.core.faults import fault_point
 from firesteel.core.guarantee import SinkKind
 
@@ -32,13 +34,64 @@ logger = logging.getLogger(__name__)
 
 VOTE_FORMAT_VERSION = 1
 
+C = TypeVar("C", bound="Committable")
+
+
+@dataclass(frozen=True)
+class Committable:
+    """A sink's typed vote payload, Flink Sink V2's committable.
+
+    Each sink subclasses it as a frozen dataclass of plain fields (a
+    transaction handle, a log segment), so the driver half reads attributes a
+    type checker knows instead of dictionary keys. ``version`` is set from the
+    subclass's :attr:`FORMAT_VERSION`; :meth:`check_version` refuses a newer
+    one (executors running a newer release than the driver, or a newer
+    release's record in checkpoint storage) rather than misread it.
+    """
+
+    FORMAT_VERSION: ClassVar[int] = 1
+    """Bump when a field changes meaning; readers refuse newer versions."""
+
+    version: int = field(default=0, kw_only=True)
+
+    def __post_init__(self) -> None:
+        if self.version == 0:
+            object.__setattr__(self, "version", self.FORMAT_VERSION)
+
+    def check_version(self, where: str) -> None:
+        """Raise :class:`IncompatibleFormatError` if a newer release wrote this."""
+        if self.version > self.FORMAT_VERSION:
+            msg = (
+                f"{where}: {type(self).__name__} format {self.version} is newer than this "
+                f"release reads ({self.FORMAT_VERSION}); upgrade firesteel everywhere the "
+                "query runs"
+            )
+            raise IncompatibleFormatError(msg)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data, for sinks that store committables (e.g. a write-ahead-log plan)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls: type[C], data: dict[str, Any], where: str) -> C:
+        """Rebuild a committable :meth:`to_json` produced, refusing newer versions."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        try:
+            committable = cls(**{k: v for k, v in data.items() if k in names})
+        except TypeError as exc:
+            msg = f"{where}: not a {cls.__name__} ({exc})"
+            raise IncompatibleFormatError(msg) from exc
+        committable.check_version(where)
+        return committable
+
 
 @dataclass
 class Vote(WriterCommitMessage):
     """What one write task tells the driver: "partition p of batch N is ready".
 
-    ``payload`` is the sink's own JSON-able description (a transaction handle,
-    a log segment, a count); it crosses process boundaries, so it is plain data.
+    ``payload`` is the sink's :class:`Committable` (``None`` for sinks whose
+    driver half needs nothing but the row count); it crosses process
+    boundaries pickled, so it is plain data.
     """
 
     sink_id: str
@@ -46,8 +99,20 @@ class Vote(WriterCommitMessage):
     partition_id: int
     attempt: int
     rows: int
-    payload: dict[str, Any] = field(default_factory=dict)
+    payload: Committable | None = None
     version: int = VOTE_FORMAT_VERSION
+
+    def committable(self, kind: type[C]) -> C:
+        """The payload as ``kind``, version-checked; a :class:`SinkError` if it is not one."""
+        payload = self.payload
+        if not isinstance(payload, kind):
+            msg = (
+                f"{self.sink_id}: the vote of batch {self.batch_id} partition "
+                f"{self.partition_id} carries {type(payload).__name__}, not {kind.__name__}"
+            )
+            raise SinkError(msg)
+        payload.check_version(f"{self.sink_id} batch {self.batch_id}")
+        return payload
 
 
 class Sink(ABC):
@@ -80,7 +145,7 @@ class Sink(ABC):
     def abort_batch(self, batch_id: int, votes: Sequence[Vote | None]) -> None:
         """Driver side: a task failed; discard what the batch wrote (idempotent)."""
 
-    def vote(self, scope: TaskScope, rows: int, payload: dict[str, Any] | None = None) -> Vote:
+    def vote(self, scope: TaskScope, rows: int, payload: Committable | None = None) -> Vote:
         """Build this sink's vote for the task ``scope``."""
         return Vote(
             sink_id=self.sink_id,
@@ -88,7 +153,7 @@ class Sink(ABC):
             partition_id=scope.partition_id,
             attempt=scope.attempt,
             rows=rows,
-            payload=payload or {},
+            payload=payload,
         )
 
 
@@ -128,19 +193,22 @@ class IdempotentSink(PlainSink):
 Txn = TypeVar("Txn")
 
 
-class TwoPhaseCommitSink(Sink, Generic[Txn]):
+class TwoPhaseCommitSink(Sink, Generic[Txn, C]):
     """Flink's TwoPhaseCommitSinkFunction for micro-batches.
 
     Executor side, per task: :meth:`begin_transaction`, :meth:`write` for each
-    record batch, then :meth:`pre_commit` flushes and returns a JSON-able
-    handle (the vote). If the task fails, :meth:`abort_transaction` runs.
+    record batch, then :meth:`pre_commit` flushes and returns the sink's
+    :class:`Committable` (the vote). If the task fails, :meth:`abort_transaction`
+    runs.
 
-    Driver side, per batch: :meth:`commit` with every handle once all tasks
-    voted, or :meth:`abort`. Both must be idempotent: after a crash they may run
-    again for the same batch, and :meth:`commit` may receive the handles of a
-    re-run although an earlier attempt already committed the batch; it must
-    then keep the earlier result and discard the new handles. :meth:`recover`
-    runs in :meth:`prepare` and finishes or discards what a crashed run left.
+    Driver side, per batch: :meth:`commit` with every committable once all tasks
+    voted, or :meth:`abort`. ``committable_type`` names the committable class, so
+    the driver checks type and version of what the executors sent. Both must be
+    idempotent: after a crash they may run again for the same batch, and
+    :meth:`commit` may receive the committables of a re-run although an earlier
+    attempt already committed the batch; it must then keep the earlier result
+    and discard the new ones. :meth:`recover` runs in :meth:`prepare` and
+    finishes or discards what a crashed run left.
 
     A target that cannot commit a transaction from another process (Kafka)
     commits inside :meth:`pre_commit` and records a marker in the same
@@ -148,6 +216,8 @@ class TwoPhaseCommitSink(Sink, Generic[Txn]):
     """
 
     kind = SinkKind.TWO_PHASE_COMMIT
+    committable_type: ClassVar[type[Committable]]
+    """The :class:`Committable` subclass :meth:`pre_commit` returns."""
 
     @abstractmethod
     def begin_transaction(self, scope: TaskScope) -> Txn:
@@ -158,20 +228,20 @@ class TwoPhaseCommitSink(Sink, Generic[Txn]):
         """Add records to the transaction; nothing becomes visible."""
 
     @abstractmethod
-    def pre_commit(self, txn: Txn) -> dict[str, Any]:
-        """Flush durably and return the handle the driver will commit."""
+    def pre_commit(self, txn: Txn) -> C:
+        """Flush durably and return the committable the driver will commit."""
 
     @abstractmethod
     def abort_transaction(self, txn: Txn) -> None:
         """Executor side: the task failed; drop what the transaction wrote."""
 
     @abstractmethod
-    def commit(self, batch_id: int, handles: Sequence[dict[str, Any]]) -> None:
-        """Make every handle of the batch visible, exactly once (idempotent)."""
+    def commit(self, batch_id: int, handles: Sequence[C]) -> None:
+        """Make every committable of the batch visible, exactly once (idempotent)."""
 
     @abstractmethod
-    def abort(self, batch_id: int, handles: Sequence[dict[str, Any]]) -> None:
-        """Discard the handles of a failed batch (idempotent)."""
+    def abort(self, batch_id: int, handles: Sequence[C]) -> None:
+        """Discard the committables of a failed batch (idempotent)."""
 
     def recover(self) -> None:
         """Finish commits a crash interrupted; discard transactions nobody will commit."""
@@ -196,11 +266,14 @@ class TwoPhaseCommitSink(Sink, Generic[Txn]):
 
     def commit_batch(self, batch_id: int, votes: Sequence[Vote]) -> None:
         fault_point("driver.before_commit", batch_id)
-        self.commit(batch_id, [vote.payload for vote in sorted(votes, key=_partition)])
+        kind = cast("type[C]", self.committable_type)
+        ordered = sorted(votes, key=_partition)
+        self.commit(batch_id, [vote.committable(kind) for vote in ordered])
         fault_point("driver.after_commit", batch_id)
 
     def abort_batch(self, batch_id: int, votes: Sequence[Vote | None]) -> None:
-        handles = [vote.payload for vote in votes if vote is not None]
+        kind = cast("type[C]", self.committable_type)
+        handles = [vote.committable(kind) for vote in votes if vote is not None]
         logger.warning(
             "%s: batch %d failed; aborting %d handles", self.name, batch_id, len(handles)
         )

@@ -41,7 +41,8 @@ import json
 import logging
 import uuid
 from abc import abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -53,7 +54,7 @@ from firesteel.core.durable import atomic_output, write_atomically
 from firesteel.core.errors import CheckpointCorruptError, IncompatibleFormatError, SinkError
 from firesteel.core.faults import fault_point
 from firesteel.core.guarantee import SinkKind
-from firesteel.core.sink import Sink, Vote
+from firesteel.core.sink import Committable, Sink, Vote
 from firesteel.sinks.committers import CheckpointCommitter
 
 logger = logging.getLogger(__name__)
@@ -64,11 +65,24 @@ SEGMENT_FORMAT_VERSION = 1
 PLAN_FORMAT_VERSION = 1
 """Version of a batch plan (``plans/<N>.json``); readers refuse other versions."""
 
+_HASH_CHUNK = 1 << 20
 _META_VERSION = b"firesteel.wal.version"
 _META_KEY = b"firesteel.wal.key"
 
 AFTER_SEND = "wal.after_send"
 """Fault point between sending a segment and recording it: the one re-send window."""
+
+
+@dataclass(frozen=True)
+class SegmentCommittable(Committable):
+    """A task's vote: its log segment (``None`` for an empty partition), size and checksum."""
+
+    FORMAT_VERSION: ClassVar[int] = SEGMENT_FORMAT_VERSION
+
+    segment: str | None
+    rows: int = 0
+    bytes: int = 0
+    sha256: str = ""
 
 
 def log_dir_for(checkpoint: str) -> str:
@@ -131,8 +145,10 @@ class WriteAheadSink(Sink):
         self.committer = committer
 
     @abstractmethod
-    def send_values(self, batches: Sequence[pa.RecordBatch], batch_id: int, partition: int) -> None:
+    def send_values(self, batches: Iterable[pa.RecordBatch], batch_id: int, partition: int) -> None:
         """Driver side: deliver one segment's records to the target.
+
+        ``batches`` streams the segment from checkpoint storage (iterate it once).
 
         Return only once the target acknowledged every record; raise to fail
         the batch (nothing is recorded, Spark re-runs the batch, and the
@@ -160,7 +176,7 @@ class WriteAheadSink(Sink):
         first = next(iterator, None)
         if first is None:
             fault_point("sink.after_write", scope.batch_id, scope.partition_id)
-            return self.vote(scope, 0, {"segment": None, "version": SEGMENT_FORMAT_VERSION})
+            return self.vote(scope, 0, SegmentCommittable(None))
         path = self.segment_path(scope.batch_id, scope.partition_id, uuid.uuid4().hex)
         fsys, final = filesystem(path)
         fsys.create_dir(final.rsplit("/", 1)[0], recursive=True)
@@ -180,66 +196,68 @@ class WriteAheadSink(Sink):
                     writer.write_batch(batch)
                     rows += batch.num_rows
         fault_point("sink.after_write", scope.batch_id, scope.partition_id)
-        payload = {
-            "segment": path,
-            "rows": rows,
-            "bytes": hashing.size,
-            "sha256": hashing.digest.hexdigest(),
-            "version": SEGMENT_FORMAT_VERSION,
-        }
+        payload = SegmentCommittable(path, rows, hashing.size, hashing.digest.hexdigest())
         vote = self.vote(scope, rows, payload)
         fault_point("sink.after_pre_commit", scope.batch_id, scope.partition_id)
         return vote
 
-    def read_segment(self, vote: Vote) -> list[pa.RecordBatch]:
-        """The records of a voted segment, after checking its checksum and format version.
+    def read_segment(self, vote: Vote) -> Iterator[pa.RecordBatch]:
+        """The records of a voted segment, streamed, after checking its checksum and format.
 
-        Raises :class:`~firesteel.core.errors.CheckpointCorruptError` naming the
-        file when it is missing, truncated or altered, and
+        The whole file is hashed in chunks before the first record is yielded
+        (nothing unverified reaches the target), then read one record batch at
+        a time, so memory stays bounded by a batch, not a segment. Raises
+        :class:`~firesteel.core.errors.CheckpointCorruptError` naming the file
+        when it is missing, truncated or altered, and
         :class:`~firesteel.core.errors.IncompatibleFormatError` when a newer
         release wrote it.
         """
-        payload = vote.payload
-        path = str(payload["segment"])
-        version = int(payload.get("version", 0))
-        if version > SEGMENT_FORMAT_VERSION:
-            msg = (
-                f"{path}: write-ahead-log segment format {version} is newer than this "
-                f"release reads ({SEGMENT_FORMAT_VERSION}); upgrade firesteel"
-            )
-            raise IncompatibleFormatError(msg)
+        where = f"{self.sink_id} batch {vote.batch_id} partition {vote.partition_id}"
+        payload = vote.committable(SegmentCommittable)
+        path = str(payload.segment)
         fsys, local = filesystem(path)
+        size, digest = self._digest(fsys, local, vote)
+        if digest != payload.sha256 or size != payload.bytes:
+            msg = (
+                f"{path}: write-ahead-log segment checksum mismatch ({size} bytes, "
+                f"sha256 {digest}; the task voted {payload.bytes} bytes, sha256 "
+                f"{payload.sha256}): the file was truncated or altered"
+            )
+            raise CheckpointCorruptError(msg)
+        with fsys.open_input_file(local) as source:
+            reader = pa.ipc.open_file(source)
+            stored = (reader.schema.metadata or {}).get(_META_VERSION, b"0")
+            if int(stored) > SEGMENT_FORMAT_VERSION:
+                msg = f"{path}: segment format {int(stored)} is newer than this release reads"
+                raise IncompatibleFormatError(msg)
+            logger.debug("%s: streaming segment %s", where, path)
+            for index in range(reader.num_record_batches):
+                yield reader.get_batch(index)
+
+    def _digest(self, fsys: fs.FileSystem, local: str, vote: Vote) -> tuple[int, str]:
+        """Size and SHA-256 of a segment, read in chunks."""
+        digest = hashlib.sha256()
+        size = 0
         try:
             with fsys.open_input_stream(local) as stream:
-                data = stream.read()
+                while chunk := stream.read(_HASH_CHUNK):
+                    digest.update(chunk)
+                    size += len(chunk)
         except FileNotFoundError as exc:
             msg = (
-                f"{path}: write-ahead-log segment of {self.sink_id} batch {vote.batch_id} "
+                f"{local}: write-ahead-log segment of {self.sink_id} batch {vote.batch_id} "
                 f"partition {vote.partition_id} is missing, although its task voted and it "
                 "is not recorded as sent; the checkpoint storage lost it"
             )
             raise CheckpointCorruptError(msg) from exc
-        digest = hashlib.sha256(data).hexdigest()
-        if digest != payload["sha256"] or len(data) != int(payload["bytes"]):
-            msg = (
-                f"{path}: write-ahead-log segment checksum mismatch ({len(data)} bytes, "
-                f"sha256 {digest}; the task voted {payload['bytes']} bytes, sha256 "
-                f"{payload['sha256']}): the file was truncated or altered"
-            )
-            raise CheckpointCorruptError(msg)
-        reader = pa.ipc.open_file(pa.py_buffer(data))
-        stored = (reader.schema.metadata or {}).get(_META_VERSION, b"0")
-        if int(stored) > SEGMENT_FORMAT_VERSION:
-            msg = f"{path}: segment format {int(stored)} is newer than this release reads"
-            raise IncompatibleFormatError(msg)
-        return [reader.get_batch(i) for i in range(reader.num_record_batches)]
+        return size, digest.hexdigest()
 
     def commit_batch(self, batch_id: int, votes: Sequence[Vote]) -> None:
         fault_point("driver.before_commit", batch_id)
         ordered = self._plan(batch_id, votes)
         for position, vote in enumerate(ordered):
             partition = vote.partition_id
-            if vote.payload.get("segment") is None:
+            if vote.committable(SegmentCommittable).segment is None:
                 continue
             if self.committer.is_committed(self.sink_id, batch_id, partition):
                 logger.info(
@@ -276,7 +294,10 @@ class WriteAheadSink(Sink):
                 "sink": self.sink_id,
                 "batch": batch_id,
                 "partitions": len(ordered),
-                "segments": [{"partition": v.partition_id, **v.payload} for v in ordered],
+                "segments": [
+                    {"partition": v.partition_id, **v.committable(SegmentCommittable).to_json()}
+                    for v in ordered
+                ],
             }
             fsys.create_dir(path.rsplit("/", 1)[0], recursive=True)
             write_atomically(fsys, path, json.dumps(body).encode("utf-8"))
@@ -306,7 +327,7 @@ class WriteAheadSink(Sink):
                 partition_id=int(entry["partition"]),
                 attempt=0,
                 rows=int(entry.get("rows", 0)),
-                payload={k: v for k, v in entry.items() if k != "partition"},
+                payload=SegmentCommittable.from_json(entry, self.plan_path(batch_id)),
             )
             for entry in body["segments"]
         ]

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
-import json
+import pickle
 from collections.abc import Callable, Iterator
 
 import pyarrow as pa
+from pyspark import cloudpickle
 from pyspark.sql import DataFrame
 
 from firesteel.core.context import TaskScope
@@ -14,7 +14,8 @@ from firesteel.core.guarantee import Guarantee
 from firesteel.core.sink import Sink, Vote
 from firesteel.core.spark.writer import check_guarantee
 
-_VOTE_SCHEMA = "vote string"
+_VOTE_SCHEMA = "vote binary"
+_ARROW_SCHEMA = pa.schema([("vote", pa.binary())])
 
 
 def foreach_batch(
@@ -24,8 +25,10 @@ def foreach_batch(
 
     ``checkpoint_location`` must be the query's own, so the guarantee check
     sees its sources. The write tasks run as ``mapInArrow`` (Arrow end to end);
-    their votes come back to the driver as JSON, and the driver commits the
-    batch exactly as the ``writeStream.format(...)`` path does.
+    their votes come back to the driver cloudpickled (as Spark itself returns
+    a data source writer's commit messages, so typed committables keep their
+    class, even one defined in the job's own script), and the driver commits
+    the batch exactly as the ``writeStream.format(...)`` path does.
     """
     state = {"prepared": False}
 
@@ -34,7 +37,9 @@ def foreach_batch(
     ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
         def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             vote = sink.write_partition(TaskScope.current(batch_id), batches)
-            yield pa.RecordBatch.from_pydict({"vote": [json.dumps(dataclasses.asdict(vote))]})
+            yield pa.RecordBatch.from_pydict(
+                {"vote": [cloudpickle.dumps(vote)]}, schema=_ARROW_SCHEMA
+            )
 
         return run
 
@@ -44,7 +49,7 @@ def foreach_batch(
             sink.prepare()
             state["prepared"] = True
         rows = df.mapInArrow(write_tasks(batch_id), _VOTE_SCHEMA).collect()
-        votes = [Vote(**json.loads(row["vote"])) for row in rows]
+        votes: list[Vote] = [pickle.loads(row["vote"]) for row in rows]
         sink.commit_batch(batch_id, votes)
 
     return process

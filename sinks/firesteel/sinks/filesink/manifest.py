@@ -17,6 +17,7 @@ from pathlib import Path
 
 from firesteel.core.durable import create_record, fsync_dir, read_record
 from firesteel.core.errors import CheckpointCorruptError
+from firesteel.core.sink import Committable
 from firesteel.sinks.filesink.paths import manifest_dir
 
 logger = logging.getLogger(__name__)
@@ -33,6 +34,13 @@ class CommittedFile:
     pending: str
     rows: int
     bytes: int
+
+
+@dataclass(frozen=True)
+class FileCommittable(Committable):
+    """A task's vote: the pending files it wrote and closed durably."""
+
+    files: tuple[CommittedFile, ...]
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,6 @@ import shutil
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 
@@ -44,6 +43,7 @@ from firesteel.core.faults import fault_point
 from firesteel.core.sink import TwoPhaseCommitSink
 from firesteel.sinks.filesink.manifest import (
     CommittedFile,
+    FileCommittable,
     Manifest,
     finalize,
     manifest_path,
@@ -58,10 +58,11 @@ logger = logging.getLogger(__name__)
 OWNER_KIND = "sink-owner"
 
 
-class FilesSink(TwoPhaseCommitSink[TaskWriter]):
+class FilesSink(TwoPhaseCommitSink[TaskWriter, FileCommittable]):
     """Exactly-once Parquet / JSON-lines output with per-batch manifests (see module docs)."""
 
     name = "firesteel.files"
+    committable_type = FileCommittable
 
     def __init__(self, config: WriterConfig, schema: pa.Schema | None = None) -> None:
         if not valid_sink_id(config.sink_id):
@@ -164,17 +165,16 @@ class FilesSink(TwoPhaseCommitSink[TaskWriter]):
     def write(self, txn: TaskWriter, batch: pa.RecordBatch) -> None:
         txn.write(batch)
 
-    def pre_commit(self, txn: TaskWriter) -> dict[str, Any]:
-        files = txn.close()
-        return {"files": [vars(f) for f in files]}
+    def pre_commit(self, txn: TaskWriter) -> FileCommittable:
+        return FileCommittable(tuple(txn.close()))
 
     def abort_transaction(self, txn: TaskWriter) -> None:
         txn.discard()
 
     # -- driver: per batch ----------------------------------------------------------
 
-    def commit(self, batch_id: int, handles: Sequence[dict[str, Any]]) -> None:
-        files = tuple(CommittedFile(**f) for handle in handles for f in handle.get("files", []))
+    def commit(self, batch_id: int, handles: Sequence[FileCommittable]) -> None:
+        files = tuple(f for handle in handles for f in handle.files)
         path = manifest_path(self.out, self.sink_id, batch_id)
         if path.exists():
             self._roll_forward(batch_id, read_manifest(path), files)
@@ -216,10 +216,10 @@ class FilesSink(TwoPhaseCommitSink[TaskWriter]):
     def _drop_pending(self, batch_id: int) -> None:
         shutil.rmtree(self.out / pending_dir(self.sink_id, batch_id), ignore_errors=True)
 
-    def abort(self, batch_id: int, handles: Sequence[dict[str, Any]]) -> None:
+    def abort(self, batch_id: int, handles: Sequence[FileCommittable]) -> None:
         path = manifest_path(self.out, self.sink_id, batch_id)
         kept = {f.pending for f in read_manifest(path).files} if path.exists() else set()
         for handle in handles:
-            for item in handle.get("files", []):
-                if item["pending"] not in kept:
-                    (self.out / item["pending"]).unlink(missing_ok=True)
+            for item in handle.files:
+                if item.pending not in kept:
+                    (self.out / item.pending).unlink(missing_ok=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterable
 
 import pyarrow as pa
 
@@ -47,7 +47,7 @@ class JsonLinesWalSink(_TargetWalSink):
 
     name = "test.jsonl-wal"
 
-    def send_values(self, batches: Sequence[pa.RecordBatch], batch_id: int, partition: int) -> None:
+    def send_values(self, batches: Iterable[pa.RecordBatch], batch_id: int, partition: int) -> None:
         rows = 0
         with open(self.target, "a") as out:
             for batch in batches:
@@ -66,7 +66,7 @@ class SqliteUpsertWalSink(_TargetWalSink):
     name = "test.sqlite-upsert-wal"
     upsert_target = True
 
-    def send_values(self, batches: Sequence[pa.RecordBatch], batch_id: int, partition: int) -> None:
+    def send_values(self, batches: Iterable[pa.RecordBatch], batch_id: int, partition: int) -> None:
         rows = [
             (record["seq"], json.dumps(record)) for batch in batches for record in batch.to_pylist()
         ]

@@ -41,7 +41,7 @@ import pyarrow as pa
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import ConfigError, SinkError
 from firesteel.core.faults import fault_point
-from firesteel.core.sink import PlainSink, TwoPhaseCommitSink
+from firesteel.core.sink import Committable, PlainSink, TwoPhaseCommitSink
 from firesteel.kafka.codec import ValueEncoder, schema_text
 from firesteel.kafka.config import client_config, redact, safe_error
 from firesteel.kafka.options import KafkaSinkOptions
@@ -220,6 +220,16 @@ class TxnState(enum.Enum):
     ABORTED = "aborted"
 
 
+@dataclass(frozen=True)
+class KafkaCommittable(Committable):
+    """A task's vote: its transaction (already committed in the task) and its rows."""
+
+    transactional_id: str
+    rows: int
+    skipped: bool
+    """The marker said an earlier attempt had committed this (batch, partition)."""
+
+
 @dataclass
 class KafkaTransaction:
     """One task's transaction: opened lazily, on the first non-empty batch."""
@@ -236,10 +246,11 @@ class KafkaTransaction:
     committed_batch: int = NO_MARKER
 
 
-class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction]):
+class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable]):
     """``guarantee=exactly-once``: one Kafka transaction per task (see the module docs)."""
 
     name: ClassVar[str] = "firesteel.kafka"
+    committable_type = KafkaCommittable
 
     def __init__(self, options: KafkaSinkOptions, sink_id: str) -> None:
         self.options = options
@@ -482,15 +493,11 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction]):
                 )
                 raise SinkError(msg) from exc
 
-    def pre_commit(self, txn: KafkaTransaction) -> dict[str, Any]:
+    def pre_commit(self, txn: KafkaTransaction) -> KafkaCommittable:
         from confluent_kafka import TopicPartition
 
         scope = txn.scope
-        handle = {
-            "transactional_id": txn.transactional_id,
-            "rows": txn.rows,
-            "skipped": txn.state is TxnState.SKIPPED,
-        }
+        handle = KafkaCommittable(txn.transactional_id, txn.rows, txn.state is TxnState.SKIPPED)
         if txn.state is not TxnState.OPEN:
             return handle
         fault_point("kafka.after_produce", scope.batch_id, scope.partition_id)
@@ -557,10 +564,10 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction]):
             txn.marker_consumer = None
         txn.producer = None
 
-    def commit(self, batch_id: int, handles: Sequence[dict[str, Any]]) -> None:
+    def commit(self, batch_id: int, handles: Sequence[KafkaCommittable]) -> None:
         """Nothing to do: every task committed its own transaction and marker."""
-        rows = sum(int(h.get("rows", 0)) for h in handles if not h.get("skipped"))
-        skipped = sum(1 for h in handles if h.get("skipped"))
+        rows = sum(h.rows for h in handles if not h.skipped)
+        skipped = sum(1 for h in handles if h.skipped)
         logger.info(
             "firesteel.kafka sink %s: batch %d committed (%d rows, %d partitions already done)",
             self.sink_id,
@@ -569,6 +576,6 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction]):
             skipped,
         )
 
-    def abort(self, batch_id: int, handles: Sequence[dict[str, Any]]) -> None:
+    def abort(self, batch_id: int, handles: Sequence[KafkaCommittable]) -> None:
         """Nothing to do: a failed task aborted its transaction; a zombie's is fenced on re-run."""
         logger.warning("firesteel.kafka sink %s: batch %d aborted", self.sink_id, batch_id)
