@@ -43,7 +43,7 @@ from pyspark import cloudpickle
 from benchmarks import spark
 from benchmarks.framework import Figure, Workload
 from firesteel.backends import FilesystemBackend, HeapBackend
-from firesteel.backends.dictstore import DictKeyedStore
+from firesteel.backends.heap.store import HeapKeyedStore
 from firesteel.state import (
     KeyedProcessor,
     KeyState,
@@ -195,7 +195,7 @@ def _snapshot(keys: int, churn: float) -> tuple[Callable[[], Figure], Callable[[
         folder = _DIRS.fresh("snapshot")
         backend = FilesystemBackend(f"file://{folder}", full_snapshot_every=1000)
         spec = OperatorSpec("bench", ("key",), MAX_P, 1)
-        store = DictKeyedStore(backend.storage("bench"), spec, retain=5, full_snapshot_every=1000)
+        store = HeapKeyedStore(backend.storage("bench"), spec, retain=5, full_snapshot_every=1000)
         everything = KeyGroupRange(0, MAX_P - 1)
         store.begin(TaskInfo("bench", 0, 0, everything), [VALUE], [], 0)
         value = store.state(VALUE)

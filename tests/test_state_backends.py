@@ -25,7 +25,7 @@ import pytest
 
 from firesteel.backends import FilesystemBackend, HeapBackend
 from firesteel.backends import format as fmt
-from firesteel.backends.dictstore import DictKeyedStore
+from firesteel.backends.heap.store import HeapKeyedStore
 from firesteel.backends.inspect import backend_class, read_state
 from firesteel.core.errors import CheckpointCorruptError, ConfigError, IncompatibleFormatError
 from firesteel.state import (
@@ -312,7 +312,7 @@ def _worker(kind: str, backend: Any, root: Path, name: str) -> Any:
     """A second "Python worker": a store of its own, kept between tasks."""
     spec = OperatorSpec("op", ("k",), MAX_P, 1)
     if kind != "rocksdb":
-        return DictKeyedStore(backend.storage("op"), spec, retain=5, full_snapshot_every=5)
+        return HeapKeyedStore(backend.storage("op"), spec, retain=5, full_snapshot_every=5)
     from firesteel.rocksdb.local import LocalFolder
     from firesteel.rocksdb.store import RocksDBKeyedStore
 

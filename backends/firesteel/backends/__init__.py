@@ -6,8 +6,7 @@
 Both implement :class:`StateBackend`; a RocksDB backend would too.
 """
 
-from firesteel.backends.filesystem import FilesystemBackend
-from firesteel.backends.heap import HeapBackend
+from firesteel.backends.heap.backends import FilesystemBackend, HeapBackend
 from firesteel.state.backend import KeyedStateStore, OperatorSpec, StateBackend
 
 __all__ = ["FilesystemBackend", "HeapBackend", "KeyedStateStore", "OperatorSpec", "StateBackend"]

@@ -13,7 +13,7 @@ after rescaling, the ranges of different versions differ, and a key group is
 restored from whichever file of each version covers it. The digest in the
 name is the BLAKE2b of the file's body, so a worker can tell whether the file
 it wrote is the one that is now committed (see
-:mod:`firesteel.backends.dictstore`).
+:mod:`firesteel.backends.heap.store`).
 
 Writes follow the durability policy of :mod:`firesteel.core.durable` (the
 heap backend, development only, skips the fsyncs).

@@ -17,7 +17,7 @@ key groups of that task. The protocol, per task of batch N (see
 4. On any failure :meth:`KeyedStateStore.discard` forgets in-memory changes.
 
 The heap and filesystem backends keep state in Python dicts
-(:mod:`firesteel.backends.memory`); a RocksDB backend would implement the same
+(:mod:`firesteel.backends.heap.states`); a RocksDB backend would implement the same
 two classes over a local RocksDB and its checkpoints.
 """
 

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from firesteel.backends.dictstore import SnapshotThread
+from firesteel.backends.async_snapshot import SnapshotThread
 from firesteel.core.errors import CheckpointCorruptError, ConfigError
 from firesteel.core.faults import fault_point
 from firesteel.rocksdb import keys

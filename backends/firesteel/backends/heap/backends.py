@@ -1,21 +1,31 @@
-"""The filesystem backend: state in Python dicts, snapshots on any pyarrow filesystem.
+"""The two backends of the heap family: where their snapshots go.
 
-Flink's HashMapStateBackend with FileSystemCheckpointStorage. Use it in
-production: snapshots go to durable storage given as a local path or a URI
-(``file:///...``, ``s3://bucket/prefix``, ``hdfs://...``, ``gs://...``), and a
-restarted query (on any machine that can read the URI) resumes from them.
-State must fit in the memory of the Python workers.
+* :class:`FilesystemBackend`: Flink's HashMapStateBackend with
+  FileSystemCheckpointStorage. Use it in production: snapshots go to durable
+  storage given as a local path or a URI (``file:///...``,
+  ``s3://bucket/prefix``, ``hdfs://...``, ``gs://...``), and a restarted query
+  (on any machine that can read the URI) resumes from them.
+* :class:`HeapBackend`: with JobManagerCheckpointStorage, for development:
+  tests and notebooks. Its snapshots go to a local directory (a temporary one
+  unless you name it) without fsync, so they survive a restart of the query on
+  the same machine, but not the loss of the machine, and executors on other
+  machines cannot read them.
+
+Both keep state in the Python workers' memory
+(:mod:`firesteel.backends.heap.store`), so it must fit there.
 """
 
 from __future__ import annotations
 
 import logging
+import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import pyarrow as pa
 
-from firesteel.backends.dictstore import worker_store
+from firesteel.backends.heap.store import worker_store
 from firesteel.backends.storage import SnapshotStorage
 from firesteel.core.checkpoint import filesystem
 from firesteel.core.errors import ConfigError
@@ -117,3 +127,36 @@ class FilesystemBackend(StateBackend):
         from firesteel.backends.inspect import read_state
 
         return read_state(self.location, operator=operator, batch=batch)
+
+
+def _default_path() -> str:
+    return str(Path(tempfile.gettempdir()) / "firesteel-heap-state")
+
+
+@dataclass(frozen=True)
+class HeapBackend(FilesystemBackend):
+    """Keyed state in memory; snapshots to the local directory ``path`` (development only)."""
+
+    path: str = field(default_factory=_default_path)
+    name: str = "heap"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if "://" in self.path and not self.path.startswith("file://"):
+            msg = (
+                f"heap backend: {self.path!r} is not a local path; the heap backend snapshots "
+                "to local disk only (development). Use FilesystemBackend for remote storage"
+            )
+            raise ConfigError(msg)
+
+    @property
+    def durable(self) -> bool:
+        return False
+
+    def validate(self) -> None:
+        logger.warning(
+            "firesteel: the heap state backend is for development only; snapshots in %s are "
+            "local and not fsynced",
+            self.path,
+        )
+        super().validate()

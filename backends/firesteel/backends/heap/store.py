@@ -32,18 +32,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from firesteel.backends import format as fmt
-from firesteel.backends.memory import (
-    TIMERS,
-    BoundState,
-    Cursor,
-    KeyGroupState,
-    KeyPacker,
-    RowApplier,
-    RowBuffer,
-    make_state,
-    write_delta,
-    write_full,
-)
+from firesteel.backends.async_snapshot import SnapshotThread
+from firesteel.backends.heap.rows import KeyPacker, RowApplier, RowBuffer, write_delta, write_full
+from firesteel.backends.heap.states import TIMERS, BoundState, Cursor, KeyGroupState, make_state
 from firesteel.backends.storage import (
     DELTA,
     FULL,
@@ -82,28 +73,7 @@ def fingerprint(descriptors: Sequence[StateDescriptor]) -> tuple[Any, ...]:
     )
 
 
-class SnapshotThread(PendingSnapshot):
-    """Runs the serialization and upload of one snapshot beside the task's output."""
-
-    def __init__(self, work: Any) -> None:
-        self._error: BaseException | None = None
-        self._work = work
-        self._thread = threading.Thread(target=self._run, name="firesteel-snapshot", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            self._work()
-        except BaseException as exc:  # re-raised in wait(), on the task thread
-            self._error = exc
-
-    def wait(self) -> None:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-
-
-class DictKeyedStore(KeyedStateStore):
+class HeapKeyedStore(KeyedStateStore):
     """Dict-backed state for the key groups of the tasks a worker runs (see module docs)."""
 
     def __init__(
@@ -447,7 +417,7 @@ class DictKeyedStore(KeyedStateStore):
             )
 
 
-_WORKER_STORES: dict[tuple[str, str, str], DictKeyedStore] = {}
+_WORKER_STORES: dict[tuple[str, str, str], HeapKeyedStore] = {}
 _WORKER_LOCK = threading.Lock()
 
 
@@ -459,15 +429,15 @@ def worker_store(
     retain: int,
     full_snapshot_every: int,
     cache: bool,
-) -> DictKeyedStore:
+) -> HeapKeyedStore:
     """The store this Python worker keeps for (location, operator, query) between tasks."""
     if not cache:
-        return DictKeyedStore(storage, spec, retain=retain, full_snapshot_every=full_snapshot_every)
+        return HeapKeyedStore(storage, spec, retain=retain, full_snapshot_every=full_snapshot_every)
     cache_key = (storage.location, spec.name, query_id)
     with _WORKER_LOCK:
         store = _WORKER_STORES.get(cache_key)
         if store is None or store.spec.max_parallelism != spec.max_parallelism:
-            store = DictKeyedStore(
+            store = HeapKeyedStore(
                 storage, spec, retain=retain, full_snapshot_every=full_snapshot_every
             )
             _WORKER_STORES[cache_key] = store
