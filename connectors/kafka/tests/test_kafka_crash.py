@@ -12,6 +12,7 @@ runs while the job is being killed, one at the end.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import Counter
 from pathlib import Path
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from firesteel.kafka.testing import broker_kind, create_topic, produce, read_committed, read_log
+from firesteel.kafka.testing.scripts import script
 from firesteel.testing import (
     CrashHarness,
     HarnessError,
@@ -30,7 +32,7 @@ from firesteel.testing import (
 )
 
 JOBS = Path(__file__).parent / "jobs"
-JOB = JOBS / "kafka_map_job.py"
+JOB = script("map_job")
 RECORDS = 2000
 PARTITIONS = 4
 
@@ -195,7 +197,7 @@ def test_stateful_operator_between_kafka_topics_is_exactly_once_under_kills(boot
     kills = _kills(tmp_path / "checkpoint", points, rounds=5, randoms=1)
     with CrashHarness(tmp_path / "harness", timeout=300) as harness:
         result = harness.run(
-            JOBS / "kafka_state_job.py",
+            script("state_job"),
             [
                 bootstrap,
                 source,
@@ -241,3 +243,17 @@ def test_latest_start_survives_a_crash_before_batch_0_commits(bootstrap, tmp_pat
     view = read_log(bootstrap, target)
     assert sorted(view.values) == sorted(middle)
     _check_with_read_committed(bootstrap, target, view)
+
+
+def test_soak_command_counts_a_killed_and_restarted_kafka_pipeline(
+    bootstrap, tmp_path, monkeypatch, capsys
+):
+    from firesteel.kafka.testing.soak import main
+
+    monkeypatch.setenv("FIRESTEEL_KAFKA_BOOTSTRAP", bootstrap)
+    code = main(["map", "--cycles", "1", "--seed", "2", "--workdir", str(tmp_path / "soak")])
+    report = json.loads(capsys.readouterr().out)
+    assert (report["path"], report["cycles"], report["records"]) == ("map", 1, 240)
+    assert report["kills"] == 1
+    assert report["lost"] == report["duplicated"] == report["unexpected"] == 0
+    assert code == 0

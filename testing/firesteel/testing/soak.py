@@ -21,7 +21,9 @@ skipping ``_``-folders, or ``sqlite3``) and the command prints one JSON line::
     {"path": "files", "cycles": 500, "kills": 498, "lost": 0, "duplicated": 0, ...}
 
 and exits 1 if anything was lost, duplicated or (``state``) ranked wrongly.
-The Kafka pipelines are not soak paths yet (see the README).
+The Kafka pipelines are soak paths of the Kafka distribution
+(``python -m firesteel.kafka.testing.soak``), built on :func:`soak` and
+:func:`run_cli` with their own :class:`SoakRun`.
 """
 
 from __future__ import annotations
@@ -34,9 +36,11 @@ import sqlite3
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -83,12 +87,57 @@ PATHS = {
 }
 
 
+class SoakRun(Protocol):
+    """One pipeline under soak: its job, input, restarts, kills and the final count."""
+
+    @property
+    def job(self) -> Path:
+        """The job script the harness runs."""
+        ...
+
+    def feed(self) -> None:
+        """Add one cycle's input."""
+
+    def args(self, run: int) -> list[str]:
+        """The job's arguments for restart ``run``."""
+        ...
+
+    def kill(self) -> Kill:
+        """The kill one cycle is armed with."""
+        ...
+
+    def check(self) -> dict[str, int]:
+        """``records``, ``lost``, ``duplicated``, ``unexpected`` (and path-specific counts)."""
+        ...
+
+
+def counts(seqs: Iterable[int], expected: range, **extra: int) -> dict[str, int]:
+    """The figures :meth:`SoakRun.check` reports, from the sequence numbers read back."""
+    count = count_sequence(list(seqs), expected)
+    return {
+        "records": len(expected),
+        "lost": len(count.lost),
+        "duplicated": sum(times - 1 for times in count.duplicated.values()),
+        "unexpected": len(count.unexpected),
+        **extra,
+    }
+
+
+def misranked(pairs_by_key: dict[str, list[tuple[int, int]]]) -> int:
+    """Records whose rank is not their position among their key's records (seq, rank) pairs."""
+    wrong = 0
+    for pairs in pairs_by_key.values():
+        pairs.sort()
+        wrong += sum(1 for index, (_, rank) in enumerate(pairs) if rank != index + 1)
+    return wrong
+
+
 def _key(seq: int) -> str:
     return f"k{(seq * 5) % KEYS}"
 
 
 class Soak:
-    """The folders, input and checks of one soak run."""
+    """The folders, input and checks of one soak run of a files-fed path (:data:`PATHS`)."""
 
     def __init__(self, name: str, workdir: Path, rng: random.Random) -> None:
         self.name = name
@@ -100,6 +149,10 @@ class Soak:
         self.state = workdir / "state"
         self.files = 0
         self.source.mkdir(parents=True)
+
+    @property
+    def job(self) -> Path:
+        return script(self.path.job)
 
     def feed(self) -> None:
         """Add one cycle's input files (seq, text, key), named so they sort in order."""
@@ -157,40 +210,24 @@ class Soak:
             table = ds.dataset(self.out, format="parquet").to_table()
             if self.name == "state":
                 table = table.filter(pc.greater_equal(table.column("seq"), 0))
-                wrong = _misranked(table)
+                by_key: dict[str, list[tuple[int, int]]] = {}
+                for row in table.select(["seq", "key", "rank"]).to_pylist():
+                    by_key.setdefault(row["key"], []).append((row["seq"], row["rank"]))
+                wrong = misranked(by_key)
             seqs = table.column("seq").to_pylist()
-        count = count_sequence(seqs, expected)
-        return {
-            "records": len(expected),
-            "lost": len(count.lost),
-            "duplicated": sum(times - 1 for times in count.duplicated.values()),
-            "unexpected": len(count.unexpected),
-            "misranked": wrong,
-        }
+        return counts(seqs, expected, misranked=wrong)
 
 
-def _misranked(table: pa.Table) -> int:
-    """Records whose rank is not their position among their key's records."""
-    by_key: dict[str, list[tuple[int, int]]] = {}
-    for row in table.select(["seq", "key", "rank"]).to_pylist():
-        by_key.setdefault(row["key"], []).append((row["seq"], row["rank"]))
-    wrong = 0
-    for pairs in by_key.values():
-        pairs.sort()
-        wrong += sum(1 for index, (_, rank) in enumerate(pairs) if rank != index + 1)
-    return wrong
-
-
-def soak(name: str, cycles: int, workdir: Path, seed: int | None = None) -> dict[str, object]:
-    """Run ``cycles`` kill/restart cycles of path ``name`` in ``workdir``; the counts."""
-    rng = random.Random(seed)
-    run = Soak(name, workdir, rng)
+def soak(
+    name: str, run: SoakRun, cycles: int, workdir: Path, rng: random.Random
+) -> dict[str, object]:
+    """Run ``cycles`` kill/restart cycles of ``run`` in ``workdir``; the counts."""
     kills = 0
     started = time.monotonic()
     with CrashHarness(workdir / "harness", seed=rng.randrange(1 << 30)) as harness:
         for cycle in range(cycles):
             run.feed()
-            result = harness.run(script(run.path.job), run.args, [run.kill()])
+            result = harness.run(run.job, run.args, [run.kill()])
             kills += result.kills
             logger.info("soak %s: cycle %d/%d, %d kills", name, cycle + 1, cycles, kills)
     return {
@@ -202,23 +239,38 @@ def soak(name: str, cycles: int, workdir: Path, seed: int | None = None) -> dict
     }
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The command line (see the module docs)."""
-    parser = argparse.ArgumentParser(prog="python -m firesteel.testing.soak")
-    parser.add_argument("path", choices=sorted(PATHS))
+RunFactory = Callable[[str, Path, random.Random], AbstractContextManager[SoakRun]]
+"""Builds path ``name``'s run in a work folder; a context manager so it may own services."""
+
+
+def run_cli(
+    prog: str, paths: Sequence[str], factory: RunFactory, argv: Sequence[str] | None
+) -> int:
+    """The soak command line over ``paths`` (see the module docs); the exit code."""
+    parser = argparse.ArgumentParser(prog=prog)
+    parser.add_argument("path", choices=sorted(paths))
     parser.add_argument("--cycles", type=int, default=20)
     parser.add_argument("--workdir", type=Path, help="kept afterwards (default: a temp folder)")
     parser.add_argument("--seed", type=int)
     options = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    if options.workdir is None:
-        with tempfile.TemporaryDirectory(prefix="firesteel-soak-") as folder:
-            report = soak(options.path, options.cycles, Path(folder), options.seed)
-    else:
-        report = soak(options.path, options.cycles, options.workdir, options.seed)
+    rng = random.Random(options.seed)
+    with tempfile.TemporaryDirectory(prefix="firesteel-soak-") as scratch:
+        workdir = options.workdir or Path(scratch)
+        with factory(options.path, workdir, rng) as run:
+            report = soak(options.path, run, options.cycles, workdir, rng)
     sys.stdout.write(json.dumps(report) + "\n")
-    failed = any(report[k] for k in ("lost", "duplicated", "unexpected", "misranked"))
+    failed = any(report.get(k) for k in ("lost", "duplicated", "unexpected", "misranked"))
     return 1 if failed else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m firesteel.testing.soak`` (see the module docs)."""
+
+    def factory(name: str, workdir: Path, rng: random.Random) -> AbstractContextManager[SoakRun]:
+        return nullcontext(Soak(name, workdir, rng))
+
+    return run_cli("python -m firesteel.testing.soak", list(PATHS), factory, argv)
 
 
 if __name__ == "__main__":

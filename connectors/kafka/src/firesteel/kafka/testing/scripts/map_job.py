@@ -1,6 +1,6 @@
 """Crash-test job: Kafka -> map -> Kafka, all available input, from a fixed checkpoint.
 
-Usage: kafka_map_job.py <bootstrap> <input topic> <output topic> <checkpoint> <guarantee>
+Usage: map_job.py <bootstrap> <input topic> <output topic> <checkpoint> <guarantee>
 [<marker log topic>]
 Each input value ``<n>`` becomes ``out-<n>``; the key and partition are kept.
 """

@@ -1,6 +1,6 @@
 """Crash-test job: Kafka -> stateful rank per key -> Kafka exactly-once.
 
-Usage: kafka_state_job.py <bootstrap> <input> <output> <checkpoint> <state uri> [<marker log>]
+Usage: state_job.py <bootstrap> <input> <output> <checkpoint> <state uri> [<marker log>]
 
 Input values are sequence numbers ``n`` with key ``k<n % 5>``. The processor
 keeps a per-key count in keyed state and emits ``<n>:<key>:<rank>`` per input

@@ -1,0 +1,133 @@
+"""The Kafka soak paths: many SIGKILL/restart cycles, beyond what CI runs.
+
+Usage::
+
+    python -m firesteel.kafka.testing.soak {map,state} --cycles N [--workdir DIR] [--seed S]
+
+- ``map``: Kafka -> map -> Kafka exactly-once (``scripts/map_job.py``);
+- ``state``: Kafka -> keyed rank per key (filesystem backend) -> Kafka
+  exactly-once (``scripts/state_job.py``).
+
+The broker is :func:`~firesteel.kafka.testing.kafka_cluster`'s: the cluster
+``FIRESTEEL_KAFKA_BOOTSTRAP`` names, else a real broker from ``KAFKA_HOME``,
+else tansu (with the marker log the sink needs there). Both paths run in the
+default configuration on Apache Kafka (consumer-group markers only).
+
+Every cycle produces :data:`RECORDS_PER_CYCLE` sequence-numbered records
+across the input partitions, arms one kill (a named protocol point of the
+path, or a random moment) and restarts the job from its checkpoint until it
+has read everything. The partition count is never changed between restarts:
+the exactly-once sink keys its markers by Spark partition (see the README). At
+the end a plain ``read_committed`` consumer (the broker's own isolation, no
+firesteel code) reads the output topic, and the command prints the counts of
+:func:`firesteel.testing.soak.counts` as one JSON line, exiting 1 if anything
+was lost, duplicated or (``state``) ranked wrongly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from firesteel.kafka.testing import (
+    broker_kind,
+    create_topic,
+    kafka_cluster,
+    produce,
+    read_committed,
+)
+from firesteel.kafka.testing.scripts import script
+from firesteel.testing.harness import Kill, at_point, at_random
+from firesteel.testing.soak import SoakRun, counts, misranked, run_cli
+
+RECORDS_PER_CYCLE = 240
+PARTITIONS = 3
+
+POINTS = {
+    "map": (
+        "kafka.after_produce",
+        "kafka.after_flush",
+        "kafka.before_commit_transaction",
+        "kafka.after_commit_transaction",
+        "sink.after_pre_commit",
+        "driver.before_commit",
+        "driver.after_commit",
+    ),
+    "state": (
+        "state.after_snapshot",
+        "kafka.after_produce",
+        "kafka.before_commit_transaction",
+        "kafka.after_commit_transaction",
+        "driver.after_commit",
+    ),
+}
+"""Protocol points a cycle of each path may kill at."""
+
+
+class KafkaSoak:
+    """Topics, input and the final count of one Kafka soak run (a :class:`SoakRun`)."""
+
+    def __init__(self, name: str, bootstrap: str, workdir: Path, rng: random.Random) -> None:
+        self.name = name
+        self.bootstrap = bootstrap
+        self.rng = rng
+        self.source = create_topic(bootstrap, PARTITIONS)
+        self.target = create_topic(bootstrap, PARTITIONS)
+        self.marker_log = [] if broker_kind() == "kafka" else [create_topic(bootstrap, 1)]
+        self.checkpoint = workdir / "ck"
+        self.state = workdir / "state"
+        self.records = 0
+
+    @property
+    def job(self) -> Path:
+        return script(f"{self.name}_job")
+
+    def feed(self) -> None:
+        start, self.records = self.records, self.records + RECORDS_PER_CYCLE
+        for partition in range(PARTITIONS):
+            values = [str(i).encode() for i in range(start + partition, self.records, PARTITIONS)]
+            produce(self.bootstrap, self.source, values, partition=partition)
+
+    def args(self, run: int) -> list[str]:
+        common = [self.bootstrap, self.source, self.target, str(self.checkpoint)]
+        if self.name == "map":
+            return [*common, "exactly-once", *self.marker_log]
+        return [*common, str(self.state), *self.marker_log]
+
+    def kill(self) -> Kill:
+        """A named point of the path or a random moment, with equal odds."""
+        if self.rng.random() < 0.5:
+            return at_point(self.rng.choice(POINTS[self.name]))
+        return at_random((2.0, 14.0))
+
+    def check(self) -> dict[str, int]:
+        output = read_committed(self.bootstrap, self.target)
+        values = [(record.value or b"").decode() for record in output]
+        expected = range(self.records)
+        if self.name == "map":
+            return counts((int(v.removeprefix("out-")) for v in values), expected, misranked=0)
+        by_key: dict[str, list[tuple[int, int]]] = {}
+        seqs = []
+        for value in values:
+            seq, key, rank = value.split(":")
+            seqs.append(int(seq))
+            by_key.setdefault(key, []).append((int(seq), int(rank)))
+        return counts(seqs, expected, misranked=misranked(by_key))
+
+
+@contextlib.contextmanager
+def _kafka_run(name: str, workdir: Path, rng: random.Random) -> Iterator[SoakRun]:
+    with kafka_cluster() as bootstrap:
+        yield KafkaSoak(name, bootstrap, workdir, rng)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line (see the module docs)."""
+    return run_cli("python -m firesteel.kafka.testing.soak", list(POINTS), _kafka_run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
