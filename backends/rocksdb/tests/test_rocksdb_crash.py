@@ -64,6 +64,10 @@ class RocksJob:
 
     @property
     def args(self) -> list[str]:
+        return self.args_with(self.parallelism)
+
+    def args_with(self, parallelism: int) -> list[str]:
+        """The job's arguments with another operator parallelism (a user's rescale)."""
         return [
             str(self.source),
             str(self.out),
@@ -71,7 +75,7 @@ class RocksJob:
             f"file://{self.state}",
             str(self.local),
             str(FILES_PER_BATCH),
-            str(self.parallelism),
+            str(parallelism),
         ]
 
     def check(self, result: CrashResult) -> None:
@@ -146,4 +150,21 @@ def test_tasks_killed_during_upload_are_retried(tmp_path: Path) -> None:
         result = harness.run(JOB, job.args, [task_kills])
     assert result.all_fired, result.summary()
     assert result.exit_codes == [0]
+    job.check(result)
+
+
+def test_restarts_with_another_parallelism_restore_only_owned_key_groups(tmp_path: Path) -> None:
+    """Killed mid-upload at parallelism 2, restarted at 3, killed at random, finished at 1."""
+    job = RocksJob(tmp_path / "job")
+    parallelisms = [2, 3, 1]
+    kills = [
+        at_point(MID_UPLOAD, batch=1, partition=0),
+        at_random((0.0, 1.5), when=batch_started(job.checkpoint, 2)),
+    ]
+    with CrashHarness(tmp_path / "harness", timeout=300) as harness:
+        result = harness.run(
+            JOB, lambda run: job.args_with(parallelisms[min(run, len(parallelisms) - 1)]), kills
+        )
+    assert result.all_fired, result.summary()
+    assert result.exit_codes == [-9, -9, 0]
     job.check(result)
