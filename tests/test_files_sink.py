@@ -413,3 +413,31 @@ def test_two_queries_sharing_an_explicit_sink_id_through_spark(spark, tmp_path):
     )
     assert "belongs to Spark query" in str(second.exception())
     assert sorted(read_committed(str(out)).column("seq").to_pylist()) == list(range(4))
+
+
+def test_manifests_are_compacted_and_compacted_batches_stay_committed(tmp_path):
+    from firesteel.sinks.filesink.manifest import COMPACT_EVERY, committed_through
+
+    out = tmp_path / "out"
+    sink = make_sink(out)
+    batches = 2 * COMPACT_EVERY + 5
+    for batch in range(batches):
+        sink.commit_batch(batch, [vote(sink, batch, 0, rows(batch * 3, 3))])
+    folder = out / "_firesteel" / "manifests" / "s1"
+    last_compacted = 2 * COMPACT_EVERY - 1
+    assert committed_through(out, "s1") == last_compacted
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        [f"{last_compacted}.compact.json"]
+        + [f"{n}.json" for n in range(last_compacted + 1, batches)]
+    )
+    expected = list(range(batches * 3))
+    assert sorted(read_committed(str(out)).column("seq").to_pylist()) == expected
+    assert sorted(ds.dataset(str(out)).to_table().column("seq").to_pylist()) == expected
+    # A re-run of a compacted batch (a checkpoint restored from an old copy) publishes nothing.
+    sink.commit_batch(3, [vote(sink, 3, 0, rows(1000, 3))])
+    assert pending_files(out) == []
+    # Leftovers of a compacted batch are dropped when a run recovers.
+    vote(sink, 4, 0, rows(2000, 3), attempt=1)
+    make_sink(out)
+    assert pending_files(out) == []
+    assert sorted(ds.dataset(str(out)).to_table().column("seq").to_pylist()) == expected

@@ -5,6 +5,7 @@ Layout under the output folder ``<out>``::
     <out>/<col>=<value>/.../part-<batch>-<partition>-<n>-<sink>.<ext>    committed data
     <out>/_firesteel/pending/<sink>/<batch>/<partition>-<attempt>-<n>-<token>.<ext>  in progress
     <out>/_firesteel/manifests/<sink>/<batch>.json                       what batch N committed
+    <out>/_firesteel/manifests/<sink>/<batch>.compact.json               batches <= N, folded
 
 Everything of firesteel's own lives under ``_firesteel/``, which Spark and
 pyarrow skip (``_`` prefix), so a plain read of ``<out>`` sees committed files

@@ -15,7 +15,11 @@ Protocol for micro-batch N (Flink's TwoPhaseCommitSinkFunction, Beam's finalize)
    b. otherwise write the manifest atomically (this *is* the commit point);
       fault point ``driver.mid_commit``;
    c. rename each pending file to its final name (idempotent finalize);
-   d. delete whatever else is left in ``pending/<sink>/<N>/`` (other attempts).
+   d. delete whatever else is left in ``pending/<sink>/<N>/`` (other attempts);
+   e. every ``COMPACT_EVERY`` batches, fold the manifests so far into one
+      compact record (:func:`~firesteel.sinks.filesink.manifest.compact`); a
+      batch a compact record covers counts as committed like one with a
+      manifest.
 
 4. :meth:`FilesSink.recover` (in ``prepare``, before the first batch of a run)
    rolls forward every batch that has a manifest and pending files left, and
@@ -42,9 +46,12 @@ from firesteel.core.errors import ConfigError
 from firesteel.core.faults import fault_point
 from firesteel.core.sink import TwoPhaseCommitSink
 from firesteel.sinks.filesink.manifest import (
+    COMPACT_EVERY,
     CommittedFile,
     FileCommittable,
     Manifest,
+    committed_through,
+    compact,
     finalize,
     manifest_path,
     read_manifest,
@@ -134,12 +141,19 @@ class FilesSink(TwoPhaseCommitSink[TaskWriter, FileCommittable]):
         pending_root = self.out / FIRESTEEL_DIR / "pending" / self.sink_id
         if not pending_root.is_dir():
             return
+        through = committed_through(self.out, self.sink_id)
         for folder in sorted(pending_root.iterdir()):
             if not folder.name.isdigit():
                 continue
             batch_id = int(folder.name)
             path = manifest_path(self.out, self.sink_id, batch_id)
-            if path.exists():
+            if batch_id <= through:
+                logger.info(
+                    "firesteel.files: sink %s discarding leftover files of batch %d",
+                    self.sink_id,
+                    batch_id,
+                )
+            elif path.exists():
                 renamed = finalize(self.out, read_manifest(path))
                 logger.warning(
                     "firesteel.files: sink %s recovered batch %d (%d renames rolled forward)",
@@ -147,7 +161,10 @@ class FilesSink(TwoPhaseCommitSink[TaskWriter, FileCommittable]):
                     batch_id,
                     renamed,
                 )
-            elif manifest_path(self.out, self.sink_id, batch_id + 1).exists():
+            elif (
+                batch_id + 1 <= through
+                or manifest_path(self.out, self.sink_id, batch_id + 1).exists()
+            ):
                 logger.info(
                     "firesteel.files: sink %s discarding uncommitted files of batch %d",
                     self.sink_id,
@@ -175,6 +192,9 @@ class FilesSink(TwoPhaseCommitSink[TaskWriter, FileCommittable]):
 
     def commit(self, batch_id: int, handles: Sequence[FileCommittable]) -> None:
         files = tuple(f for handle in handles for f in handle.files)
+        if batch_id <= committed_through(self.out, self.sink_id):
+            self._discard_rerun(batch_id, files)
+            return
         path = manifest_path(self.out, self.sink_id, batch_id)
         if path.exists():
             self._roll_forward(batch_id, read_manifest(path), files)
@@ -186,6 +206,14 @@ class FilesSink(TwoPhaseCommitSink[TaskWriter, FileCommittable]):
         fault_point("driver.mid_commit", batch_id)
         finalize(self.out, manifest)
         self._drop_pending(batch_id)
+        if (batch_id + 1) % COMPACT_EVERY == 0:
+            folded = compact(self.out, self.sink_id, batch_id)
+            logger.info(
+                "firesteel.files: sink %s compacted %d manifests through batch %d",
+                self.sink_id,
+                folded,
+                batch_id,
+            )
         logger.info(
             "firesteel.files: sink %s committed batch %d: %d files, %d rows",
             self.sink_id,
@@ -210,6 +238,19 @@ class FilesSink(TwoPhaseCommitSink[TaskWriter, FileCommittable]):
             self.sink_id,
             batch_id,
             len(manifest.files),
+            len(new_files),
+        )
+
+    def _discard_rerun(self, batch_id: int, new_files: Sequence[CommittedFile]) -> None:
+        """Batch committed and compacted long ago (every file final): drop the re-run's."""
+        for item in new_files:
+            (self.out / item.pending).unlink(missing_ok=True)
+        self._drop_pending(batch_id)
+        logger.warning(
+            "firesteel.files: sink %s batch %d was committed before the last compaction; "
+            "discarded %d files of the re-run",
+            self.sink_id,
+            batch_id,
             len(new_files),
         )
 

@@ -16,10 +16,10 @@ import pyarrow as pa
 def committed_files(path: str) -> list[str]:
     """Absolute paths of every file the manifests under ``path`` list, in commit order."""
     # Imported here: firesteel.sinks.filesink imports this package (firesteel.core.durable).
-    from firesteel.sinks.filesink.manifest import list_manifests, read_manifest
+    from firesteel.sinks.filesink.manifest import committed_manifests
 
     out = Path(path)
-    return [str(out / f.path) for m in list_manifests(out) for f in read_manifest(m).files]
+    return [str(out / f.path) for m in committed_manifests(out) for f in m.files]
 
 
 def _read_one(path: Path) -> pa.Table:
@@ -34,12 +34,12 @@ def _read_one(path: Path) -> pa.Table:
 
 def read_committed(path: str) -> pa.Table:
     """All committed rows under ``path`` as one table (empty table if nothing is committed)."""
-    from firesteel.sinks.filesink.manifest import list_manifests, read_manifest
+    from firesteel.sinks.filesink.manifest import committed_manifests
 
     out = Path(path)
     tables = []
-    for manifest_file in list_manifests(out):
-        for item in read_manifest(manifest_file).files:
+    for manifest in committed_manifests(out):
+        for item in manifest.files:
             final = out / item.path
             tables.append(_read_one(final if final.exists() else out / item.pending))
     if not tables:
