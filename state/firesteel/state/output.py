@@ -63,7 +63,12 @@ class OutputBuilder:
         names = self._names
         width = len(names)
         for row in result:
-            if isinstance(row, Mapping):
+            kind = type(row)
+            if (kind is tuple or kind is list) and len(row) == width:
+                # The common case first: exact built-in types skip the ABC checks below.
+                for index in range(width):
+                    columns[index].append(row[index])
+            elif isinstance(row, Mapping):
                 if row.keys() != self._name_set:
                     self._check_row_keys(row, key)
                 for index, name in enumerate(names):
@@ -195,6 +200,9 @@ class OutputBuilder:
 
 
 def _is_row(value: Any) -> bool:
+    kind = type(value)
+    if kind is tuple or kind is list or kind is dict:
+        return True
     return isinstance(value, Mapping | tuple | list) or hasattr(value, "asDict")
 
 
