@@ -29,29 +29,21 @@ from __future__ import annotations
 
 import shutil
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 from pyspark import cloudpickle
 
-from benchmarks import spark
 from benchmarks.framework import Figure, Workload
+from benchmarks.keyed import Scratch, alternatives, keyed_count_workloads
 from firesteel.core.errors import MissingDependencyError
 from firesteel.state import (
-    KeyedProcessor,
-    KeyState,
     ListStateDescriptor,
     MapStateDescriptor,
     ValueStateDescriptor,
-    stateful,
 )
 from firesteel.state.backend import OperatorSpec, TaskInfo
 from firesteel.state.keygroups import KeyGroupRange
@@ -72,38 +64,15 @@ MAP = MapStateDescriptor("map")
 MAX_P = 128
 EVERYTHING = KeyGroupRange(0, MAX_P - 1)
 SPEC = OperatorSpec("bench", ("key",), MAX_P, 1)
-ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
 BATCH = 1_000
 
 
-@dataclass
-class _Dirs:
-    root: Path | None = None
-    events: int = 0
-    runs: int = 0
-
-    def fresh(self, name: str) -> Path:
-        assert self.root is not None
-        self.runs += 1
-        path = self.root / f"{name}-{self.runs}"
-        path.mkdir(parents=True)
-        return path
+_DIRS = Scratch()
 
 
-_DIRS = _Dirs()
-
-
-@contextmanager
-def setup(quick: bool) -> Iterator[None]:
+def setup(quick: bool) -> AbstractContextManager[None]:
     """A scratch folder for the group; removed afterwards."""
-    root = Path(tempfile.mkdtemp(prefix="firesteel-bench-rocksdb-"))
-    _DIRS.root = root
-    try:
-        yield
-    finally:
-        _DIRS.root = None
-        shutil.rmtree(root, ignore_errors=True)
+    return _DIRS.around_group("firesteel-bench-rocksdb-")
 
 
 def _backend(folder: Path, **options: Any) -> RocksDBBackend:
@@ -286,158 +255,6 @@ def _restore(keys: int) -> tuple[Callable[[], float], Callable[[], float]]:
     return firesteel_side, copy_side
 
 
-# -- end to end ----------------------------------------------------------------------------
-
-
-class KeyedCount(KeyedProcessor):
-    """Counts events per key; emits the key's new count once per batch."""
-
-    count = ValueStateDescriptor("count", int)
-
-    def process(self, key: Any, rows: Any, state: KeyState) -> Any:
-        count = state.value(self.count)
-        total = (count.value() or 0) + rows.num_rows
-        count.update(total)
-        return ((key[0], total),)
-
-
-def _count_with_pandas_state(key: Any, frames: Any, state: Any) -> Any:
-    import pandas as pd
-
-    total = state.get[0] if state.exists else 0
-    for frame in frames:
-        total += len(frame)
-    state.update((total,))
-    yield pd.DataFrame({"key": [key[0]], "count": [total]})
-
-
-def _count_processor() -> Any:
-    """``transformWithStateInPandas``' processor (built here: its base class needs pyspark)."""
-    import pandas as pd
-    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
-
-    class CountProcessor(StatefulProcessor):
-        def init(self, handle: Any) -> None:
-            self.count = handle.getValueState("count", "count long")
-
-        def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:
-            total = self.count.get()[0] if self.count.exists() else 0
-            for frame in rows:
-                total += len(frame)
-            self.count.update((total,))
-            yield pd.DataFrame({"key": [key[0]], "count": [total]})
-
-        def close(self) -> None:
-            return None
-
-    return CountProcessor()
-
-
-def _write_events(folder: Path, events: int, keys: int, files: int) -> None:
-    folder.mkdir(parents=True)
-    per_file = -(-events // files)
-    rng = np.random.default_rng(7)
-    for index, start in enumerate(range(0, events, per_file)):
-        rows = min(per_file, events - start)
-        key_ids = rng.integers(0, keys, rows)
-        table = pa.table(
-            {
-                "seq": np.arange(start, start + rows, dtype=np.int64),
-                "key": pa.array(np.char.add("key-", key_ids.astype(str))),
-            }
-        )
-        pq.write_table(table, folder / f"part-{index:05d}.parquet")
-
-
-@contextmanager
-def _events(events: int, keys: int, files: int) -> Iterator[None]:
-    assert _DIRS.root is not None
-    spark.session()
-    _write_events(_DIRS.root / "events", events, keys, files)
-    _DIRS.events = events
-    try:
-        yield
-    finally:
-        shutil.rmtree(_DIRS.root / "events", ignore_errors=True)
-
-
-def _stream(files_per_batch: int) -> Any:
-    assert _DIRS.root is not None
-    return (
-        spark.session()
-        .readStream.schema("seq long, key string")
-        .option("maxFilesPerTrigger", files_per_batch)
-        .parquet(str(_DIRS.root / "events"))
-    )
-
-
-def _run(frame: Any, mode: str, work: Path) -> float:
-    started = time.perf_counter()
-    query = (
-        frame.writeStream.format("noop")
-        .outputMode(mode)
-        .option("checkpointLocation", str(work / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    elapsed = time.perf_counter() - started
-    processed = sum(p["numInputRows"] for p in query.recentProgress)
-    if processed != _DIRS.events:
-        msg = f"bench_rocksdb: the query read {processed} events of {_DIRS.events}"
-        raise RuntimeError(msg)
-    return _DIRS.events / elapsed
-
-
-def _firesteel_count(files_per_batch: int) -> float:
-    work = _DIRS.fresh("e2e-firesteel")
-    counted = stateful(
-        _stream(files_per_batch),
-        key="key",
-        processor=KeyedCount(),
-        output_schema="key string, count long",
-        backend=_backend(work),
-        name="count",
-    )
-    return _run(counted, "append", work)
-
-
-def _on_spark_rocksdb(files_per_batch: int, build: Callable[[Any], Any]) -> float:
-    session = spark.session()
-    session.conf.set(PROVIDER_CONF, ROCKSDB_PROVIDER)
-    try:
-        return _run(build(_stream(files_per_batch)), "update", _DIRS.fresh("e2e-spark"))
-    finally:
-        session.conf.unset(PROVIDER_CONF)
-
-
-def _pandas_state(frame: Any) -> Any:
-    return frame.groupBy("key").applyInPandasWithState(
-        _count_with_pandas_state,
-        outputStructType="key string, count long",
-        stateStructType="count long",
-        outputMode="update",
-        timeoutConf="NoTimeout",
-    )
-
-
-def _transform_with_state(frame: Any) -> Any:
-    try:
-        import google.protobuf  # noqa: F401  (Spark's Python workers need it for this API)
-    except ModuleNotFoundError as exc:
-        raise MissingDependencyError("google.protobuf", "protobuf") from exc
-    return frame.groupBy("key").transformWithStateInPandas(
-        statefulProcessor=_count_processor(),
-        outputStructType="key string, count long",
-        outputMode="Update",
-        timeMode="None",
-    )
-
-
-def _builtin_count(frame: Any) -> Any:
-    return frame.groupBy("key").count()
-
-
 def workloads(quick: bool) -> list[Workload]:
     """Per-op, checkpoints and restore of 1M keys, keyed count of 5M events (tiny if quick)."""
     keys = 20_000 if quick else 1_000_000
@@ -492,27 +309,16 @@ def workloads(quick: bool) -> list[Workload]:
             warmup=0,
         )
     )
-    per_batch = max(1, files // 5)
-    spark_sides = (
-        ("PySpark applyInPandasWithState (RocksDB store)", _pandas_state, 10.0),
-        ("PySpark transformWithStateInPandas (RocksDB store)", _transform_with_state, None),
-        ("Spark groupBy().count() (RocksDB store)", _builtin_count, 0.5),
-    )
-    for baseline_name, build, goal in spark_sides:
-        result.append(
-            Workload(
-                group="rocksdb",
-                name=f"keyed count, {events:,} events, {event_keys:,} keys",
-                unit="events/s",
-                baseline_name=baseline_name,
-                goal=goal,
-                issue="issue 11" if goal is not None else None,
-                firesteel=lambda: _firesteel_count(per_batch),
-                baseline=lambda build=build: _on_spark_rocksdb(per_batch, build),
-                # One run per side: Spark's Python stateful operators need many minutes.
-                repetitions=1,
-                warmup=0,
-                setup=lambda: _events(events, event_keys, files),
-            )
+    result.extend(
+        keyed_count_workloads(
+            "rocksdb",
+            _DIRS,
+            [(events, event_keys, files)],
+            _backend,
+            alternatives(
+                rocksdb=True,
+                goals={"applyInPandasWithState": (10.0, "issue 11"), "count": (0.5, "issue 11")},
+            ),
         )
+    )
     return result

@@ -2,7 +2,8 @@
 
 Goals (issue 3): the heap backend at least 0.5x a raw Python dict per
 operation; the firesteel operator at least 1.0x PySpark's own
-``applyInPandasWithState`` end to end.
+``applyInPandasWithState`` end to end (issue 12 adds the other alternatives,
+reported without a goal).
 
 - Per operation (value get/put, list append, map put/get), for each backend:
   the state object of a real store, switched to each key the way the operator
@@ -14,43 +15,32 @@ operation; the firesteel operator at least 1.0x PySpark's own
   a delta snapshot after 1% of the keys changed, written to local disk,
   against ``msgpack`` of the same entries written to a file in one call.
   Seconds, with the file size in MB beside them.
-- End to end: 5M events over 100k keys in Parquet files, read by Spark's file
-  source with ``Trigger.AvailableNow`` (5 micro-batches), counted per key
-  through :func:`firesteel.state.stateful` (filesystem backend) and through
-  ``groupBy(...).applyInPandasWithState`` (Spark's state store), both
-  emitting the updated count of every key each batch into the ``noop`` sink,
-  both with ``spark.sql.shuffle.partitions`` partitions. Events per second.
+- End to end (:mod:`benchmarks.keyed`): 5M events over 100k and over 1M keys,
+  counted per key by the firesteel operator (filesystem backend) and by each
+  alternative a PySpark user has: ``applyInPandasWithState`` and
+  ``groupBy().count()`` on Spark's default state store,
+  ``transformWithStateInPandas`` on its RocksDB store (the only one it runs on).
 """
 
 from __future__ import annotations
 
-import shutil
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import msgpack
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 from pyspark import cloudpickle
 
-from benchmarks import spark
 from benchmarks.framework import Figure, Workload
+from benchmarks.keyed import Scratch, alternatives, keyed_count_workloads
 from firesteel.backends import FilesystemBackend, HeapBackend
 from firesteel.backends.heap.store import HeapKeyedStore
 from firesteel.state import (
-    KeyedProcessor,
-    KeyState,
     ListStateDescriptor,
     MapStateDescriptor,
     ValueStateDescriptor,
-    stateful,
 )
 from firesteel.state.backend import OperatorSpec, StateBackend, TaskInfo
 from firesteel.state.keygroups import KeyGroupRange
@@ -65,33 +55,12 @@ MAP = MapStateDescriptor("map")
 MAX_P = 128
 
 
-@dataclass
-class _Dirs:
-    root: Path | None = None
-    events: int = 0
-    runs: int = 0
-
-    def fresh(self, name: str) -> Path:
-        assert self.root is not None
-        self.runs += 1
-        path = self.root / f"{name}-{self.runs}"
-        path.mkdir(parents=True)
-        return path
+_DIRS = Scratch()
 
 
-_DIRS = _Dirs()
-
-
-@contextmanager
-def setup(quick: bool) -> Iterator[None]:
+def setup(quick: bool) -> AbstractContextManager[None]:
     """A scratch folder for the group; removed afterwards."""
-    root = Path(tempfile.mkdtemp(prefix="firesteel-bench-state-"))
-    _DIRS.root = root
-    try:
-        yield
-    finally:
-        _DIRS.root = None
-        shutil.rmtree(root, ignore_errors=True)
+    return _DIRS.around_group("firesteel-bench-state-")
 
 
 # -- per operation -------------------------------------------------------------------------
@@ -231,118 +200,13 @@ def _snapshot(keys: int, churn: float) -> tuple[Callable[[], Figure], Callable[[
 # -- end to end ----------------------------------------------------------------------------
 
 
-class KeyedCount(KeyedProcessor):
-    """Counts events per key; emits the key's new count once per batch."""
-
-    count = ValueStateDescriptor("count", int)
-
-    def process(self, key: Any, rows: Any, state: KeyState) -> Any:
-        count = state.value(self.count)
-        total = (count.value() or 0) + rows.num_rows
-        count.update(total)
-        return ((key[0], total),)
-
-
-def _count_with_pandas_state(key: Any, frames: Any, state: Any) -> Any:
-    import pandas as pd
-
-    total = state.get[0] if state.exists else 0
-    for frame in frames:
-        total += len(frame)
-    state.update((total,))
-    yield pd.DataFrame({"key": [key[0]], "count": [total]})
-
-
-def _write_events(folder: Path, events: int, keys: int, files: int) -> None:
-    folder.mkdir(parents=True)
-    per_file = -(-events // files)
-    rng = np.random.default_rng(7)
-    for index, start in enumerate(range(0, events, per_file)):
-        rows = min(per_file, events - start)
-        key_ids = rng.integers(0, keys, rows)
-        table = pa.table(
-            {
-                "seq": np.arange(start, start + rows, dtype=np.int64),
-                "key": pa.array(np.char.add("key-", key_ids.astype(str))),
-            }
-        )
-        pq.write_table(table, folder / f"part-{index:05d}.parquet")
-
-
-@contextmanager
-def _events(events: int, keys: int, files: int) -> Iterator[None]:
-    assert _DIRS.root is not None
-    spark.session()
-    _write_events(_DIRS.root / "events", events, keys, files)
-    _DIRS.events = events
-    try:
-        yield
-    finally:
-        shutil.rmtree(_DIRS.root / "events", ignore_errors=True)
-
-
-def _stream(files_per_batch: int) -> Any:
-    assert _DIRS.root is not None
-    return (
-        spark.session()
-        .readStream.schema("seq long, key string")
-        .option("maxFilesPerTrigger", files_per_batch)
-        .parquet(str(_DIRS.root / "events"))
-    )
-
-
-def _run(frame: Any, mode: str, work: Path) -> float:
-    started = time.perf_counter()
-    query = (
-        frame.writeStream.format("noop")
-        .outputMode(mode)
-        .option("checkpointLocation", str(work / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    elapsed = time.perf_counter() - started
-    processed = sum(p["numInputRows"] for p in query.recentProgress)
-    if processed != _DIRS.events:
-        msg = f"bench_state: the query read {processed} events of {_DIRS.events}"
-        raise RuntimeError(msg)
-    return _DIRS.events / elapsed
-
-
-def _firesteel_count(files_per_batch: int) -> float:
-    work = _DIRS.fresh("e2e-firesteel")
-    counted = stateful(
-        _stream(files_per_batch),
-        key="key",
-        processor=KeyedCount(),
-        output_schema="key string, count long",
-        backend=FilesystemBackend(f"file://{work}/state"),
-        name="count",
-    )
-    return _run(counted, "append", work)
-
-
-def _spark_count(files_per_batch: int) -> float:
-    work = _DIRS.fresh("e2e-spark")
-    counted = (
-        _stream(files_per_batch)
-        .groupBy("key")
-        .applyInPandasWithState(
-            _count_with_pandas_state,
-            outputStructType="key string, count long",
-            stateStructType="count long",
-            outputMode="update",
-            timeoutConf="NoTimeout",
-        )
-    )
-    return _run(counted, "update", work)
-
-
 def workloads(quick: bool) -> list[Workload]:
-    """Per-op on both backends, snapshots of 1M keys, keyed count of 5M events (tiny if quick)."""
+    """Per-op on both backends, snapshots of 1M keys, keyed counts of 5M events (tiny if quick)."""
     keys = 20_000 if quick else 1_000_000
     snapshot_keys = 20_000 if quick else 1_000_000
-    events, event_keys, files = (50_000, 1_000, 4) if quick else (5_000_000, 100_000, 10)
+    sizes = (
+        [(50_000, 1_000, 4)] if quick else [(5_000_000, 100_000, 10), (5_000_000, 1_000_000, 10)]
+    )
     repetitions, warmup = (1, 0) if quick else (3, 1)
     result: list[Workload] = []
     for kind in ("heap", "filesystem"):
@@ -378,21 +242,13 @@ def workloads(quick: bool) -> list[Workload]:
                 warmup=0,
             )
         )
-    per_batch = max(1, files // 5)
-    result.append(
-        Workload(
-            group="state",
-            name=f"keyed count, {events:,} events, {event_keys:,} keys",
-            unit="events/s",
-            baseline_name="PySpark applyInPandasWithState",
-            goal=1.0,
-            issue="issue 3",
-            firesteel=lambda: _firesteel_count(per_batch),
-            baseline=lambda: _spark_count(per_batch),
-            # One run per side: applyInPandasWithState needs many minutes for 5M events.
-            repetitions=1,
-            warmup=0,
-            setup=lambda: _events(events, event_keys, files),
+    result.extend(
+        keyed_count_workloads(
+            "state",
+            _DIRS,
+            sizes,
+            lambda work: FilesystemBackend(f"file://{work}/state"),
+            alternatives(rocksdb=False, goals={"applyInPandasWithState": (1.0, "issue 3")}),
         )
     )
     return result
