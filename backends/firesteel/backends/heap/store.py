@@ -42,17 +42,15 @@ from firesteel.backends.storage import (
     SnapshotStorage,
     plan_restore,
 )
-from firesteel.core.errors import CheckpointCorruptError, ConfigError
-from firesteel.state.api import ListState, MapState, ValueState
+from firesteel.backends.store_base import TaskStore, check_declared, check_owner, undeclared_state
+from firesteel.core.errors import CheckpointCorruptError
 from firesteel.state.backend import (
     Key,
-    KeyedStateStore,
     OperatorSpec,
     PendingSnapshot,
     TaskInfo,
 )
 from firesteel.state.descriptors import StateDescriptor
-from firesteel.state.serializers import check_serializer
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +71,7 @@ def fingerprint(descriptors: Sequence[StateDescriptor]) -> tuple[Any, ...]:
     )
 
 
-class HeapKeyedStore(KeyedStateStore):
+class HeapKeyedStore(TaskStore):
     """Dict-backed state for the key groups of the tasks a worker runs (see module docs)."""
 
     def __init__(
@@ -101,28 +99,6 @@ class HeapKeyedStore(KeyedStateStore):
         self._group: KeyGroupState | None = None
 
     # -- task lifecycle ---------------------------------------------------------------------
-
-    @property
-    def now_ms(self) -> int:
-        return self.cursor.now_ms
-
-    @now_ms.setter
-    def now_ms(self, value: int) -> None:
-        self.cursor.now_ms = value
-
-    @property
-    def task(self) -> TaskInfo:
-        """The running task (set by :meth:`begin`)."""
-        if self._task is None:
-            msg = "state store used outside a task"
-            raise RuntimeError(msg)
-        return self._task
-
-    @property
-    def first_batch(self) -> int:
-        """The batch at which this operator's state began."""
-        assert self._metadata is not None
-        return int(self._metadata["first_batch"])
 
     def begin(
         self,
@@ -165,33 +141,7 @@ class HeapKeyedStore(KeyedStateStore):
             self.storage.write_metadata(meta)
             self._metadata = meta
             return
-        if meta.get("query_id") and task.query_id and meta["query_id"] != task.query_id:
-            msg = (
-                f"operator '{spec.name}': the state at {where} belongs to query "
-                f"{meta['query_id']}, but this is query {task.query_id} (a new checkpoint "
-                "location?). Restart from the original checkpoint, or give this query a "
-                "fresh state location or operator name"
-            )
-            raise ConfigError(msg)
-        if int(meta["max_parallelism"]) != spec.max_parallelism:
-            msg = (
-                f"operator '{spec.name}': max_parallelism={spec.max_parallelism}, but its state "
-                f"at {where} has {meta['max_parallelism']} key groups; max_parallelism cannot "
-                "change for existing state (parallelism can)"
-            )
-            raise ConfigError(msg)
-        if list(meta.get("key", [])) != list(spec.key_columns):
-            msg = (
-                f"operator '{spec.name}': key columns {list(spec.key_columns)} differ from "
-                f"{meta.get('key')} recorded at {where}; state cannot be re-keyed"
-            )
-            raise ConfigError(msg)
-        if task.batch_id < int(meta["first_batch"]):
-            msg = (
-                f"operator '{spec.name}': batch {task.batch_id} precedes the first batch "
-                f"{meta['first_batch']} recorded at {where}; the state belongs to another run"
-            )
-            raise ConfigError(msg)
+        check_owner(meta, spec, task, where)
 
     def _new_group(self) -> KeyGroupState:
         return KeyGroupState(self.descriptors)
@@ -242,19 +192,8 @@ class HeapKeyedStore(KeyedStateStore):
             if desc is None:
                 if name in self._dropped:
                     continue
-                msg = (
-                    f"operator '{self.spec.name}': snapshot {where} holds {info['kind']} state "
-                    f"'{name}', which the processor does not declare; declare its descriptor, "
-                    f"or call ctx.drop_state('{name}') in open() to discard it"
-                )
-                raise ConfigError(msg)
-            if desc.kind.value != info["kind"]:
-                msg = (
-                    f"operator '{self.spec.name}': state '{name}' is a {info['kind']} state in "
-                    f"{where} but is declared as {desc.kind.value}"
-                )
-                raise ConfigError(msg)
-            check_serializer(name, desc.value_serializer, info["serializer"], where)
+                raise undeclared_state(self.spec.name, name, info, f"snapshot {where}")
+            check_declared(self.spec.name, name, info, desc, where)
         rows = snapshot.rows
         groups_col = rows.column("key_group").to_pylist()
         state_col = rows.column("state").to_pylist()
@@ -291,17 +230,6 @@ class HeapKeyedStore(KeyedStateStore):
         self._task = None
 
     # -- state access -----------------------------------------------------------------------
-
-    def state(self, descriptor: StateDescriptor) -> ValueState | ListState | MapState:
-        found = self._states.get(descriptor.name)
-        if found is None:
-            msg = (
-                f"operator '{self.spec.name}': state '{descriptor.name}' was not declared; "
-                "declare descriptors as class attributes of the processor or with "
-                "ctx.declare(...) in open()"
-            )
-            raise ConfigError(msg)
-        return found
 
     def set_current_key(self, key: Key, key_group: int) -> None:
         group = self.groups[key_group]

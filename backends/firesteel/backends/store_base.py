@@ -1,0 +1,119 @@
+"""What the backends' keyed stores share: the running task, and the checks of recorded state.
+
+Both the heap store and the RocksDB store record an operator's identity once
+(``_operator.json``: query, key columns, max parallelism, first batch) and the
+kind and serializer of every state in each snapshot; a restart that does not
+match fails with a :class:`~firesteel.core.errors.ConfigError` naming what
+changed, the same words on every backend.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from firesteel.core.errors import ConfigError
+from firesteel.state.api import ListState, MapState, ValueState
+from firesteel.state.backend import KeyedStateStore, OperatorSpec, TaskInfo
+from firesteel.state.descriptors import StateDescriptor
+from firesteel.state.serializers import check_serializer
+
+
+class TaskStore(KeyedStateStore):
+    """A keyed store that serves one task at a time (the base of the backends' stores).
+
+    Subclasses set ``spec``, ``cursor`` (with ``now_ms``), ``_states`` (name ->
+    bound state object), ``_metadata`` (the operator record) and ``_task``.
+    """
+
+    spec: OperatorSpec
+    cursor: Any
+    _states: dict[str, Any]
+    _metadata: dict[str, Any] | None
+    _task: TaskInfo | None
+
+    @property
+    def now_ms(self) -> int:
+        return int(self.cursor.now_ms)
+
+    @now_ms.setter
+    def now_ms(self, value: int) -> None:
+        self.cursor.now_ms = value
+
+    @property
+    def task(self) -> TaskInfo:
+        """The running task (set by ``begin``)."""
+        if self._task is None:
+            msg = "state store used outside a task"
+            raise RuntimeError(msg)
+        return self._task
+
+    @property
+    def first_batch(self) -> int:
+        """The batch at which this operator's state began."""
+        assert self._metadata is not None
+        return int(self._metadata["first_batch"])
+
+    def state(self, descriptor: StateDescriptor) -> ValueState | ListState | MapState:
+        found: ValueState | ListState | MapState | None = self._states.get(descriptor.name)
+        if found is None:
+            msg = (
+                f"operator '{self.spec.name}': state '{descriptor.name}' was not declared; "
+                "declare descriptors as class attributes of the processor or with "
+                "ctx.declare(...) in open()"
+            )
+            raise ConfigError(msg)
+        return found
+
+
+def check_owner(meta: dict[str, Any], spec: OperatorSpec, task: TaskInfo, where: str) -> None:
+    """The operator record at ``where`` must be this query's, keyed and sized as ``spec``."""
+    if meta.get("query_id") and task.query_id and meta["query_id"] != task.query_id:
+        msg = (
+            f"operator '{spec.name}': the state at {where} belongs to query "
+            f"{meta['query_id']}, but this is query {task.query_id} (a new checkpoint "
+            "location?). Restart from the original checkpoint, or give this query a "
+            "fresh state location or operator name"
+        )
+        raise ConfigError(msg)
+    if int(meta["max_parallelism"]) != spec.max_parallelism:
+        msg = (
+            f"operator '{spec.name}': max_parallelism={spec.max_parallelism}, but its state "
+            f"at {where} has {meta['max_parallelism']} key groups; max_parallelism cannot "
+            "change for existing state (parallelism can)"
+        )
+        raise ConfigError(msg)
+    if list(meta.get("key", [])) != list(spec.key_columns):
+        msg = (
+            f"operator '{spec.name}': key columns {list(spec.key_columns)} differ from "
+            f"{meta.get('key')} recorded at {where}; state cannot be re-keyed"
+        )
+        raise ConfigError(msg)
+    if task.batch_id < int(meta["first_batch"]):
+        msg = (
+            f"operator '{spec.name}': batch {task.batch_id} precedes the first batch "
+            f"{meta['first_batch']} recorded at {where}; the state belongs to another run"
+        )
+        raise ConfigError(msg)
+
+
+def undeclared_state(operator: str, name: str, info: dict[str, str], where: str) -> ConfigError:
+    """The error for stored state ``name`` that the processor neither declares nor drops."""
+    msg = (
+        f"operator '{operator}': {where} holds {info['kind']} state '{name}', which the "
+        "processor does not declare; declare its descriptor, or call "
+        f"ctx.drop_state('{name}') in open() to discard it"
+    )
+    return ConfigError(msg)
+
+
+def check_declared(
+    operator: str, name: str, info: dict[str, str], desc: StateDescriptor, where: str
+) -> None:
+    """A stored state's kind and serializer must match its declared descriptor."""
+    if desc.kind.value != info["kind"]:
+        msg = (
+            f"operator '{operator}': state '{name}' is a {info['kind']} state in "
+            f"{where} but is declared as {desc.kind.value}"
+        )
+        raise ConfigError(msg)
+    check_serializer(name, desc.value_serializer, info["serializer"], where)
