@@ -21,6 +21,7 @@ import pytest
 
 from firesteel.kafka.testing import broker_kind, create_topic, produce, read_committed, read_log
 from firesteel.kafka.testing.scripts import script
+from firesteel.kafka.testing.soak import POINTS
 from firesteel.testing import (
     CrashHarness,
     HarnessError,
@@ -39,16 +40,8 @@ PARTITIONS = 4
 # Each run starts a JVM (~20 s on a loaded machine); two dozen runs outlive the default timeout.
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(3600)]
 
-EXACTLY_ONCE_POINTS = [
-    "kafka.after_produce",
-    "kafka.after_flush",
-    "kafka.before_commit_transaction",
-    "kafka.after_commit_transaction",
-    "sink.after_pre_commit",
-    "driver.before_commit",
-    "driver.after_commit",
-    "source.after_read",
-]
+# The soak command's points of the path, plus the source's (announced without a batch id).
+EXACTLY_ONCE_POINTS = [*POINTS["map"], "source.after_read"]
 
 
 def _sequence(values) -> list[int]:
