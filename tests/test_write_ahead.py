@@ -7,6 +7,8 @@ them: ``write_partition`` per task, then ``commit_batch`` on the driver.
 from __future__ import annotations
 
 import dataclasses
+import json
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -85,6 +87,29 @@ def test_commit_twice_sends_once(tmp_path: Path) -> None:
     sink.commit_batch(0, rerun)
     assert _seqs(tmp_path) == list(range(9))
     assert len(read_sends(str(tmp_path / "target.jsonl"))) == 2
+
+
+def test_write_stamp_is_fixed_by_the_first_commit_and_survives_a_restart(tmp_path: Path) -> None:
+    sink = _sink(tmp_path)
+    with pytest.raises(SinkError, match="batch 0 has no plan"):
+        sink.write_stamp(0)
+    sink.commit_batch(0, [_write(sink, 0, 0, 0, 5)])
+    first = sink.write_stamp(0)
+    restarted = _sink(tmp_path)
+    restarted.commit_batch(0, [_write(restarted, 0, 0, 0, 5)])
+    assert restarted.write_stamp(0) == first
+
+
+def test_write_stamp_increases_when_the_clock_is_set_back(tmp_path: Path) -> None:
+    sink = _sink(tmp_path)
+    sink.commit_batch(4, [_write(sink, 4, 0, 0, 5)])
+    plan = Path(sink.plan_path(4))
+    ahead = time.time_ns() // 1000 + 3600 * 10**6
+    # Batch 4 ran while the clock was an hour ahead; it is now set right.
+    plan.write_text(json.dumps({**json.loads(plan.read_text()), "stamp": ahead}))
+    restarted = _sink(tmp_path)
+    restarted.commit_batch(5, [_write(restarted, 5, 0, 5, 9)])
+    assert restarted.write_stamp(5) == ahead + 1
 
 
 def test_recorded_segments_are_skipped_after_a_partial_commit(tmp_path: Path) -> None:

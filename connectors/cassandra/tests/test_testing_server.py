@@ -40,6 +40,16 @@ def test_last_write_wins_by_client_timestamp(session: Any) -> None:
     assert session.execute("SELECT v FROM lww WHERE k = 1").one().v == "new"
 
 
+def test_writetime_reports_the_winning_cells_timestamp(session: Any) -> None:
+    session.execute("CREATE TABLE wt (k int PRIMARY KEY, v text, n int)")
+    session.execute("INSERT INTO wt (k, v) VALUES (1, 'a') USING TIMESTAMP 300")
+    session.execute("INSERT INTO wt (k, v) VALUES (1, 'b') USING TIMESTAMP 250")
+    row = session.execute("SELECT v, WRITETIME(v) AS w, writetime(n) FROM wt").one()
+    assert (row.v, row.w, row.writetime_n) == ("a", 300, None)
+    with pytest.raises(InvalidRequest, match="PRIMARY KEY part k"):
+        session.execute("SELECT WRITETIME(k) FROM wt")
+
+
 def test_unset_does_not_overwrite_null_does(session: Any) -> None:
     session.execute("CREATE TABLE un (k int PRIMARY KEY, a text, b text)")
     session.execute("INSERT INTO un (k, a, b) VALUES (1, 'a', 'b')")

@@ -11,7 +11,8 @@ Commit order, per micro-batch N:
 2. Driver (:meth:`WriteAheadSink.commit_batch`), once every task voted:
    a. the first commit of N writes the batch's *plan*
       (``<log_dir>/<sink>/plans/<N>.json``: its partition count and every
-      voted segment); a re-run of N (after a crash before Spark recorded
+      voted segment, and the batch's *write stamp*, :meth:`WriteAheadSink.write_stamp`);
+      a re-run of N (after a crash before Spark recorded
       ``commits/N``) with the same partition count uses its own fresh segments
       (same partitioning, same rows per partition), and one with another
       partition count (a changed ``spark.sql.shuffle.partitions`` or operator
@@ -39,6 +40,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 import uuid
 from abc import abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
@@ -62,7 +64,7 @@ logger = logging.getLogger(__name__)
 SEGMENT_FORMAT_VERSION = 1
 """Version of the log segment layout; readers refuse newer versions."""
 
-PLAN_FORMAT_VERSION = 1
+PLAN_FORMAT_VERSION = 2
 """Version of a batch plan (``plans/<N>.json``); readers refuse other versions."""
 
 _HASH_CHUNK = 1 << 20
@@ -143,6 +145,7 @@ class WriteAheadSink(Sink):
         self.sink_id = sink_id
         self.log_dir = log_dir.rstrip("/")
         self.committer = committer
+        self._stamps: dict[int, int] = {}
 
     @abstractmethod
     def send_values(self, batches: Iterable[pa.RecordBatch], batch_id: int, partition: int) -> None:
@@ -156,6 +159,21 @@ class WriteAheadSink(Sink):
         earlier send was interrupted by a crash: an appending target then
         receives it twice, an upsert target overwrites.
         """
+
+    def write_stamp(self, batch_id: int) -> int:
+        """Batch ``batch_id``'s write timestamp, µs since the epoch, for :meth:`send_values`.
+
+        Fixed by the batch's first commit and kept in its plan, so a re-send
+        after a crash carries the same stamp whatever the clock says then; and
+        strictly greater than every earlier batch's stamp, so a clock set back
+        between batches (or between a crash and the restart) cannot make a
+        target that orders writes by timestamp (Cassandra's ``USING
+        TIMESTAMP``) keep an older batch's value over a newer one's.
+        """
+        if batch_id not in self._stamps:
+            msg = f"{self.sink_id}: batch {batch_id} has no plan yet; only commit_batch sends"
+            raise SinkError(msg)
+        return self._stamps[batch_id]
 
     def prepare(self) -> None:
         fsys, base = filesystem(self.log_dir)
@@ -289,10 +307,13 @@ class WriteAheadSink(Sink):
             raise CheckpointCorruptError(msg) from exc
         if body is None:
             ordered = sorted(votes, key=lambda vote: vote.partition_id)
+            stamp = max(time.time_ns() // 1000, self._previous_stamp(batch_id) + 1)
+            self._stamps = {batch_id: stamp}
             body = {
                 "version": PLAN_FORMAT_VERSION,
                 "sink": self.sink_id,
                 "batch": batch_id,
+                "stamp": stamp,
                 "partitions": len(ordered),
                 "segments": [
                     {"partition": v.partition_id, **v.committable(SegmentCommittable).to_json()}
@@ -308,6 +329,7 @@ class WriteAheadSink(Sink):
                 f"batch {batch_id}; it was written by another release or damaged"
             )
             raise IncompatibleFormatError(msg)
+        self._stamps = {batch_id: int(body["stamp"])}
         if body["partitions"] == len(votes):
             # Same partitioning, same rows per partition: this attempt's fresh segments
             # serve as well, and they replace a planned segment that storage lost.
@@ -331,6 +353,22 @@ class WriteAheadSink(Sink):
             )
             for entry in body["segments"]
         ]
+
+    def _previous_stamp(self, batch_id: int) -> int:
+        """The highest stamp of the plans kept for batches before ``batch_id`` (0 if none)."""
+        fsys, base = filesystem(f"{self.log_dir}/{self.sink_id}/plans")
+        stamp = 0
+        for info in fsys.get_file_info(fs.FileSelector(base, allow_not_found=True)):
+            number = info.base_name.removesuffix(".json")
+            if not number.isdigit() or int(number) >= batch_id:
+                continue
+            with fsys.open_input_stream(info.path) as stream:
+                try:
+                    stamp = max(stamp, int(json.loads(stream.read())["stamp"]))
+                except (ValueError, KeyError, TypeError) as exc:
+                    msg = f"{info.path}: write-ahead-log plan is damaged ({exc})"
+                    raise CheckpointCorruptError(msg) from exc
+        return stamp
 
     def abort_batch(self, batch_id: int, votes: Sequence[Vote | None]) -> None:
         # Nothing was sent: the segments are simply replaced when the batch re-runs.

@@ -1,7 +1,7 @@
-"""Crash-test job: firesteel.files source -> firesteel.cassandra (mode=upsert).
+"""Crash-test job: firesteel.files source -> firesteel.cassandra (mode=upsert or wal).
 
 Usage: cassandra_job.py <input dir> <checkpoint> <host> <port> <keyspace> <table>
-<max files per batch>
+<max files per batch> [<mode> [<partitions>]]
 """
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ from firesteel.testing.jobs import job_session, read_parquet_files, run_availabl
 
 def main() -> None:
     source, checkpoint, host, port, keyspace, table, max_files = sys.argv[1:8]
+    mode = sys.argv[8] if len(sys.argv) > 8 else "upsert"
+    partitions = int(sys.argv[9]) if len(sys.argv) > 9 else 2
     spark = job_session("firesteel-cassandra-crash")
-    records = read_parquet_files(spark, source, max_files).repartition(2, "seq")
+    records = read_parquet_files(spark, source, max_files).repartition(partitions, "seq")
     records = records.selectExpr("seq", "concat('body-', CAST(seq AS STRING)) AS body")
     writer = (
         records.writeStream.format("firesteel.cassandra")
@@ -23,6 +25,8 @@ def main() -> None:
         .option("keyspace", keyspace)
         .option("table", table)
         .option("guarantee", "exactly-once")
+        .option("mode", mode)
+        .option("max.in.flight", "2")
     )
     run_available(spark, writer, checkpoint)
 

@@ -8,6 +8,7 @@ from pyspark.sql.types import StructType
 
 from firesteel.cassandra.options import CONNECTOR, PASSTHROUGH, CassandraSinkOptions
 from firesteel.cassandra.sink import CassandraUpsertSink
+from firesteel.cassandra.wal import CassandraWalSink
 from firesteel.core.guarantee import Guarantee
 from firesteel.core.options import parse_options
 from firesteel.core.sink import Sink
@@ -28,7 +29,12 @@ class CassandraConnector(FiresteelDataSource):
             connector=CONNECTOR,
             passthrough_prefixes=PASSTHROUGH,
         )
-        sink = CassandraUpsertSink(
-            options, to_arrow_schema(schema), default_sink_id(dict(self.options))
-        )
+        arrow_schema = to_arrow_schema(schema)
+        sink_id = default_sink_id(dict(self.options))
+        sink: Sink
+        if options.mode == "wal":
+            checkpoint = str(dict(self.options).get("checkpointlocation", ""))
+            sink = CassandraWalSink(options, arrow_schema, sink_id, checkpoint)
+        else:
+            sink = CassandraUpsertSink(options, arrow_schema, sink_id)
         return sink, options.guarantee

@@ -39,7 +39,20 @@ class CassandraSinkOptions(SinkOptions):
     port: int = option(9042, doc="native protocol port")
     keyspace: str = option(required=True, doc="keyspace of the target table")
     table: str = option(required=True, doc="target table")
-    mode: Literal["upsert"] = option("upsert", doc="upsert: idempotent INSERTs (exactly-once)")
+    mode: Literal["upsert", "wal"] = option(
+        "upsert",
+        doc="upsert: idempotent INSERTs from the tasks; wal: logged, sent once the batch commits",
+    )
+    committer_keyspace: str | None = option(
+        None,
+        name="committer.keyspace",
+        doc="mode=wal: keyspace of the commit table (default: the sink's keyspace)",
+    )
+    committer_table: str = option(
+        "firesteel_commits",
+        name="committer.table",
+        doc="mode=wal: table recording the sent segments (created if missing)",
+    )
     local_dc: str | None = option(None, name="local.dc", doc="data center for DC-aware routing")
     consistency: str = option("local_quorum", doc="write consistency level")
     ttl: int | None = option(None, doc="TTL in seconds for every written row")

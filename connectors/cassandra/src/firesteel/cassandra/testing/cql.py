@@ -3,8 +3,9 @@
 Supported: ``USE``, ``CREATE KEYSPACE|TABLE [IF NOT EXISTS]``, ``DROP TABLE``,
 ``TRUNCATE``, ``INSERT ... VALUES (...) [USING TTL x [AND TIMESTAMP y]]``,
 ``UPDATE ... SET c = c + x WHERE ...`` (counters and plain sets),
-``DELETE FROM ... WHERE ...`` and ``SELECT cols|*|COUNT(*) FROM ... [WHERE a = x AND ...]
-[LIMIT n]``. Terms are bind markers ``?`` or literals (strings, numbers,
+``DELETE FROM ... WHERE ...`` and ``SELECT *|COUNT(*)|selectors FROM ...
+[WHERE a = x AND ...] [LIMIT n]``, where a selector is ``col`` or ``WRITETIME(col)``,
+each with an optional ``AS alias``. Terms are bind markers ``?`` or literals (strings, numbers,
 booleans, null, blobs, uuids, lists).
 """
 
@@ -59,6 +60,15 @@ class Marker:
 Term = Literal | Marker
 
 
+@dataclass(frozen=True)
+class Selector:
+    """One selected output: a column's value or, with ``writetime``, its write timestamp."""
+
+    name: str
+    column: str
+    writetime: bool = False
+
+
 @dataclass
 class Statement:
     """A parsed statement; ``kind`` names it, the other fields apply per kind."""
@@ -77,6 +87,7 @@ class Statement:
     clustering: list[str] = field(default_factory=list)
     increments: dict[str, bool] = field(default_factory=dict)
     count: bool = False
+    selectors: list[Selector] = field(default_factory=list)
     limit: Term | None = None
     markers: int = 0
 
@@ -303,7 +314,7 @@ def _select(t: _Tokens) -> Statement:
         st.count = True
     else:
         while True:
-            st.columns.append(t.ident())
+            st.selectors.append(_selector(t))
             if not t.accept(","):
                 break
     t.expect("from")
@@ -314,6 +325,19 @@ def _select(t: _Tokens) -> Statement:
         st.limit = t.term()
     t.accept("allow", "filtering")
     return st
+
+
+def _selector(t: _Tokens) -> Selector:
+    if t.accept("writetime", "("):
+        column = t.ident()
+        t.expect(")")
+        name, writetime = f"writetime({column})", True
+    else:
+        column = t.ident()
+        name, writetime = column, False
+    if t.accept("as"):
+        name = t.ident()
+    return Selector(name, column, writetime)
 
 
 def encode_literal(lit: Literal, cql_type: str) -> bytes | None:

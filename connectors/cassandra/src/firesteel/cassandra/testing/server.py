@@ -295,14 +295,16 @@ class _Connection(socketserver.BaseRequestHandler):
     def select(self, st: Statement, table: Table, bound: _Binder) -> bytes:
         where = bound.where(st.where)
         limit = bound.int(st.limit, "int") if st.limit else None
-        rows = [v for _, v in table.live_rows() if all(v.get(c) == w for c, w in where.items())]
+        rows = [
+            (k, v) for k, v in table.live_rows() if all(v.get(c) == w for c, w in where.items())
+        ]
         if limit is not None:
             rows = rows[:limit]
         if st.count:
             spec: Spec = [("count", "bigint")]
             data = [{"count": struct.pack(">q", len(rows))}]
         else:
-            spec, data = _select_spec(st, table), rows
+            spec, data = _select_spec(st, table), [_selected(st, table, k, v) for k, v in rows]
         return _rows(spec, data, table.keyspace, table.name)
 
 
@@ -381,8 +383,32 @@ def _bind_specs(st: Statement, table: Table) -> Spec:
 def _select_spec(st: Statement, table: Table) -> Spec:
     if st.count:
         return [("count", "bigint")]
-    columns = st.columns or list(table.column_types)
-    return [(c, table.column_type(c)) for c in columns]
+    if not st.selectors:
+        return list(table.column_types.items())
+    return [
+        (s.name, "bigint" if s.writetime else table.column_type(s.column)) for s in st.selectors
+    ]
+
+
+def _selected(
+    st: Statement, table: Table, key: tuple[bytes, ...], values: dict[str, bytes]
+) -> dict[str, bytes]:
+    """One result row by output name; WRITETIME of a key column is refused as Cassandra does."""
+    if not st.selectors:
+        return values
+    row: dict[str, bytes] = {}
+    for s in st.selectors:
+        if not s.writetime:
+            if s.column in values:
+                row[s.name] = values[s.column]
+            continue
+        if s.column in table.primary_key:
+            msg = f"Cannot use selection function writeTime on PRIMARY KEY part {s.column}"
+            raise CqlError(wire.INVALID, msg)
+        stamp = table.writetime(key, s.column)
+        if stamp is not None:
+            row[s.name] = struct.pack(">q", stamp)
+    return row
 
 
 def _metadata(spec: Spec, keyspace: str, table: str) -> bytes:

@@ -84,6 +84,11 @@ class Table:
         current = struct.unpack(">q", old.value)[0] if old and old.value else 0
         row[column] = Cell(0, struct.pack(">q", current + delta))
 
+    def writetime(self, key: tuple[bytes, ...], column: str) -> int | None:
+        """The write timestamp (microseconds) of a live cell, None for null or expired."""
+        cell = self.rows.get(key, {}).get(column)
+        return cell.timestamp if cell is not None and cell.live(time.time()) else None
+
     def live_rows(self) -> list[tuple[tuple[bytes, ...], dict[str, bytes]]]:
         """Rows with at least one live cell, sorted by key bytes, as column -> value."""
         now = time.time()
