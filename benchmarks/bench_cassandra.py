@@ -1,13 +1,19 @@
-"""Cassandra upsert sink beside raw cassandra-driver ``execute_concurrent_with_args``.
+"""Cassandra sinks and lookups beside raw cassandra-driver ``execute_concurrent_with_args``.
 
-Both sides run in this one process against the same CQL test server
-(:mod:`firesteel.cassandra.testing`, its own process on 127.0.0.1) and write
-the same rows (bigint key, text, double) into fresh tables of one keyspace:
+Every side runs in this one process against the same CQL test server
+(:mod:`firesteel.cassandra.testing`, its own process on 127.0.0.1), on the
+same rows (bigint key, text, double) in fresh tables of one keyspace:
 
-- firesteel: ``CassandraUpsertSink.write`` for one task (prepare, the Arrow ->
-  row conversion, UNSET handling, bounded concurrency ``max.in.flight``);
-- baseline: the same prepared INSERT through ``execute_concurrent_with_args``
-  with the same concurrency, over rows already in Python tuples.
+- upsert sink: ``CassandraUpsertSink.write`` for one task (prepare, the Arrow
+  -> row conversion, UNSET handling, bounded concurrency ``max.in.flight``)
+  beside the same prepared INSERT through ``execute_concurrent_with_args``
+  with the same concurrency, over rows already in Python tuples;
+- write-ahead-log sink: one task's segment written to a local checkpoint,
+  then the driver's commit (read, verify, send, record) beside the upsert
+  sink writing the same rows: what the WAL's extra durability costs;
+- lookups: ``Lookups.enrich`` of one record batch (keys out of Arrow, the
+  looked-up columns back into Arrow) beside the same prepared SELECTs through
+  ``execute_concurrent_with_args``.
 
 The figure measures the client path, NOT Cassandra: the test server is an
 in-memory Python server, far slower than a real node, and it bounds both
@@ -18,6 +24,7 @@ worker) is not in either figure. Each run's table is counted afterwards.
 from __future__ import annotations
 
 import itertools
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -103,6 +110,8 @@ def firesteel_upsert(rows: int) -> Callable[[], float]:
             max_in_flight=IN_FLIGHT,
         )
         sink = CassandraUpsertSink(options, data.schema, "bench")
+        # The driver half prepares (and a worker connects) once per query, not per task.
+        sink.prepare()
         start = time.perf_counter()
         sink.write(TaskScope("bench", 0, 0, 0), iter([data]))
         elapsed = time.perf_counter() - start
@@ -132,8 +141,102 @@ def raw_driver(rows: int) -> Callable[[], float]:
     return run
 
 
+def firesteel_wal(rows: int) -> Callable[[], float]:
+    """rows/s of one task's segment plus the driver's commit of the write-ahead-log sink."""
+    from firesteel.cassandra.options import CassandraSinkOptions
+    from firesteel.cassandra.wal import CassandraWalSink
+    from firesteel.core.context import TaskScope
+
+    data = _data(rows)
+
+    def run() -> float:
+        table = _table()
+        options = CassandraSinkOptions(
+            contact_points=_STATE.host,
+            port=_STATE.port,
+            keyspace="bench",
+            table=table,
+            mode="wal",
+            max_in_flight=IN_FLIGHT,
+        )
+        with tempfile.TemporaryDirectory(prefix="firesteel-bench-wal-") as checkpoint:
+            sink = CassandraWalSink(options, data.schema, f"bench-{table}", checkpoint)
+            sink.prepare()
+            start = time.perf_counter()
+            vote = sink.write_partition(TaskScope("bench", 0, 0, 0), iter([data]))
+            sink.commit_batch(0, [vote])
+            elapsed = time.perf_counter() - start
+        _check(table, rows, "firesteel wal")
+        return rows / elapsed
+
+    return run
+
+
+def _lookup_table(rows: int) -> str:
+    from cassandra.concurrent import execute_concurrent_with_args
+
+    table = _table()
+    insert = _STATE.session.prepare(f"INSERT INTO bench.{table} (k, name, score) VALUES (?, ?, ?)")
+    params = [tuple(r.values()) for r in _data(rows).to_pylist()]
+    execute_concurrent_with_args(_STATE.session, insert, params, concurrency=IN_FLIGHT)
+    return table
+
+
+def firesteel_lookup(rows: int) -> Callable[[], float]:
+    """lookups/s of ``Lookups.enrich`` over one record batch of keys, all found."""
+    from firesteel.cassandra.lookups import Lookups, LookupSpec
+
+    keys = pa.record_batch({"k": pa.array(range(rows), pa.int64())})
+    out_types = {"name": pa.string(), "score": pa.float64()}
+
+    def run() -> float:
+        spec = LookupSpec(
+            contact_points=_STATE.host,
+            port=_STATE.port,
+            keyspace="bench",
+            table=_lookup_table(rows),
+            on=("k",),
+            columns=("name", "score"),
+            max_in_flight=IN_FLIGHT,
+        )
+        start = time.perf_counter()
+        out = Lookups(spec, out_types, _STATE.session).enrich(keys)
+        elapsed = time.perf_counter() - start
+        if out.column("name").null_count:
+            msg = f"firesteel lookup: {out.column('name').null_count} keys not found"
+            raise AssertionError(msg)
+        return rows / elapsed
+
+    return run
+
+
+def raw_lookup(rows: int) -> Callable[[], float]:
+    """lookups/s of the same SELECTs through ``execute_concurrent_with_args``."""
+    from cassandra.concurrent import execute_concurrent_with_args
+
+    params = [(k,) for k in range(rows)]
+
+    def run() -> float:
+        table = _lookup_table(rows)
+        start = time.perf_counter()
+        select = _STATE.session.prepare(
+            f"SELECT name, score FROM bench.{table} WHERE k = ? LIMIT 1"
+        )
+        results = execute_concurrent_with_args(
+            _STATE.session, select, params, concurrency=IN_FLIGHT
+        )
+        found = sum(1 for result in results if result.result_or_exc)
+        elapsed = time.perf_counter() - start
+        if found != rows:
+            msg = f"raw lookup: {rows - found} keys not found"
+            raise AssertionError(msg)
+        return rows / elapsed
+
+    return run
+
+
 def workloads(quick: bool) -> list[Workload]:
-    """The upsert sink's client path beside the raw driver."""
+    """The upsert sink and lookups beside the raw driver; the WAL sink beside the upsert sink."""
     rows = QUICK_ROWS if quick else FULL_ROWS
     repetitions, warmup = (1, 0) if quick else (3, 1)
     return [
@@ -148,5 +251,29 @@ def workloads(quick: bool) -> list[Workload]:
             baseline=raw_driver(rows),
             repetitions=repetitions,
             warmup=warmup,
-        )
+        ),
+        Workload(
+            group="cassandra",
+            name=f"write-ahead-log sink, one task + commit, {rows // 1000}k rows (CQL test server)",
+            unit="rows/s",
+            baseline_name="upsert sink, one task (same rows, same concurrency)",
+            goal=None,
+            issue="issue 10",
+            firesteel=firesteel_wal(rows),
+            baseline=firesteel_upsert(rows),
+            repetitions=repetitions,
+            warmup=warmup,
+        ),
+        Workload(
+            group="cassandra",
+            name=f"lookups, one task, {rows // 1000}k keys (client path; CQL test server)",
+            unit="lookups/s",
+            baseline_name=f"raw execute_concurrent_with_args SELECTs, concurrency {IN_FLIGHT}",
+            goal=0.8,
+            issue="issue 10",
+            firesteel=firesteel_lookup(rows),
+            baseline=raw_lookup(rows),
+            repetitions=repetitions,
+            warmup=warmup,
+        ),
     ]

@@ -5,6 +5,7 @@ The table is read back through cassandra-driver, never through the sink.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +34,17 @@ def _input(folder: Path) -> Path:
     return folder
 
 
-def test_wal_sink_sends_committed_batches_once_and_records_them(
-    spark: Any, session: Any, cluster_address: tuple[str, int], tmp_path: Path
-) -> None:
-    session.execute("CREATE TABLE walt (seq bigint PRIMARY KEY, body text)")
-    source = _input(tmp_path / "in")
-    checkpoint = tmp_path / "ck"
-    host, port = cluster_address
-    query = (
+def _wal_query(
+    spark: Any,
+    source: Path,
+    checkpoint: Path,
+    address: tuple[str, int],
+    keyspace: str,
+    table: str,
+    **options: str,
+) -> Any:
+    host, port = address
+    writer = (
         spark.readStream.schema("seq long")
         .option("maxFilesPerTrigger", 5)
         .parquet(str(source))
@@ -48,14 +52,23 @@ def test_wal_sink_sends_committed_batches_once_and_records_them(
         .writeStream.format("firesteel.cassandra")
         .option("contact.points", host)
         .option("port", str(port))
-        .option("keyspace", session.keyspace)
-        .option("table", "walt")
+        .option("keyspace", keyspace)
+        .option("table", table)
         .option("mode", "wal")
         .option("committer.table", "wal_commits")
         .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
+        .options(**options)
     )
+    return writer.trigger(availableNow=True).start()
+
+
+def test_wal_sink_sends_committed_batches_once_and_records_them(
+    spark: Any, session: Any, cluster_address: tuple[str, int], tmp_path: Path
+) -> None:
+    session.execute("CREATE TABLE walt (seq bigint PRIMARY KEY, body text)")
+    source = _input(tmp_path / "in")
+    checkpoint = tmp_path / "ck"
+    query = _wal_query(spark, source, checkpoint, cluster_address, session.keyspace, "walt")
     query.awaitTermination(180)
     assert query.exception() is None
     rows = list(session.execute("SELECT seq, body FROM walt"))
@@ -69,6 +82,30 @@ def test_wal_sink_sends_committed_batches_once_and_records_them(
     # Sent segments are deleted once their batch commits; only the last plan stays.
     wal = checkpoint / "firesteel" / "wal"
     assert not [p for p in wal.rglob("*.arrow")]
+
+
+def test_a_recreated_checkpoint_with_the_old_sink_id_is_refused_and_loses_nothing(
+    spark: Any, session: Any, cluster_address: tuple[str, int], tmp_path: Path
+) -> None:
+    """Batch ids restart at 0 in a new checkpoint: the old commit rows must not skip them."""
+    session.execute("CREATE TABLE walre (seq bigint PRIMARY KEY, body text)")
+    source = _input(tmp_path / "in")
+    checkpoint = tmp_path / "ck"
+    args = (spark, source, checkpoint, cluster_address, session.keyspace, "walre")
+    first = _wal_query(*args, **{"sink.id": "orders"})
+    first.awaitTermination(180)
+    assert first.exception() is None
+    shutil.rmtree(checkpoint)
+    session.execute("TRUNCATE walre")
+    again = _wal_query(*args, **{"sink.id": "orders"})
+    with pytest.raises(Exception, match=r"sink\.id 'orders' is recorded in"):
+        again.awaitTermination(180)
+    shutil.rmtree(checkpoint)
+    fresh = _wal_query(*args)
+    fresh.awaitTermination(180)
+    assert fresh.exception() is None
+    rows = list(session.execute("SELECT seq FROM walre"))
+    assert_exactly_once([r.seq for r in rows], range(FILES * ROWS_PER_FILE))
 
 
 def test_wal_options_are_checked(

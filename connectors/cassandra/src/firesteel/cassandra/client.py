@@ -4,18 +4,37 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from typing import Any, Protocol
 
 from firesteel.cassandra.errors import CassandraUnreachableError
-from firesteel.cassandra.options import CassandraSinkOptions
 
 logger = logging.getLogger(__name__)
+
+
+class ClusterOptions(Protocol):
+    """What a session is opened with: the sink's options and a lookup's both provide it."""
+
+    @property
+    def hosts(self) -> list[str]: ...
+
+    @property
+    def port(self) -> int: ...
+
+    @property
+    def local_dc(self) -> str | None: ...
+
+    @property
+    def consistency(self) -> str: ...
+
+    @property
+    def passthrough(self) -> dict[str, str]: ...
+
 
 _lock = threading.Lock()
 _sessions: dict[tuple[Any, ...], Any] = {}
 
 
-def session_for(options: CassandraSinkOptions) -> Any:
+def session_for(options: ClusterOptions) -> Any:
     """A connected session for ``options``, shared by the tasks of one Python worker.
 
     Connecting costs a control connection and schema reads: a worker reuses its
@@ -25,6 +44,7 @@ def session_for(options: CassandraSinkOptions) -> Any:
         tuple(options.hosts),
         options.port,
         options.local_dc,
+        options.consistency,
         tuple(sorted(options.passthrough.items())),
     )
     with _lock:
@@ -33,7 +53,7 @@ def session_for(options: CassandraSinkOptions) -> Any:
         return _sessions[key]
 
 
-def _connect(options: CassandraSinkOptions) -> Any:
+def _connect(options: ClusterOptions) -> Any:
     from cassandra import ConsistencyLevel
     from cassandra.auth import PlainTextAuthProvider
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable

@@ -1,11 +1,20 @@
 """A :class:`CheckpointCommitter` keeping its records in a Cassandra table, as Flink's does.
 
 One row per (sink id, partition) holds the last batch whose segment of that
-partition was sent: ``(sink_id text, partition int, batch bigint, PRIMARY KEY
-((sink_id), partition))``. Each record is written with ``USING TIMESTAMP
-<batch>``, so Cassandra's last-write-wins keeps the highest batch even if a
-slow, older commit lands after a newer one: a record never moves backwards,
-which :meth:`is_committed` (``stored batch >= asked batch``) relies on.
+partition was sent and the query that sent it: ``(sink_id text, partition
+int, batch bigint, owner text, PRIMARY KEY ((sink_id), partition))``. Each
+record is written with ``USING TIMESTAMP <batch>``, so Cassandra's
+last-write-wins keeps the highest batch even if a slow, older commit lands
+after a newer one: a record never moves backwards, which :meth:`is_committed`
+(``stored batch >= asked batch``) relies on.
+
+The rows live outside the checkpoint, so they outlive it. A query whose
+checkpoint was deleted and recreated starts again at batch 0 under a new
+Spark query id; had it kept an explicit ``sink.id``, the old rows would mark
+every one of its batches as sent and its data would silently never arrive.
+``owner`` (Spark's query id) makes that a :class:`ConfigError` instead, as
+the Kafka sink's markers do; with ``sink.id`` unset the id is derived from
+the query and never collides.
 """
 
 from __future__ import annotations
@@ -14,16 +23,20 @@ from typing import Any
 
 from firesteel.cassandra.client import session_for
 from firesteel.cassandra.options import CassandraSinkOptions
+from firesteel.core.errors import ConfigError
 from firesteel.sinks.committers import CheckpointCommitter
 
 
 class CassandraCommitter(CheckpointCommitter):
-    """Records in ``keyspace.table`` (created if missing) on the cluster of ``options``."""
+    """Records of query ``owner`` in ``keyspace.table`` (created if missing)."""
 
-    def __init__(self, options: CassandraSinkOptions, keyspace: str, table: str) -> None:
+    def __init__(
+        self, options: CassandraSinkOptions, keyspace: str, table: str, owner: str
+    ) -> None:
         self.options = options
         self.keyspace = keyspace
         self.table = table
+        self.owner = owner
 
     def _session(self) -> Any:
         return session_for(self.options)
@@ -32,26 +45,39 @@ class CassandraCommitter(CheckpointCommitter):
         """Create the table (idempotent); the keyspace must exist."""
         self._session().execute(
             f'CREATE TABLE IF NOT EXISTS "{self.keyspace}"."{self.table}" '
-            "(sink_id text, partition int, batch bigint, PRIMARY KEY ((sink_id), partition))"
+            "(sink_id text, partition int, batch bigint, owner text, "
+            "PRIMARY KEY ((sink_id), partition))"
         )
 
     def is_committed(self, sink_id: str, batch_id: int, partition_id: int) -> bool:
         row = (
             self._session()
             .execute(
-                f'SELECT batch FROM "{self.keyspace}"."{self.table}" '
+                f'SELECT batch, owner FROM "{self.keyspace}"."{self.table}" '
                 "WHERE sink_id = %s AND partition = %s",
                 (sink_id, partition_id),
             )
             .one()
         )
-        return row is not None and int(row.batch) >= batch_id
+        if row is None:
+            return False
+        if row.owner != self.owner:
+            msg = (
+                f"firesteel.cassandra: sink.id {sink_id!r} is recorded in "
+                f"{self.keyspace}.{self.table} by query {row.owner}, and this is query "
+                f"{self.owner}. Two queries, or a query whose checkpoint was deleted and "
+                "recreated, must not share a sink.id: choose another 'sink.id' (or leave it "
+                "unset), or delete the old records: "
+                f"DELETE FROM {self.keyspace}.{self.table} WHERE sink_id = '{sink_id}'"
+            )
+            raise ConfigError(msg)
+        return int(row.batch) >= batch_id
 
     def commit(self, sink_id: str, batch_id: int, partition_id: int) -> None:
         self._session().execute(
-            f'INSERT INTO "{self.keyspace}"."{self.table}" (sink_id, partition, batch) '
-            f"VALUES (%s, %s, %s) USING TIMESTAMP {int(batch_id)}",
-            (sink_id, partition_id, batch_id),
+            f'INSERT INTO "{self.keyspace}"."{self.table}" (sink_id, partition, batch, owner) '
+            f"VALUES (%s, %s, %s, %s) USING TIMESTAMP {int(batch_id)}",
+            (sink_id, partition_id, batch_id, self.owner),
         )
 
     def __repr__(self) -> str:

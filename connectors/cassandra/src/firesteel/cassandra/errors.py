@@ -15,3 +15,7 @@ class CassandraUnreachableError(ConnectionError):
 
 class CassandraRecordError(ValueError):
     """A row cannot be written (e.g. a null primary-key value); names the column and row."""
+
+
+class CassandraLookupError(RuntimeError):
+    """A lookup failed after the driver's retries, with ``on_error="fail"``; names table, key."""

@@ -38,12 +38,14 @@ _FITS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _fits(arrow_type: pa.DataType, cql_type: str) -> bool:
+def arrow_fits_cql(arrow_type: pa.DataType, cql_type: str) -> bool:
+    """True when values of ``arrow_type`` can be bound to a ``cql_type`` column."""
     if pa.types.is_timestamp(arrow_type):
         return cql_type == "timestamp"
     if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
         inner = cql_type.partition("<")[2].rstrip(">")
-        return cql_type.startswith(("list<", "set<")) and _fits(arrow_type.value_type, inner)
+        collection = cql_type.startswith(("list<", "set<"))
+        return collection and arrow_fits_cql(arrow_type.value_type, inner)
     return cql_type in _FITS.get(str(arrow_type), ())
 
 
@@ -107,7 +109,7 @@ class InsertStatement:
                 continue
             cql_type = column.type.cql_parameterized_type()
             arrow_type = self.schema.field(column.name).type
-            if not _fits(arrow_type, cql_type):
+            if not arrow_fits_cql(arrow_type, cql_type):
                 msg = (
                     f"firesteel.cassandra: column {column.name!r} is {arrow_type} in the DataFrame "
                     f"but {cql_type} in {o.keyspace}.{o.table}"

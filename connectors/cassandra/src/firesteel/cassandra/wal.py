@@ -55,6 +55,7 @@ from firesteel.cassandra.client import session_for
 from firesteel.cassandra.committer import CassandraCommitter
 from firesteel.cassandra.options import CassandraSinkOptions
 from firesteel.cassandra.statement import InsertStatement
+from firesteel.core.checkpoint import normalize_location, read_query_id
 from firesteel.core.errors import ConfigError
 from firesteel.core.faults import fault_point
 from firesteel.sinks.write_ahead import WriteAheadSink, log_dir_for
@@ -80,7 +81,10 @@ class CassandraWalSink(WriteAheadSink):
             msg = "firesteel.cassandra: mode=wal needs the query's 'checkpointLocation'"
             raise ConfigError(msg)
         committer = CassandraCommitter(
-            options, options.committer_keyspace or options.keyspace, options.committer_table
+            options,
+            options.committer_keyspace or options.keyspace,
+            options.committer_table,
+            read_query_id(checkpoint) or normalize_location(checkpoint),
         )
         super().__init__(sink_id, log_dir_for(checkpoint), committer)
         self.options = options

@@ -295,9 +295,14 @@ class _Connection(socketserver.BaseRequestHandler):
     def select(self, st: Statement, table: Table, bound: _Binder) -> bytes:
         where = bound.where(st.where)
         limit = bound.int(st.limit, "int") if st.limit else None
-        rows = [
-            (k, v) for k, v in table.live_rows() if all(v.get(c) == w for c, w in where.items())
-        ]
+        if set(table.primary_key) <= where.keys():
+            # A lookup by primary key: one row, no scan (what Cassandra does too).
+            key = tuple(where[c] or b"" for c in table.primary_key)
+            row = table.live_row(key)
+            candidates = [] if row is None else [(key, row)]
+        else:
+            candidates = table.live_rows()
+        rows = [(k, v) for k, v in candidates if all(v.get(c) == w for c, w in where.items())]
         if limit is not None:
             rows = rows[:limit]
         if st.count:

@@ -89,15 +89,22 @@ class Table:
         cell = self.rows.get(key, {}).get(column)
         return cell.timestamp if cell is not None and cell.live(time.time()) else None
 
+    def live_row(self, key: tuple[bytes, ...]) -> dict[str, bytes] | None:
+        """The row with primary key ``key`` as column -> value, None when it has no live cell."""
+        now = time.time()
+        cells = {c: cell.value for c, cell in self.rows.get(key, {}).items() if cell.live(now)}
+        if not cells:
+            return None
+        values = {c: v for c, v in cells.items() if v is not None and c != ROW_MARKER}
+        values.update(zip(self.primary_key, key, strict=True))
+        return values
+
     def live_rows(self) -> list[tuple[tuple[bytes, ...], dict[str, bytes]]]:
         """Rows with at least one live cell, sorted by key bytes, as column -> value."""
-        now = time.time()
         result = []
         for key in sorted(self.rows):
-            cells = {c: cell.value for c, cell in self.rows[key].items() if cell.live(now)}
-            if cells:
-                values = {c: v for c, v in cells.items() if v is not None and c != ROW_MARKER}
-                values.update(zip(self.primary_key, key, strict=True))
+            values = self.live_row(key)
+            if values is not None:
                 result.append((key, values))
         return result
 
