@@ -12,11 +12,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from firesteel.cassandra.testing.soak import SINK_JOB
 from firesteel.testing import CrashHarness, assert_exactly_once, at_point, at_random, batch_started
 
 pytest_plugins = ["firesteel.testing.fixtures"]
 
-JOB = Path(__file__).parent / "jobs" / "cassandra_job.py"
+JOB = SINK_JOB
 FILES = 10
 ROWS_PER_FILE = 20
 

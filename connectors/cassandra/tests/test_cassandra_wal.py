@@ -5,6 +5,7 @@ The table is read back through cassandra-driver, never through the sink.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from firesteel.cassandra.testing.soak import SINK_JOB
 from firesteel.cassandra.wal import MID_SEND
 from firesteel.core.checkpoint import read_guarantee
 from firesteel.sinks.write_ahead import AFTER_SEND
@@ -20,7 +22,7 @@ from firesteel.testing import CrashHarness, assert_exactly_once, at_point, at_ra
 
 pytest_plugins = ["firesteel.testing.fixtures"]
 
-JOB = Path(__file__).parent / "jobs" / "cassandra_job.py"
+JOB = SINK_JOB
 FILES = 10
 ROWS_PER_FILE = 20
 FILES_PER_BATCH = 2
@@ -167,3 +169,19 @@ def test_killed_inside_both_resend_windows_and_at_random(
     assert all(len(s) == 1 for s in stamps.values()), f"a batch was stamped twice: {stamps}"
     ordered = [stamps[b].pop() for b in sorted(stamps)]
     assert ordered == sorted(set(ordered)), "a later batch carries an older write timestamp"
+
+
+def test_soak_command_counts_a_killed_and_restarted_cassandra_pipeline(
+    cluster_address: tuple[str, int], tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    from firesteel.cassandra.testing import HOSTS_ENV
+    from firesteel.cassandra.testing.soak import main
+
+    host, port = cluster_address
+    monkeypatch.setenv(HOSTS_ENV, f"{host}:{port}")
+    code = main(["wal", "--cycles", "1", "--seed", "4", "--workdir", str(tmp_path / "soak")])
+    report = json.loads(capsys.readouterr().out)
+    assert (report["path"], report["cycles"], report["records"]) == ("wal", 1, 200)
+    assert report["kills"] == 1
+    assert report["lost"] == report["duplicated"] == report["wrong_body"] == 0
+    assert code == 0

@@ -1,6 +1,6 @@
-"""Crash-test job: firesteel.files source -> firesteel.cassandra (mode=upsert or wal).
+"""Crash-test job of the tests and the soak command: firesteel.files -> firesteel.cassandra.
 
-Usage: cassandra_job.py <input dir> <checkpoint> <host> <port> <keyspace> <table>
+Usage: sink_job.py <input dir> <checkpoint> <host> <port> <keyspace> <table>
 <max files per batch> [<mode> [<partitions>]]
 """
 

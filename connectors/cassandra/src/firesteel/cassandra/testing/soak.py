@@ -1,0 +1,135 @@
+"""The Cassandra soak paths: many SIGKILL/restart cycles, beyond what CI runs.
+
+Usage::
+
+    python -m firesteel.cassandra.testing.soak {upsert,wal} --cycles N [--workdir DIR] [--seed S]
+
+Both paths run :data:`SINK_JOB` (firesteel.files -> firesteel.cassandra, the
+table ``(seq bigint PRIMARY KEY, body text)``) in ``mode=upsert`` or
+``mode=wal``, with a new random partition count (1-4) on every restart. The
+cluster is :func:`~firesteel.cassandra.testing.cassandra_cluster`'s: the one
+``FIRESTEEL_CASSANDRA_HOSTS`` names, else the test server in its own process.
+
+Every cycle adds :data:`FILES_PER_CYCLE` Parquet files of sequence numbers,
+arms one kill (a named protocol point of the path, or a random moment) and
+restarts the job from its checkpoint until it has read everything. At the
+end cassandra-driver (no firesteel code) reads the table, and the command
+prints the counts of :func:`firesteel.testing.soak.counts` as one JSON line
+(``wrong_body``: rows whose body is not their sequence number's), exiting 1
+if anything was lost, duplicated or wrong.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from firesteel.cassandra.testing import cassandra_cluster, connect
+from firesteel.cassandra.wal import MID_SEND
+from firesteel.sinks.write_ahead import AFTER_SEND
+from firesteel.testing.harness import Kill, at_point, at_random
+from firesteel.testing.soak import SoakRun, counts, run_cli
+
+SINK_JOB = Path(__file__).with_name("sink_job.py")
+"""The job: ``sink_job.py SOURCE CHECKPOINT HOST PORT KEYSPACE TABLE MAX_FILES [MODE [N]]``."""
+
+FILES_PER_CYCLE = 4
+ROWS_PER_FILE = 50
+FILES_PER_BATCH = "2"
+KEYSPACE = "firesteel_soak"
+
+POINTS = {
+    "upsert": ("sink.after_write", "driver.before_commit", "driver.after_commit"),
+    "wal": (MID_SEND, AFTER_SEND, "driver.mid_commit", "driver.after_commit"),
+}
+"""Protocol points a cycle of each path may kill at."""
+
+
+class CassandraSoak:
+    """Input files, restarts and the final count of one Cassandra soak run (a :class:`SoakRun`)."""
+
+    def __init__(
+        self, mode: str, address: tuple[str, int], workdir: Path, rng: random.Random
+    ) -> None:
+        self.mode = mode
+        self.host, self.port = address
+        self.rng = rng
+        self.source = workdir / "in"
+        self.checkpoint = workdir / "ck"
+        self.table = f"soak_{mode}_{rng.randrange(1 << 30)}"
+        self.files = 0
+        self.source.mkdir(parents=True)
+        with self._session() as session:
+            session.execute(
+                f"CREATE KEYSPACE IF NOT EXISTS {KEYSPACE} WITH replication = "
+                "{'class': 'SimpleStrategy', 'replication_factor': 1}"
+            )
+            session.execute(
+                f"CREATE TABLE {KEYSPACE}.{self.table} (seq bigint PRIMARY KEY, body text)"
+            )
+
+    @contextlib.contextmanager
+    def _session(self) -> Iterator[Any]:
+        session: Any = connect(self.host, self.port)
+        try:
+            yield session
+        finally:
+            session.cluster.shutdown()
+
+    @property
+    def job(self) -> Path:
+        return SINK_JOB
+
+    def feed(self) -> None:
+        for _ in range(FILES_PER_CYCLE):
+            start = self.files * ROWS_PER_FILE
+            seqs = pa.array(range(start, start + ROWS_PER_FILE), pa.int64())
+            pq.write_table(pa.table({"seq": seqs}), self.source / f"part-{self.files:07d}.parquet")
+            self.files += 1
+
+    def args(self, run: int) -> list[str]:
+        return [
+            str(self.source),
+            str(self.checkpoint),
+            self.host,
+            str(self.port),
+            KEYSPACE,
+            self.table,
+            FILES_PER_BATCH,
+            self.mode,
+            str(self.rng.randint(1, 4)),
+        ]
+
+    def kill(self) -> Kill:
+        """A named point of the path or a random moment, with equal odds."""
+        if self.rng.random() < 0.5:
+            return at_point(self.rng.choice(POINTS[self.mode]))
+        return at_random((2.0, 14.0))
+
+    def check(self) -> dict[str, int]:
+        with self._session() as session:
+            rows = list(session.execute(f"SELECT seq, body FROM {KEYSPACE}.{self.table}"))
+        wrong = sum(1 for r in rows if r.body != f"body-{r.seq}")
+        return counts((r.seq for r in rows), range(self.files * ROWS_PER_FILE), wrong_body=wrong)
+
+
+@contextlib.contextmanager
+def _cassandra_run(mode: str, workdir: Path, rng: random.Random) -> Iterator[SoakRun]:
+    with cassandra_cluster() as address:
+        yield CassandraSoak(mode, address, workdir, rng)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line (see the module docs)."""
+    return run_cli("python -m firesteel.cassandra.testing.soak", list(POINTS), _cassandra_run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
