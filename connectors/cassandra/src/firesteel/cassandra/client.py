@@ -1,14 +1,141 @@
-"""Driver sessions per Python process, with connect errors that name the hosts tried."""
+"""Driver sessions per Python process, with connect errors that name the hosts tried.
+
+Every session retries idempotent statements (the sinks' INSERTs) with
+:class:`IdempotentRetryPolicy`; anything else keeps the driver's own policy.
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any, Protocol
 
+from cassandra.policies import RetryPolicy
 from firesteel.cassandra.errors import CassandraUnreachableError
 
 logger = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 5
+"""Attempts of one idempotent statement, the first included, before its error propagates."""
+RECONNECT_MAX_DELAY = 30.0
+"""Seconds between tries to reconnect to a node that is down, at most."""
+
+
+class IdempotentRetryPolicy(RetryPolicy):
+    """Retries idempotent statements on write timeouts, unavailable replicas, overloaded or
+    failing coordinators and broken connections, up to ``max_attempts`` attempts in all.
+
+    A statement marked idempotent (the sinks' INSERTs, which rewrite the same
+    cells with the same timestamp) may be sent again even if the failed attempt
+    was applied, which a write timeout never rules out. A write timeout is
+    retried on the same coordinator; the other errors on the next host of the
+    query plan, or on the same host when no other is up. Once the
+    attempts are spent the driver raises the last error: the task fails, Spark
+    re-runs the batch, and nothing is lost. Statements not marked idempotent,
+    and read timeouts, get the driver's :class:`~cassandra.policies.RetryPolicy`.
+
+    Retries are immediate, without backoff: the driver applies a policy's
+    decision on its I/O thread at once and has no hook to delay it (sleeping in
+    the policy would stall every request of the process). So the budget covers
+    transient errors, not an outage. In particular, a broken connection to the
+    only node marks that node down until the driver reconnects (the cluster's
+    ``ExponentialReconnectionPolicy``, see :func:`session_for`), and a retry in
+    the meantime fails at once with ``NoHostAvailable``.
+    """
+
+    def __init__(
+        self, max_attempts: int = MAX_ATTEMPTS, live_hosts: Callable[[], int] = lambda: 1
+    ) -> None:
+        """``live_hosts`` counts the hosts up, to choose between the same host and the next."""
+        if max_attempts < 1:
+            msg = f"max_attempts must be at least 1, got {max_attempts}"
+            raise ValueError(msg)
+        self.max_attempts = max_attempts
+        self.live_hosts = live_hosts
+
+    def _decide(
+        self,
+        query: Any,
+        *,
+        retry_num: int,
+        decision: int,
+        consistency: int | None,
+        error: object,
+        default: Callable[[], tuple[int, int | None]],
+    ) -> tuple[int, int | None]:
+        if not getattr(query, "is_idempotent", False):
+            return default()
+        if retry_num + 1 >= self.max_attempts:
+            return self.RETHROW, None
+        logger.info(
+            "firesteel.cassandra: attempt %d of %d of an idempotent statement failed (%s); "
+            "retrying on %s host",
+            retry_num + 1,
+            self.max_attempts,
+            error,
+            "the same" if decision == self.RETRY else "the next",
+        )
+        return decision, consistency
+
+    def _elsewhere(self) -> int:
+        return self.RETRY_NEXT_HOST if self.live_hosts() > 1 else self.RETRY
+
+    def on_write_timeout(  # noqa: PLR0917 (the driver's signature)
+        self,
+        query: Any,
+        consistency: int,
+        write_type: str,
+        required_responses: int,
+        received_responses: int,
+        retry_num: int,
+    ) -> tuple[int, int | None]:
+        """The same coordinator again: its replicas were slow, not the coordinator."""
+        return self._decide(
+            query,
+            retry_num=retry_num,
+            decision=self.RETRY,
+            consistency=consistency,
+            error=f"write timeout, {received_responses} of {required_responses} replicas answered",
+            default=lambda: super(IdempotentRetryPolicy, self).on_write_timeout(
+                query, consistency, write_type, required_responses, received_responses, retry_num
+            ),
+        )
+
+    def on_unavailable(
+        self,
+        query: Any,
+        consistency: int,
+        required_replicas: int,
+        alive_replicas: int,
+        retry_num: int,
+    ) -> tuple[int, int | None]:
+        """Another coordinator, if any, may see more replicas alive."""
+        return self._decide(
+            query,
+            retry_num=retry_num,
+            decision=self._elsewhere(),
+            consistency=consistency,
+            error=f"unavailable, {alive_replicas} of {required_replicas} replicas alive",
+            default=lambda: super(IdempotentRetryPolicy, self).on_unavailable(
+                query, consistency, required_replicas, alive_replicas, retry_num
+            ),
+        )
+
+    def on_request_error(
+        self, query: Any, consistency: int | None, error: Exception, retry_num: int
+    ) -> tuple[int, int | None]:
+        """Overloaded or failing coordinator, broken connection: another host, if any."""
+        return self._decide(
+            query,
+            retry_num=retry_num,
+            decision=self._elsewhere(),
+            consistency=consistency,
+            error=error,
+            default=lambda: super(IdempotentRetryPolicy, self).on_request_error(
+                query, consistency, error, retry_num
+            ),
+        )
 
 
 class ClusterOptions(Protocol):
@@ -38,7 +165,10 @@ def session_for(options: ClusterOptions) -> Any:
     """A connected session for ``options``, shared by the tasks of one Python worker.
 
     Connecting costs a control connection and schema reads: a worker reuses its
-    session across tasks and batches instead of paying that per task.
+    session across tasks and batches instead of paying that per task. Its
+    default execution profile retries idempotent statements
+    (:class:`IdempotentRetryPolicy`); a node marked down is reconnected after
+    0.1 s, then with exponential backoff up to :data:`RECONNECT_MAX_DELAY`.
     """
     key = (
         tuple(options.hosts),
@@ -57,15 +187,31 @@ def _connect(options: ClusterOptions) -> Any:
     from cassandra import ConsistencyLevel
     from cassandra.auth import PlainTextAuthProvider
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable
-    from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+    from cassandra.policies import (
+        DCAwareRoundRobinPolicy,
+        ExponentialReconnectionPolicy,
+        HostDistance,
+        TokenAwarePolicy,
+    )
 
     extra = {k.lower().removeprefix("cassandra."): v for k, v in options.passthrough.items()}
     auth = None
     if "username" in extra:
         auth = PlainTextAuthProvider(extra["username"], extra.get("password", ""))
+    balancing = TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=options.local_dc))
+
+    def live_hosts() -> int:
+        """Hosts up that query plans include (not those of remote data centers)."""
+        return sum(
+            1
+            for host in cluster.metadata.all_hosts()
+            if host.is_up and balancing.distance(host) != HostDistance.IGNORED
+        )
+
     profile = ExecutionProfile(
-        load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=options.local_dc)),
+        load_balancing_policy=balancing,
         consistency_level=ConsistencyLevel.name_to_value[options.consistency.upper()],
+        retry_policy=IdempotentRetryPolicy(live_hosts=live_hosts),
     )
     cluster = Cluster(
         options.hosts,
@@ -74,6 +220,10 @@ def _connect(options: ClusterOptions) -> Any:
         auth_provider=auth,
         connect_timeout=float(extra.get("connect.timeout", "5")),
         execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+        # A node marked down (a broken connection is enough) takes every request until it is
+        # reconnected: first try after 0.1 s, not the driver's 1 s, so a task Spark re-runs
+        # finds it back; never stop trying (the driver's default gives up after 64 tries).
+        reconnection_policy=ExponentialReconnectionPolicy(0.1, RECONNECT_MAX_DELAY, None),
     )
     try:
         return cluster.connect()

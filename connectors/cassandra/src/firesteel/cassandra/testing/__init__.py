@@ -11,6 +11,28 @@ The server is small and honest about what it is: rows in dicts keyed by primary
 key, last write wins by the client's write timestamp, TTLs, counters, PREPARE /
 EXECUTE / BATCH; no replication, no paging, no LWT. It counts the statements and
 rows it executed (:class:`~firesteel.cassandra.testing.store.Store`).
+
+Faults are injected over the protocol, so they reach every process that talks
+to the server (Spark's workers too): :func:`inject` inserts a rule into the
+table ``firesteel_faults.rules`` and :func:`clear` truncates it; a test may as
+well send that CQL itself, or ``SELECT remaining FROM firesteel_faults.rules``
+to see what is left. Kinds (:data:`FaultKind`), each for the next ``count``
+QUERY / EXECUTE / BATCH requests whose CQL text contains ``match``
+(case-insensitive; "" matches every data statement, never schema statements,
+``USE`` or the driver's ``system`` queries), after letting ``skip`` of them
+through:
+
+- ``write_timeout``, ``read_timeout``, ``unavailable``, ``overloaded``: the
+  ERROR of protocol v4 section 9 (0x1100 with writeType ``SIMPLE`` for a single
+  statement, 0x1200, 0x1000, 0x1001), the statement not executed;
+- ``write_timeout`` with ``applied=True``: executed, then the timeout sent, as
+  real Cassandra may do (a timed-out write can still land on the replicas);
+- ``drop``: the connection is closed instead of answering (``applied=True``:
+  after executing the statement);
+- ``slow``: executed, the reply held back ``delay_ms`` (and with it every later
+  reply on that connection: one connection is one thread).
+
+See :mod:`firesteel.cassandra.testing.faults` for the table and the rules.
 """
 
 from __future__ import annotations
@@ -22,14 +44,27 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
+from typing import Any, Literal
 
 from firesteel.testing.ports import free_port
 
-__all__ = ["HOSTS_ENV", "cassandra_cluster", "connect", "start_server"]
+__all__ = [
+    "HOSTS_ENV",
+    "FaultKind",
+    "cassandra_cluster",
+    "clear",
+    "connect",
+    "inject",
+    "start_server",
+]
 
 HOSTS_ENV = "FIRESTEEL_CASSANDRA_HOSTS"
 """Set to ``host[:port],...`` to run tests against an existing Cassandra cluster."""
+
+FaultKind = Literal["write_timeout", "read_timeout", "unavailable", "overloaded", "drop", "slow"]
+"""The fault kinds the server knows (``faults.KINDS``)."""
 
 
 def start_server(timeout: float = 20.0) -> tuple[subprocess.Popen[bytes], int]:
@@ -78,3 +113,47 @@ def connect(host: str, port: int, keyspace: str | None = None) -> object:
         [host], port=port, protocol_version=4, execution_profiles={EXEC_PROFILE_DEFAULT: profile}
     )
     return cluster.connect(keyspace)
+
+
+def inject(
+    host: str,
+    port: int,
+    kind: FaultKind,
+    *,
+    count: int,
+    match: str = "",
+    skip: int = 0,
+    delay_ms: int = 0,
+    applied: bool = False,
+) -> str:
+    """Arm a fault for ``count`` requests whose CQL contains ``match``; returns the rule id.
+
+    The first ``skip`` matching requests go through unharmed, which puts a
+    fault in the middle of a batch.
+
+    A real Cassandra cluster has no rules table: the INSERT fails with
+    ``InvalidRequest`` naming keyspace ``firesteel_faults``.
+    """
+    rule = f"{time.time_ns()}-{uuid.uuid4().hex[:8]}"
+    _on_server(
+        host,
+        port,
+        "INSERT INTO firesteel_faults.rules "
+        "(id, kind, remaining, skip, match, delay_ms, applied) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+        (rule, kind, count, skip, match, delay_ms, applied),
+    )
+    return rule
+
+
+def clear(host: str, port: int) -> None:
+    """Disarm every fault rule."""
+    _on_server(host, port, "TRUNCATE firesteel_faults.rules", ())
+
+
+def _on_server(host: str, port: int, cql: str, values: tuple[object, ...]) -> None:
+    session: Any = connect(host, port)
+    try:
+        session.execute(cql, values)
+    finally:
+        session.cluster.shutdown()

@@ -6,11 +6,13 @@ get fixed answers: one local node (Murmur3, token 0, ``release_version`` 3.11 so
 the driver skips the 4.x virtual schema) and empty schema tables, so the
 driver's metadata stays empty and statement metadata comes from PREPARE.
 Other protocol versions get the "unsupported protocol version" error the
-driver downgrades on.
+driver downgrades on. Requests may be faulted on purpose: see
+:mod:`~firesteel.cassandra.testing.faults`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import socket
@@ -19,9 +21,10 @@ import struct
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from firesteel.cassandra.testing import wire
+from firesteel.cassandra.testing import faults, wire
 from firesteel.cassandra.testing.cql import (
     CqlError,
     Literal,
@@ -57,8 +60,9 @@ Spec = list[tuple[str, str]]
 
 @dataclass
 class Prepared:
-    """A prepared statement: its parse, bind-marker specs and result columns."""
+    """A prepared statement: its text and parse, bind-marker specs and result columns."""
 
+    text: str
     statement: Statement
     table: Table | None
     binds: Spec
@@ -75,6 +79,7 @@ class CqlServer(socketserver.ThreadingTCPServer):
         super().__init__(address, _Connection)
         self.store = Store()
         self.prepared: dict[bytes, Prepared] = {}
+        faults.install(self.store)
 
     @property
     def port(self) -> int:
@@ -111,6 +116,10 @@ class _Connection(socketserver.BaseRequestHandler):
                     )
                     continue
                 sock.sendall(self.answer(stream, opcode, body))
+        except _Dropped:
+            _log.info("fault: dropping the connection of %s", self.client_address)
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
         except (ConnectionError, OSError):
             return
 
@@ -146,13 +155,21 @@ class _Connection(socketserver.BaseRequestHandler):
         if opcode == wire.QUERY:
             text = r.long_string()
             st = parse(text)
-            values = _params(r)
-            return wire.RESULT, self.run(st, self.table_for(st), values)
+            table = self.table_for(st)
+            params = _params(r)
+            return wire.RESULT, self.faulted(
+                [(text, st, table)], params.consistency, lambda: self.run(st, table, params)
+            )
         if opcode == wire.PREPARE:
             return wire.RESULT, self.prepare(r.long_string())
         if opcode == wire.EXECUTE:
             prepared = self.lookup(r.short_bytes())
-            return wire.RESULT, self.run(prepared.statement, prepared.table, _params(r))
+            params = _params(r)
+            return wire.RESULT, self.faulted(
+                [(prepared.text, prepared.statement, prepared.table)],
+                params.consistency,
+                lambda: self.run(prepared.statement, prepared.table, params),
+            )
         if opcode == wire.BATCH:
             return wire.RESULT, self.batch(r)
         raise CqlError(wire.PROTOCOL_ERROR, f"opcode {opcode:#x} is not supported")
@@ -187,7 +204,7 @@ class _Connection(socketserver.BaseRequestHandler):
                 result = _select_spec(st, table)
         statement_id = hashlib.md5(f"{self.keyspace}|{text}".encode()).digest()
         with self.server.store.lock:
-            self.server.prepared[statement_id] = Prepared(st, table, binds, result)
+            self.server.prepared[statement_id] = Prepared(text, st, table, binds, result)
         pk_indexes = []
         if table is not None:
             names = [n for n, _ in binds]
@@ -203,31 +220,62 @@ class _Connection(socketserver.BaseRequestHandler):
         return body + _metadata(result, ks, name)
 
     def batch(self, r: wire.Reader) -> bytes:
-        r.byte()
-        items: list[tuple[Statement, Table | None, list[object]]] = []
+        batch_type = r.byte()
+        items: list[tuple[str, Statement, Table | None, list[object]]] = []
         for _ in range(r.short()):
             kind = r.byte()
             if kind == 0:
-                st = parse(r.long_string())
+                text = r.long_string()
+                st = parse(text)
                 table = self.table_for(st)
             else:
                 prepared = self.lookup(r.short_bytes())
-                st, table = prepared.statement, prepared.table
-            items.append((st, table, [r.value() for _ in range(r.short())]))
-        r.short()
+                text, st, table = prepared.text, prepared.statement, prepared.table
+            items.append((text, st, table, [r.value() for _ in range(r.short())]))
+        consistency = r.short()
         flags = r.byte()
         if flags & 0x10:
             r.short()
         timestamp = r.int64() if flags & 0x20 else None
-        with self.server.store.lock:
-            for st, table, values in items:
-                self.run(st, table, (values, timestamp))
-        return struct.pack(">i", wire.VOID)
 
-    def run(
-        self, st: Statement, table: Table | None, params: tuple[list[object], int | None]
+        def run_all() -> bytes:
+            with self.server.store.lock:
+                for _, st, table, values in items:
+                    self.run(st, table, _Params(values, timestamp, consistency))
+            return struct.pack(">i", wire.VOID)
+
+        write_type = ("BATCH", "UNLOGGED_BATCH", "COUNTER")[batch_type]
+        statements = [(text, st, table) for text, st, table, _ in items]
+        return self.faulted(statements, consistency, run_all, write_type)
+
+    def faulted(
+        self,
+        statements: list[tuple[str, Statement, Table | None]],
+        consistency: int,
+        execute: Callable[[], bytes],
+        write_type: str = "",
     ) -> bytes:
-        values, default_ts = params
+        """``execute()``'s reply, unless a fault rule takes this request (see ``faults``)."""
+        texts = [text for text, st, table in statements if _faultable(st, table)]
+        fault = faults.take(self.server.store, texts) if texts else None
+        if fault is None:
+            return execute()
+        _log.info("fault: %s on %r", fault.kind, texts[0])
+        if fault.kind == "slow":
+            reply = execute()
+            time.sleep(fault.delay_ms / 1000)
+            return reply
+        if fault.applied:
+            execute()
+        if fault.kind == "drop":
+            raise _Dropped
+        if not write_type:
+            counter = any(st.increments for _, st, _ in statements)
+            write_type = "COUNTER" if counter else "SIMPLE"
+        raise fault.error(consistency, write_type)
+
+    def run(self, st: Statement, table: Table | None, params: _Params) -> bytes:
+        values, default_ts = params.values, params.timestamp
         store = self.server.store
         with store.lock:
             store.statements += 1
@@ -279,6 +327,8 @@ class _Connection(socketserver.BaseRequestHandler):
                 if value is not wire.UNSET:
                     cells[column] = value if isinstance(value, bytes) else None
             if st.kind == "insert":
+                if table.keyspace == faults.KEYSPACE:
+                    faults.validate(cells)
                 key = table.key_of({**where, **cells})
                 regular = {c: v for c, v in cells.items() if c not in table.primary_key}
                 table.write(key, {ROW_MARKER: b"", **regular}, timestamp, ttl)
@@ -348,9 +398,22 @@ class _Binder:
         return int(struct.unpack(">i" if cql_type == "int" else ">q", raw)[0])
 
 
-def _params(r: wire.Reader) -> tuple[list[object], int | None]:
-    """Query parameters (section 4.1.4): the bound values and the client timestamp."""
-    r.short()
+class _Dropped(Exception):
+    """A fault closes the connection instead of answering."""
+
+
+@dataclass
+class _Params:
+    """Query parameters (section 4.1.4) the server uses."""
+
+    values: list[object]
+    timestamp: int | None
+    consistency: int
+
+
+def _params(r: wire.Reader) -> _Params:
+    """The bound values, the client timestamp and the consistency of a QUERY or EXECUTE."""
+    consistency = r.short()
     flags = r.byte()
     values: list[object] = []
     if flags & 0x01:
@@ -365,7 +428,7 @@ def _params(r: wire.Reader) -> tuple[list[object], int | None]:
     if flags & 0x10:
         r.short()
     timestamp = r.int64() if flags & 0x20 else None
-    return values, timestamp
+    return _Params(values, timestamp, consistency)
 
 
 def _bind_specs(st: Statement, table: Table) -> Spec:
@@ -448,6 +511,12 @@ def _schema_change(
 
 def _system(st: Statement) -> bool:
     return (st.keyspace or "").startswith("system")
+
+
+def _faultable(st: Statement, table: Table | None) -> bool:
+    """Data statements of user tables: never the driver's own queries nor the rules table."""
+    data = st.kind in ("insert", "update", "delete", "select", "truncate")
+    return data and table is not None and table.keyspace != faults.KEYSPACE
 
 
 def _system_rows(st: Statement, store: Store) -> bytes:
