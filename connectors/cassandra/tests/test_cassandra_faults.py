@@ -24,6 +24,7 @@ from cassandra.query import SimpleStatement
 from pyspark.errors import StreamingQueryException
 
 from firesteel.cassandra.client import MAX_ATTEMPTS, IdempotentRetryPolicy, session_for
+from firesteel.cassandra.lookups import Lookups, LookupSpec
 from firesteel.cassandra.options import CassandraSinkOptions
 from firesteel.cassandra.sink import CassandraUpsertSink
 from firesteel.cassandra.testing import HOSTS_ENV, clear, inject
@@ -262,6 +263,39 @@ def test_wal_commit_over_budget_fails_unrecorded_and_its_rerun_completes(
     sink.commit_batch(0, [vote])
     assert _stored(session, "wal_budget") == _expected()
     assert sink.committer.is_committed(sink.sink_id, 0, 0)
+
+
+def test_wal_commit_records_ride_out_overload(
+    faults: tuple[str, int], session: Any, tmp_path: Path
+) -> None:
+    """The commit table's SELECT and INSERT are retried like the data INSERTs."""
+    sink = _wal_sink(faults, session, "wal_records", tmp_path / "ck")
+    vote = sink.write_partition(TaskScope("q", 0, 0, 0), iter([_data()]))
+    inject(*faults, "overloaded", count=MAX_ATTEMPTS - 1, match="firesteel_commits")
+    sink.commit_batch(0, [vote])
+    assert _left(session) == [("overloaded", 0)]
+    assert sink.committer.is_committed(sink.sink_id, 0, 0)
+    assert _stored(session, "wal_records") == _expected()
+
+
+def test_lookups_ride_out_an_overloaded_coordinator(faults: tuple[str, int], session: Any) -> None:
+    session.execute("CREATE TABLE dims (id bigint PRIMARY KEY, v text)")
+    for key in range(5):
+        session.execute("INSERT INTO dims (id, v) VALUES (%s, %s)", (key, f"v{key}"))
+    host, port = faults
+    spec = LookupSpec(
+        contact_points=host,
+        port=port,
+        keyspace=session.keyspace,
+        table="dims",
+        on=("id",),
+        columns=("v",),
+    )
+    lookups = Lookups(spec, {"v": pa.string()}, session_for(spec))
+    inject(*faults, "overloaded", count=MAX_ATTEMPTS - 1, match=_quoted("dims"))
+    out = lookups.enrich(pa.record_batch({"id": pa.array([4, 0, 9], pa.int64())}))
+    assert out.column("v").to_pylist() == ["v4", "v0", None]
+    assert _left(session) == [("overloaded", 0)]
 
 
 # Spark end to end: faults hit the Python workers' sessions.

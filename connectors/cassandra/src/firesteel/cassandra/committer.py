@@ -53,8 +53,10 @@ class CassandraCommitter(CheckpointCommitter):
         row = (
             self._session()
             .execute(
-                f'SELECT batch, owner FROM "{self.keyspace}"."{self.table}" '
-                "WHERE sink_id = %s AND partition = %s",
+                _idempotent(
+                    f'SELECT batch, owner FROM "{self.keyspace}"."{self.table}" '
+                    "WHERE sink_id = %s AND partition = %s"
+                ),
                 (sink_id, partition_id),
             )
             .one()
@@ -75,10 +77,20 @@ class CassandraCommitter(CheckpointCommitter):
 
     def commit(self, sink_id: str, batch_id: int, partition_id: int) -> None:
         self._session().execute(
-            f'INSERT INTO "{self.keyspace}"."{self.table}" (sink_id, partition, batch, owner) '
-            f"VALUES (%s, %s, %s, %s) USING TIMESTAMP {int(batch_id)}",
+            _idempotent(
+                f'INSERT INTO "{self.keyspace}"."{self.table}" (sink_id, partition, batch, owner) '
+                f"VALUES (%s, %s, %s, %s) USING TIMESTAMP {int(batch_id)}"
+            ),
             (sink_id, partition_id, batch_id, self.owner),
         )
 
     def __repr__(self) -> str:
         return f"CassandraCommitter({self.keyspace}.{self.table})"
+
+
+def _idempotent(cql: str) -> Any:
+    """A statement the session's retry policy may re-send: a record rewritten with the
+    same timestamp is the same cell, and a SELECT changes nothing."""
+    from cassandra.query import SimpleStatement
+
+    return SimpleStatement(cql, is_idempotent=True)

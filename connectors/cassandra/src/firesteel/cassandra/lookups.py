@@ -249,9 +249,13 @@ _prepared: dict[tuple[int, str], tuple[Any, str]] = {}
 
 
 def _prepared_for(session: Any, spec: LookupSpec) -> tuple[Any, str]:
-    """The prepared SELECT and the execution profile (timeout, consistency), once per worker."""
+    """The prepared SELECT and the execution profile (timeout, consistency), once per worker.
+
+    The profile keeps the session's retry policy: the SELECT is idempotent, so an
+    overloaded coordinator or a broken connection is retried like the sinks' writes.
+    """
     from cassandra import ConsistencyLevel
-    from cassandra.cluster import ExecutionProfile
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, ExecutionProfile
     from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 
     key = (id(session), f"{spec.select()}|{spec.consistency}|{spec.timeout}")
@@ -264,6 +268,7 @@ def _prepared_for(session: Any, spec: LookupSpec) -> tuple[Any, str]:
                 ),
                 consistency_level=ConsistencyLevel.name_to_value[spec.consistency.upper()],
                 request_timeout=spec.timeout,
+                retry_policy=session.get_execution_profile(EXEC_PROFILE_DEFAULT).retry_policy,
             )
             session.cluster.add_execution_profile(name, profile)
             _prepared[key] = (_prepare(session, spec), name)
