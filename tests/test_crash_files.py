@@ -22,6 +22,7 @@ from firesteel.testing import (
     AtPoints,
     CrashHarness,
     CrashResult,
+    Spellings,
     assert_exactly_once,
     at_point,
     at_random,
@@ -45,13 +46,15 @@ class FilesJob:
         self.source = root / "in"
         self.out = root / "out"
         self.checkpoint = root / "ck"
+        self.checkpoints = Spellings(self.checkpoint)
         self.expected = write_sequence_files(
             self.source, FILES, ROWS_PER_FILE, lambda seqs: {"text": [f"r{i}" for i in seqs]}
         )
 
-    @property
-    def args(self) -> list[str]:
-        return [str(self.source), str(self.out), str(self.checkpoint), str(FILES_PER_BATCH)]
+    def args(self, run: int) -> list[str]:
+        """Run ``run``'s arguments: each restart spells the checkpoint otherwise."""
+        checkpoint = self.checkpoints(run)
+        return [str(self.source), str(self.out), checkpoint, str(FILES_PER_BATCH)]
 
     def check(self, result: CrashResult) -> None:
         """Output == input exactly, by the committed-file reader and by a plain read."""

@@ -25,6 +25,7 @@ from firesteel.testing import (
     AtPoints,
     CrashHarness,
     CrashResult,
+    Spellings,
     assert_exactly_once,
     at_point,
     at_random,
@@ -51,18 +52,20 @@ class StateJob:
         self.out = root / "out"
         self.checkpoint = root / "ck"
         self.state = root / "state"
+        self.checkpoints = Spellings(self.checkpoint)
+        self.states = Spellings(self.state)
         self.parallelism = parallelism
         self.expected = write_sequence_files(
             self.source, FILES, ROWS_PER_FILE, lambda seqs: {"key": [key_of(s) for s in seqs]}
         )
 
-    @property
-    def args(self) -> list[str]:
+    def args(self, run: int) -> list[str]:
+        """Run ``run``'s arguments: each restart spells the checkpoint and state otherwise."""
         return [
             str(self.source),
             str(self.out),
-            str(self.checkpoint),
-            f"file://{self.state}",
+            self.checkpoints(run),
+            self.states(run),
             str(FILES_PER_BATCH),
             str(self.parallelism),
         ]

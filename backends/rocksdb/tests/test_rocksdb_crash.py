@@ -27,6 +27,7 @@ from firesteel.testing import (
     AtPoints,
     CrashHarness,
     CrashResult,
+    Spellings,
     assert_exactly_once,
     at_point,
     at_random,
@@ -54,6 +55,8 @@ class RocksJob:
         self.checkpoint = root / "ck"
         self.state = root / "state"
         self.local = root / "local"
+        self.checkpoints = Spellings(self.checkpoint)
+        self.states = Spellings(self.state)
         self.parallelism = parallelism
         self.source.mkdir(parents=True)
         for index in range(FILES):
@@ -62,17 +65,17 @@ class RocksJob:
             pq.write_table(table, self.source / f"part-{index:04d}.parquet")
         self.expected = range(FILES * ROWS_PER_FILE)
 
-    @property
-    def args(self) -> list[str]:
-        return self.args_with(self.parallelism)
+    def args(self, run: int) -> list[str]:
+        """Run ``run``'s arguments: each restart spells the checkpoint and state otherwise."""
+        return self.args_with(self.parallelism, run)
 
-    def args_with(self, parallelism: int) -> list[str]:
+    def args_with(self, parallelism: int, run: int) -> list[str]:
         """The job's arguments with another operator parallelism (a user's rescale)."""
         return [
             str(self.source),
             str(self.out),
-            str(self.checkpoint),
-            f"file://{self.state}",
+            self.checkpoints(run),
+            self.states(run),
             str(self.local),
             str(FILES_PER_BATCH),
             str(parallelism),
@@ -163,7 +166,9 @@ def test_restarts_with_another_parallelism_restore_only_owned_key_groups(tmp_pat
     ]
     with CrashHarness(tmp_path / "harness", timeout=300) as harness:
         result = harness.run(
-            JOB, lambda run: job.args_with(parallelisms[min(run, len(parallelisms) - 1)]), kills
+            JOB,
+            lambda run: job.args_with(parallelisms[min(run, len(parallelisms) - 1)], run),
+            kills,
         )
     assert result.all_fired, result.summary()
     assert result.exit_codes == [-9, -9, 0]

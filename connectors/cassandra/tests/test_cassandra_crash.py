@@ -1,7 +1,8 @@
 """Crash test of the upsert sink: SIGKILL at fault points and at random, counted by the driver.
 
 The CQL server is its own process (started by the ``cluster_address``
-fixture), so it outlives every killed job, as a real cluster would.
+fixture), so it outlives every killed job, as a real cluster would. Every
+restart spells the checkpoint otherwise than the run it recovers.
 """
 
 from __future__ import annotations
@@ -13,7 +14,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from firesteel.cassandra.testing.soak import SINK_JOB
-from firesteel.testing import CrashHarness, assert_exactly_once, at_point, at_random, batch_started
+from firesteel.testing import (
+    CrashHarness,
+    Spellings,
+    assert_exactly_once,
+    at_point,
+    at_random,
+    batch_started,
+)
 
 pytest_plugins = ["firesteel.testing.fixtures"]
 
@@ -39,8 +47,12 @@ def test_upsert_sink_is_exactly_once_under_sigkill(
         at_random((0.0, 1.0), when=batch_started(checkpoint, 4)),
     ]
     host, port = cluster_address
-    args = [source, checkpoint, host, str(port), session.keyspace, "crash", "2"]
-    result = crash_harness.run(JOB, args, kills)
+    spelled = Spellings(checkpoint)
+    result = crash_harness.run(
+        JOB,
+        lambda run: [source, spelled(run), host, str(port), session.keyspace, "crash", "2"],
+        kills,
+    )
     assert result.fired[:3] == [
         "sink.after_write@1:0",
         "driver.before_commit@2",

@@ -7,7 +7,9 @@ consumer-group marker only) and the output is judged twice: by a plain
 itself); both must agree. On tansu 0.6, whose read_committed shows aborted data
 and which can lose a transaction's group offsets, the jobs also set
 ``marker.log.topic`` and only the raw-log checker counts. One raw-log checker
-runs while the job is being killed, one at the end.
+runs while the job is being killed, one at the end. Every restart spells the
+checkpoint (and state) folder otherwise than the run it recovers: plain, with a
+trailing slash, as a ``file://`` URI, through a symlink.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from firesteel.kafka.testing.soak import POINTS
 from firesteel.testing import (
     CrashHarness,
     HarnessError,
+    Spellings,
     assert_at_least_once,
     assert_exactly_once,
     at_point,
@@ -132,13 +135,21 @@ def _run(bootstrap: str, tmp_path: Path, guarantee: str, kills_for) -> tuple:
         produce(bootstrap, source, values, partition=partition)
     checkpoint = tmp_path / "checkpoint"
     kills = kills_for(checkpoint)
+    spelled = Spellings(checkpoint)
     with (
         CrashHarness(tmp_path / "harness", timeout=300) as harness,
         LiveChecker(bootstrap, target, guarantee == "exactly-once") as live,
     ):
         result = harness.run(
             JOB,
-            [bootstrap, source, target, str(checkpoint), guarantee, *_marker_log_args(bootstrap)],
+            lambda run: [
+                bootstrap,
+                source,
+                target,
+                spelled(run),
+                guarantee,
+                *_marker_log_args(bootstrap),
+            ],
             kills,
             max_runs=len(kills) + 3,
         )
@@ -188,15 +199,16 @@ def test_stateful_operator_between_kafka_topics_is_exactly_once_under_kills(boot
         "driver.after_commit",
     ]
     kills = _kills(tmp_path / "checkpoint", points, rounds=5, randoms=1)
+    checkpoints, states = Spellings(tmp_path / "checkpoint"), Spellings(tmp_path / "state")
     with CrashHarness(tmp_path / "harness", timeout=300) as harness:
         result = harness.run(
             script("state_job"),
-            [
+            lambda run: [
                 bootstrap,
                 source,
                 target,
-                str(tmp_path / "checkpoint"),
-                str(tmp_path / "state"),
+                checkpoints(run),
+                states(run),
                 *_marker_log_args(bootstrap),
             ],
             kills,

@@ -6,6 +6,9 @@
   restarts it from its checkpoint until a run completes.
 * :func:`assert_exactly_once` / :func:`assert_at_least_once` count
   sequence-numbered records in the output against the input.
+* :class:`Spellings` and :func:`firesteel.testing.clock.clock_offset` change
+  what a user changes between a crash and the restart: the checkpoint's
+  spelling and the wall clock.
 * :class:`StandaloneCluster` starts a Spark master and workers from the PySpark
   wheel, so a job can lose an executor as well as its driver.
 * :mod:`firesteel.testing.jobs` helps write job scripts;
@@ -36,6 +39,7 @@ from firesteel.testing.harness import (
     batch_started,
 )
 from firesteel.testing.jobs import job_session
+from firesteel.testing.spellings import Spellings
 
 __all__ = [
     "AtPoints",
@@ -48,6 +52,7 @@ __all__ = [
     "RunRecord",
     "RunTimeoutError",
     "SequenceCount",
+    "Spellings",
     "StandaloneCluster",
     "assert_at_least_once",
     "assert_exactly_once",

@@ -275,11 +275,15 @@ class CrashHarness:
         kills: Sequence[Kill] = (),
         *,
         max_runs: int | None = None,
+        env: Callable[[int], Mapping[str, str]] | None = None,
     ) -> CrashResult:
         """Run ``python script args`` with ``kills[i]`` armed in run ``i`` until a run completes.
 
         ``args`` may be a function of the run index, for what a user changes
-        between a crash and the restart (parallelism, a path spelled otherwise).
+        between a crash and the restart (parallelism, a path spelled otherwise,
+        see :class:`~firesteel.testing.spellings.Spellings`); so may extra
+        environment variables ``env`` (a clock set back, see
+        :func:`~firesteel.testing.clock.clock_offset`).
 
         Returns once a run exits 0 (its kill, if any, may or may not have
         fired: check :attr:`CrashResult.all_fired`). ``max_runs`` (default:
@@ -298,7 +302,13 @@ class CrashHarness:
             log = self.workdir / f"run-{call}-{index}.log"
             run_args = args(index) if callable(args) else args
             record = self._run_once(
-                index, script=script, args=run_args, kill=kill, faults_dir=faults_dir, log=log
+                index,
+                script=script,
+                args=run_args,
+                kill=kill,
+                faults_dir=faults_dir,
+                log=log,
+                env=env(index) if env is not None else {},
             )
             runs.append(record)
             if record.exit_code == 0:
@@ -345,6 +355,7 @@ class CrashHarness:
         kill: Kill | None,
         faults_dir: Path,
         log: Path,
+        env: Mapping[str, str],
     ) -> RunRecord:
         if (
             isinstance(kill, AtRandom)
@@ -358,7 +369,7 @@ class CrashHarness:
         fired_before = set(os.listdir(faults_dir))
         started = time.monotonic()
         logger.info("harness run %d (%s): %s", index, kill, " ".join(command))
-        proc = spawn_logged(command, log, self._environment(kill, faults_dir, token))
+        proc = spawn_logged(command, log, {**self._environment(kill, faults_dir, token), **env})
         tracker = ProcessTracker(psutil.Process(proc.pid), token)
         self._active.append(tracker)
         killed_pids: list[int] = []

@@ -14,7 +14,10 @@ Usage::
 
 Every cycle adds input files, arms one kill (a named protocol point of the
 path, or a random moment), runs the job until the kill, and restarts it from
-its checkpoint until it has processed everything. After the last cycle the
+its checkpoint until it has processed everything. Every start spells the
+checkpoint (and state) folder differently from the one before: plain, with a
+trailing slash, as a ``file://`` URI, through a symlink
+(:class:`~firesteel.testing.spellings.Spellings`). After the last cycle the
 output is read by a reader that is not firesteel's (pyarrow's dataset reader
 skipping ``_``-folders, or ``sqlite3``) and the command prints one JSON line::
 
@@ -50,6 +53,7 @@ import pyarrow.parquet as pq
 from firesteel.testing.counting import count_sequence
 from firesteel.testing.harness import CrashHarness, Kill, at_point, at_random
 from firesteel.testing.scripts import script
+from firesteel.testing.spellings import Spellings
 
 logger = logging.getLogger(__name__)
 
@@ -148,6 +152,8 @@ class Soak:
         self.out = workdir / ("target.sqlite" if name == "wal" else "out")
         self.checkpoint = workdir / "ck"
         self.state = workdir / "state"
+        self.checkpoints = Spellings(self.checkpoint)
+        self.states = Spellings(self.state)
         self.files = 0
         self.source.mkdir(parents=True)
 
@@ -171,23 +177,25 @@ class Soak:
             self.files += 1
 
     def args(self, run: int) -> list[str]:
-        """The job's arguments for restart ``run`` (a new parallelism where the path allows)."""
+        """The job's arguments for restart ``run``: the checkpoint (and state folder) spelled
+        otherwise than in the previous start, and a new parallelism where the path allows."""
         parallelism = str(self.rng.randint(1, 4)) if self.path.rescales else "2"
+        checkpoint = self.checkpoints.next()
         if self.name == "files":
-            return [str(self.source), str(self.out), str(self.checkpoint), FILES_PER_BATCH]
+            return [str(self.source), str(self.out), checkpoint, FILES_PER_BATCH]
         if self.name == "state":
             return [
                 str(self.source),
                 str(self.out),
-                str(self.checkpoint),
-                f"file://{self.state}",
+                checkpoint,
+                self.states.next(),
                 FILES_PER_BATCH,
                 parallelism,
             ]
         return [
             str(self.source),
             str(self.out),
-            str(self.checkpoint),
+            checkpoint,
             FILES_PER_BATCH,
             "upsert",
             "exactly-once",

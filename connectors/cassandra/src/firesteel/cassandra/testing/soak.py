@@ -6,7 +6,9 @@ Usage::
 
 Both paths run :data:`SINK_JOB` (firesteel.files -> firesteel.cassandra, the
 table ``(seq bigint PRIMARY KEY, body text)``) in ``mode=upsert`` or
-``mode=wal``, with a new random partition count (1-4) on every restart. The
+``mode=wal``, with a new random partition count (1-4) and another spelling of
+the checkpoint folder (:class:`~firesteel.testing.spellings.Spellings`) on
+every restart. The
 cluster is :func:`~firesteel.cassandra.testing.cassandra_cluster`'s: the one
 ``FIRESTEEL_CASSANDRA_HOSTS`` names, else the test server in its own process.
 
@@ -36,6 +38,7 @@ from firesteel.cassandra.wal import MID_SEND
 from firesteel.sinks.write_ahead import AFTER_SEND
 from firesteel.testing.harness import Kill, at_point, at_random
 from firesteel.testing.soak import SoakRun, counts, run_cli
+from firesteel.testing.spellings import Spellings
 
 SINK_JOB = Path(__file__).with_name("sink_job.py")
 """The job: ``sink_job.py SOURCE CHECKPOINT HOST PORT KEYSPACE TABLE MAX_FILES [MODE [N]]``."""
@@ -62,7 +65,7 @@ class CassandraSoak:
         self.host, self.port = address
         self.rng = rng
         self.source = workdir / "in"
-        self.checkpoint = workdir / "ck"
+        self.checkpoints = Spellings(workdir / "ck")
         self.table = f"soak_{mode}_{rng.randrange(1 << 30)}"
         self.files = 0
         self.source.mkdir(parents=True)
@@ -95,9 +98,10 @@ class CassandraSoak:
             self.files += 1
 
     def args(self, run: int) -> list[str]:
+        """A new partition count, and the checkpoint spelled otherwise than the last start."""
         return [
             str(self.source),
-            str(self.checkpoint),
+            self.checkpoints.next(),
             self.host,
             str(self.port),
             KEYSPACE,

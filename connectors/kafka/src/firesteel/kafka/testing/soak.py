@@ -17,7 +17,9 @@ Every cycle produces :data:`RECORDS_PER_CYCLE` sequence-numbered records
 across the input partitions, arms one kill (a named protocol point of the
 path, or a random moment) and restarts the job from its checkpoint until it
 has read everything. The partition count is never changed between restarts:
-the exactly-once sink keys its markers by Spark partition (see the README). At
+the exactly-once sink keys its markers by Spark partition (see the README).
+The checkpoint and state folders are spelled otherwise on every start
+(:class:`~firesteel.testing.spellings.Spellings`). At
 the end a plain ``read_committed`` consumer (the broker's own isolation, no
 firesteel code) reads the output topic, and the command prints the counts of
 :func:`firesteel.testing.soak.counts` as one JSON line, exiting 1 if anything
@@ -42,6 +44,7 @@ from firesteel.kafka.testing import (
 from firesteel.kafka.testing.scripts import script
 from firesteel.testing.harness import Kill, at_point, at_random
 from firesteel.testing.soak import SoakRun, counts, misranked, run_cli
+from firesteel.testing.spellings import Spellings
 
 RECORDS_PER_CYCLE = 240
 PARTITIONS = 3
@@ -77,8 +80,8 @@ class KafkaSoak:
         self.source = create_topic(bootstrap, PARTITIONS)
         self.target = create_topic(bootstrap, PARTITIONS)
         self.marker_log = [] if broker_kind() == "kafka" else [create_topic(bootstrap, 1)]
-        self.checkpoint = workdir / "ck"
-        self.state = workdir / "state"
+        self.checkpoints = Spellings(workdir / "ck")
+        self.states = Spellings(workdir / "state")
         self.records = 0
 
     @property
@@ -92,10 +95,11 @@ class KafkaSoak:
             produce(self.bootstrap, self.source, values, partition=partition)
 
     def args(self, run: int) -> list[str]:
-        common = [self.bootstrap, self.source, self.target, str(self.checkpoint)]
+        """Every start spells the checkpoint (and state) folder otherwise than the last."""
+        common = [self.bootstrap, self.source, self.target, self.checkpoints.next()]
         if self.name == "map":
             return [*common, "exactly-once", *self.marker_log]
-        return [*common, str(self.state), *self.marker_log]
+        return [*common, self.states.next(), *self.marker_log]
 
     def kill(self) -> Kill:
         """A named point of the path or a random moment, with equal odds."""
