@@ -11,6 +11,10 @@ same rows (bigint key, text, double) in fresh tables of one keyspace:
 - write-ahead-log sink: one task's segment written to a local checkpoint,
   then the driver's commit (read, verify, send, record) beside the upsert
   sink writing the same rows: what the WAL's extra durability costs;
+- ``batch=partition``: the upsert sink on time-series rows
+  (:data:`PER_PARTITION` readings per sensor, interleaved) sending each
+  sensor's rows in UNLOGGED batches, beside the same sink with one INSERT per
+  row;
 - lookups: ``Lookups.enrich`` of one record batch (keys out of Arrow, the
   looked-up columns back into Arrow) beside the same prepared SELECTs through
   ``execute_concurrent_with_args``.
@@ -38,6 +42,8 @@ from benchmarks.framework import Workload
 FULL_ROWS = 20_000
 QUICK_ROWS = 1_000
 IN_FLIGHT = 10
+PER_PARTITION = 20
+"""Readings per sensor in the ``batch=partition`` workload."""
 
 
 @dataclass
@@ -116,6 +122,50 @@ def firesteel_upsert(rows: int) -> Callable[[], float]:
         sink.write(TaskScope("bench", 0, 0, 0), iter([data]))
         elapsed = time.perf_counter() - start
         _check(table, rows, "firesteel")
+        return rows / elapsed
+
+    return run
+
+
+def _series(rows: int) -> pa.RecordBatch:
+    sensors = rows // PER_PARTITION
+    return pa.record_batch(
+        {
+            "sensor": [f"sensor-{i % sensors}" for i in range(rows)],
+            "at": pa.array([i // sensors for i in range(rows)], pa.int64()),
+            "score": [i * 0.5 for i in range(rows)],
+        }
+    )
+
+
+def firesteel_series(rows: int, batch: str) -> Callable[[], float]:
+    """rows/s of one task of the upsert sink on time-series rows, with ``batch``."""
+    from firesteel.cassandra.options import CassandraSinkOptions
+    from firesteel.cassandra.sink import CassandraUpsertSink
+    from firesteel.core.context import TaskScope
+
+    data = _series(rows)
+
+    def run() -> float:
+        table = f"s{next(_STATE.runs)}"
+        _STATE.session.execute(
+            f"CREATE TABLE bench.{table} (sensor text, at bigint, score double, "
+            "PRIMARY KEY ((sensor), at))"
+        )
+        options = CassandraSinkOptions(
+            contact_points=_STATE.host,
+            port=_STATE.port,
+            keyspace="bench",
+            table=table,
+            max_in_flight=IN_FLIGHT,
+            batch=batch,
+        )
+        sink = CassandraUpsertSink(options, data.schema, "bench")
+        sink.prepare()
+        start = time.perf_counter()
+        sink.write(TaskScope("bench", 0, 0, 0), iter([data]))
+        elapsed = time.perf_counter() - start
+        _check(table, rows, f"firesteel batch={batch}")
         return rows / elapsed
 
     return run
@@ -236,7 +286,8 @@ def raw_lookup(rows: int) -> Callable[[], float]:
 
 
 def workloads(quick: bool) -> list[Workload]:
-    """The upsert sink and lookups beside the raw driver; the WAL sink beside the upsert sink."""
+    """The upsert sink and lookups beside the raw driver; the WAL sink and ``batch=partition``
+    beside the upsert sink."""
     rows = QUICK_ROWS if quick else FULL_ROWS
     repetitions, warmup = (1, 0) if quick else (3, 1)
     return [
@@ -261,6 +312,19 @@ def workloads(quick: bool) -> list[Workload]:
             issue="issue 10",
             firesteel=firesteel_wal(rows),
             baseline=firesteel_upsert(rows),
+            repetitions=repetitions,
+            warmup=warmup,
+        ),
+        Workload(
+            group="cassandra",
+            name=f"upsert sink batch=partition, {rows // 1000}k rows, {PER_PARTITION} per "
+            "partition (CQL test server)",
+            unit="rows/s",
+            baseline_name="upsert sink batch=none (one INSERT per row, same rows)",
+            goal=None,
+            issue="issue 10",
+            firesteel=firesteel_series(rows, "partition"),
+            baseline=firesteel_series(rows, "none"),
             repetitions=repetitions,
             warmup=warmup,
         ),

@@ -70,6 +70,14 @@ class CassandraSinkOptions(SinkOptions):
     max_in_flight: int = option(
         10, name="max.in.flight", doc="concurrent requests per task (backpressure bound)"
     )
+    batch: Literal["none", "partition"] = option(
+        "none",
+        doc="none: one INSERT per row; partition: rows sharing a partition key are sent "
+        "together in UNLOGGED batches of up to batch.rows",
+    )
+    batch_rows: int = option(
+        32, name="batch.rows", doc="batch=partition: most rows in one UNLOGGED batch"
+    )
     passthrough: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -79,6 +87,9 @@ class CassandraSinkOptions(SinkOptions):
             raise ConfigError(msg)
         if self.max_in_flight < 1:
             msg = f"option 'max.in.flight' must be at least 1, got {self.max_in_flight}"
+            raise ConfigError(msg)
+        if self.batch_rows < 1:
+            msg = f"option 'batch.rows' must be at least 1, got {self.batch_rows}"
             raise ConfigError(msg)
         if self.ttl is not None and self.ttl_column is not None:
             msg = "options 'ttl' and 'ttl.column' exclude each other: give one"
