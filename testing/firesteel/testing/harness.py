@@ -149,6 +149,13 @@ def batch_started(checkpoint: str | os.PathLike[str], batch: int) -> Callable[[]
     return path.exists
 
 
+def next_batch(checkpoint: str | os.PathLike[str]) -> int:
+    """The batch a restart from this local checkpoint runs first: one past the last commit."""
+    commits = Path(checkpoint) / "commits"
+    done = [int(p.name) for p in commits.iterdir() if p.name.isdigit()] if commits.is_dir() else []
+    return max(done, default=-1) + 1
+
+
 @dataclass
 class RunRecord:
     """What happened in one run of the job."""
@@ -291,10 +298,7 @@ class CrashHarness:
         on any exit the harness did not cause and :class:`RunTimeoutError` when
         a run outlives the timeout; both leave no process behind.
         """
-        self._calls += 1
-        call = self._calls
-        faults_dir = self.workdir / f"faults-{call}"
-        faults_dir.mkdir(parents=True, exist_ok=True)
+        call, faults_dir = self._new_call()
         limit = max_runs if max_runs is not None else len(kills) + 2
         runs: list[RunRecord] = []
         for index in range(limit):
@@ -316,6 +320,39 @@ class CrashHarness:
         summary = CrashResult(runs, planned=_planned(kills)).summary()
         msg = f"{script}: no run completed within {limit} runs\n{summary}"
         raise HarnessError(msg)
+
+    def attempt(
+        self,
+        script: str | os.PathLike[str],
+        args: Sequence[str | os.PathLike[str]],
+        kill: Kill | None,
+        *,
+        env: Mapping[str, str] | None = None,
+    ) -> RunRecord:
+        """One run armed with ``kill``, not restarted: it is killed or it completes.
+
+        For chains where the next run, not a restart loop, recovers this one:
+        the soak command feeds new input between a kill and the restart, so
+        every restart recovers a crash and then takes more input. Raises like
+        :meth:`run` on an exit the harness did not cause.
+        """
+        call, faults_dir = self._new_call()
+        return self._run_once(
+            0,
+            script=script,
+            args=args,
+            kill=kill,
+            faults_dir=faults_dir,
+            log=self.workdir / f"run-{call}-0.log",
+            env=env or {},
+        )
+
+    def _new_call(self) -> tuple[int, Path]:
+        """A number and an empty fault-marker folder: each spec fires once per call."""
+        self._calls += 1
+        faults_dir = self.workdir / f"faults-{self._calls}"
+        faults_dir.mkdir(parents=True, exist_ok=True)
+        return self._calls, faults_dir
 
     def close(self) -> None:
         """Kill every process of every run still going (by PID) and wait for them."""

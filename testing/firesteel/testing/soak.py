@@ -12,9 +12,11 @@ Usage::
 - ``wal``: firesteel.files -> a write-ahead-log sink into an upsert target
   (SQLite), with a random partition count (1-4) on every restart.
 
-Every cycle adds input files, arms one kill (a named protocol point of the
-path, or a random moment), runs the job until the kill, and restarts it from
-its checkpoint until it has processed everything. Every start spells the
+Every cycle adds input files and starts the job from its checkpoint armed
+with one kill (a named protocol point of the path, or a random moment, in one
+of the two batches after the last commit: :func:`arm`); the next cycle's start
+recovers that crash with more input waiting. After the last cycle the job
+runs unarmed until it has processed everything. Every start spells the
 checkpoint (and state) folder differently from the one before: plain, with a
 trailing slash, as a ``file://`` URI, through a symlink
 (:class:`~firesteel.testing.spellings.Spellings`). After the last cycle the
@@ -51,7 +53,14 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from firesteel.testing.counting import count_sequence
-from firesteel.testing.harness import CrashHarness, Kill, at_point, at_random
+from firesteel.testing.harness import (
+    CrashHarness,
+    Kill,
+    at_point,
+    at_random,
+    batch_started,
+    next_batch,
+)
 from firesteel.testing.scripts import script
 from firesteel.testing.spellings import Spellings
 
@@ -106,8 +115,14 @@ class SoakRun(Protocol):
         """The job's arguments for restart ``run``."""
         ...
 
-    def kill(self) -> Kill:
-        """The kill one cycle is armed with."""
+    @property
+    def points(self) -> tuple[str, ...]:
+        """Protocol points a cycle may kill at (besides random moments)."""
+        ...
+
+    @property
+    def checkpoint(self) -> Path:
+        """The checkpoint folder (plainly spelled), to arm kills at a batch still to come."""
         ...
 
     def check(self) -> dict[str, int]:
@@ -202,11 +217,9 @@ class Soak:
             parallelism,
         ]
 
-    def kill(self) -> Kill:
-        """A named point of the path or a random moment, with equal odds."""
-        if self.rng.random() < 0.5:
-            return at_point(self.rng.choice(self.path.points))
-        return at_random((2.0, 14.0))
+    @property
+    def points(self) -> tuple[str, ...]:
+        return self.path.points
 
     def check(self) -> dict[str, int]:
         """Lost, duplicated (and for ``state`` wrongly ranked) records, read without firesteel."""
@@ -227,18 +240,35 @@ class Soak:
         return counts(seqs, expected, misranked=wrong)
 
 
+def arm(run: SoakRun, rng: random.Random) -> Kill:
+    """One cycle's kill: a named point or a random moment (equal odds), in one of the two
+    batches after the checkpoint's last commit, the first of which may be a crashed batch's
+    re-run."""
+    batch = next_batch(run.checkpoint) + rng.randrange(2)
+    if rng.random() < 0.5:
+        return at_point(rng.choice(run.points), batch=batch)
+    return at_random((0.0, 3.0), when=batch_started(run.checkpoint, batch))
+
+
 def soak(
     name: str, run: SoakRun, cycles: int, workdir: Path, rng: random.Random
 ) -> dict[str, object]:
-    """Run ``cycles`` kill/restart cycles of ``run`` in ``workdir``; the counts."""
+    """Run ``cycles`` kill/restart cycles of ``run`` in ``workdir``; the counts.
+
+    A cycle is one start: it feeds input and runs the job armed with a kill
+    (:func:`arm`). The next cycle's start recovers the crash, with more input
+    waiting; a run the kill misses simply completes. After the last cycle the
+    job runs unarmed until it has processed everything.
+    """
     kills = 0
     started = time.monotonic()
     with CrashHarness(workdir / "harness", seed=rng.randrange(1 << 30)) as harness:
         for cycle in range(cycles):
             run.feed()
-            result = harness.run(run.job, run.args, [run.kill()])
-            kills += result.kills
+            record = harness.attempt(run.job, run.args(cycle), arm(run, rng))
+            kills += record.killed
             logger.info("soak %s: cycle %d/%d, %d kills", name, cycle + 1, cycles, kills)
+        harness.run(run.job, run.args)
     return {
         "path": name,
         "cycles": cycles,

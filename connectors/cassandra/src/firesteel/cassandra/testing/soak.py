@@ -12,9 +12,10 @@ every restart. The
 cluster is :func:`~firesteel.cassandra.testing.cassandra_cluster`'s: the one
 ``FIRESTEEL_CASSANDRA_HOSTS`` names, else the test server in its own process.
 
-Every cycle adds :data:`FILES_PER_CYCLE` Parquet files of sequence numbers,
-arms one kill (a named protocol point of the path, or a random moment) and
-restarts the job from its checkpoint until it has read everything. At the
+Every cycle adds :data:`FILES_PER_CYCLE` Parquet files of sequence numbers
+and starts the job armed with one kill (a named protocol point of the path,
+or a random moment; :func:`firesteel.testing.soak.arm`); the next cycle's
+start recovers it, and a last unarmed run reads everything. At the
 end cassandra-driver (no firesteel code) reads the table, and the command
 prints the counts of :func:`firesteel.testing.soak.counts` as one JSON line
 (``wrong_body``: rows whose body is not their sequence number's), exiting 1
@@ -36,7 +37,6 @@ import pyarrow.parquet as pq
 from firesteel.cassandra.testing import cassandra_cluster, connect
 from firesteel.cassandra.wal import MID_SEND
 from firesteel.sinks.write_ahead import AFTER_SEND
-from firesteel.testing.harness import Kill, at_point, at_random
 from firesteel.testing.soak import SoakRun, counts, run_cli
 from firesteel.testing.spellings import Spellings
 
@@ -65,7 +65,8 @@ class CassandraSoak:
         self.host, self.port = address
         self.rng = rng
         self.source = workdir / "in"
-        self.checkpoints = Spellings(workdir / "ck")
+        self.checkpoint = workdir / "ck"
+        self.checkpoints = Spellings(self.checkpoint)
         self.table = f"soak_{mode}_{rng.randrange(1 << 30)}"
         self.files = 0
         self.source.mkdir(parents=True)
@@ -111,11 +112,9 @@ class CassandraSoak:
             str(self.rng.randint(1, 4)),
         ]
 
-    def kill(self) -> Kill:
-        """A named point of the path or a random moment, with equal odds."""
-        if self.rng.random() < 0.5:
-            return at_point(self.rng.choice(POINTS[self.mode]))
-        return at_random((2.0, 14.0))
+    @property
+    def points(self) -> tuple[str, ...]:
+        return POINTS[self.mode]
 
     def check(self) -> dict[str, int]:
         with self._session() as session:

@@ -14,9 +14,10 @@ else tansu (with the marker log the sink needs there). Both paths run in the
 default configuration on Apache Kafka (consumer-group markers only).
 
 Every cycle produces :data:`RECORDS_PER_CYCLE` sequence-numbered records
-across the input partitions, arms one kill (a named protocol point of the
-path, or a random moment) and restarts the job from its checkpoint until it
-has read everything. The partition count is never changed between restarts:
+across the input partitions and starts the job armed with one kill (a named
+protocol point of the path, or a random moment;
+:func:`firesteel.testing.soak.arm`); the next cycle's start recovers it, and
+a last unarmed run reads everything. The partition count is never changed between restarts:
 the exactly-once sink keys its markers by Spark partition (see the README).
 The checkpoint and state folders are spelled otherwise on every start
 (:class:`~firesteel.testing.spellings.Spellings`). At
@@ -42,7 +43,6 @@ from firesteel.kafka.testing import (
     read_committed,
 )
 from firesteel.kafka.testing.scripts import script
-from firesteel.testing.harness import Kill, at_point, at_random
 from firesteel.testing.soak import SoakRun, counts, misranked, run_cli
 from firesteel.testing.spellings import Spellings
 
@@ -80,7 +80,8 @@ class KafkaSoak:
         self.source = create_topic(bootstrap, PARTITIONS)
         self.target = create_topic(bootstrap, PARTITIONS)
         self.marker_log = [] if broker_kind() == "kafka" else [create_topic(bootstrap, 1)]
-        self.checkpoints = Spellings(workdir / "ck")
+        self.checkpoint = workdir / "ck"
+        self.checkpoints = Spellings(self.checkpoint)
         self.states = Spellings(workdir / "state")
         self.records = 0
 
@@ -101,11 +102,9 @@ class KafkaSoak:
             return [*common, "exactly-once", *self.marker_log]
         return [*common, self.states.next(), *self.marker_log]
 
-    def kill(self) -> Kill:
-        """A named point of the path or a random moment, with equal odds."""
-        if self.rng.random() < 0.5:
-            return at_point(self.rng.choice(POINTS[self.name]))
-        return at_random((2.0, 14.0))
+    @property
+    def points(self) -> tuple[str, ...]:
+        return POINTS[self.name]
 
     def check(self) -> dict[str, int]:
         output = read_committed(self.bootstrap, self.target)
