@@ -43,6 +43,11 @@ class CassandraSinkOptions(SinkOptions):
         "upsert",
         doc="upsert: idempotent INSERTs from the tasks; wal: logged, sent once the batch commits",
     )
+    write: Literal["insert", "increment"] = option(
+        "insert",
+        doc="insert: every row is upserted; increment: a counter table, every non-key column "
+        "is added to its counter (mode=wal only, at-least-once)",
+    )
     committer_keyspace: str | None = option(
         None,
         name="committer.keyspace",
@@ -91,11 +96,37 @@ class CassandraSinkOptions(SinkOptions):
         if self.batch_rows < 1:
             msg = f"option 'batch.rows' must be at least 1, got {self.batch_rows}"
             raise ConfigError(msg)
+        if self.write == "increment":
+            self._check_increment()
         if self.ttl is not None and self.ttl_column is not None:
             msg = "options 'ttl' and 'ttl.column' exclude each other: give one"
             raise ConfigError(msg)
         if self.ttl is not None and self.ttl <= 0:
             msg = f"option 'ttl' must be a positive number of seconds, got {self.ttl}"
+            raise ConfigError(msg)
+
+    def _check_increment(self) -> None:
+        if self.mode != "wal":
+            msg = (
+                "option 'write': increment adds to counters, so every replay of a batch would "
+                "add it again; mode=upsert replays batches after a crash. Use mode=wal, which "
+                "re-sends only a segment a crash interrupted (at-least-once, see the README)"
+            )
+            raise ConfigError(msg)
+        given = [
+            name
+            for name, value in (
+                ("ttl", self.ttl),
+                ("ttl.column", self.ttl_column),
+                ("timestamp.column", self.timestamp_column),
+            )
+            if value is not None
+        ]
+        if given:
+            msg = (
+                f"option {given[0]!r} cannot be used with write=increment: Cassandra's "
+                "counter updates take no TTL and no write timestamp"
+            )
             raise ConfigError(msg)
 
     @property

@@ -1,7 +1,7 @@
 """The upsert sink: idempotent INSERTs keyed by the table's primary key.
 
 Every row of a task becomes one execution of a single prepared ``INSERT``
-(:class:`~firesteel.cassandra.statement.InsertStatement`), sent through
+(:class:`~firesteel.cassandra.statement.RowStatement`), sent through
 ``execute_concurrent_with_args`` with at most ``max.in.flight`` requests
 outstanding per task. A replay of batch N writes the same rows under the same
 keys again, so with a resettable source the sink is exactly-once (Table 8-1,
@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from firesteel.cassandra.client import session_for
 from firesteel.cassandra.options import CassandraSinkOptions
-from firesteel.cassandra.statement import InsertStatement
+from firesteel.cassandra.statement import RowStatement
 from firesteel.core.context import TaskScope
 from firesteel.core.sink import IdempotentSink
 
@@ -34,7 +34,7 @@ class CassandraUpsertSink(IdempotentSink):
     def __init__(self, options: CassandraSinkOptions, schema: pa.Schema, sink_id: str) -> None:
         self.options = options
         self.sink_id = sink_id
-        self.insert = InsertStatement(options, schema)
+        self.insert = RowStatement(options, schema)
 
     def prepare(self) -> None:
         """Check up front that the keyspace, table and every column fit."""

@@ -1,10 +1,18 @@
-"""The prepared INSERT both Cassandra sinks bind rows to, and its checks against the table.
+"""The prepared statement both Cassandra sinks bind rows to, and its checks against the table.
 
 Columns are mapped by name; the statement is marked idempotent so the
 driver's retry policy may retry it. A null column is sent as protocol-v4
 UNSET (no tombstone) unless ``nulls=tombstone``. ``ttl`` / ``ttl.column`` add
 ``USING TTL``; the write timestamp comes from ``timestamp.column`` or, for the
 write-ahead-log sink, from the batch (``USING TIMESTAMP ?`` either way).
+
+``write=increment`` (counter tables, ``mode=wal`` only) binds rows to
+``UPDATE t SET c = c + ? ... WHERE <key> = ?`` instead: the table's column
+types say which columns are counters, and in a counter table every other
+column is part of the primary key. A null delta adds 0. Such an update is
+not idempotent, so it is not marked so: the driver never retries it on its
+own, and a failed write fails the send (the write-ahead log re-sends the
+segment, the at-least-once window of :mod:`firesteel.cassandra.wal`).
 
 ``batch=partition`` sends the rows of one Arrow batch that share a partition
 key together, in UNLOGGED batches of at most ``batch.rows`` rows (a row alone
@@ -80,11 +88,12 @@ def _micros(value: Any) -> int:
     return int(value)
 
 
-class InsertStatement:
-    """The INSERT of ``schema``'s columns into ``keyspace.table`` (see the module docs).
+class RowStatement:
+    """The INSERT (or counter UPDATE) of ``schema``'s columns into ``keyspace.table``.
 
-    ``batch_timestamp``: every row carries a write timestamp given per call
-    (:meth:`execute`), unless ``timestamp.column`` names a column for it.
+    See the module docs. ``batch_timestamp``: every row carries a write
+    timestamp given per call (:meth:`execute`), unless ``timestamp.column``
+    names a column for it (never for counters, which take no timestamp).
     """
 
     def __init__(
@@ -98,11 +107,20 @@ class InsertStatement:
                 msg = f"option naming column {column!r}: the DataFrame has no such column"
                 raise CassandraSchemaError(msg)
         self.columns = [n for n in schema.names if n not in special]
-        self.batch_timestamp = batch_timestamp and options.timestamp_column is None
+        self.increment = options.write == "increment"
+        self.key_columns: list[str] = []
+        """``write=increment``: the columns of the WHERE clause, bound after the deltas."""
+        self.batch_timestamp = (
+            batch_timestamp and options.timestamp_column is None and not self.increment
+        )
 
     def text(self) -> str:
         """The CQL every row is bound to."""
         o = self.options
+        if self.increment:
+            deltas = ", ".join(f'"{c}" = "{c}" + ?' for c in self.columns)
+            where = " AND ".join(f'"{c}" = ?' for c in self.key_columns)
+            return f'UPDATE "{o.keyspace}"."{o.table}" SET {deltas} WHERE {where}'
         names = ", ".join(f'"{c}"' for c in self.columns)
         markers = ", ".join("?" for _ in self.columns)
         using = []
@@ -120,18 +138,30 @@ class InsertStatement:
         from cassandra import InvalidRequest
 
         o = self.options
+        target = f"{o.keyspace}.{o.table}"
         try:
+            if self.increment:
+                self._split_counters(session)
             prepared = session.prepare(self.text())
         except InvalidRequest as exc:
-            target = f"{o.keyspace}.{o.table}"
+            counters = [] if self.increment else self._counters_written(session)
+            if counters:
+                msg = (
+                    f"firesteel.cassandra: column {counters[0]!r} of {target} is a counter, "
+                    "which takes increments, not values: write it with write=increment "
+                    "and mode=wal"
+                )
+                raise CassandraSchemaError(msg) from exc
             msg = f"firesteel.cassandra: table {target} does not take this DataFrame: {exc}"
             raise CassandraSchemaError(msg) from exc
-        prepared.is_idempotent = True
+        prepared.is_idempotent = not self.increment
         for column in prepared.column_metadata:
             if column.name not in self.schema.names:
                 continue
             cql_type = column.type.cql_parameterized_type()
             arrow_type = self.schema.field(column.name).type
+            if cql_type == "counter" and pa.types.is_integer(arrow_type):
+                continue
             if not arrow_fits_cql(arrow_type, cql_type):
                 msg = (
                     f"firesteel.cassandra: column {column.name!r} is {arrow_type} in the DataFrame "
@@ -139,6 +169,47 @@ class InsertStatement:
                 )
                 raise CassandraSchemaError(msg)
         return prepared
+
+    def _column_types(self, session: Any) -> dict[str, str]:
+        """The table's columns and their CQL type names, from a prepared ``SELECT *``."""
+        o = self.options
+        metadata = session.prepare(f'SELECT * FROM "{o.keyspace}"."{o.table}"').result_metadata
+        return {entry[2]: entry[3].typename for entry in metadata}
+
+    def _counters_written(self, session: Any) -> list[str]:
+        """The DataFrame's columns that are counters in the table (none if it cannot be read)."""
+        from cassandra import InvalidRequest
+
+        try:
+            types = self._column_types(session)
+        except InvalidRequest:
+            return []
+        return [c for c in self.columns if types.get(c) == "counter"]
+
+    def _split_counters(self, session: Any) -> None:
+        """Sort the DataFrame's columns into counter deltas and key columns, from the table."""
+        o = self.options
+        target = f"{o.keyspace}.{o.table}"
+        types = self._column_types(session)
+        counters = {name for name, typename in types.items() if typename == "counter"}
+        if not counters:
+            msg = f"firesteel.cassandra: write=increment needs a counter table; {target} has none"
+            raise CassandraSchemaError(msg)
+        for name in self.schema.names:
+            if name not in types:
+                msg = f"firesteel.cassandra: column {name!r} is not a column of {target}"
+                raise CassandraSchemaError(msg)
+        keys = [name for name in types if name not in counters]
+        missing = [name for name in keys if name not in self.schema.names]
+        if missing:
+            msg = (
+                f"firesteel.cassandra: primary-key column {missing[0]!r} of {target} is "
+                "missing from the DataFrame"
+            )
+            raise CassandraSchemaError(msg)
+        names = [n for n in self.schema.names if n in self.columns]
+        self.columns = [n for n in names if n in counters]
+        self.key_columns = keys
 
     def execute(
         self,
@@ -192,15 +263,17 @@ class InsertStatement:
                 if len(chunk) == 1:
                     yield prepared, chunk[0]
                     continue
-                statement = BatchStatement(batch_type=BatchType.UNLOGGED)
-                statement.is_idempotent = True
+                kind = BatchType.COUNTER if self.increment else BatchType.UNLOGGED
+                statement = BatchStatement(batch_type=kind)
+                statement.is_idempotent = not self.increment
                 for values in chunk:
                     statement.add(prepared, values)
                 yield statement, None
 
     def _converters(self, prepared: Any) -> dict[str, Any]:
         types = {c.name: c.type.typename for c in prepared.column_metadata}
-        return {c: uuid.UUID for c in self.columns if types.get(c) in ("uuid", "timeuuid")}
+        columns = [*self.columns, *self.key_columns]
+        return {c: uuid.UUID for c in columns if types.get(c) in ("uuid", "timeuuid")}
 
     def _bind(
         self, row: dict[str, Any], converters: dict[str, Any], where: str, timestamp_us: int | None
@@ -208,14 +281,12 @@ class InsertStatement:
         from cassandra.query import UNSET_VALUE
 
         blank = None if self.options.nulls == "tombstone" else UNSET_VALUE
-        values: list[Any] = []
-        for column in self.columns:
-            value = row[column]
-            if value is None:
-                values.append(blank)
-            else:
-                convert = converters.get(column)
-                values.append(convert(value) if convert else value)
+        if self.increment:
+            # A null delta adds nothing; the key follows the deltas, as in the UPDATE's text.
+            return [row[c] or 0 for c in self.columns] + [
+                self._value(row[c], converters.get(c), UNSET_VALUE) for c in self.key_columns
+            ]
+        values = [self._value(row[c], converters.get(c), blank) for c in self.columns]
         o = self.options
         if o.ttl_column is not None:
             values.append(row[o.ttl_column] if row[o.ttl_column] is not None else UNSET_VALUE)
@@ -231,3 +302,9 @@ class InsertStatement:
         elif self.batch_timestamp:
             values.append(timestamp_us)
         return values
+
+    @staticmethod
+    def _value(value: Any, convert: Any, blank: Any) -> Any:
+        if value is None:
+            return blank
+        return convert(value) if convert else value

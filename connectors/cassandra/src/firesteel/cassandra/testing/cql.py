@@ -140,6 +140,16 @@ class _Tokens:
             raise CqlError(SYNTAX_ERROR, f"expected a name, got {text!r}")
         return text.lower()
 
+    def names(self, offset: int, name: str) -> bool:
+        """Whether the token ``offset`` ahead is the identifier ``name``, quoted or not."""
+        j = self.i + offset
+        if j >= len(self.items):
+            return False
+        kind, text = self.items[j]
+        if kind == "qid":
+            return text[1:-1].replace('""', '"') == name
+        return kind == "id" and text.lower() == name
+
     def qualified(self) -> tuple[str | None, str]:
         first = self.ident()
         if self.accept("."):
@@ -283,7 +293,7 @@ def _update(t: _Tokens) -> Statement:
     while True:
         name = t.ident()
         t.expect("=")
-        if t.peek() == name and t.peek(1) in ("+", "-"):
+        if t.names(0, name) and t.peek(1) in ("+", "-"):
             t.next()
             negative = t.next()[1] == "-"
             st.increments[name] = negative

@@ -200,6 +200,7 @@ class _Connection(socketserver.BaseRequestHandler):
             if st.kind == "insert" and missing:
                 msg = f"Some primary key parts are missing: {', '.join(missing)}"
                 raise CqlError(wire.INVALID, msg)
+            _check_counter_use(st, table)
             if st.kind == "select":
                 result = _select_spec(st, table)
         statement_id = hashlib.md5(f"{self.keyspace}|{text}".encode()).digest()
@@ -305,6 +306,7 @@ class _Connection(socketserver.BaseRequestHandler):
                     True, "TABLE", st.keyspace or self.keyspace or "", st.table or "", "DROPPED"
                 )
             assert table is not None, st.kind
+            _check_counter_use(st, table)
             if st.kind == "truncate":
                 table.rows.clear()
                 return struct.pack(">i", wire.VOID)
@@ -556,3 +558,26 @@ def serve(port: int, host: str = "127.0.0.1") -> CqlServer:
     server = CqlServer((host, port))
     threading.Thread(target=server.serve_forever, name=f"cql-{server.port}", daemon=True).start()
     return server
+
+
+def _check_counter_use(st: Statement, table: Table) -> None:
+    """Cassandra's rules: a counter table takes only ``c = c +/- x`` updates, without
+    TTL or timestamp, and an increment needs a counter column."""
+    counters = {c for c, kind in table.column_types.items() if kind == "counter"}
+    if counters and st.kind == "insert":
+        raise CqlError(
+            wire.INVALID, "INSERT statements are not allowed on counter tables, use UPDATE instead"
+        )
+    if counters and st.kind == "update":
+        plain = [c for c in st.columns if c not in st.increments and c in counters]
+        if plain:
+            raise CqlError(wire.INVALID, f"Cannot set the value of counter column {plain[0]}")
+        if st.ttl or st.timestamp:
+            raise CqlError(
+                wire.INVALID, "Cannot provide custom TTL or timestamp for counter updates"
+            )
+    wrong = [c for c in st.increments if table.column_types.get(c) != "counter"]
+    if st.kind == "update" and wrong:
+        # Cassandra also adds to collections (list append, set union); this server does not.
+        msg = f"this test server adds only to counter columns, not to {wrong[0]}"
+        raise CqlError(wire.INVALID, msg)

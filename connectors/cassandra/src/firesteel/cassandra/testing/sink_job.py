@@ -2,6 +2,11 @@
 
 Usage: sink_job.py <input dir> <checkpoint> <host> <port> <keyspace> <table>
 <max files per batch> [<mode> [<partitions>]]
+
+``mode`` is ``upsert`` or ``wal`` (the table ``(seq bigint PRIMARY KEY, body
+text)``, exactly-once), or ``counter``: ``mode=wal`` with ``write=increment``
+into ``(k bigint PRIMARY KEY, hits counter, total counter)``, adding 1 and
+``seq`` under ``k = seq % 7`` (at-least-once).
 """
 
 from __future__ import annotations
@@ -17,15 +22,21 @@ def main() -> None:
     partitions = int(sys.argv[9]) if len(sys.argv) > 9 else 2
     spark = job_session("firesteel-cassandra-crash")
     records = read_parquet_files(spark, source, max_files).repartition(partitions, "seq")
-    records = records.selectExpr("seq", "concat('body-', CAST(seq AS STRING)) AS body")
+    guarantee, write = "exactly-once", "insert"
+    if mode == "counter":
+        records = records.selectExpr("seq % 7 AS k", "CAST(1 AS BIGINT) AS hits", "seq AS total")
+        mode, guarantee, write = "wal", "at-least-once", "increment"
+    else:
+        records = records.selectExpr("seq", "concat('body-', CAST(seq AS STRING)) AS body")
     writer = (
         records.writeStream.format("firesteel.cassandra")
         .option("contact.points", host)
         .option("port", port)
         .option("keyspace", keyspace)
         .option("table", table)
-        .option("guarantee", "exactly-once")
+        .option("guarantee", guarantee)
         .option("mode", mode)
+        .option("write", write)
         .option("max.in.flight", "2")
     )
     run_available(spark, writer, checkpoint)
