@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m firesteel.testing.soak PATH --cycles N [--workdir DIR] [--seed S]
+    python -m firesteel.testing.soak PATH --cycles N [--minutes M] [--workdir DIR] [--seed S]
 
 ``PATH`` is one of :data:`PATHS`:
 
@@ -251,19 +251,31 @@ def arm(run: SoakRun, rng: random.Random) -> Kill:
 
 
 def soak(
-    name: str, run: SoakRun, cycles: int, workdir: Path, rng: random.Random
+    name: str,
+    run: SoakRun,
+    cycles: int,
+    workdir: Path,
+    rng: random.Random,
+    minutes: float | None = None,
 ) -> dict[str, object]:
     """Run ``cycles`` kill/restart cycles of ``run`` in ``workdir``; the counts.
+
+    ``minutes`` stops starting new cycles once that much time has passed (the
+    report gives the cycles actually run).
 
     A cycle is one start: it feeds input and runs the job armed with a kill
     (:func:`arm`). The next cycle's start recovers the crash, with more input
     waiting; a run the kill misses simply completes. After the last cycle the
     job runs unarmed until it has processed everything.
     """
-    kills = 0
+    kills = done = 0
     started = time.monotonic()
+    deadline = started + minutes * 60 if minutes is not None else float("inf")
     with CrashHarness(workdir / "harness", seed=rng.randrange(1 << 30)) as harness:
         for cycle in range(cycles):
+            if time.monotonic() > deadline:
+                break
+            done += 1
             run.feed()
             record = harness.attempt(run.job, run.args(cycle), arm(run, rng))
             kills += record.killed
@@ -271,7 +283,7 @@ def soak(
         harness.run(run.job, run.args)
     return {
         "path": name,
-        "cycles": cycles,
+        "cycles": done,
         "kills": kills,
         **run.check(),
         "seconds": round(time.monotonic() - started, 1),
@@ -291,13 +303,16 @@ def run_cli(
     parser.add_argument("--cycles", type=int, default=20)
     parser.add_argument("--workdir", type=Path, help="kept afterwards (default: a temp folder)")
     parser.add_argument("--seed", type=int)
+    parser.add_argument(
+        "--minutes", type=float, help="start no cycle after this long (the report counts the run)"
+    )
     options = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     rng = random.Random(options.seed)
     with tempfile.TemporaryDirectory(prefix="firesteel-soak-") as scratch:
         workdir = options.workdir or Path(scratch)
         with factory(options.path, workdir, rng) as run:
-            report = soak(options.path, run, options.cycles, workdir, rng)
+            report = soak(options.path, run, options.cycles, workdir, rng, options.minutes)
     sys.stdout.write(json.dumps(report) + "\n")
     # Every count check() reports is a count of wrong records, except the total.
     failures = report.keys() - {"path", "cycles", "kills", "records", "seconds"}
