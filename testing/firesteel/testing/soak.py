@@ -256,6 +256,7 @@ def soak(
     cycles: int,
     workdir: Path,
     rng: random.Random,
+    *,
     minutes: float | None = None,
 ) -> dict[str, object]:
     """Run ``cycles`` kill/restart cycles of ``run`` in ``workdir``; the counts.
@@ -312,7 +313,7 @@ def run_cli(
     with tempfile.TemporaryDirectory(prefix="firesteel-soak-") as scratch:
         workdir = options.workdir or Path(scratch)
         with factory(options.path, workdir, rng) as run:
-            report = soak(options.path, run, options.cycles, workdir, rng, options.minutes)
+            report = soak(options.path, run, options.cycles, workdir, rng, minutes=options.minutes)
     sys.stdout.write(json.dumps(report) + "\n")
     # Every count check() reports is a count of wrong records, except the total.
     failures = report.keys() - {"path", "cycles", "kills", "records", "seconds"}
