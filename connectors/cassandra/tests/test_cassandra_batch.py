@@ -107,7 +107,14 @@ def test_a_failed_batch_fails_the_task_as_an_unlogged_batch_and_its_rerun_comple
     faults: tuple[str, int], session: Any
 ) -> None:
     _table(session, "series_fail")
-    options = _options(faults, session.keyspace, "series_fail", batch="partition", max_in_flight=1)
+    options = _options(
+        faults,
+        session.keyspace,
+        "series_fail",
+        batch="partition",
+        max_in_flight=1,
+        retry_timeout_ms=0,
+    )
     sink = CassandraUpsertSink(options, _rows().schema, "batch")
     sink.prepare()
     inject(*faults, "write_timeout", count=MAX_ATTEMPTS, skip=1, match='"series_fail"')

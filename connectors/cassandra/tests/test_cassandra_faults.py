@@ -27,6 +27,7 @@ from firesteel.cassandra.client import MAX_ATTEMPTS, IdempotentRetryPolicy, sess
 from firesteel.cassandra.lookups import Lookups, LookupSpec
 from firesteel.cassandra.options import CassandraSinkOptions
 from firesteel.cassandra.sink import CassandraUpsertSink
+from firesteel.cassandra.statement import FIRST_BACKOFF, RowStatement
 from firesteel.cassandra.testing import HOSTS_ENV, clear, inject
 from firesteel.cassandra.wal import CassandraWalSink
 from firesteel.core.context import TaskScope
@@ -170,7 +171,7 @@ def test_upsert_sink_retry_budget_is_exactly_max_attempts(
 ) -> None:
     """One request in flight, so consecutive faults hit the attempts of one statement."""
     table = f"up_budget_{int(applied)}"
-    sink = _upsert_sink(faults, session, table, max_in_flight=1)
+    sink = _upsert_sink(faults, session, table, max_in_flight=1, retry_timeout_ms=0)
     scope = TaskScope("q", 0, 0, 0)
     inject(
         *faults,
@@ -191,8 +192,9 @@ def test_upsert_sink_retry_budget_is_exactly_max_attempts(
     with pytest.raises(WriteTimeout):
         sink.write(scope, iter([_data()]))
     assert time.monotonic() - start < 10
+    # Row 10 spent the attempts; the rows after it were still sent (the batch fails anyway).
     written = set(_stored(session, table))
-    assert written == set(range(11 if applied else 10))
+    assert written == set(range(ROWS)) - (set() if applied else {10})
     clear(*faults)
     assert sink.write(scope, iter([_data()])) == ROWS
     assert _stored(session, table) == _expected()
@@ -203,9 +205,10 @@ def test_upsert_sink_fails_fast_on_a_dropped_connection_and_a_rerun_completes(
     faults: tuple[str, int], session: Any, applied: bool
 ) -> None:
     """The only node is marked down by the drop, so the immediate retries cannot reach it:
-    the task fails at once (no hang) and its re-run, once the driver reconnected, completes."""
+    without backoff (retry.timeout.ms=0) the task fails at once (no hang) and its re-run,
+    once the driver reconnected, completes."""
     table = f"up_drop_{int(applied)}"
-    sink = _upsert_sink(faults, session, table)
+    sink = _upsert_sink(faults, session, table, retry_timeout_ms=0)
     scope = TaskScope("q", 0, 0, 0)
     inject(*faults, "drop", count=1, skip=60, match=_quoted(table), applied=applied)
     start = time.monotonic()
@@ -218,6 +221,46 @@ def test_upsert_sink_fails_fast_on_a_dropped_connection_and_a_rerun_completes(
     _wait_reconnected(sink.options)
     assert sink.write(scope, iter([_data()])) == ROWS
     assert _stored(session, table) == _expected()
+
+
+@pytest.mark.parametrize("applied", [False, True], ids=["not-applied", "applied"])
+def test_upsert_sink_backs_off_and_rides_out_a_dropped_connection_and_a_timeout_storm(
+    faults: tuple[str, int], session: Any, applied: bool
+) -> None:
+    """With the default retry.timeout.ms the writes the driver gave up on are re-sent after
+    a backoff: the node is back by then, and more timeouts than the driver's attempts in a
+    row are outlasted. Nothing is lost, and the task does not fail."""
+    table = f"up_backoff_{int(applied)}"
+    sink = _upsert_sink(faults, session, table, max_in_flight=1)
+    scope = TaskScope("q", 0, 0, 0)
+    inject(*faults, "drop", count=1, skip=60, match=_quoted(table), applied=applied)
+    assert sink.write(scope, iter([_data()])) == ROWS
+    assert _stored(session, table) == _expected()
+    assert _left(session) == [("drop", 0)]
+
+    session.execute(f"TRUNCATE {table}")
+    clear(*faults)
+    storm = 2 * MAX_ATTEMPTS
+    inject(*faults, "write_timeout", count=storm, skip=10, match=_quoted(table), applied=applied)
+    start = time.monotonic()
+    assert sink.write(scope, iter([_data()])) == ROWS
+    # Rows 10 and 11 spent all the driver's attempts; the re-send came after a backoff.
+    assert time.monotonic() - start >= FIRST_BACKOFF
+    assert _stored(session, table) == _expected()
+    assert _left(session) == [("write_timeout", 0)]
+
+
+def test_counter_increments_are_never_resent(faults: tuple[str, int], session: Any) -> None:
+    """A timed-out increment may have been applied: neither the driver nor the sink sends
+    it again. The task fails; the write-ahead log decides what is re-sent."""
+    session.execute("CREATE TABLE hits (k bigint PRIMARY KEY, n counter)")
+    options = _options(faults, session.keyspace, "hits", mode="wal", write="increment")
+    statement = RowStatement(options, pa.schema([("k", pa.int64()), ("n", pa.int64())]))
+    prepared = statement.prepare(session)
+    inject(*faults, "write_timeout", count=1, match=_quoted("hits"), applied=True)
+    with pytest.raises(WriteTimeout):
+        statement.execute(session, prepared, [pa.record_batch({"k": [1], "n": [5]})], "test")
+    assert [(r.k, r.n) for r in session.execute("SELECT k, n FROM hits")] == [(1, 5)]
 
 
 # The write-ahead-log sink: the driver's commit sends the logged segment.
@@ -252,12 +295,15 @@ def test_wal_commit_rides_out_write_timeouts_and_overload(
 def test_wal_commit_over_budget_fails_unrecorded_and_its_rerun_completes(
     faults: tuple[str, int], session: Any, tmp_path: Path
 ) -> None:
-    sink = _wal_sink(faults, session, "wal_budget", tmp_path / "ck", max_in_flight=1)
+    sink = _wal_sink(
+        faults, session, "wal_budget", tmp_path / "ck", max_in_flight=1, retry_timeout_ms=0
+    )
     vote = sink.write_partition(TaskScope("q", 0, 0, 0), iter([_data()]))
     inject(*faults, "write_timeout", count=MAX_ATTEMPTS, skip=30, match=_quoted("wal_budget"))
     with pytest.raises(WriteTimeout):
         sink.commit_batch(0, [vote])
-    assert set(_stored(session, "wal_budget")) == set(range(30))
+    stored = set(_stored(session, "wal_budget"))
+    assert 30 not in stored and stored >= set(range(30))
     assert not sink.committer.is_committed(sink.sink_id, 0, 0)
     clear(*faults)
     sink.commit_batch(0, [vote])
@@ -304,11 +350,14 @@ FILES = 3
 ROWS_PER_FILE = 40
 
 
+@pytest.mark.parametrize("retry_ms", ["30000", "0"], ids=["backoff", "no-backoff"])
 def test_streaming_query_under_write_timeouts_and_a_drop_loses_nothing(
-    spark: Any, faults: tuple[str, int], session: Any, tmp_path: Path
+    spark: Any, faults: tuple[str, int], session: Any, tmp_path: Path, retry_ms: str
 ) -> None:
-    """Write timeouts are retried inside the running query; the drop fails it (the node is
-    marked down, see IdempotentRetryPolicy) and the restart from the checkpoint completes."""
+    """Write timeouts are retried inside the running query. The drop marks the node down
+    (see IdempotentRetryPolicy): with backoff (the default) the writes are re-sent once the
+    driver reconnected and the query completes; without, the drop fails the query and the
+    restart from the checkpoint completes."""
     session.execute("CREATE TABLE e2e (k bigint PRIMARY KEY, name text)")
     source = tmp_path / "in"
     source.mkdir()
@@ -332,15 +381,17 @@ def test_streaming_query_under_write_timeouts_and_a_drop_loses_nothing(
             .option("keyspace", session.keyspace)
             .option("table", "e2e")
             .option("checkpointLocation", str(tmp_path / "ck"))
+            .option("retry.timeout.ms", retry_ms)
             .trigger(availableNow=True)
             .start()
         )
 
-    with pytest.raises(StreamingQueryException, match="NoHostAvailable"):
-        start().awaitTermination(240)
-    assert _left(session) == [("write_timeout", 0), ("write_timeout", 0), ("drop", 0)]
-    assert len(_stored(session, "e2e")) < FILES * ROWS_PER_FILE
+    if retry_ms == "0":
+        with pytest.raises(StreamingQueryException, match="NoHostAvailable"):
+            start().awaitTermination(240)
+        assert len(_stored(session, "e2e")) < FILES * ROWS_PER_FILE
     again = start()
     again.awaitTermination(240)
     assert again.exception() is None
+    assert _left(session) == [("write_timeout", 0), ("write_timeout", 0), ("drop", 0)]
     assert _stored(session, "e2e") == _expected(FILES * ROWS_PER_FILE)

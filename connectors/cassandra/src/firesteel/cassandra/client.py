@@ -41,7 +41,9 @@ class IdempotentRetryPolicy(RetryPolicy):
     transient errors, not an outage. In particular, a broken connection to the
     only node marks that node down until the driver reconnects (the cluster's
     ``ExponentialReconnectionPolicy``, see :func:`session_for`), and a retry in
-    the meantime fails at once with ``NoHostAvailable``.
+    the meantime fails at once with ``NoHostAvailable``. The sinks add a
+    backoff of their own (``retry.timeout.ms``, see
+    :mod:`firesteel.cassandra.statement`).
     """
 
     def __init__(

@@ -83,6 +83,12 @@ class CassandraSinkOptions(SinkOptions):
     batch_rows: int = option(
         32, name="batch.rows", doc="batch=partition: most rows in one UNLOGGED batch"
     )
+    retry_timeout_ms: int = option(
+        30000,
+        name="retry.timeout.ms",
+        doc="how long failed idempotent writes are re-sent, with exponential backoff, after "
+        "the driver's own attempts (0: fail at once)",
+    )
     passthrough: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -92,6 +98,9 @@ class CassandraSinkOptions(SinkOptions):
             raise ConfigError(msg)
         if self.max_in_flight < 1:
             msg = f"option 'max.in.flight' must be at least 1, got {self.max_in_flight}"
+            raise ConfigError(msg)
+        if self.retry_timeout_ms < 0:
+            msg = f"option 'retry.timeout.ms' must be 0 or more, got {self.retry_timeout_ms}"
             raise ConfigError(msg)
         if self.batch_rows < 1:
             msg = f"option 'batch.rows' must be at least 1, got {self.batch_rows}"

@@ -14,6 +14,16 @@ not idempotent, so it is not marked so: the driver never retries it on its
 own, and a failed write fails the send (the write-ahead log re-sends the
 segment, the at-least-once window of :mod:`firesteel.cassandra.wal`).
 
+Backoff: the driver retries an idempotent write at once (see
+:class:`~firesteel.cassandra.client.IdempotentRetryPolicy`), which covers a
+timeout, not an outage. When writes still fail, the rows from the first
+failed one on are sent again after 0.1 s, then 0.2 s, doubling up to
+:data:`MAX_BACKOFF` seconds, until ``retry.timeout.ms`` has passed; then the
+last error fails the task (Spark re-runs the batch; the write-ahead log keeps
+its segment). The suffix, not only the failed rows, is re-sent so that rows
+with the same key keep their order: the driver stamps each send anew.
+Counter increments are never re-sent this way.
+
 ``batch=partition`` sends the rows of one Arrow batch that share a partition
 key together, in UNLOGGED batches of at most ``batch.rows`` rows (a row alone
 in its partition is sent as a plain INSERT). A batch confined to one
@@ -32,6 +42,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -42,6 +53,11 @@ from firesteel.cassandra.errors import CassandraRecordError, CassandraSchemaErro
 from firesteel.cassandra.options import CassandraSinkOptions
 
 logger = logging.getLogger(__name__)
+
+FIRST_BACKOFF = 0.1
+"""Seconds before the first re-send of failed writes (doubling after each)."""
+MAX_BACKOFF = 5.0
+"""The longest wait between two re-sends."""
 
 _FITS: dict[str, tuple[str, ...]] = {
     "string": ("varchar", "text", "ascii", "uuid", "timeuuid", "inet"),
@@ -224,24 +240,49 @@ class RowStatement:
         Raises on the first failed write (the driver already retried it where
         its retry policy allows), so the caller's batch fails and is re-run.
         """
-        from cassandra.concurrent import execute_concurrent, execute_concurrent_with_args
-
         converters = self._converters(prepared)
         count = 0
         for batch in batches:
             params = [self._bind(row, converters, where, timestamp_us) for row in batch.to_pylist()]
             if self.options.batch == "partition":
-                execute_concurrent(
-                    session,
-                    list(self._grouped(prepared, params)),
-                    concurrency=self.options.max_in_flight,
-                )
+                self._send(session, list(self._grouped(prepared, params)), where)
             else:
-                execute_concurrent_with_args(
-                    session, prepared, params, concurrency=self.options.max_in_flight
-                )
+                self._send(session, [(prepared, values) for values in params], where)
             count += len(params)
         return count
+
+    def _send(self, session: Any, statements: list[tuple[Any, Any]], where: str) -> None:
+        """Execute every (statement, values) pair, re-sending failures with backoff."""
+        from cassandra.concurrent import execute_concurrent
+
+        deadline = time.monotonic() + self.options.retry_timeout_ms / 1000
+        wait = FIRST_BACKOFF
+        while True:
+            results = execute_concurrent(
+                session,
+                statements,
+                concurrency=self.options.max_in_flight,
+                raise_on_first_error=False,
+            )
+            first = next((i for i, (ok, _) in enumerate(results) if not ok), None)
+            if first is None:
+                return
+            error = results[first][1]
+            failed = sum(1 for ok, _ in results if not ok)
+            if self.increment or time.monotonic() + wait > deadline:
+                raise error
+            logger.warning(
+                "firesteel.cassandra: %s: %d of %d writes failed after the driver's attempts "
+                "(%s); re-sending from the first failed one in %.1f s",
+                where,
+                failed,
+                len(statements),
+                error,
+                wait,
+            )
+            time.sleep(wait)
+            wait = min(wait * 2, MAX_BACKOFF)
+            statements = statements[first:]
 
     def _grouped(self, prepared: Any, params: list[list[Any]]) -> Iterator[tuple[Any, Any]]:
         """(statement, values) pairs: the rows of one partition key in UNLOGGED batches."""

@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from firesteel.cassandra.testing import faults, wire
+from firesteel.cassandra.testing import faults, tally, wire
 from firesteel.cassandra.testing.cql import (
     CqlError,
     Literal,
@@ -80,6 +80,7 @@ class CqlServer(socketserver.ThreadingTCPServer):
         self.store = Store()
         self.prepared: dict[bytes, Prepared] = {}
         faults.install(self.store)
+        tally.install(self.store)
 
     @property
     def port(self) -> int:
@@ -342,6 +343,8 @@ class _Connection(socketserver.BaseRequestHandler):
                 if cells:
                     table.write(key, cells, timestamp, ttl)
             store.rows_written += 1
+            if table.keyspace not in (faults.KEYSPACE, tally.KEYSPACE):
+                tally.count(store, table, key)
             return struct.pack(">i", wire.VOID)
 
     def select(self, st: Statement, table: Table, bound: _Binder) -> bytes:
@@ -518,7 +521,7 @@ def _system(st: Statement) -> bool:
 def _faultable(st: Statement, table: Table | None) -> bool:
     """Data statements of user tables: never the driver's own queries nor the rules table."""
     data = st.kind in ("insert", "update", "delete", "select", "truncate")
-    return data and table is not None and table.keyspace != faults.KEYSPACE
+    return data and table is not None and table.keyspace not in (faults.KEYSPACE, tally.KEYSPACE)
 
 
 def _system_rows(st: Statement, store: Store) -> bytes:
