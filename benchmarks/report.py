@@ -210,6 +210,9 @@ def markdown(results: Sequence[dict[str, Any]], image_dir: str) -> str:
     ]
     for result in results:
         mode = "quick (small data, not a measurement)" if result.get("quick") else "full"
+        if result.get("only"):
+            chosen = ", ".join(f"`{text}`" for text in result["only"])
+            mode += f"; only the workloads named with {chosen} (the others did not run)"
         out += [
             f"## {result['group']}",
             "",

@@ -188,8 +188,12 @@ def _group_setup(module: Any, quick: bool) -> Iterator[None]:
         yield
 
 
-def run_group(group: str, quick: bool, progress: bool) -> dict[str, Any]:
-    """Run every workload of ``benchmarks/bench_<group>.py``; the group's JSON document."""
+def run_group(group: str, quick: bool, progress: bool, only: Sequence[str] = ()) -> dict[str, Any]:
+    """Run the workloads of ``benchmarks/bench_<group>.py``; the group's JSON document.
+
+    ``only``: run just the workloads whose name contains one of these texts
+    (the document lists them under ``"only"``, so a partial run says so).
+    """
     from firesteel.core.errors import MissingDependencyError
 
     result: dict[str, Any] = {
@@ -203,6 +207,9 @@ def run_group(group: str, quick: bool, progress: bool) -> dict[str, Any]:
     try:
         module = importlib.import_module(f"benchmarks.bench_{group}")
         workloads: list[Workload] = module.workloads(quick)
+        if only:
+            workloads = [w for w in workloads if any(text in w.name for text in only)]
+            result["only"] = list(only)
     except MissingDependencyError as exc:
         return {**result, "status": "skipped", "reason": str(exc)}
     except ModuleNotFoundError as exc:
@@ -251,6 +258,13 @@ def _parser(groups: list[str]) -> argparse.ArgumentParser:
         action="store_true",
         help="run nothing: redraw the charts and RESULTS.md from the JSON in --out",
     )
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="run only workloads whose name contains TEXT (repeatable; the results say so)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--list", action="store_true", help="list the groups and exit")
     parser.add_argument("-v", "--verbose", action="store_true", help="log firesteel at INFO")
@@ -294,7 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             selected, desc="groups", file=sys.stderr, disable=True if args.no_progress else None
         )
         for group in groups:
-            result = run_group(group, args.quick, progress=not args.no_progress)
+            result = run_group(group, args.quick, progress=not args.no_progress, only=args.only)
             report.write_group(result, out)
             results.append(result)
             print(report.table([result]), flush=True)
