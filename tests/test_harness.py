@@ -123,3 +123,29 @@ def test_soak_command_counts_a_killed_and_restarted_pipeline(
     assert (report["path"], report["cycles"], report["records"]) == ("wal", 1, 200)
     assert report["lost"] == report["duplicated"] == 0
     assert code == 0
+
+
+def test_soak_kills_are_armed_in_the_two_batches_after_the_last_commit(tmp_path: Path) -> None:
+    import random
+    from types import SimpleNamespace
+
+    from firesteel.testing.harness import AtPoints, AtRandom, next_batch
+    from firesteel.testing.soak import arm
+
+    checkpoint = tmp_path / "ck"
+    assert next_batch(checkpoint) == 0
+    (checkpoint / "commits").mkdir(parents=True)
+    for name in ("0", "1", "4", ".4.crc"):
+        (checkpoint / "commits" / name).write_text("v1")
+    assert next_batch(checkpoint) == 5
+
+    run = SimpleNamespace(points=("driver.before_commit",), checkpoint=checkpoint)
+    rng = random.Random(3)
+    kills = [arm(run, rng) for _ in range(40)]  # type: ignore[arg-type]
+    specs = {k.specs[0] for k in kills if isinstance(k, AtPoints)}
+    assert specs == {"driver.before_commit@5", "driver.before_commit@6"}
+    randoms = [k for k in kills if isinstance(k, AtRandom)]
+    assert randoms and all(k.when is not None and not k.when() for k in randoms)
+    (checkpoint / "offsets").mkdir()
+    (checkpoint / "offsets" / "6").write_text("v1")
+    assert any(k.when() for k in randoms if k.when is not None)
