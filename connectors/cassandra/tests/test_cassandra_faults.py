@@ -23,11 +23,16 @@ from cassandra.protocol import OverloadedErrorMessage
 from cassandra.query import SimpleStatement
 from pyspark.errors import StreamingQueryException
 
-from firesteel.cassandra.client import MAX_ATTEMPTS, IdempotentRetryPolicy, session_for
+from firesteel.cassandra.client import (
+    FIRST_BACKOFF,
+    MAX_ATTEMPTS,
+    IdempotentRetryPolicy,
+    session_for,
+)
 from firesteel.cassandra.lookups import Lookups, LookupSpec
 from firesteel.cassandra.options import CassandraSinkOptions
 from firesteel.cassandra.sink import CassandraUpsertSink
-from firesteel.cassandra.statement import FIRST_BACKOFF, RowStatement
+from firesteel.cassandra.statement import RowStatement
 from firesteel.cassandra.testing import HOSTS_ENV, clear, inject
 from firesteel.cassandra.wal import CassandraWalSink
 from firesteel.core.context import TaskScope
@@ -322,6 +327,27 @@ def test_wal_commit_records_ride_out_overload(
     assert _left(session) == [("overloaded", 0)]
     assert sink.committer.is_committed(sink.sink_id, 0, 0)
     assert _stored(session, "wal_records") == _expected()
+
+
+@pytest.mark.parametrize("retry_ms", [30000, 0], ids=["backoff", "no-backoff"])
+def test_wal_commit_records_back_off_over_a_dropped_connection(
+    faults: tuple[str, int], session: Any, tmp_path: Path, retry_ms: int
+) -> None:
+    """A drop marks the only node down, so the driver's immediate retries of the commit
+    record fail; with backoff the record is written once the driver reconnected. Without,
+    the commit fails unrecorded and its re-run completes."""
+    table = f"wal_rec_drop_{retry_ms}"
+    sink = _wal_sink(faults, session, table, tmp_path / "ck", retry_timeout_ms=retry_ms)
+    vote = sink.write_partition(TaskScope("q", 0, 0, 0), iter([_data()]))
+    inject(*faults, "drop", count=1, match="firesteel_commits", skip=1)
+    if retry_ms == 0:
+        with pytest.raises(NoHostAvailable):
+            sink.commit_batch(0, [vote])
+        _wait_reconnected(sink.options)
+    sink.commit_batch(0, [vote])
+    assert _left(session) == [("drop", 0)]
+    assert sink.committer.is_committed(sink.sink_id, 0, 0)
+    assert _stored(session, table) == _expected()
 
 
 def test_lookups_ride_out_an_overloaded_coordinator(faults: tuple[str, int], session: Any) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -20,6 +21,50 @@ MAX_ATTEMPTS = 5
 """Attempts of one idempotent statement, the first included, before its error propagates."""
 RECONNECT_MAX_DELAY = 30.0
 """Seconds between tries to reconnect to a node that is down, at most."""
+
+
+FIRST_BACKOFF = 0.1
+"""Seconds before the first re-send after the driver's attempts failed (doubling after each)."""
+MAX_BACKOFF = 5.0
+"""The longest wait between two re-sends."""
+
+
+class Backoff:
+    """Waits between re-sends of writes the driver gave up on, within ``timeout`` seconds.
+
+    The driver's retries are immediate (see :class:`IdempotentRetryPolicy`);
+    this is the slower loop around them that outlasts an outage of a few
+    seconds: :data:`FIRST_BACKOFF`, doubling, at most :data:`MAX_BACKOFF`.
+    """
+
+    def __init__(self, timeout: float) -> None:
+        self.deadline = time.monotonic() + timeout
+        self.wait = FIRST_BACKOFF
+
+    def pause(self, what: str, error: object) -> bool:
+        """Sleep before the next re-send of ``what``; False (no sleep) once time is up."""
+        if time.monotonic() + self.wait > self.deadline:
+            return False
+        logger.warning(
+            "firesteel.cassandra: %s failed after the driver's attempts (%s); "
+            "sending again in %.1f s",
+            what,
+            error,
+            self.wait,
+        )
+        time.sleep(self.wait)
+        self.wait = min(self.wait * 2, MAX_BACKOFF)
+        return True
+
+
+def retriable_errors() -> tuple[type[BaseException], ...]:
+    """The driver's errors a later re-send may cure: timeouts, unavailable or overloaded
+    replicas, no host reachable."""
+    from cassandra import OperationTimedOut, RequestExecutionException
+    from cassandra.cluster import NoHostAvailable
+    from cassandra.protocol import OverloadedErrorMessage
+
+    return (RequestExecutionException, OperationTimedOut, NoHostAvailable, OverloadedErrorMessage)
 
 
 class IdempotentRetryPolicy(RetryPolicy):

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from firesteel.cassandra.client import session_for
+from firesteel.cassandra.client import Backoff, retriable_errors, session_for
 from firesteel.cassandra.options import CassandraSinkOptions
 from firesteel.core.errors import ConfigError
 from firesteel.sinks.committers import CheckpointCommitter
@@ -41,6 +41,17 @@ class CassandraCommitter(CheckpointCommitter):
     def _session(self) -> Any:
         return session_for(self.options)
 
+    def _execute(self, statement: Any, params: tuple[Any, ...]) -> Any:
+        """Run one record statement; re-sent with backoff for ``retry.timeout.ms`` once the
+        driver's own attempts failed (a record rewritten with its timestamp is the same)."""
+        backoff = Backoff(self.options.retry_timeout_ms / 1000)
+        while True:
+            try:
+                return self._session().execute(statement, params)
+            except retriable_errors() as exc:
+                if not backoff.pause(f"commit record in {self.keyspace}.{self.table}", exc):
+                    raise
+
     def open(self) -> None:
         """Create the table (idempotent); the keyspace must exist."""
         self._session().execute(
@@ -50,17 +61,13 @@ class CassandraCommitter(CheckpointCommitter):
         )
 
     def is_committed(self, sink_id: str, batch_id: int, partition_id: int) -> bool:
-        row = (
-            self._session()
-            .execute(
-                _idempotent(
-                    f'SELECT batch, owner FROM "{self.keyspace}"."{self.table}" '
-                    "WHERE sink_id = %s AND partition = %s"
-                ),
-                (sink_id, partition_id),
-            )
-            .one()
-        )
+        row = self._execute(
+            _idempotent(
+                f'SELECT batch, owner FROM "{self.keyspace}"."{self.table}" '
+                "WHERE sink_id = %s AND partition = %s"
+            ),
+            (sink_id, partition_id),
+        ).one()
         if row is None:
             return False
         if row.owner != self.owner:
@@ -76,7 +83,7 @@ class CassandraCommitter(CheckpointCommitter):
         return int(row.batch) >= batch_id
 
     def commit(self, sink_id: str, batch_id: int, partition_id: int) -> None:
-        self._session().execute(
+        self._execute(
             _idempotent(
                 f'INSERT INTO "{self.keyspace}"."{self.table}" (sink_id, partition, batch, owner) '
                 f"VALUES (%s, %s, %s, %s) USING TIMESTAMP {int(batch_id)}"

@@ -17,8 +17,8 @@ segment, the at-least-once window of :mod:`firesteel.cassandra.wal`).
 Backoff: the driver retries an idempotent write at once (see
 :class:`~firesteel.cassandra.client.IdempotentRetryPolicy`), which covers a
 timeout, not an outage. When writes still fail, the rows from the first
-failed one on are sent again after 0.1 s, then 0.2 s, doubling up to
-:data:`MAX_BACKOFF` seconds, until ``retry.timeout.ms`` has passed; then the
+failed one on are sent again after a pause (:class:`~firesteel.cassandra.client.Backoff`:
+0.1 s, doubling, at most 5 s) until ``retry.timeout.ms`` has passed; then the
 last error fails the task (Spark re-runs the batch; the write-ahead log keeps
 its segment). The suffix, not only the failed rows, is re-sent so that rows
 with the same key keep their order: the driver stamps each send anew.
@@ -42,22 +42,18 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import time
 import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
 
+from firesteel.cassandra.client import Backoff
 from firesteel.cassandra.errors import CassandraRecordError, CassandraSchemaError
 from firesteel.cassandra.options import CassandraSinkOptions
 
 logger = logging.getLogger(__name__)
 
-FIRST_BACKOFF = 0.1
-"""Seconds before the first re-send of failed writes (doubling after each)."""
-MAX_BACKOFF = 5.0
-"""The longest wait between two re-sends."""
 
 _FITS: dict[str, tuple[str, ...]] = {
     "string": ("varchar", "text", "ascii", "uuid", "timeuuid", "inet"),
@@ -255,8 +251,7 @@ class RowStatement:
         """Execute every (statement, values) pair, re-sending failures with backoff."""
         from cassandra.concurrent import execute_concurrent
 
-        deadline = time.monotonic() + self.options.retry_timeout_ms / 1000
-        wait = FIRST_BACKOFF
+        backoff = Backoff(self.options.retry_timeout_ms / 1000)
         while True:
             results = execute_concurrent(
                 session,
@@ -269,19 +264,9 @@ class RowStatement:
                 return
             error = results[first][1]
             failed = sum(1 for ok, _ in results if not ok)
-            if self.increment or time.monotonic() + wait > deadline:
+            what = f"{where}: {failed} of {len(statements)} writes (re-sent from the first)"
+            if self.increment or not backoff.pause(what, error):
                 raise error
-            logger.warning(
-                "firesteel.cassandra: %s: %d of %d writes failed after the driver's attempts "
-                "(%s); re-sending from the first failed one in %.1f s",
-                where,
-                failed,
-                len(statements),
-                error,
-                wait,
-            )
-            time.sleep(wait)
-            wait = min(wait * 2, MAX_BACKOFF)
             statements = statements[first:]
 
     def _grouped(self, prepared: Any, params: list[list[Any]]) -> Iterator[tuple[Any, Any]]:
