@@ -259,19 +259,47 @@ def _in_processes(calls: list[tuple[Callable[..., int], tuple[object, ...]]]) ->
         future.result()
 
 
-def raw_source(label: str) -> Callable[[], float]:
-    """TASKS raw consumers, each with its share of the partitions."""
+def _reader_share(bootstrap: str, topic: str, partitions: list[int], records: int) -> int:
+    """One process of firesteel's range reader without Spark: every record of ``partitions``
+    into Arrow batches, as a source task does before Spark takes them over."""
+    from firesteel.core.options import parse_options
+    from firesteel.kafka.options import PASSTHROUGH, KafkaSourceOptions
+    from firesteel.kafka.reader import OffsetRange, RangeReader, output_schema
+
+    options = parse_options(
+        KafkaSourceOptions,
+        {"kafka.bootstrap.servers": bootstrap, "subscribe": topic},
+        connector="firesteel.kafka",
+        passthrough_prefixes=PASSTHROUGH,
+    )
+    reader = RangeReader(options, None, None, output_schema(options.include_headers, None))
+    rows = 0
+    for partition in partitions:
+        end = len(range(partition, records, PARTITIONS))
+        rows += sum(b.num_rows for b in reader.read(OffsetRange(topic, partition, 0, end)))
+    return rows
+
+
+def _per_share(
+    label: str, function: Callable[[str, str, list[int], int], int], total_records: bool
+) -> Callable[[], float]:
+    """TASKS processes of ``function``, each with its share of the partitions; rows/s.
+
+    ``function`` gets the share's record count, or the topic's when ``total_records``.
+    """
 
     def run() -> float:
         total = _STATE.records[label]
         calls: list[tuple[Callable[..., int], tuple[object, ...]]] = [
             (
-                _consume_share,
+                function,
                 (
                     _STATE.bootstrap,
                     _STATE.topics[label],
                     share,
-                    sum(len(range(p, total, PARTITIONS)) for p in share),
+                    total
+                    if total_records
+                    else sum(len(range(p, total, PARTITIONS)) for p in share),
                 ),
             )
             for share in _shares(list(range(PARTITIONS)))
@@ -281,6 +309,16 @@ def raw_source(label: str) -> Callable[[], float]:
         return total / (time.perf_counter() - start)
 
     return run
+
+
+def raw_source(label: str) -> Callable[[], float]:
+    """TASKS raw consumers, each with its share of the partitions."""
+    return _per_share(label, _consume_share, total_records=False)
+
+
+def reader_alone(label: str) -> Callable[[], float]:
+    """TASKS processes of firesteel's range reader, without Spark, same shares."""
+    return _per_share(label, _reader_share, total_records=True)
 
 
 def _fresh_topic() -> str:
@@ -453,6 +491,15 @@ def workloads(quick: bool) -> list[Workload]:
                 goal=0.8,
                 issue="issue 12",
                 firesteel=firesteel_source(label),
+                baseline=raw_source(label),
+                **common,  # type: ignore[arg-type]
+            ),
+            Workload(
+                name=f"kafka source's range reader alone (no Spark), {n} x {label}",
+                baseline_name=f"{TASKS} raw consume(num_messages=10000) processes",
+                goal=None,
+                issue="issue 12",
+                firesteel=reader_alone(label),
                 baseline=raw_source(label),
                 **common,  # type: ignore[arg-type]
             ),
