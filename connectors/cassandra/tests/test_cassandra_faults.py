@@ -26,9 +26,11 @@ from pyspark.errors import StreamingQueryException
 from firesteel.cassandra.client import (
     FIRST_BACKOFF,
     MAX_ATTEMPTS,
+    ClusterOptions,
     IdempotentRetryPolicy,
     session_for,
 )
+from firesteel.cassandra.errors import CassandraLookupError
 from firesteel.cassandra.lookups import Lookups, LookupSpec
 from firesteel.cassandra.options import CassandraSinkOptions
 from firesteel.cassandra.sink import CassandraUpsertSink
@@ -92,8 +94,8 @@ def _upsert_sink(
     return sink
 
 
-def _wait_reconnected(options: CassandraSinkOptions, timeout: float = 20.0) -> None:
-    """Until the sink's session has an open connection to every node again."""
+def _wait_reconnected(options: ClusterOptions, timeout: float = 20.0) -> None:
+    """Until the session has an open connection to every node again."""
     session = session_for(options)
     deadline = time.monotonic() + timeout
     while True:
@@ -368,6 +370,39 @@ def test_lookups_ride_out_an_overloaded_coordinator(faults: tuple[str, int], ses
     out = lookups.enrich(pa.record_batch({"id": pa.array([4, 0, 9], pa.int64())}))
     assert out.column("v").to_pylist() == ["v4", "v0", None]
     assert _left(session) == [("overloaded", 0)]
+
+
+@pytest.mark.parametrize("retry_timeout", [30.0, 0.0], ids=["backoff", "no-backoff"])
+def test_lookups_back_off_over_a_dropped_connection(
+    faults: tuple[str, int], session: Any, retry_timeout: float
+) -> None:
+    """A drop marks the only node down, so the driver's immediate retries fail with
+    NoHostAvailable; with backoff the lookups are sent again once the driver reconnected,
+    without it the failure policy applies at once."""
+    table = f"dims_drop_{int(retry_timeout)}"
+    session.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, v text)")
+    for key in range(5):
+        session.execute(f"INSERT INTO {table} (id, v) VALUES (%s, %s)", (key, f"v{key}"))
+    host, port = faults
+    spec = LookupSpec(
+        contact_points=host,
+        port=port,
+        keyspace=session.keyspace,
+        table=table,
+        on=("id",),
+        columns=("v",),
+        retry_timeout=retry_timeout,
+    )
+    lookups = Lookups(spec, {"v": pa.string()}, session_for(spec))
+    inject(*faults, "drop", count=1, match=_quoted(table))
+    batch = pa.record_batch({"id": pa.array([4, 0, 9, 2], pa.int64())})
+    if retry_timeout == 0:
+        with pytest.raises(CassandraLookupError, match=rf"{table} WHERE id = \d+ failed"):
+            lookups.enrich(batch)
+        _wait_reconnected(spec)
+        return
+    assert lookups.enrich(batch).column("v").to_pylist() == ["v4", "v0", None, "v2"]
+    assert _left(session) == [("drop", 0)]
 
 
 # Spark end to end: faults hit the Python workers' sessions.

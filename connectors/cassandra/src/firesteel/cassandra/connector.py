@@ -8,7 +8,7 @@ from pyspark.sql.types import StructType
 
 from firesteel.cassandra.options import CONNECTOR, PASSTHROUGH, CassandraSinkOptions
 from firesteel.cassandra.sink import CassandraUpsertSink
-from firesteel.cassandra.wal import CassandraCounterWalSink, CassandraWalSink
+from firesteel.cassandra.wal import CassandraAdditiveWalSink, CassandraWalSink
 from firesteel.core.guarantee import Guarantee
 from firesteel.core.options import parse_options
 from firesteel.core.sink import Sink
@@ -34,7 +34,7 @@ class CassandraConnector(FiresteelDataSource):
         sink: Sink
         if options.mode == "wal":
             checkpoint = str(dict(self.options).get("checkpointlocation", ""))
-            wal = CassandraCounterWalSink if options.write == "increment" else CassandraWalSink
+            wal = CassandraWalSink if options.write == "insert" else CassandraAdditiveWalSink
             sink = wal(options, arrow_schema, sink_id, checkpoint)
         else:
             sink = CassandraUpsertSink(options, arrow_schema, sink_id)

@@ -20,12 +20,15 @@ Decisions where a user might expect otherwise:
 * A row with a null key is not looked up: it counts as missing.
 * ``missing="null"`` keeps a row without a match, its looked-up columns null;
   ``missing="drop"`` drops it.
-* ``on_error="fail"`` fails the task on the first failed lookup (after the
-  driver's retry policy) naming the table and key, and Spark retries or fails
-  the query; nothing is dropped. ``on_error="null"`` nulls that row's
-  looked-up columns and sets ``error_column`` to the error text, so the
-  failures can be counted (``df.filter(F.col("lookup_error").isNotNull())``)
-  or routed elsewhere; each task also logs how many of its lookups failed.
+* A lookup that fails with an error a later attempt may cure (timeout,
+  unavailable or overloaded replicas, no reachable host) is sent again, with
+  the sinks' backoff (0.1 s doubling to 5 s), for ``retry_timeout`` seconds.
+* ``on_error="fail"`` then fails the task on the first failed lookup naming
+  the table and key, and Spark retries or fails the query; nothing is
+  dropped. ``on_error="null"`` nulls that row's looked-up columns and sets
+  ``error_column`` to the error text, so the failures can be counted
+  (``df.filter(F.col("lookup_error").isNotNull())``) or routed elsewhere;
+  each task also logs how many of its lookups failed.
 * Output column types come from the prepared SELECT's result metadata, so
   they need no schema tables: text-like types and uuid/inet become strings,
   timestamp becomes a UTC timestamp, list/set become arrays.
@@ -43,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
-from firesteel.cassandra.client import session_for
+from firesteel.cassandra.client import Backoff, retriable_errors, session_for
 from firesteel.cassandra.errors import CassandraLookupError, CassandraSchemaError
 from firesteel.cassandra.options import CONSISTENCY_LEVELS, PASSTHROUGH
 from firesteel.cassandra.statement import arrow_fits_cql
@@ -89,6 +92,7 @@ class LookupSpec:
     consistency: str = "local_one"
     max_in_flight: int = 10
     timeout: float = 5.0
+    retry_timeout: float = 30.0
     missing: Literal["null", "drop"] = "null"
     on_error: Literal["fail", "null"] = "fail"
     error_column: str = "lookup_error"
@@ -100,6 +104,7 @@ class LookupSpec:
             (not self.columns, "'columns' must name at least one column to add"),
             (self.max_in_flight < 1, f"'max_in_flight' must be at least 1: {self.max_in_flight}"),
             (self.timeout <= 0, f"'timeout' must be a positive number of seconds: {self.timeout}"),
+            (self.retry_timeout < 0, f"'retry_timeout' must be 0 or more: {self.retry_timeout}"),
             (self.missing not in ("null", "drop"), f"'missing' is null or drop: {self.missing!r}"),
             (
                 self.on_error not in ("fail", "null"),
@@ -149,6 +154,7 @@ def lookup(
     consistency: str = "local_one",
     max_in_flight: int = 10,
     timeout: float = 5.0,
+    retry_timeout: float = 30.0,
     missing: Literal["null", "drop"] = "null",
     on_error: Literal["fail", "null"] = "fail",
     error_column: str = "lookup_error",
@@ -157,8 +163,11 @@ def lookup(
     """``df`` with ``columns`` of the ``keyspace.table`` row matching its ``on`` columns.
 
     ``max_in_flight`` bounds the concurrent SELECTs per task, ``timeout`` each
-    one (seconds); ``options`` passes ``cassandra.username`` /
-    ``cassandra.password`` / ``cassandra.connect.timeout``. The table, the
+    one (seconds); lookups that still fail with a timeout, an unavailable or
+    overloaded replica or no reachable host are sent again with backoff for
+    ``retry_timeout`` seconds before the failure policy applies (0: at once);
+    ``options`` passes ``cassandra.username`` / ``cassandra.password`` /
+    ``cassandra.connect.timeout``. The table, the
     columns and the key types are checked here, on the driver, before any task
     runs: a mismatch raises :class:`CassandraSchemaError` naming the column,
     an unreachable cluster :class:`CassandraUnreachableError` naming the hosts.
@@ -175,6 +184,7 @@ def lookup(
         consistency=consistency,
         max_in_flight=max_in_flight,
         timeout=timeout,
+        retry_timeout=retry_timeout,
         missing=missing,
         on_error=on_error,
         error_column=error_column,
@@ -328,6 +338,19 @@ class Lookups:
         return out
 
     def _send(self, keys: list[tuple[Any, ...]]) -> list[tuple[bool, Any]]:
+        """(ok, rows or error) per key; retriable failures are sent again with backoff."""
+        results = self._execute(keys)
+        backoff = Backoff(self.spec.retry_timeout)
+        retriable = retriable_errors()
+        while True:
+            failed = [i for i, (ok, a) in enumerate(results) if not ok and isinstance(a, retriable)]
+            what = f"{len(failed)} of {len(keys)} lookups in {self.spec.target}"
+            if not failed or not backoff.pause(what, results[failed[0]][1]):
+                return results
+            for i, result in zip(failed, self._execute([keys[i] for i in failed]), strict=True):
+                results[i] = result
+
+    def _execute(self, keys: list[tuple[Any, ...]]) -> list[tuple[bool, Any]]:
         from cassandra.concurrent import execute_concurrent_with_args
 
         params = [

@@ -43,10 +43,11 @@ class CassandraSinkOptions(SinkOptions):
         "upsert",
         doc="upsert: idempotent INSERTs from the tasks; wal: logged, sent once the batch commits",
     )
-    write: Literal["insert", "increment"] = option(
+    write: Literal["insert", "increment", "append"] = option(
         "insert",
         doc="insert: every row is upserted; increment: a counter table, every non-key column "
-        "is added to its counter (mode=wal only, at-least-once)",
+        "is added to its counter (mode=wal only, at-least-once); append: every list or set "
+        "column is appended to, the other columns are the primary key (a list needs mode=wal)",
     )
     committer_keyspace: str | None = option(
         None,

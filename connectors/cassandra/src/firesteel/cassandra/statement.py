@@ -14,6 +14,16 @@ not idempotent, so it is not marked so: the driver never retries it on its
 own, and a failed write fails the send (the write-ahead log re-sends the
 segment, the at-least-once window of :mod:`firesteel.cassandra.wal`).
 
+``write=append`` binds rows to ``UPDATE t [USING ...] SET l = l + ?, ... WHERE
+<key> = ?``: every list or set column of the DataFrame is appended to (a list
+gains the elements in order, a set their union); the DataFrame's other columns
+are the primary key, which the WHERE clause names whole (Cassandra refuses a
+regular column there, naming it). A null collection appends nothing. A set
+union repeated changes nothing, so it is idempotent and allowed in either
+mode; a list append repeated appends again (Cassandra names each element by a
+fresh timeuuid), so it is not idempotent: appending to a list needs
+``mode=wal`` and is never retried or re-sent by the sink, as increments.
+
 Backoff: the driver retries an idempotent write at once (see
 :class:`~firesteel.cassandra.client.IdempotentRetryPolicy`), which covers a
 timeout, not an outage. When writes still fail, the rows from the first
@@ -101,7 +111,7 @@ def _micros(value: Any) -> int:
 
 
 class RowStatement:
-    """The INSERT (or counter UPDATE) of ``schema``'s columns into ``keyspace.table``.
+    """The INSERT (or counter or collection UPDATE) of ``schema``'s columns into ``keyspace.table``.
 
     See the module docs. ``batch_timestamp``: every row carries a write
     timestamp given per call (:meth:`execute`), unless ``timestamp.column``
@@ -118,10 +128,17 @@ class RowStatement:
             if column not in schema.names:
                 msg = f"option naming column {column!r}: the DataFrame has no such column"
                 raise CassandraSchemaError(msg)
-        self.columns = [n for n in schema.names if n not in special]
+        self.frame_columns = [n for n in schema.names if n not in special]
+        """The DataFrame's columns that are written (not ``ttl.column``/``timestamp.column``)."""
+        self.columns = list(self.frame_columns)
         self.increment = options.write == "increment"
+        self.update = options.write != "insert"
         self.key_columns: list[str] = []
-        """``write=increment``: the columns of the WHERE clause, bound after the deltas."""
+        """``write=increment|append``: the columns of the WHERE clause, bound last."""
+        self.added: set[str] = set()
+        """``write=increment|append``: the columns set to ``c = c + ?``."""
+        self.idempotent = not self.increment
+        """False for counters and list appends: the driver and the sink never re-send them."""
         self.batch_timestamp = (
             batch_timestamp and options.timestamp_column is None and not self.increment
         )
@@ -129,12 +146,6 @@ class RowStatement:
     def text(self) -> str:
         """The CQL every row is bound to."""
         o = self.options
-        if self.increment:
-            deltas = ", ".join(f'"{c}" = "{c}" + ?' for c in self.columns)
-            where = " AND ".join(f'"{c}" = ?' for c in self.key_columns)
-            return f'UPDATE "{o.keyspace}"."{o.table}" SET {deltas} WHERE {where}'
-        names = ", ".join(f'"{c}"' for c in self.columns)
-        markers = ", ".join("?" for _ in self.columns)
         using = []
         if o.ttl is not None:
             using.append(f"TTL {o.ttl}")
@@ -143,7 +154,16 @@ class RowStatement:
         if o.timestamp_column is not None or self.batch_timestamp:
             using.append("TIMESTAMP ?")
         suffix = f" USING {' AND '.join(using)}" if using else ""
-        return f'INSERT INTO "{o.keyspace}"."{o.table}" ({names}) VALUES ({markers}){suffix}'
+        target = f'"{o.keyspace}"."{o.table}"'
+        if self.update:
+            sets = ", ".join(
+                f'"{c}" = "{c}" + ?' if c in self.added else f'"{c}" = ?' for c in self.columns
+            )
+            where = " AND ".join(f'"{c}" = ?' for c in self.key_columns)
+            return f"UPDATE {target}{suffix} SET {sets} WHERE {where}"
+        names = ", ".join(f'"{c}"' for c in self.columns)
+        markers = ", ".join("?" for _ in self.columns)
+        return f"INSERT INTO {target} ({names}) VALUES ({markers}){suffix}"
 
     def prepare(self, session: Any) -> Any:
         """Prepare on ``session``; a table, column or type that does not fit names the column."""
@@ -154,6 +174,8 @@ class RowStatement:
         try:
             if self.increment:
                 self._split_counters(session)
+            elif self.update:
+                self._split_collections(session)
             prepared = session.prepare(self.text())
         except InvalidRequest as exc:
             counters = [] if self.increment else self._counters_written(session)
@@ -166,7 +188,7 @@ class RowStatement:
                 raise CassandraSchemaError(msg) from exc
             msg = f"firesteel.cassandra: table {target} does not take this DataFrame: {exc}"
             raise CassandraSchemaError(msg) from exc
-        prepared.is_idempotent = not self.increment
+        prepared.is_idempotent = self.idempotent
         for column in prepared.column_metadata:
             if column.name not in self.schema.names:
                 continue
@@ -188,6 +210,14 @@ class RowStatement:
         metadata = session.prepare(f'SELECT * FROM "{o.keyspace}"."{o.table}"').result_metadata
         return {entry[2]: entry[3].typename for entry in metadata}
 
+    def _check_written(self, types: dict[str, str]) -> None:
+        """Every written column is one of the table's (``types``), or an error names it."""
+        target = f"{self.options.keyspace}.{self.options.table}"
+        for name in self.frame_columns:
+            if name not in types:
+                msg = f"firesteel.cassandra: column {name!r} is not a column of {target}"
+                raise CassandraSchemaError(msg)
+
     def _counters_written(self, session: Any) -> list[str]:
         """The DataFrame's columns that are counters in the table (none if it cannot be read)."""
         from cassandra import InvalidRequest
@@ -207,10 +237,7 @@ class RowStatement:
         if not counters:
             msg = f"firesteel.cassandra: write=increment needs a counter table; {target} has none"
             raise CassandraSchemaError(msg)
-        for name in self.schema.names:
-            if name not in types:
-                msg = f"firesteel.cassandra: column {name!r} is not a column of {target}"
-                raise CassandraSchemaError(msg)
+        self._check_written(types)
         keys = [name for name in types if name not in counters]
         missing = [name for name in keys if name not in self.schema.names]
         if missing:
@@ -219,9 +246,36 @@ class RowStatement:
                 "missing from the DataFrame"
             )
             raise CassandraSchemaError(msg)
-        names = [n for n in self.schema.names if n in self.columns]
-        self.columns = [n for n in names if n in counters]
+        self.columns = [n for n in self.frame_columns if n in counters]
+        self.added = set(self.columns)
         self.key_columns = keys
+
+    def _split_collections(self, session: Any) -> None:
+        """``write=append``: the DataFrame's list and set columns are appended to, the
+        rest is the primary key; a list append is refused outside ``mode=wal``."""
+        o = self.options
+        target = f"{o.keyspace}.{o.table}"
+        types = self._column_types(session)
+        self._check_written(types)
+        added = [c for c in self.frame_columns if types[c] in ("list", "set")]
+        if not added:
+            msg = (
+                "firesteel.cassandra: write=append needs a list or set column in the DataFrame; "
+                f"none of {self.frame_columns} is one in {target}"
+            )
+            raise CassandraSchemaError(msg)
+        lists = [c for c in added if types[c] == "list"]
+        if lists and o.mode != "wal":
+            msg = (
+                f"firesteel.cassandra: column {lists[0]!r} of {target} is a list: appending "
+                "to a list again appends again, and mode=upsert replays batches after a crash. "
+                "Use mode=wal (at-least-once), or a set column (a union repeated is harmless)"
+            )
+            raise CassandraSchemaError(msg)
+        self.idempotent = not lists
+        self.added = set(added)
+        self.key_columns = [c for c in self.frame_columns if c not in self.added]
+        self.columns = added
 
     def execute(
         self,
@@ -265,7 +319,7 @@ class RowStatement:
             error = results[first][1]
             failed = sum(1 for ok, _ in results if not ok)
             what = f"{where}: {failed} of {len(statements)} writes (re-sent from the first)"
-            if self.increment or not backoff.pause(what, error):
+            if not self.idempotent or not backoff.pause(what, error):
                 raise error
             statements = statements[first:]
 
@@ -291,7 +345,7 @@ class RowStatement:
                     continue
                 kind = BatchType.COUNTER if self.increment else BatchType.UNLOGGED
                 statement = BatchStatement(batch_type=kind)
-                statement.is_idempotent = not self.increment
+                statement.is_idempotent = self.idempotent
                 for values in chunk:
                     statement.add(prepared, values)
                 yield statement, None
@@ -312,8 +366,23 @@ class RowStatement:
             return [row[c] or 0 for c in self.columns] + [
                 self._value(row[c], converters.get(c), UNSET_VALUE) for c in self.key_columns
             ]
-        values = [self._value(row[c], converters.get(c), blank) for c in self.columns]
+        values = [
+            self._value(row[c], converters.get(c), UNSET_VALUE if c in self.added else blank)
+            for c in self.columns
+        ]
+        using = self._using(row, where, timestamp_us)
+        if self.update:
+            # USING comes before SET in an UPDATE, and the key after it.
+            keys = [self._value(row[c], converters.get(c), UNSET_VALUE) for c in self.key_columns]
+            return using + values + keys
+        return values + using
+
+    def _using(self, row: dict[str, Any], where: str, timestamp_us: int | None) -> list[Any]:
+        """The values of the ``USING TTL ? AND TIMESTAMP ?`` markers, in that order."""
+        from cassandra.query import UNSET_VALUE
+
         o = self.options
+        values: list[Any] = []
         if o.ttl_column is not None:
             values.append(row[o.ttl_column] if row[o.ttl_column] is not None else UNSET_VALUE)
         if o.timestamp_column is not None:

@@ -35,12 +35,13 @@ INSERT-only table ends up exactly as after one send: the sink declares an
 upsert target and the guarantee check grants exactly-once
 (:attr:`~firesteel.core.guarantee.SinkKind.WRITE_AHEAD_LOG_UPSERT`).
 
-Counter tables (``write=increment``, :class:`CassandraCounterWalSink`) are
-the book's reason for the write-ahead log: a replayed batch never reaches
-them, and a batch is sent once, after Spark committed it. Inside the two
-windows a re-sent segment adds its rows again (at most one segment per
-crash), so that sink is at-least-once, as Table 8-1 says of the WAL column,
-and the guarantee check refuses it with ``guarantee=exactly-once``.
+Counter tables and list columns (``write=increment`` and ``write=append``,
+:class:`CassandraAdditiveWalSink`) are the book's reason for the write-ahead
+log: a replayed batch never reaches them, and a batch is sent once, after
+Spark committed it. Inside the two windows a re-sent segment adds its rows
+again (at most one segment per crash), so that sink is at-least-once, as
+Table 8-1 says of the WAL column, and the guarantee check refuses it with
+``guarantee=exactly-once``.
 
 On a cluster the send runs where Spark runs the batch's commit (the driver's
 Python worker): PySpark's data source API gives a commit no SparkSession, so
@@ -117,11 +118,14 @@ class CassandraWalSink(WriteAheadSink):
         logger.info("firesteel.cassandra sink %s: %s sent %d rows", self.sink_id, where, sent)
 
 
-class CassandraCounterWalSink(CassandraWalSink):
-    """``write=increment``: counter updates from the write-ahead log; at-least-once.
+class CassandraAdditiveWalSink(CassandraWalSink):
+    """``write=increment|append``: counter updates or collection appends from the
+    write-ahead log; at-least-once.
 
     A re-send inside the two windows (see the module docs) adds a segment's
-    rows a second time, so the target is not an upsert target.
+    rows a second time, so the target is not an upsert target (a set-only
+    append would be, but the sink does not know the column types when the
+    guarantee is checked, so it claims the weaker one).
     """
 
     upsert_target: ClassVar[bool] = False

@@ -2,7 +2,8 @@
 
 Supported: ``USE``, ``CREATE KEYSPACE|TABLE [IF NOT EXISTS]``, ``DROP TABLE``,
 ``TRUNCATE``, ``INSERT ... VALUES (...) [USING TTL x [AND TIMESTAMP y]]``,
-``UPDATE ... SET c = c + x WHERE ...`` (counters and plain sets),
+``UPDATE [USING ...] SET c = c + x, d = y WHERE ...`` (counters, list appends, set
+unions, plain values),
 ``DELETE FROM ... WHERE ...`` and ``SELECT *|COUNT(*)|selectors FROM ...
 [WHERE a = x AND ...] [LIMIT n]``, where a selector is ``col`` or ``WRITETIME(col)``,
 each with an optional ``AS alias``. Terms are bind markers ``?`` or literals (strings, numbers,

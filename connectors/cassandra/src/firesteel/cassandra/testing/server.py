@@ -202,6 +202,8 @@ class _Connection(socketserver.BaseRequestHandler):
                 msg = f"Some primary key parts are missing: {', '.join(missing)}"
                 raise CqlError(wire.INVALID, msg)
             _check_counter_use(st, table)
+            if st.kind == "update":
+                _check_key_restriction(st, table)
             if st.kind == "select":
                 result = _select_spec(st, table)
         statement_id = hashlib.md5(f"{self.keyspace}|{text}".encode()).digest()
@@ -272,7 +274,11 @@ class _Connection(socketserver.BaseRequestHandler):
         if fault.kind == "drop":
             raise _Dropped
         if not write_type:
-            counter = any(st.increments for _, st, _ in statements)
+            counter = any(
+                table is not None and table.column_types.get(column) == "counter"
+                for _, st, table in statements
+                for column in st.increments
+            )
             write_type = "COUNTER" if counter else "SIMPLE"
         raise fault.error(consistency, write_type)
 
@@ -338,6 +344,9 @@ class _Connection(socketserver.BaseRequestHandler):
             else:
                 key = table.key_of(where)
                 for column, negative in st.increments.items():
+                    if table.column_types[column] != "counter":
+                        table.append(key, column, cells.pop(column, None), timestamp, ttl)
+                        continue
                     delta = struct.unpack(">q", cells.pop(column) or b"\0" * 8)[0]
                     table.add(key, column, -delta if negative else delta)
                 if cells:
@@ -565,7 +574,8 @@ def serve(port: int, host: str = "127.0.0.1") -> CqlServer:
 
 def _check_counter_use(st: Statement, table: Table) -> None:
     """Cassandra's rules: a counter table takes only ``c = c +/- x`` updates, without
-    TTL or timestamp, and an increment needs a counter column."""
+    TTL or timestamp; ``c = c + x`` needs a counter, list or set column (this server
+    does not remove from collections)."""
     counters = {c for c, kind in table.column_types.items() if kind == "counter"}
     if counters and st.kind == "insert":
         raise CqlError(
@@ -579,8 +589,26 @@ def _check_counter_use(st: Statement, table: Table) -> None:
             raise CqlError(
                 wire.INVALID, "Cannot provide custom TTL or timestamp for counter updates"
             )
-    wrong = [c for c in st.increments if table.column_types.get(c) != "counter"]
-    if st.kind == "update" and wrong:
-        # Cassandra also adds to collections (list append, set union); this server does not.
-        msg = f"this test server adds only to counter columns, not to {wrong[0]}"
+    for column, negative in st.increments.items():
+        kind = table.column_type(column)
+        if kind == "counter" or (kind.startswith(("list<", "set<")) and not negative):
+            continue
+        msg = f"Invalid operation ({column} = {column} {'-' if negative else '+'} ?) for {kind}"
         raise CqlError(wire.INVALID, msg)
+
+
+def _check_key_restriction(st: Statement, table: Table) -> None:
+    """Cassandra's rules for UPDATE: the WHERE clause names the whole primary key and
+    nothing else, and SET names no key column."""
+    restricted = [column for column, _ in st.where]
+    regular = [c for c in restricted if c not in table.primary_key]
+    if regular:
+        msg = f"Non PRIMARY KEY columns found in where clause: {', '.join(regular)}"
+        raise CqlError(wire.INVALID, msg)
+    missing = [c for c in table.primary_key if c not in restricted]
+    if missing:
+        msg = f"Some primary key parts are missing: {', '.join(missing)}"
+        raise CqlError(wire.INVALID, msg)
+    keys_set = [c for c in st.columns if c in table.primary_key]
+    if keys_set:
+        raise CqlError(wire.INVALID, f"PRIMARY KEY part {keys_set[0]} found in SET part")

@@ -4,9 +4,11 @@ Usage: sink_job.py <input dir> <checkpoint> <host> <port> <keyspace> <table>
 <max files per batch> [<mode> [<partitions>]]
 
 ``mode`` is ``upsert`` or ``wal`` (the table ``(seq bigint PRIMARY KEY, body
-text)``, exactly-once), or ``counter``: ``mode=wal`` with ``write=increment``
+text)``, exactly-once); ``counter``: ``mode=wal`` with ``write=increment``
 into ``(k bigint PRIMARY KEY, hits counter, total counter)``, adding 1 and
-``seq`` under ``k = seq % 7`` (at-least-once).
+``seq`` under ``k = seq % 7``; or ``append``: ``mode=wal`` with ``write=append``
+into ``(k bigint PRIMARY KEY, seqs list<bigint>)``, appending ``[seq]`` under
+``k = seq % 7`` (both at-least-once).
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ def main() -> None:
     if mode == "counter":
         records = records.selectExpr("seq % 7 AS k", "CAST(1 AS BIGINT) AS hits", "seq AS total")
         mode, guarantee, write = "wal", "at-least-once", "increment"
+    elif mode == "append":
+        records = records.selectExpr("seq % 7 AS k", "array(seq) AS seqs")
+        mode, guarantee, write = "wal", "at-least-once", "append"
     else:
         records = records.selectExpr("seq", "concat('body-', CAST(seq AS STRING)) AS body")
     writer = (

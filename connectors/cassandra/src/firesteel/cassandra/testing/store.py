@@ -84,6 +84,38 @@ class Table:
         current = struct.unpack(">q", old.value)[0] if old and old.value else 0
         row[column] = Cell(0, struct.pack(">q", current + delta))
 
+    def append(
+        self,
+        key: tuple[bytes, ...],
+        column: str,
+        items: bytes | None,
+        timestamp: int,
+        ttl: int | None,
+    ) -> None:
+        """``c = c + items`` on a list (appended) or set (union) column.
+
+        Cassandra keeps one cell per element, named by a fresh timeuuid for a
+        list, so an append executed twice adds its elements twice whatever
+        the timestamp; a set element is named by its value, so adding it again
+        changes nothing. This server keeps the collection as one serialized
+        value with the newest timestamp, which gives the same reads.
+        """
+        if items is None:
+            return
+        row = self.rows.setdefault(key, {})
+        old = row.get(column)
+        elements = _elements(old.value) if old is not None and old.live(time.time()) else []
+        for element in _elements(items):
+            if self.column_types[column].startswith("list<") or element not in elements:
+                elements.append(element)
+        if self.column_types[column].startswith("set<"):
+            elements.sort()
+        body = struct.pack(">i", len(elements)) + b"".join(
+            struct.pack(">i", len(e)) + e for e in elements
+        )
+        stamp = max(timestamp, old.timestamp) if old is not None else timestamp
+        row[column] = Cell(stamp, body, time.time() + ttl if ttl else None)
+
     def writetime(self, key: tuple[bytes, ...], column: str) -> int | None:
         """The write timestamp (microseconds) of a live cell, None for null or expired."""
         cell = self.rows.get(key, {}).get(column)
@@ -163,3 +195,16 @@ class Store:
         if name not in tables:
             raise CqlError(INVALID, f"unconfigured table {name}")
         return tables[name]
+
+
+def _elements(body: bytes | None) -> list[bytes]:
+    """The serialized elements of a list or set value (``[int n][int len, bytes]*n``)."""
+    if not body:
+        return []
+    (count,) = struct.unpack_from(">i", body)
+    elements, pos = [], 4
+    for _ in range(count):
+        (size,) = struct.unpack_from(">i", body, pos)
+        elements.append(body[pos + 4 : pos + 4 + size])
+        pos += 4 + size
+    return elements

@@ -150,7 +150,10 @@ transaction.state.log.num.partitions=10
 min.insync.replicas=1
 group.initial.rebalance.delay.ms=0
 log.retention.check.interval.ms=5000
+log.retention.ms=-1
 """
+"""The test broker's settings. Time retention is off: tests write records stamped in 2023,
+which a 7-day retention would delete within one check interval of their write."""
 
 
 @dataclass
