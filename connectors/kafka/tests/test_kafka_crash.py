@@ -161,9 +161,10 @@ def test_exactly_once_under_kills(bootstrap, tmp_path):
         bootstrap,
         tmp_path,
         "exactly-once",
-        lambda ck: _kills(ck, EXACTLY_ONCE_POINTS, rounds=16, randoms=6),
+        # With the stateful test's 6 kills the exactly-once sink sees about 24 per CI run.
+        lambda ck: _kills(ck, EXACTLY_ONCE_POINTS, rounds=13, randoms=5),
     )
-    assert result.kills >= 20, result.summary()
+    assert result.kills >= 16, result.summary()
     assert live.checks > 0
     assert not live.violations, live.violations
     assert_exactly_once(_sequence(view.values), range(RECORDS), "committed output")
