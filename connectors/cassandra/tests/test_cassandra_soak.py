@@ -4,8 +4,8 @@ Each cycle adds input, kills the job (a protocol point or a random moment),
 and restarts it with a new partition count (1-4) and the checkpoint spelled
 otherwise; cassandra-driver counts the table at the end. With the kills of
 ``test_cassandra_crash.py`` / ``test_cassandra_wal.py`` each path sees 15-20
-SIGKILLs per CI run (13 cycles keep the suite inside its 40 minutes); ``python -m firesteel.cassandra.testing.soak`` runs
-the long loops.
+SIGKILLs per CI run (13 cycles keep the suite inside its 40 minutes);
+``python -m firesteel.cassandra.testing.soak`` runs the long loops.
 """
 
 from __future__ import annotations
