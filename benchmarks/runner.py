@@ -191,8 +191,8 @@ def _group_setup(module: Any, quick: bool) -> Iterator[None]:
 def run_group(group: str, quick: bool, progress: bool, only: Sequence[str] = ()) -> dict[str, Any]:
     """Run the workloads of ``benchmarks/bench_<group>.py``; the group's JSON document.
 
-    ``only``: run just the workloads whose name contains one of these texts
-    (the document lists them under ``"only"``, so a partial run says so).
+    ``only``: run just the workloads whose name or baseline contains one of these
+    texts (the document lists them under ``"only"``, so a partial run says so).
     """
     from firesteel.core.errors import MissingDependencyError
 
@@ -208,7 +208,9 @@ def run_group(group: str, quick: bool, progress: bool, only: Sequence[str] = ())
         module = importlib.import_module(f"benchmarks.bench_{group}")
         workloads: list[Workload] = module.workloads(quick)
         if only:
-            workloads = [w for w in workloads if any(text in w.name for text in only)]
+            workloads = [
+                w for w in workloads if any(t in f"{w.name} {w.baseline_name}" for t in only)
+            ]
             result["only"] = list(only)
     except MissingDependencyError as exc:
         return {**result, "status": "skipped", "reason": str(exc)}
@@ -263,7 +265,8 @@ def _parser(groups: list[str]) -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="TEXT",
-        help="run only workloads whose name contains TEXT (repeatable; the results say so)",
+        help="run only workloads whose name or baseline contains TEXT (repeatable; the results "
+        "say so)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--list", action="store_true", help="list the groups and exit")
