@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from cassandra_support import write_seq_files
 
 from firesteel.cassandra.options import CassandraSinkOptions
 from firesteel.cassandra.statement import RowStatement
@@ -124,11 +124,7 @@ def test_appends_are_matched_to_collections_naming_the_column(session: Any) -> N
 
 
 def _input(folder: Path) -> Path:
-    folder.mkdir()
-    for index in range(FILES):
-        seqs = list(range(index * ROWS_PER_FILE, (index + 1) * ROWS_PER_FILE))
-        pq.write_table(pa.table({"seq": seqs}), folder / f"{index:03d}.parquet")
-    return folder
+    return write_seq_files(folder, FILES, ROWS_PER_FILE)
 
 
 def _expected() -> tuple[Counter[int], Counter[int]]:

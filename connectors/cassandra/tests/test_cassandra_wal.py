@@ -10,9 +10,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from cassandra_support import write_seq_files
 
 from firesteel.cassandra.testing import HOSTS_ENV
 from firesteel.cassandra.testing.soak import SINK_JOB
@@ -39,11 +38,7 @@ FILES_PER_BATCH = 2
 
 
 def _input(folder: Path) -> Path:
-    folder.mkdir()
-    for index in range(FILES):
-        seqs = list(range(index * ROWS_PER_FILE, (index + 1) * ROWS_PER_FILE))
-        pq.write_table(pa.table({"seq": seqs}), folder / f"{index:03d}.parquet")
-    return folder
+    return write_seq_files(folder, FILES, ROWS_PER_FILE)
 
 
 def _wal_query(
