@@ -30,7 +30,9 @@ from rocksdb_helpers import (
 )
 
 from firesteel.core.errors import CheckpointCorruptError
+from firesteel.rocksdb import RocksDBOptions
 from firesteel.rocksdb.keys import key_group_of, key_group_prefix, state_id
+from firesteel.rocksdb.options import Compaction
 from firesteel.rocksdb.store import SWEEP_ROUNDS
 from firesteel.state import ValueStateDescriptor
 from firesteel.state.backend import TaskInfo
@@ -115,6 +117,23 @@ def test_the_next_checkpoint_uploads_only_new_files(tmp_path: Path) -> None:
     assert len(new) == 1 and second["attempt"] in next(iter(new))
     sizes = {f["path"]: f["size"] for f in second["files"]}
     assert sizes[next(iter(new))] * 10 < sum(sizes[p] for p in shared_paths(first))
+
+
+@pytest.mark.parametrize(("written", "restored"), [("level", "universal"), ("universal", "level")])
+def test_a_checkpoint_restores_under_the_other_compaction_style(
+    tmp_path: Path, written: Compaction, restored: Compaction
+) -> None:
+    chosen = backend(tmp_path, options=RocksDBOptions(compaction=written, compaction_trigger=2))
+    store = worker(tmp_path, "w", chosen)
+    for batch in range(4):  # more flushed runs than the trigger: a compaction runs
+        run(store, batch, {index: batch for index in range(batch, 5_000, 7)})
+    other = backend(tmp_path, options=RocksDBOptions(compaction=restored))
+    reader = worker(tmp_path, "r", other)
+    assert read(reader, 4, range(4)) == {0: 0, 1: 1, 2: 2, 3: 3}
+    run(reader, 4, {index: 4 for index in range(5_000)})
+    assert read(worker(tmp_path, "again", chosen), 5, range(0, 5_000, 999)) == {
+        index: 4 for index in range(0, 5_000, 999)
+    }
 
 
 def test_a_worker_at_the_committed_version_restores_nothing(tmp_path: Path) -> None:

@@ -28,6 +28,8 @@ MiB = 1024 * KiB
 
 Compression = Literal["none", "snappy", "lz4", "zstd"]
 COMPRESSIONS: tuple[str, ...] = ("none", "snappy", "lz4", "zstd")
+Compaction = Literal["universal", "level"]
+COMPACTIONS: tuple[str, ...] = ("universal", "level")
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,17 @@ class RocksDBOptions:
     ``target_file_size``: bytes of SST files written by compaction (default 16 MiB);
     smaller files make incremental checkpoints upload less after a compaction.
     ``background_jobs``: RocksDB's flush and compaction threads (default 2).
+    ``compaction``: ``"universal"`` (default) or ``"level"``. Universal compaction
+    merges the small sorted runs of recent batches with each other and rewrites
+    the large old one rarely, so an incremental checkpoint uploads little more
+    than what the batch changed (Kafka Streams' RocksDB stores use it by default,
+    for its low write amplification). Leveled compaction rewrites the
+    whole first level whenever new files reach it, which re-uploads most of the
+    state every few batches under random-key churn; it keeps less disk (no
+    temporary doubling during a full merge) and fewer files to search per read.
+    Either can open the other's checkpoints.
+    ``compaction_trigger``: sorted runs (universal) or level-0 files (level) that
+    start a compaction (default 8).
     """
 
     memory_budget: int = 64 * MiB
@@ -55,6 +68,8 @@ class RocksDBOptions:
     bloom_bits_per_key: int = 10
     target_file_size: int = 16 * MiB
     background_jobs: int = 2
+    compaction: Compaction = "universal"
+    compaction_trigger: int = 8
 
     def __post_init__(self) -> None:
         _in_range("memory_budget", self.memory_budget, 8 * MiB, 1 << 40)
@@ -64,12 +79,9 @@ class RocksDBOptions:
         _in_range("bloom_bits_per_key", self.bloom_bits_per_key, 0, 64)
         _in_range("target_file_size", self.target_file_size, 1 * MiB, 1 << 34)
         _in_range("background_jobs", self.background_jobs, 1, 64)
-        if self.compression not in COMPRESSIONS:
-            msg = (
-                f"RocksDBOptions.compression={self.compression!r}: use one of "
-                f"{', '.join(COMPRESSIONS)}"
-            )
-            raise ConfigError(msg)
+        _in_range("compaction_trigger", self.compaction_trigger, 2, 64)
+        _one_of("compression", self.compression, COMPRESSIONS)
+        _one_of("compaction", self.compaction, COMPACTIONS)
         if self.write_buffer_bytes * 2 > self.memory_budget:
             msg = (
                 f"RocksDBOptions: write_buffer_size * max_write_buffers = "
@@ -116,7 +128,16 @@ class RocksDBOptions:
         options.set_max_background_jobs(self.background_jobs)
         options.set_compression_type(getattr(rd.DBCompressionType, self.compression)())
         options.set_keep_log_file_num(2)
+        options.set_level_zero_file_num_compaction_trigger(self.compaction_trigger)
+        if self.compaction == "universal":
+            options.set_compaction_style(rd.DBCompactionStyle.universal())
         return options
+
+
+def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        msg = f"RocksDBOptions.{name}={value!r}: use one of {', '.join(allowed)}"
+        raise ConfigError(msg)
 
 
 def _in_range(name: str, value: int, lowest: int, highest: int) -> None:
