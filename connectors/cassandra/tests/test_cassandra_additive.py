@@ -91,7 +91,7 @@ def test_appends_are_matched_to_collections_naming_the_column(session: Any) -> N
         upsert.prepare(session)
     wal = {"keyspace": keyspace, "mode": "wal", "write": "append"}
     scalars = pa.schema([("k", pa.int64()), ("v", pa.int64())])
-    with pytest.raises(ConfigError, match=r"needs a list or set column"):
+    with pytest.raises(ConfigError, match=r"needs a list, set or map column"):
         RowStatement(_options(**wal, table="lists"), scalars).prepare(session)
     regular = pa.schema([*frame, ("v", pa.int64())])
     with pytest.raises(ConfigError, match=r"Non PRIMARY KEY columns found in where clause: v"):
@@ -121,6 +121,34 @@ def test_appends_are_matched_to_collections_naming_the_column(session: Any) -> N
     assert {r.k: set(r.tags) for r in session.execute("SELECT k, tags FROM tags")} == {
         1: {"a", "b", "c"}
     }
+
+
+def test_map_entries_are_put_idempotently_or_the_map_replaced_whole(session: Any) -> None:
+    session.execute("CREATE TABLE attrs (k bigint PRIMARY KEY, attrs map<text, bigint>)")
+    keyspace = session.keyspace
+    frame = pa.schema([("k", pa.int64()), ("attrs", pa.map_(pa.string(), pa.int64()))])
+    appending = RowStatement(_options(keyspace=keyspace, table="attrs", write="append"), frame)
+    prepared = appending.prepare(session)
+    assert prepared.is_idempotent, "a map put repeated changes nothing: it may be retried"
+    batch = pa.record_batch(
+        {"k": [1, 2, 1], "attrs": [[("a", 1), ("b", 2)], None, [("b", 3), ("c", 4)]]},
+        schema=frame,
+    )
+    for _ in range(2):
+        appending.execute(session, prepared, [batch], "test")
+    rows = {r.k: r.attrs for r in session.execute("SELECT k, attrs FROM attrs")}
+    assert rows == {1: {"a": 1, "b": 3, "c": 4}}, "entries merge by key; a null map adds none"
+
+    inserting = RowStatement(_options(keyspace=keyspace, table="attrs"), frame)
+    replaced = pa.record_batch({"k": [1], "attrs": [[("z", 9)]]}, schema=frame)
+    inserting.execute(session, inserting.prepare(session), [replaced], "test")
+    assert session.execute("SELECT attrs FROM attrs WHERE k = 1").one().attrs == {"z": 9}
+
+    wrong = pa.schema([("k", pa.int64()), ("attrs", pa.map_(pa.string(), pa.string()))])
+    with pytest.raises(
+        ConfigError, match=r"'attrs' is map<string, string> .* but map<\w+, bigint>"
+    ):
+        RowStatement(_options(keyspace=keyspace, table="attrs"), wrong).prepare(session)
 
 
 def _input(folder: Path) -> Path:

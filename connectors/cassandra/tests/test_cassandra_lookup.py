@@ -32,14 +32,14 @@ SEEN = dt.datetime(2026, 11, 23, 8, 30, tzinfo=dt.timezone.utc)
 def _users(session: Any) -> None:
     session.execute(
         "CREATE TABLE users (id bigint, region text, name text, tags list<text>, uid uuid, "
-        "seen timestamp, PRIMARY KEY ((id), region))"
+        "seen timestamp, attrs map<text, bigint>, PRIMARY KEY ((id), region))"
     )
     insert = session.prepare(
-        "INSERT INTO users (id, region, name, tags, uid, seen) VALUES (?, ?, ?, ?, ?, ?)"
+        "INSERT INTO users (id, region, name, tags, uid, seen, attrs) VALUES (?, ?, ?, ?, ?, ?, ?)"
     )
     for i in range(1, 6):
-        session.execute(insert, (i, "eu", f"user-{i}", [f"t{i}", "x"], UID, SEEN))
-    session.execute(insert, (1, "us", "user-1-us", None, None, None))
+        session.execute(insert, (i, "eu", f"user-{i}", [f"t{i}", "x"], UID, SEEN, {"n": i}))
+    session.execute(insert, (1, "us", "user-1-us", None, None, None, None))
 
 
 def _cluster(cluster_address: tuple[str, int], session: Any) -> dict[str, Any]:
@@ -58,15 +58,16 @@ def test_lookup_adds_the_matching_row_in_input_order(
         **_cluster(cluster_address, session),
         table="users",
         on=["id", "region"],
-        columns=["name", "tags", "uid", "seen"],
+        columns=["name", "tags", "uid", "seen", "attrs"],
         max_in_flight=2,
     )
-    assert out.columns == ["id", "region", "tag", "name", "tags", "uid", "seen"]
+    assert out.columns == ["id", "region", "tag", "name", "tags", "uid", "seen", "attrs"]
     rows = [r.asDict() for r in out.collect()]
     assert [r["tag"] for r in rows] == ["a", "b", "c", "d", "e"]
     assert [r["name"] for r in rows] == ["user-3", "user-1-us", None, None, "user-1"]
     assert rows[0]["tags"] == ["t3", "x"]
     assert rows[0]["uid"] == str(UID)
+    assert rows[0]["attrs"] == {"n": 3}
     assert rows[1]["tags"] is None
     seen = rows[4]["seen"]
     assert seen.replace(tzinfo=None) == SEEN.astimezone().replace(tzinfo=None)

@@ -25,7 +25,10 @@ def _start(spark: Any, source: Path, ck: Path, options: dict[str, str], schema: 
 def test_upsert_sink_writes_every_row_once(
     spark: Any, session: Any, cluster_address: tuple[str, int], tmp_path: Path
 ) -> None:
-    session.execute("CREATE TABLE up (k bigint PRIMARY KEY, name text, score double, t int)")
+    session.execute(
+        "CREATE TABLE up (k bigint PRIMARY KEY, name text, score double, t int, "
+        "attrs map<text, bigint>)"
+    )
     session.execute("INSERT INTO up (k, name, score) VALUES (0, 'keep', 9.0)")
     source = tmp_path / "in"
     source.mkdir()
@@ -38,6 +41,7 @@ def test_upsert_sink_writes_every_row_once(
                 "name": names,
                 "score": [float(k) for k in ks],
                 "t": pa.array([60] * 10, pa.int32()),
+                "attrs": pa.array([[("k", k)] for k in ks], pa.map_(pa.string(), pa.int64())),
             }
         )
         pq.write_table(table, source / f"part-{index}.parquet")
@@ -51,7 +55,11 @@ def test_upsert_sink_writes_every_row_once(
         "guarantee": "exactly-once",
     }
     query = _start(
-        spark, source, tmp_path / "ck", options, "k long, name string, score double, t int"
+        spark,
+        source,
+        tmp_path / "ck",
+        options,
+        "k long, name string, score double, t int, attrs map<string, bigint>",
     )
     query.awaitTermination(120)
     assert query.exception() is None
@@ -59,6 +67,7 @@ def test_upsert_sink_writes_every_row_once(
     assert sorted(rows) == list(range(30))
     assert rows[0].name == "keep"  # a null is UNSET: no tombstone over the earlier value
     assert rows[7].name == "n7"
+    assert rows[7].attrs == {"k": 7}  # a Spark map column binds to a CQL map
     assert rows[7].t is None  # the TTL column drives USING TTL, it is not a table column
 
 

@@ -247,9 +247,14 @@ def _check(spec: LookupSpec, key_types: pa.Schema, prepared: Any) -> dict[str, p
 def _arrow_type(spec: LookupSpec, column: str, cql_type: str) -> pa.DataType:
     if cql_type.startswith(("list<", "set<")):
         return pa.list_(_arrow_type(spec, column, cql_type.partition("<")[2].rstrip(">")))
+    if cql_type.startswith("map<"):
+        key, _, value = cql_type[len("map<") : -1].partition(",")
+        return pa.map_(
+            _arrow_type(spec, column, key.strip()), _arrow_type(spec, column, value.strip())
+        )
     if cql_type not in _ARROW:
         msg = f"firesteel.cassandra.lookup: column {column!r} of {spec.target} is {cql_type}, "
-        msg += f"which lookups do not read; supported: {', '.join(_ARROW)}, list, set"
+        msg += f"which lookups do not read; supported: {', '.join(_ARROW)}, list, set, map"
         raise CassandraSchemaError(msg)
     return _ARROW[cql_type]
 
@@ -381,13 +386,16 @@ def _enrich_partition(
 
 
 def _plain(value: Any) -> Any:
-    """A driver value as Arrow takes it: uuids as text, sets as lists, dates as dates."""
+    """A driver value as Arrow takes it: uuids as text, sets as lists, maps as their
+    ``(key, value)`` pairs, dates as dates."""
     from cassandra.util import Date, SortedSet
 
     if isinstance(value, uuid.UUID):
         return str(value)
     if isinstance(value, (set, frozenset, SortedSet)):
-        return list(value)
+        return [_plain(item) for item in value]
+    if isinstance(value, Mapping):
+        return [(_plain(key), _plain(item)) for key, item in value.items()]
     if isinstance(value, Date):
         return value.date()
     return value

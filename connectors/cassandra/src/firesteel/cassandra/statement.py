@@ -15,14 +15,17 @@ own, and a failed write fails the send (the write-ahead log re-sends the
 segment, the at-least-once window of :mod:`firesteel.cassandra.wal`).
 
 ``write=append`` binds rows to ``UPDATE t [USING ...] SET l = l + ?, ... WHERE
-<key> = ?``: every list or set column of the DataFrame is appended to (a list
-gains the elements in order, a set their union); the DataFrame's other columns
-are the primary key, which the WHERE clause names whole (Cassandra refuses a
-regular column there, naming it). A null collection appends nothing. A set
-union repeated changes nothing, so it is idempotent and allowed in either
+<key> = ?``: every list, set or map column of the DataFrame is appended to (a
+list gains the elements in order, a set their union, a map the entries, each
+replacing the entry of the same key); the DataFrame's other columns are the
+primary key, which the WHERE clause names whole (Cassandra refuses a regular
+column there, naming it). A null collection appends nothing. A set union or
+a map put repeated changes nothing, so it is idempotent and allowed in either
 mode; a list append repeated appends again (Cassandra names each element by a
 fresh timeuuid), so it is not idempotent: appending to a list needs
 ``mode=wal`` and is never retried or re-sent by the sink, as increments.
+A Spark ``MapType`` column is bound to a ``map<k, v>`` column, whole (an
+INSERT replaces the map) or entry by entry (``write=append``).
 
 Backoff: the driver retries an idempotent write at once (see
 :class:`~firesteel.cassandra.client.IdempotentRetryPolicy`), which covers a
@@ -85,6 +88,13 @@ def arrow_fits_cql(arrow_type: pa.DataType, cql_type: str) -> bool:
     """True when values of ``arrow_type`` can be bound to a ``cql_type`` column."""
     if pa.types.is_timestamp(arrow_type):
         return cql_type == "timestamp"
+    if pa.types.is_map(arrow_type):
+        if not cql_type.startswith("map<"):
+            return False
+        key, _, value = cql_type[len("map<") : -1].partition(",")
+        return arrow_fits_cql(arrow_type.key_type, key.strip()) and arrow_fits_cql(
+            arrow_type.item_type, value.strip()
+        )
     if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
         inner = cql_type.partition("<")[2].rstrip(">")
         collection = cql_type.startswith(("list<", "set<"))
@@ -251,16 +261,17 @@ class RowStatement:
         self.key_columns = keys
 
     def _split_collections(self, session: Any) -> None:
-        """``write=append``: the DataFrame's list and set columns are appended to, the
-        rest is the primary key; a list append is refused outside ``mode=wal``."""
+        """``write=append``: the DataFrame's list, set and map columns are appended to,
+        the rest is the primary key; a list append is refused outside ``mode=wal``."""
         o = self.options
         target = f"{o.keyspace}.{o.table}"
         types = self._column_types(session)
         self._check_written(types)
-        added = [c for c in self.frame_columns if types[c] in ("list", "set")]
+        added = [c for c in self.frame_columns if types[c] in ("list", "set", "map")]
         if not added:
             msg = (
-                "firesteel.cassandra: write=append needs a list or set column in the DataFrame; "
+                "firesteel.cassandra: write=append needs a list, set or map column in the "
+                "DataFrame; "
                 f"none of {self.frame_columns} is one in {target}"
             )
             raise CassandraSchemaError(msg)
@@ -351,9 +362,16 @@ class RowStatement:
                 yield statement, None
 
     def _converters(self, prepared: Any) -> dict[str, Any]:
+        """Per column, what turns Arrow's Python value into the driver's: a uuid from its
+        text, a dict from a map's ``(key, value)`` pairs."""
         types = {c.name: c.type.typename for c in prepared.column_metadata}
-        columns = [*self.columns, *self.key_columns]
-        return {c: uuid.UUID for c in columns if types.get(c) in ("uuid", "timeuuid")}
+        converters: dict[str, Any] = {}
+        for column in [*self.columns, *self.key_columns]:
+            if types.get(column) in ("uuid", "timeuuid"):
+                converters[column] = uuid.UUID
+            elif types.get(column) == "map":
+                converters[column] = dict
+        return converters
 
     def _bind(
         self, row: dict[str, Any], converters: dict[str, Any], where: str, timestamp_us: int | None

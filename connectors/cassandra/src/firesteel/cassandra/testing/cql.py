@@ -239,7 +239,10 @@ def _create_table(t: _Tokens) -> Statement:
             name = t.ident()
             type_text = t.ident()
             if t.accept("<"):
-                type_text += "<" + t.ident() + ">"
+                parameters = [t.ident()]
+                while t.accept(","):
+                    parameters.append(t.ident())
+                type_text += "<" + ", ".join(parameters) + ">"
                 t.expect(">")
             st.column_types[name] = type_text
             if t.accept("primary", "key"):

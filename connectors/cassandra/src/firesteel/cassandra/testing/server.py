@@ -591,7 +591,7 @@ def _check_counter_use(st: Statement, table: Table) -> None:
             )
     for column, negative in st.increments.items():
         kind = table.column_type(column)
-        if kind == "counter" or (kind.startswith(("list<", "set<")) and not negative):
+        if kind == "counter" or (kind.startswith(("list<", "set<", "map<")) and not negative):
             continue
         msg = f"Invalid operation ({column} = {column} {'-' if negative else '+'} ?) for {kind}"
         raise CqlError(wire.INVALID, msg)

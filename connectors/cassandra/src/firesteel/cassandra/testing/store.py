@@ -92,26 +92,32 @@ class Table:
         timestamp: int,
         ttl: int | None,
     ) -> None:
-        """``c = c + items`` on a list (appended) or set (union) column.
+        """``c = c + items`` on a list (appended), set (union) or map (entries put) column.
 
         Cassandra keeps one cell per element, named by a fresh timeuuid for a
         list, so an append executed twice adds its elements twice whatever
-        the timestamp; a set element is named by its value, so adding it again
-        changes nothing. This server keeps the collection as one serialized
-        value with the newest timestamp, which gives the same reads.
+        the timestamp; a set element is named by its value and a map entry by
+        its key, so adding it again changes nothing (a map entry takes the new
+        value). This server keeps the collection as one serialized value with
+        the newest timestamp, which gives the same reads.
         """
         if items is None:
             return
         row = self.rows.setdefault(key, {})
         old = row.get(column)
-        elements = _elements(old.value) if old is not None and old.live(time.time()) else []
-        for element in _elements(items):
-            if self.column_types[column].startswith("list<") or element not in elements:
+        kind = self.column_types[column].partition("<")[0]
+        width = 2 if kind == "map" else 1
+        current = old.value if old is not None and old.live(time.time()) else None
+        elements = _elements(current, width)
+        for element in _elements(items, width):
+            if kind == "map":
+                elements = [e for e in elements if e[0] != element[0]]
+            if kind == "list" or element not in elements:
                 elements.append(element)
-        if self.column_types[column].startswith("set<"):
+        if kind != "list":
             elements.sort()
         body = struct.pack(">i", len(elements)) + b"".join(
-            struct.pack(">i", len(e)) + e for e in elements
+            struct.pack(">i", len(part)) + part for element in elements for part in element
         )
         stamp = max(timestamp, old.timestamp) if old is not None else timestamp
         row[column] = Cell(stamp, body, time.time() + ttl if ttl else None)
@@ -197,14 +203,18 @@ class Store:
         return tables[name]
 
 
-def _elements(body: bytes | None) -> list[bytes]:
-    """The serialized elements of a list or set value (``[int n][int len, bytes]*n``)."""
+def _elements(body: bytes | None, width: int) -> list[tuple[bytes, ...]]:
+    """The serialized elements of a list or set value (``[int n][int len, bytes]*n``,
+    ``width`` 1) or the entries of a map (``[int n]([int len, bytes] key, value)*n``, 2)."""
     if not body:
         return []
     (count,) = struct.unpack_from(">i", body)
     elements, pos = [], 4
     for _ in range(count):
-        (size,) = struct.unpack_from(">i", body, pos)
-        elements.append(body[pos + 4 : pos + 4 + size])
-        pos += 4 + size
+        parts = []
+        for _ in range(width):
+            (size,) = struct.unpack_from(">i", body, pos)
+            parts.append(body[pos + 4 : pos + 4 + size])
+            pos += 4 + size
+        elements.append(tuple(parts))
     return elements

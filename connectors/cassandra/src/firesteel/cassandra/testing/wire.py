@@ -62,6 +62,7 @@ SCALAR_TYPES: dict[str, int] = {
     "inet": 0x10,
 }
 LIST = 0x20
+MAP = 0x21
 SET = 0x22
 
 
@@ -70,8 +71,11 @@ def _int_of(data: bytes, fmt: str) -> int:
 
 
 def encode_type(cql_type: str) -> bytes:
-    """The [option] of a column type such as ``int`` or ``list<text>``."""
+    """The [option] of a column type such as ``int``, ``list<text>`` or ``map<text, int>``."""
     cql_type = cql_type.replace(" ", "").lower()
+    if cql_type.startswith("map<") and cql_type.endswith(">"):
+        key, _, value = cql_type[len("map<") : -1].partition(",")
+        return struct.pack(">H", MAP) + encode_type(key) + encode_type(value)
     for prefix, code in (("list<", LIST), ("set<", SET)):
         if cql_type.startswith(prefix) and cql_type.endswith(">"):
             return struct.pack(">H", code) + encode_type(cql_type[len(prefix) : -1])
