@@ -41,7 +41,29 @@ def _child_time(env: dict[str, str]) -> float:
     return seconds
 
 
-def test_clock_offset_sets_the_wall_clock_of_a_child_python_back() -> None:
-    behind = _child_time(clock_offset(-3600)) - time.time()
-    assert -3610 < behind < -3590
+def _jvm_time(env: dict[str, str], folder: Path) -> float:
+    """``System.currentTimeMillis()`` of a child JVM, in seconds."""
+    source = folder / "Now.java"
+    source.write_text(
+        "public class Now { public static void main(String[] a) {"
+        " System.out.println(System.currentTimeMillis()); } }"
+    )
+    out = subprocess.run(
+        ["java", str(source)],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    return int(out) / 1000
+
+
+def test_clock_offset_sets_the_wall_clock_of_a_child_python_and_jvm_back(tmp_path: Path) -> None:
+    behind = clock_offset(-3600)
+    assert -3610 < _child_time(behind) - time.time() < -3590
     assert abs(_child_time({}) - time.time()) < 10
+    started = time.time()
+    jvm = _jvm_time(behind, tmp_path)
+    assert started - 3600 - 5 < jvm < time.time() - 3600 + 5, "Spark's JVM kept the real clock"
+    assert abs(_child_time(clock_offset(+86_400)) - time.time() - 86_400) < 10
