@@ -36,6 +36,7 @@ from firesteel.state import (
     ValueStateDescriptor,
 )
 from firesteel.state.backend import OperatorSpec, StateBackend, TaskInfo
+from firesteel.state.clock import CLOCK, advance
 from firesteel.state.keygroups import KeyGroupRange, operator_index
 
 COUNT = ValueStateDescriptor("count", int)
@@ -145,6 +146,30 @@ KEYS = [(f"sensor-{i}",) for i in range(40)]
 
 
 # -- primitives and restore ----------------------------------------------------------------
+
+
+def test_the_batch_clock_never_goes_back_across_restores_and_rescales(
+    tmp_path: Path, backend_kind: str
+) -> None:
+    backend = make_backend(backend_kind, tmp_path, cache=False)
+    # Spark's timestamps per batch: the clock set back an hour after batch 0, running on
+    # for 2 s, then put right; the operator's parallelism changes (2 -> 2 -> 3 -> 1 -> 2).
+    hour = 3_600_000
+    runs = [(2, 10_000), (2, 10_500 - hour), (3, 12_500 - hour), (1, 13_000), (2, 14_000)]
+    seen: dict[int, set[int]] = {}
+    for batch, (parallelism, spark_time) in enumerate(runs):
+        driver = Driver(backend, parallelism, descriptors=[*ALL, CLOCK])
+        for partition in range(parallelism):
+            task = driver.task(batch, partition)
+            store = backend.open_store(driver.spec, task, driver.descriptors, [], spark_time)
+            now = advance(store, task.key_groups, spark_time)
+            assert store.now_ms == now
+            seen.setdefault(batch, set()).add(now)
+            store.snapshot().wait()
+    assert seen == {0: {10_000}, 1: {10_001}, 2: {12_001}, 3: {13_000}, 4: {14_000}}
+    clock_rows = read_state(backend.location, operator="op").to_pandas()
+    clock_rows = clock_rows[clock_rows["kind"] == "clock"]
+    assert list(clock_rows["value"]) == ["14000"] and list(clock_rows["key_group"]) == [-1]
 
 
 def test_snapshot_and_restore_over_many_batches(tmp_path: Path, backend_kind: str) -> None:

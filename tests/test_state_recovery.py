@@ -31,6 +31,7 @@ from firesteel.testing import (
     at_random,
     batch_started,
 )
+from firesteel.testing.clock import clock_offset
 from firesteel.testing.scripts import script
 
 pytestmark = pytest.mark.crash
@@ -109,13 +110,17 @@ def state_job(tmp_path: Path) -> StateJob:
 
 
 def test_killed_at_protocol_points(crash_harness: CrashHarness, state_job: StateJob) -> None:
+    """From the second restart on, the whole job (Spark's JVM included) runs with its wall
+    clock an hour behind: the timers registered before still fire in the next batch."""
     kills = [
         at_point("state.after_snapshot", batch=1, partition=0),
         at_point("driver.before_commit", batch=2),
         at_point("state.after_snapshot", batch=3, partition=1),
         at_point("driver.after_commit", batch=4),
     ]
-    result = crash_harness.run(JOB, state_job.args, kills)
+    result = crash_harness.run(
+        JOB, state_job.args, kills, env=lambda run: clock_offset(-3600) if run >= 2 else {}
+    )
     assert result.all_fired, result.summary()
     assert result.exit_codes == [-9] * len(kills) + [0]
     state_job.check(result)

@@ -33,13 +33,15 @@ from firesteel.backends.storage import SnapshotStorage, plan_restore
 from firesteel.core.checkpoint import filesystem
 from firesteel.core.errors import ConfigError, MissingDependencyError
 from firesteel.state.backend import StateBackend
+from firesteel.state.clock import CLOCK, CLOCK_KEY
 from firesteel.state.keygroups import KeyGroupRange
-from firesteel.state.serializers import unpack
+from firesteel.state.serializers import pack, pack_key, unpack
 
 BACKENDS_GROUP = "firesteel.backends"
 """Entry point group under which distributions announce state backends by name."""
 
 _DISTRIBUTIONS = {"rocksdb": "firesteel-rocksdb"}
+_CLOCK_KEY = pack_key(CLOCK_KEY)
 """Backends shipped as their own distribution, for the install hint."""
 
 SCHEMA = pa.schema(
@@ -210,7 +212,9 @@ def to_table(
     expires_ms)`` for a value state; a list of them for a list; a dict of msgpack
     user key -> ``(value, expires_ms)`` for a map; for timers (state
     ``__timers__``) an iterable of msgpack timestamps. ``kinds`` gives each
-    state's kind and serializer.
+    state's kind and serializer. The batch clock (:mod:`firesteel.state.clock`),
+    kept in every key group, is one row: key group -1, kind ``clock``, the
+    processing time of the version's batch in epoch milliseconds.
     """
     columns: dict[str, list[Any]] = {name: [] for name in SCHEMA.names}
 
@@ -229,7 +233,19 @@ def to_table(
             dt.datetime.fromtimestamp(expires / 1000, tz=dt.timezone.utc) if expires else None
         )
 
+    clocks = [
+        unpack(content[0])[0]
+        for (_, state), table in entries.items()
+        if state == CLOCK.name
+        for content in table.values()
+    ]
+    if clocks:
+        # One row for the whole operator: every key group holds the same time.
+        serializer = "msgpack"
+        add((-1, _CLOCK_KEY, CLOCK.name, "clock"), None, (pack(max(clocks)), None))
     for (kg, state), table in sorted(entries.items(), key=lambda item: item[0]):
+        if state == CLOCK.name:
+            continue
         info = kinds.get(state, {"kind": "timer", "serializer": "msgpack"})
         kind, serializer = info["kind"], info["serializer"]
         for key, content in table.items():

@@ -69,6 +69,6 @@ def test_demo_on_rocksdb_resumes_from_its_checkpoint_and_can_be_inspected(tmp_pa
     assert latest == dict(_counts(folder / "input"))
 
     printed = _run("firesteel.cli.main", "state", str(folder / "state"))
-    assert "(4 entries)" in printed
+    assert "(5 entries)" in printed  # 4 sensors' counts, and the batch clock
     assert all(f'["{sensor}"]' in printed for sensor in latest)
     assert '"count": ' + str(latest["sensor-000"]) in printed

@@ -23,7 +23,7 @@ from firesteel.state.serializers import MsgpackSerializer, Serializer
 
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
 RESERVED_PREFIX = "__"
-"""State names starting with this are firesteel's own (timers)."""
+"""State names starting with this are firesteel's own (timers, the batch clock)."""
 
 
 class StateKind(enum.Enum):
@@ -144,3 +144,14 @@ class MapStateDescriptor(StateDescriptor):
 
     key_type: type | None = None
     kind: StateKind = field(init=False, default=StateKind.MAP)
+
+
+def reserved_value_state(name: str, value_type: type) -> ValueStateDescriptor:
+    """A value state of firesteel's own, named ``name`` (which must start with
+    :data:`RESERVED_PREFIX`, the names a user's descriptor may not take)."""
+    if not name.startswith(RESERVED_PREFIX):
+        msg = f"reserved state name {name!r} must start with {RESERVED_PREFIX!r}"
+        raise ValueError(msg)
+    descriptor = ValueStateDescriptor(name[len(RESERVED_PREFIX) :], value_type)
+    object.__setattr__(descriptor, "name", name)
+    return descriptor

@@ -31,7 +31,9 @@ restores version N-1 again. Nothing is half-written: a failed attempt's
 snapshot of N, if any, is replaced by the re-run's.
 
 Processing time of batch N is Spark's batch timestamp (``current_timestamp()``
-of that batch, kept in the offsets log, so a re-run sees the same), and it
+of that batch, kept in the offsets log, so a re-run sees the same), or the
+processing time of N-1 if that is later (a wall clock set back; see
+:mod:`firesteel.state.clock`), and it
 must reach every operator partition, also one whose keys got no records in N,
 or its timers would fire on another clock in a re-run. So the first row of
 every input task is copied once to each of the P partitions (the ``route``
@@ -56,7 +58,7 @@ import pyarrow.compute as pc
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import ConfigError, FiresteelError, ProcessorError
 from firesteel.core.faults import fault_point
-from firesteel.state import keygroups
+from firesteel.state import clock, keygroups
 from firesteel.state.backend import KeyedStateStore, OperatorSpec, StateBackend, TaskInfo
 from firesteel.state.keygroups import KeyGroupRange
 from firesteel.state.output import OutputBuilder
@@ -300,8 +302,10 @@ def run_task(
     try:
         processor.open(open_ctx)
         store = operator.backend.open_store(
-            spec, task, list(declared.values()), open_ctx.dropped, now_ms
+            spec, task, [*declared.values(), clock.CLOCK], open_ctx.dropped, now_ms
         )
+        if batch_time is not None:
+            now_ms = clock.advance(store, task.key_groups, batch_time)
         builder = OutputBuilder(operator.schema, spec.name, task.batch_id)
         handle = KeyState(store, spec.name, task.batch_id)
         due = store.pop_due_timers(now_ms) if batch_time is not None else []
