@@ -13,6 +13,11 @@ Kept real on purpose: the monotonic clock (timeouts and Spark's own intervals ke
 working; a user's NTP step does not move it either) and file modification times read
 back with ``stat`` (the kernel stamps files with its own clock, as on a machine whose
 clock was set back after they were written).
+
+Not usable with librdkafka (confluent-kafka): under libfaketime every request of a
+client times out at once (``list_topics``, ``get_watermark_offsets``: "Local: Timed
+out", checked with libfaketime's monotonic and pthread options), so the Kafka crash
+tests do not set the clock off.
 """
 
 from __future__ import annotations
