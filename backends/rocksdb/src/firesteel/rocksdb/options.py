@@ -45,7 +45,8 @@ class RocksDBOptions:
     ``block_size``: bytes of uncompressed data per SST block (default 16 KiB).
     ``bloom_bits_per_key``: bloom filter size, 0 for none (default 10: ~1% false positives).
     ``target_file_size``: bytes of SST files written by compaction (default 16 MiB);
-    smaller files make incremental checkpoints upload less after a compaction.
+    with leveled compaction, smaller files make incremental checkpoints upload less after
+    a compaction.
     ``background_jobs``: RocksDB's flush and compaction threads (default 2).
     ``compaction``: ``"universal"`` (default) or ``"level"``. Universal compaction
     merges the small sorted runs of recent batches with each other and rewrites
