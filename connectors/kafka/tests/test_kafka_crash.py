@@ -251,6 +251,21 @@ def test_latest_start_survives_a_crash_before_batch_0_commits(bootstrap, tmp_pat
     _check_with_read_committed(bootstrap, target, view)
 
 
+def test_the_state_soak_ranks_follow_each_input_partition_not_the_global_order() -> None:
+    from firesteel.kafka.testing.soak import misranked_per_partition
+
+    # Key k0 gets seqs 0, 5, 10, 15, 20, 25 (partitions 0, 2, 1, 0, 2, 1): one batch read
+    # 0, 15 and 5 first, the next the rest, so ranks follow each partition, not seq order.
+    good = [["0", "k0", "1"], ["15", "k0", "3"], ["5", "k0", "2"], ["20", "k0", "4"]]
+    good += [["10", "k0", "5"], ["25", "k0", "6"]]
+    assert misranked_per_partition(good) == 0
+    # A state update lost: batch 2 counted on from 2, not 3.
+    lost = [*good[:3], ["20", "k0", "3"], ["10", "k0", "4"], ["25", "k0", "5"]]
+    assert misranked_per_partition(lost) == 1
+    reordered = [["0", "k0", "2"], ["15", "k0", "1"]]  # partition 0 out of order
+    assert misranked_per_partition(reordered) == 1
+
+
 def test_soak_command_counts_a_killed_and_restarted_kafka_pipeline(
     bootstrap, tmp_path, monkeypatch, capsys
 ):
