@@ -41,8 +41,10 @@ BACKENDS_GROUP = "firesteel.backends"
 """Entry point group under which distributions announce state backends by name."""
 
 _DISTRIBUTIONS = {"rocksdb": "firesteel-rocksdb"}
-_CLOCK_KEY = pack_key(CLOCK_KEY)
 """Backends shipped as their own distribution, for the install hint."""
+
+_CLOCK_KEY = pack_key(CLOCK_KEY)
+"""The batch clock's key as stored, for its one row in :func:`to_table`."""
 
 SCHEMA = pa.schema(
     [
