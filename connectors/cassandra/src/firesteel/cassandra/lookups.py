@@ -49,7 +49,7 @@ import pyarrow as pa
 from firesteel.cassandra.client import Backoff, retriable_errors, session_for
 from firesteel.cassandra.errors import CassandraLookupError, CassandraSchemaError
 from firesteel.cassandra.options import CONSISTENCY_LEVELS, PASSTHROUGH
-from firesteel.cassandra.statement import arrow_fits_cql
+from firesteel.cassandra.statement import arrow_fits_cql, map_types
 from firesteel.core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -248,10 +248,8 @@ def _arrow_type(spec: LookupSpec, column: str, cql_type: str) -> pa.DataType:
     if cql_type.startswith(("list<", "set<")):
         return pa.list_(_arrow_type(spec, column, cql_type.partition("<")[2].rstrip(">")))
     if cql_type.startswith("map<"):
-        key, _, value = cql_type[len("map<") : -1].partition(",")
-        return pa.map_(
-            _arrow_type(spec, column, key.strip()), _arrow_type(spec, column, value.strip())
-        )
+        key, value = map_types(cql_type)
+        return pa.map_(_arrow_type(spec, column, key), _arrow_type(spec, column, value))
     if cql_type not in _ARROW:
         msg = f"firesteel.cassandra.lookup: column {column!r} of {spec.target} is {cql_type}, "
         msg += f"which lookups do not read; supported: {', '.join(_ARROW)}, list, set, map"

@@ -84,6 +84,12 @@ _FITS: dict[str, tuple[str, ...]] = {
 }
 
 
+def map_types(cql_type: str) -> tuple[str, str]:
+    """The key and value types of ``map<k, v>`` as the driver spells it."""
+    key, _, value = cql_type[len("map<") : -1].partition(",")
+    return key.strip(), value.strip()
+
+
 def arrow_fits_cql(arrow_type: pa.DataType, cql_type: str) -> bool:
     """True when values of ``arrow_type`` can be bound to a ``cql_type`` column."""
     if pa.types.is_timestamp(arrow_type):
@@ -91,9 +97,9 @@ def arrow_fits_cql(arrow_type: pa.DataType, cql_type: str) -> bool:
     if pa.types.is_map(arrow_type):
         if not cql_type.startswith("map<"):
             return False
-        key, _, value = cql_type[len("map<") : -1].partition(",")
-        return arrow_fits_cql(arrow_type.key_type, key.strip()) and arrow_fits_cql(
-            arrow_type.item_type, value.strip()
+        key, value = map_types(cql_type)
+        return arrow_fits_cql(arrow_type.key_type, key) and arrow_fits_cql(
+            arrow_type.item_type, value
         )
     if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
         inner = cql_type.partition("<")[2].rstrip(">")
