@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from firesteel.cassandra.testing.soak import SINK_JOB
+from firesteel.cassandra.testing.soak import SINK_JOB, SINK_TABLE, row_is_right
 from firesteel.testing import (
     CrashHarness,
     Spellings,
@@ -38,7 +38,7 @@ def test_upsert_sink_is_exactly_once_under_sigkill(
     for index in range(FILES):
         seqs = list(range(index * ROWS_PER_FILE, (index + 1) * ROWS_PER_FILE))
         pq.write_table(pa.table({"seq": seqs}), source / f"{index:03d}.parquet")
-    session.execute("CREATE TABLE crash (seq bigint PRIMARY KEY, body text)")
+    session.execute(f"CREATE TABLE crash {SINK_TABLE}")
     checkpoint = tmp_path / "ck"
     kills = [
         at_point("sink.after_write", batch=1, partition=0),
@@ -59,6 +59,6 @@ def test_upsert_sink_is_exactly_once_under_sigkill(
         "driver.after_commit@3",
     ], result.summary()
 
-    rows = list(session.execute("SELECT seq, body FROM crash"))
+    rows = list(session.execute("SELECT seq, body, attrs FROM crash"))
     assert_exactly_once([r.seq for r in rows], range(FILES * ROWS_PER_FILE))
-    assert all(r.body == f"body-{r.seq}" for r in rows)
+    assert all(row_is_right(r) for r in rows), [r for r in rows if not row_is_right(r)][:3]

@@ -3,8 +3,10 @@
 Usage: sink_job.py <input dir> <checkpoint> <host> <port> <keyspace> <table>
 <max files per batch> [<mode> [<partitions>]]
 
-``mode`` is ``upsert`` or ``wal`` (the table ``(seq bigint PRIMARY KEY, body
-text)``, exactly-once); ``counter``: ``mode=wal`` with ``write=increment``
+``mode`` is ``upsert`` or ``wal`` (the table
+:data:`~firesteel.cassandra.testing.soak.SINK_TABLE`: ``body`` is ``body-<seq>``,
+the map ``attrs`` is ``{seq: <seq>, mod: <seq % 7>}``, written whole by the
+INSERT; exactly-once); ``counter``: ``mode=wal`` with ``write=increment``
 into ``(k bigint PRIMARY KEY, hits counter, total counter)``, adding 1 and
 ``seq`` under ``k = seq % 7``; or ``append``: ``mode=wal`` with ``write=append``
 into ``(k bigint PRIMARY KEY, seqs list<bigint>)``, appending ``[seq]`` under
@@ -32,7 +34,11 @@ def main() -> None:
         records = records.selectExpr("seq % 7 AS k", "array(seq) AS seqs")
         mode, guarantee, write = "wal", "at-least-once", "append"
     else:
-        records = records.selectExpr("seq", "concat('body-', CAST(seq AS STRING)) AS body")
+        records = records.selectExpr(
+            "seq",
+            "concat('body-', CAST(seq AS STRING)) AS body",
+            "map('seq', seq, 'mod', seq % 7) AS attrs",
+        )
     writer = (
         records.writeStream.format("firesteel.cassandra")
         .option("contact.points", host)

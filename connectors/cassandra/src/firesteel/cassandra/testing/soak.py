@@ -5,7 +5,7 @@ Usage::
     python -m firesteel.cassandra.testing.soak {upsert,wal} --cycles N [--workdir DIR] [--seed S]
 
 Both paths run :data:`SINK_JOB` (firesteel.files -> firesteel.cassandra, the
-table ``(seq bigint PRIMARY KEY, body text)``) in ``mode=upsert`` or
+table :data:`SINK_TABLE`) in ``mode=upsert`` or
 ``mode=wal``, with a new random partition count (1-4) and another spelling of
 the checkpoint folder (:class:`~firesteel.testing.spellings.Spellings`) on
 every restart. The
@@ -18,7 +18,7 @@ or a random moment; :func:`firesteel.testing.soak.arm`); the next cycle's
 start recovers it, and a last unarmed run reads everything. At the
 end cassandra-driver (no firesteel code) reads the table, and the command
 prints the counts of :func:`firesteel.testing.soak.counts` as one JSON line
-(``wrong_body``: rows whose body is not their sequence number's), exiting 1
+(``wrong_body``: rows whose body or map is not their sequence number's), exiting 1
 if anything was lost, duplicated or wrong.
 """
 
@@ -42,6 +42,14 @@ from firesteel.testing.spellings import Spellings
 
 SINK_JOB = Path(__file__).with_name("sink_job.py")
 """The job: ``sink_job.py SOURCE CHECKPOINT HOST PORT KEYSPACE TABLE MAX_FILES [MODE [N]]``."""
+SINK_TABLE = "(seq bigint PRIMARY KEY, body text, attrs map<text, bigint>)"
+"""Columns of the job's table in modes ``upsert`` and ``wal``."""
+
+
+def row_is_right(row: Any) -> bool:
+    """Whether a row of :data:`SINK_TABLE` holds what the job wrote for its ``seq``."""
+    return row.body == f"body-{row.seq}" and row.attrs == {"seq": row.seq, "mod": row.seq % 7}
+
 
 FILES_PER_CYCLE = 4
 ROWS_PER_FILE = 50
@@ -75,9 +83,7 @@ class CassandraSoak:
                 f"CREATE KEYSPACE IF NOT EXISTS {KEYSPACE} WITH replication = "
                 "{'class': 'SimpleStrategy', 'replication_factor': 1}"
             )
-            session.execute(
-                f"CREATE TABLE {KEYSPACE}.{self.table} (seq bigint PRIMARY KEY, body text)"
-            )
+            session.execute(f"CREATE TABLE {KEYSPACE}.{self.table} {SINK_TABLE}")
 
     @contextlib.contextmanager
     def _session(self) -> Iterator[Any]:
@@ -118,8 +124,8 @@ class CassandraSoak:
 
     def check(self) -> dict[str, int]:
         with self._session() as session:
-            rows = list(session.execute(f"SELECT seq, body FROM {KEYSPACE}.{self.table}"))
-        wrong = sum(1 for r in rows if r.body != f"body-{r.seq}")
+            rows = list(session.execute(f"SELECT seq, body, attrs FROM {KEYSPACE}.{self.table}"))
+        wrong = sum(1 for r in rows if not row_is_right(r))
         return counts((r.seq for r in rows), range(self.files * ROWS_PER_FILE), wrong_body=wrong)
 
 
