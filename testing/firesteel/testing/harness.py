@@ -378,6 +378,9 @@ class CrashHarness:
                 "PYTHONUNBUFFERED": "1",
             }
         )
+        # A SIGKILLed JVM leaves its scratch folders (blockmgr-*, spark-*) behind: keep
+        # them in the harness's workdir rather than strewn over /tmp.
+        env.setdefault("SPARK_LOCAL_DIRS", str(self.workdir / "spark-local"))
         if isinstance(kill, AtPoints):
             env[FAULT_ENV] = ",".join(kill.specs)
             env[KILL_ENV] = kill.mode
