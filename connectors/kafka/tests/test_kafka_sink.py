@@ -7,15 +7,25 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from kafka_support import needs_real_kafka
+from kafka_support import ON_REAL_KAFKA, needs_real_kafka
 
 from firesteel.core.checkpoint import read_guarantee
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import ConfigError, SinkError
 from firesteel.core.options import parse_options
+from firesteel.kafka import sink as sink_module
 from firesteel.kafka.options import PASSTHROUGH, KafkaSinkOptions
+from firesteel.kafka.pool import TransactionalPool
 from firesteel.kafka.sink import KafkaCommittable, KafkaExactlyOnceSink
-from firesteel.kafka.testing import create_topic, produce, read_log
+from firesteel.kafka.testing import create_topic, produce, read_committed, read_log
+
+
+@pytest.fixture(autouse=True)
+def worker_pool(monkeypatch) -> TransactionalPool:
+    """Each test starts as a fresh Python worker: no producer kept from another test."""
+    pool = TransactionalPool()
+    monkeypatch.setattr(sink_module, "_TRANSACTIONAL", pool)
+    return pool
 
 
 def _write(spark, bootstrap: str, tmp_path: Path, df_sql: str, **options: str) -> None:
@@ -278,3 +288,85 @@ def test_a_sink_id_shared_by_two_queries_is_refused(bootstrap):
     assert sorted(values) == sorted(
         [f"a{i}".encode() for i in range(5)] + [f"b{i}".encode() for i in range(5)]
     )
+
+
+def _values(bootstrap: str, topic: str) -> list[bytes]:
+    """What a read_committed reader sees: the raw log's view, and on Apache Kafka also a
+    plain read_committed consumer's (the broker's own isolation), which must agree."""
+    values = sorted(v for v in read_log(bootstrap, topic).values if v is not None)
+    if ON_REAL_KAFKA:
+        plain = sorted(r.value for r in read_committed(bootstrap, topic) if r.value is not None)
+        assert plain == values
+    return values
+
+
+def _expected(*prefixes: str) -> list[bytes]:
+    return sorted(f"{p}{i}".encode() for p in prefixes for i in range(5))
+
+
+def _write_batch(sink: KafkaExactlyOnceSink, batch_id: int, prefix: str) -> KafkaCommittable:
+    scope = TaskScope(query_id="q", batch_id=batch_id, partition_id=0, attempt=0)
+    return sink.write_partition(scope, iter([_batch(prefix)])).committable(KafkaCommittable)
+
+
+def test_a_kept_producer_serves_the_next_batch_of_its_partition(bootstrap, worker_pool):
+    topic = create_topic(bootstrap, partitions=1)
+    sink = _sink(bootstrap, topic)
+    _write_batch(sink, 0, "a")
+    (kept,) = worker_pool.idle.values()
+    producer = kept.producer
+    _write_batch(sink, 1, "b")
+    (after,) = worker_pool.idle.values()
+    assert after is kept and after.producer is producer
+    assert _values(bootstrap, topic) == _expected("a", "b")
+    assert not read_log(bootstrap, topic).pending
+
+
+def test_a_kept_producer_fenced_in_another_worker_starts_over_without_failing(
+    bootstrap, monkeypatch
+):
+    """The same Spark partition alternates between two Python workers: each worker's kept
+    producer was fenced by the other's init_transactions. Every task still succeeds, with
+    a new producer, and every batch is written once."""
+    topic = create_topic(bootstrap, partitions=1)
+    sink = _sink(bootstrap, topic)
+    workers = [TransactionalPool(), TransactionalPool()]
+    kept = []
+    for batch_id in range(4):
+        worker = workers[batch_id % 2]
+        monkeypatch.setattr(sink_module, "_TRANSACTIONAL", worker)
+        before = [c.producer for c in worker.idle.values()]
+        assert not _write_batch(sink, batch_id, f"b{batch_id}-").skipped
+        (client,) = worker.idle.values()
+        assert client.producer not in before, "a fenced producer was kept"
+        kept.append(client.producer)
+    assert _values(bootstrap, topic) == _expected(*(f"b{b}-" for b in range(4)))
+
+
+def test_a_zombie_holding_the_marker_sends_a_kept_producer_to_a_new_one(bootstrap, monkeypatch):
+    """A zombie attempt of batch 1 (another worker) holds the partition's marker in its
+    open transaction. The kept producer cannot read the marker, starts over with a new
+    producer, whose init_transactions aborts the zombie; the zombie cannot commit."""
+    topic = create_topic(bootstrap, partitions=1)
+    sink = _sink(bootstrap, topic)
+    worker = TransactionalPool()
+    monkeypatch.setattr(sink_module, "_TRANSACTIONAL", worker)
+    _write_batch(sink, 0, "first")
+    (kept,) = worker.idle.values()
+
+    monkeypatch.setattr(sink_module, "_TRANSACTIONAL", TransactionalPool())
+    zombie = sink.begin_transaction(TaskScope(query_id="q", batch_id=1, partition_id=0, attempt=0))
+    sink.write(zombie, _batch("zombie"))
+    zombie.producer.flush(30)
+
+    monkeypatch.setattr(sink_module, "_TRANSACTIONAL", worker)
+    assert not _write_batch(sink, 1, "live").skipped
+    (client,) = worker.idle.values()
+    assert client.producer is not kept.producer
+    with pytest.raises(SinkError, match=r"fatal|abortable|fenced"):
+        sink.pre_commit(zombie)
+    sink.abort_transaction(zombie)
+    assert _values(bootstrap, topic) == _expected("first", "live")
+    view = read_log(bootstrap, topic)
+    assert not view.pending
+    assert not any(r.value.startswith(b"zombie") for r in view.committed)

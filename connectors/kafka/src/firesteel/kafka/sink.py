@@ -2,10 +2,11 @@
 
 Exactly-once, per write task of batch N and Spark partition p (sink S):
 
-1. create a producer with ``transactional.id = <prefix>-<S>-<p>``, stable across
-   restarts and retries, and call ``init_transactions``: this fences every
-   older instance with the same id (a zombie of a crashed attempt) and aborts
-   its open transaction;
+1. take the producer with ``transactional.id = <prefix>-<S>-<p>`` (stable
+   across restarts and retries) that an earlier task left in this Python
+   worker (:mod:`firesteel.kafka.pool`), or create one and call
+   ``init_transactions``: this fences every older instance with the same id
+   (a zombie of a crashed attempt) and aborts its open transaction;
 2. read the marker: the committed offset of consumer group ``<prefix>-<S>-marker-<p>``
    on partition 0 of the marker topic encodes the last batch this partition
    committed, plus one. If it says N or later, the task writes nothing. Its
@@ -13,11 +14,24 @@ Exactly-once, per write task of batch N and Spark partition p (sink S):
    query (two queries sharing an explicit ``sink.id``, or a deleted and
    recreated checkpoint keeping one) fails the task with a ``ConfigError``
    instead of skipping that query's batches;
-3. ``begin_transaction``, produce the rows, flush;
-4. ``send_offsets_to_transaction`` sets the marker to N + 1 *inside* the
-   transaction, then ``commit_transaction``: data and marker become visible
-   together or not at all;
-5. vote. The driver's commit has nothing left to do.
+3. ``begin_transaction``, then at once ``send_offsets_to_transaction``: the
+   marker becomes N + 1 *inside* the transaction;
+4. produce the rows, flush, ``commit_transaction``: data and marker become
+   visible together or not at all;
+5. give the producer back to the worker's pool and vote. The driver's commit
+   has nothing left to do.
+
+A kept producer skipped ``init_transactions``, so step 3 doubles as the check
+that it is still the newest instance of its id: if another one called
+``init_transactions`` since (the same Spark partition ran in another worker,
+or a zombie), the broker refuses ``send_offsets_to_transaction`` as fenced
+before a single record was produced, and the task starts over at step 1 with
+a new producer. Its marker read (step 2) was still right: a producer whose
+epoch is current has had the only say over its id since its own
+``init_transactions``, and it held no open transaction. A kept producer reads
+the marker with a short timeout (:data:`KEPT_MARKER_TIMEOUT`): a marker still
+pending in another instance's open transaction cannot be read, and the new
+producer's ``init_transactions`` aborts that transaction.
 
 librdkafka cannot commit another process's transaction, so the commit happens
 in the task (step 4) rather than on the driver: a batch can be visible in
@@ -43,8 +57,14 @@ from firesteel.core.errors import ConfigError, SinkError
 from firesteel.core.faults import fault_point
 from firesteel.core.sink import Committable, PlainSink, TwoPhaseCommitSink
 from firesteel.kafka.codec import ValueEncoder, schema_text
-from firesteel.kafka.config import client_config, redact, safe_error
+from firesteel.kafka.config import client_config, redact, safe_error, scrub, secrets_of
 from firesteel.kafka.options import KafkaSinkOptions
+from firesteel.kafka.pool import (
+    SharedProducers,
+    TransactionalClient,
+    TransactionalPool,
+    config_key,
+)
 from firesteel.kafka.producing import (
     DeliveryTracker,
     flush,
@@ -88,12 +108,14 @@ def _extractor(options: KafkaSinkOptions, producer: Any) -> RowExtractor:
 
 MARKER_READ_TIMEOUT = 60.0
 """How long reading a commit marker may retry while the group coordinator is not ready."""
+KEPT_MARKER_TIMEOUT = 5.0
+"""How long a kept producer's task waits for its marker before it starts over with a new one."""
 _COORDINATOR_NOT_READY = frozenset(
     {"NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE"}
 )
 
 
-def _committed_marker(consumer: Any, partition: Any) -> Any:
+def _committed_marker(consumer: Any, partition: Any, timeout: float) -> Any:
     """The marker group's committed offset, retried while its coordinator is not ready.
 
     librdkafka returns ``NOT_COORDINATOR`` from ``committed()`` instead of
@@ -102,11 +124,11 @@ def _committed_marker(consumer: Any, partition: Any) -> Any:
     """
     from confluent_kafka import KafkaException
 
-    deadline = time.monotonic() + MARKER_READ_TIMEOUT
+    deadline = time.monotonic() + timeout
     while True:
         left = deadline - time.monotonic()
         try:
-            return consumer.committed([partition], timeout=max(left, 1.0))[0]
+            return consumer.committed([partition], timeout=max(left, 0.5))[0]
         except KafkaException as exc:
             error = exc.args[0]
             not_ready = error.retriable() or error.name() in _COORDINATOR_NOT_READY
@@ -137,26 +159,8 @@ def marker_owner(metadata: str | None) -> str | None:
     return query if isinstance(query, str) else None
 
 
-class _ProducerCache:
-    """Non-transactional producers reused between tasks of one Python worker."""
-
-    def __init__(self) -> None:
-        self.entries: dict[tuple[tuple[str, str], ...], tuple[Any, DeliveryTracker]] = {}
-
-    def get(self, config: dict[str, Any]) -> tuple[Any, DeliveryTracker]:
-        from confluent_kafka import Producer
-
-        key = tuple(sorted((k, str(v)) for k, v in config.items()))
-        entry = self.entries.get(key)
-        if entry is None or entry[1].fatal is not None:
-            tracker = DeliveryTracker(config)
-            entry = (Producer(tracked_config(config, tracker)), tracker)
-            self.entries[key] = entry
-        entry[1].reset()
-        return entry
-
-
-_PRODUCERS = _ProducerCache()
+_PRODUCERS = SharedProducers()
+_TRANSACTIONAL = TransactionalPool()
 
 _PREPARED: set[tuple[str, str, int]] = set()
 """(bootstrap servers, marker topic, timeout) whose checks passed in this process."""
@@ -236,14 +240,31 @@ class KafkaTransaction:
 
     scope: TaskScope
     transactional_id: str
-    producer: Any = None
-    tracker: DeliveryTracker | None = None
-    marker_consumer: Any = None
+    client: TransactionalClient | None = None
     extractor: RowExtractor | None = None
     state: TxnState = TxnState.NEW
     opened_at: float = 0.0
     rows: int = 0
     committed_batch: int = NO_MARKER
+
+    @property
+    def producer(self) -> Any:
+        """The transaction's producer (``None`` before it is opened)."""
+        return self.client.producer if self.client is not None else None
+
+    @property
+    def tracker(self) -> DeliveryTracker | None:
+        """The producer's delivery and error tracker."""
+        return self.client.tracker if self.client is not None else None
+
+
+def _retries_ran_out(exc: SinkError) -> bool:
+    """Whether a transactional call failed only because its retriable errors outlasted the
+    deadline (a new producer would wait as long again), not because it was refused."""
+    from confluent_kafka import KafkaException
+
+    cause = exc.__cause__
+    return isinstance(cause, KafkaException) and bool(cause.args[0].retriable())
 
 
 class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable]):
@@ -321,30 +342,71 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable
     def begin_transaction(self, scope: TaskScope) -> KafkaTransaction:
         return KafkaTransaction(scope, self.transactional_id(scope.partition_id))
 
-    def _open(self, txn: KafkaTransaction) -> None:
-        from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-
-        scope = txn.scope
-        txn.tracker = DeliveryTracker(self.config)
-        config = {**self.config, "transactional.id": txn.transactional_id}
+    def _producer_config(self, transactional_id: str) -> dict[str, Any]:
+        config = {**self.config, "transactional.id": transactional_id}
         config.setdefault("transaction.timeout.ms", self.timeout_ms)
-        txn.producer = Producer(tracked_config(config, txn.tracker))
-        txn.marker_consumer = Consumer(
-            {
-                **self.config,
-                "group.id": self.marker_group(scope.partition_id),
-                "isolation.level": "read_committed",
-                "enable.auto.commit": False,
-            }
-        )
+        return config
+
+    def _pool_key(self, txn: KafkaTransaction) -> tuple[Any, ...]:
+        return config_key(self._producer_config(txn.transactional_id))
+
+    def _open(self, txn: KafkaTransaction) -> None:
+        """Steps 1-3 of the module docs: a kept producer if it still may, else a new one."""
+        kept = _TRANSACTIONAL.take(self._pool_key(txn))
+        consumer = None
+        if kept is not None:
+            txn.client = kept
+            if self._start(txn, kept=True):
+                logger.debug("firesteel.kafka sink: %s: kept producer", txn.transactional_id)
+                return
+            consumer = kept.marker_consumer
+            kept.producer = None
+            txn.client = None
+        logger.debug("firesteel.kafka sink: %s: new producer", txn.transactional_id)
+        txn.client = self._new_client(txn, consumer)
         # Fences older instances with this id and aborts their open transaction.
         self._transactional(txn, "init_transactions", txn.producer.init_transactions)
+        self._start(txn, kept=False)
+
+    def _new_client(self, txn: KafkaTransaction, consumer: Any) -> TransactionalClient:
+        from confluent_kafka import Consumer, Producer
+
+        tracker = DeliveryTracker(self.config)
+        config = tracked_config(self._producer_config(txn.transactional_id), tracker)
+        if consumer is None:
+            consumer = Consumer(
+                {
+                    **self.config,
+                    "group.id": self.marker_group(txn.scope.partition_id),
+                    "isolation.level": "read_committed",
+                    "enable.auto.commit": False,
+                }
+            )
+        return TransactionalClient(Producer(config), tracker, consumer)
+
+    def _start(self, txn: KafkaTransaction, kept: bool) -> bool:
+        """Read the marker, then skip or begin the transaction with the marker in it.
+
+        ``False``: the kept producer cannot go on (fenced, or the marker is
+        pending in another instance's transaction); nothing was produced.
+        """
+        from confluent_kafka import KafkaException, TopicPartition
+
+        assert txn.client is not None
+        scope = txn.scope
+        group = self.marker_group(scope.partition_id)
         try:
-            marker = _committed_marker(txn.marker_consumer, TopicPartition(self.marker_topic, 0))
+            marker = _committed_marker(
+                txn.client.marker_consumer,
+                TopicPartition(self.marker_topic, 0),
+                KEPT_MARKER_TIMEOUT if kept else MARKER_READ_TIMEOUT,
+            )
         except KafkaException as exc:
+            if kept:
+                return self._cannot_continue(txn, f"marker unreadable: {exc.args[0].str()}")
             msg = (
                 f"firesteel.kafka sink: {txn.transactional_id}: cannot read its commit marker "
-                f"(group {self.marker_group(scope.partition_id)}): {safe_error(exc, self.config)}"
+                f"(group {group}): {safe_error(exc, self.config)}"
             )
             raise SinkError(msg) from exc
         if marker.offset >= 0:
@@ -360,11 +422,47 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable
                 txn.committed_batch,
             )
             txn.state = TxnState.SKIPPED
-            return
-        txn.producer.begin_transaction()
+            return True
+        try:
+            txn.producer.begin_transaction()
+            self._transactional(txn, "send_offsets_to_transaction", self._send_marker(txn))
+        except KafkaException as exc:
+            if kept:
+                return self._cannot_continue(txn, exc.args[0].str())
+            raise
+        except SinkError as exc:
+            if kept and not _retries_ran_out(exc):
+                return self._cannot_continue(txn, str(exc))
+            raise
         txn.extractor = _extractor(self.options, txn.producer)
         txn.opened_at = time.monotonic()
         txn.state = TxnState.OPEN
+        return True
+
+    def _cannot_continue(self, txn: KafkaTransaction, reason: str) -> bool:
+        logger.info(
+            "firesteel.kafka sink: %s batch %d: the producer kept from an earlier task cannot "
+            "go on (%s); starting a new one",
+            txn.transactional_id,
+            txn.scope.batch_id,
+            scrub(reason, secrets_of(self.config)),
+        )
+        return False
+
+    def _send_marker(self, txn: KafkaTransaction) -> Any:
+        """The call that sets this partition's marker to batch + 1 inside the transaction."""
+        from confluent_kafka import TopicPartition
+
+        assert txn.client is not None
+        scope = txn.scope
+        marker = [
+            TopicPartition(
+                self.marker_topic, 0, scope.batch_id + 1, metadata=marker_metadata(scope.query_id)
+            )
+        ]
+        metadata = txn.client.marker_consumer.consumer_group_metadata()
+        producer = txn.producer
+        return lambda timeout: producer.send_offsets_to_transaction(marker, metadata, timeout)
 
     def _check_owner(self, scope: TaskScope, metadata: str | None) -> None:
         """Refuse a marker another query committed: two queries share this ``sink.id``.
@@ -494,11 +592,10 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable
                 raise SinkError(msg) from exc
 
     def pre_commit(self, txn: KafkaTransaction) -> KafkaCommittable:
-        from confluent_kafka import TopicPartition
-
         scope = txn.scope
         handle = KafkaCommittable(txn.transactional_id, txn.rows, txn.state is TxnState.SKIPPED)
         if txn.state is not TxnState.OPEN:
+            self._release(txn)
             return handle
         fault_point("kafka.after_produce", scope.batch_id, scope.partition_id)
         assert txn.tracker is not None
@@ -512,30 +609,26 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable
                 self._marker_key(scope.partition_id),
                 0,
             )
-        marker = [
-            TopicPartition(
-                self.marker_topic, 0, scope.batch_id + 1, metadata=marker_metadata(scope.query_id)
-            )
-        ]
-        metadata = txn.marker_consumer.consumer_group_metadata()
-        self._transactional(
-            txn,
-            "send_offsets_to_transaction",
-            lambda timeout: txn.producer.send_offsets_to_transaction(marker, metadata, timeout),
-        )
         self._check_age(txn)
         fault_point("kafka.before_commit_transaction", scope.batch_id, scope.partition_id)
         self._transactional(txn, "commit_transaction", txn.producer.commit_transaction)
         txn.state = TxnState.COMMITTED
         fault_point("kafka.after_commit_transaction", scope.batch_id, scope.partition_id)
-        self._close(txn)
+        self._release(txn)
         return handle
 
     def abort_transaction(self, txn: KafkaTransaction) -> None:
         from confluent_kafka import KafkaException
 
-        unusable = txn.tracker is not None and txn.tracker.unusable
-        if txn.state is TxnState.OPEN and unusable:
+        if txn.state is TxnState.NEW:
+            # Failed while opening: the producer's transaction state is unknown.
+            self._drop(txn)
+            return
+        if txn.state is not TxnState.OPEN:
+            self._release(txn)
+            return
+        txn.state = TxnState.ABORTED
+        if txn.tracker is not None and txn.tracker.unusable:
             # Fenced: the newer instance's init_transactions aborted this transaction.
             # Fatal: the broker aborts it at the timeout, or the next instance's
             # init_transactions does. Either way the producer is never called again.
@@ -543,26 +636,36 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable
                 "firesteel.kafka sink: %s is fenced or fatally failed; not aborting through it",
                 txn.transactional_id,
             )
-            txn.state = TxnState.ABORTED
-        elif txn.state is TxnState.OPEN:
-            try:
-                txn.producer.abort_transaction(ABORT_TIMEOUT)
-            except KafkaException as exc:
-                # Fatal (e.g. fenced): the next instance's init_transactions aborts it.
-                logger.warning(
-                    "firesteel.kafka sink: %s: abort failed: %s",
-                    txn.transactional_id,
-                    safe_error(exc, self.config),
-                )
-            txn.state = TxnState.ABORTED
-        self._close(txn)
+            self._drop(txn)
+            return
+        try:
+            txn.producer.abort_transaction(ABORT_TIMEOUT)
+        except KafkaException as exc:
+            # Fatal (e.g. fenced): the next instance's init_transactions aborts it.
+            logger.warning(
+                "firesteel.kafka sink: %s: abort failed: %s",
+                txn.transactional_id,
+                safe_error(exc, self.config),
+            )
+            self._drop(txn)
+            return
+        self._release(txn)
+
+    def _release(self, txn: KafkaTransaction) -> None:
+        """Give a producer whose transaction ended cleanly to the worker's pool."""
+        if txn.client is None:
+            return
+        if txn.client.tracker.unusable:
+            self._drop(txn)
+            return
+        _TRANSACTIONAL.give(self._pool_key(txn), txn.client)
+        txn.client = None
 
     @staticmethod
-    def _close(txn: KafkaTransaction) -> None:
-        if txn.marker_consumer is not None:
-            txn.marker_consumer.close()
-            txn.marker_consumer = None
-        txn.producer = None
+    def _drop(txn: KafkaTransaction) -> None:
+        if txn.client is not None:
+            txn.client.close()
+            txn.client = None
 
     def commit(self, batch_id: int, handles: Sequence[KafkaCommittable]) -> None:
         """Nothing to do: every task committed its own transaction and marker."""
