@@ -220,6 +220,9 @@ def markdown(results: Sequence[dict[str, Any]], image_dir: str) -> str:
             f"Machine: {machine.summary(result.get('machine', {}))}",
             "",
         ]
+        for rerun in result.get("reruns", []):
+            chosen = ", ".join(f"`{text}`" for text in rerun["only"])
+            out += [f"Re-run {rerun['started']}: the workloads named with {chosen}.", ""]
         if result["status"] != "ok" and not result["workloads"]:
             out += [f"**{result['status']}**: {result.get('reason', '')}", ""]
             continue

@@ -20,10 +20,26 @@ from firesteel.kafka.sink import KafkaCommittable, KafkaExactlyOnceSink
 from firesteel.kafka.testing import create_topic, produce, read_committed, read_log
 
 
+@pytest.fixture
+def new_worker(monkeypatch):
+    """Makes the test's code run as a new Python worker (its own kept producers); every
+    producer kept by such a worker is closed after the test."""
+    pools: list[TransactionalPool] = []
+
+    def worker() -> TransactionalPool:
+        pools.append(TransactionalPool())
+        return pools[-1]
+
+    yield worker
+    for pool in pools:
+        for client in pool.idle.values():
+            client.close()
+
+
 @pytest.fixture(autouse=True)
-def worker_pool(monkeypatch) -> TransactionalPool:
+def worker_pool(new_worker, monkeypatch) -> TransactionalPool:
     """Each test starts as a fresh Python worker: no producer kept from another test."""
-    pool = TransactionalPool()
+    pool = new_worker()
     monkeypatch.setattr(sink_module, "_TRANSACTIONAL", pool)
     return pool
 
@@ -323,38 +339,54 @@ def test_a_kept_producer_serves_the_next_batch_of_its_partition(bootstrap, worke
 
 
 def test_a_kept_producer_fenced_in_another_worker_starts_over_without_failing(
-    bootstrap, monkeypatch
+    bootstrap, monkeypatch, caplog, new_worker
 ):
-    """The same Spark partition alternates between two Python workers: each worker's kept
-    producer was fenced by the other's init_transactions. Every task still succeeds, with
-    a new producer, and every batch is written once."""
+    """The same Spark partition alternates between two Python workers, so each worker's
+    kept producer was fenced by the other's init_transactions: the marker names the other
+    producer, and the kept one is not even tried. A re-run of a committed batch in the
+    other worker fences without committing: the kept producer is tried, refused as fenced
+    before it produced anything, and replaced. Every task succeeds; every batch is
+    written once."""
+    import logging
+
+    caplog.set_level(logging.DEBUG, logger="firesteel.kafka.sink")
     topic = create_topic(bootstrap, partitions=1)
     sink = _sink(bootstrap, topic)
-    workers = [TransactionalPool(), TransactionalPool()]
-    kept = []
-    for batch_id in range(4):
-        worker = workers[batch_id % 2]
+    workers = [new_worker(), new_worker()]
+
+    def on(worker: TransactionalPool, batch_id: int, prefix: str) -> bool:
         monkeypatch.setattr(sink_module, "_TRANSACTIONAL", worker)
         before = [c.producer for c in worker.idle.values()]
-        assert not _write_batch(sink, batch_id, f"b{batch_id}-").skipped
+        skipped = _write_batch(sink, batch_id, prefix).skipped
         (client,) = worker.idle.values()
-        assert client.producer not in before, "a fenced producer was kept"
-        kept.append(client.producer)
-    assert _values(bootstrap, topic) == _expected(*(f"b{b}-" for b in range(4)))
+        assert client.producer not in before or skipped, "a fenced producer was kept"
+        return skipped
+
+    for batch_id in range(4):
+        assert not on(workers[batch_id % 2], batch_id, f"b{batch_id}-")
+    assert caplog.text.count("kept producer superseded") == 2
+    assert "cannot go on" not in caplog.text
+
+    assert on(new_worker(), 3, "again-")  # fences worker 1's kept producer, commits nothing
+    assert not on(workers[1], 4, "b4-")
+    assert "send_offsets_to_transaction failed (fatal)" in caplog.text
+    assert _values(bootstrap, topic) == _expected(*(f"b{b}-" for b in range(5)))
 
 
-def test_a_zombie_holding_the_marker_sends_a_kept_producer_to_a_new_one(bootstrap, monkeypatch):
+def test_a_zombie_holding_the_marker_sends_a_kept_producer_to_a_new_one(
+    bootstrap, monkeypatch, new_worker
+):
     """A zombie attempt of batch 1 (another worker) holds the partition's marker in its
     open transaction. The kept producer cannot read the marker, starts over with a new
     producer, whose init_transactions aborts the zombie; the zombie cannot commit."""
     topic = create_topic(bootstrap, partitions=1)
     sink = _sink(bootstrap, topic)
-    worker = TransactionalPool()
+    worker = new_worker()
     monkeypatch.setattr(sink_module, "_TRANSACTIONAL", worker)
     _write_batch(sink, 0, "first")
     (kept,) = worker.idle.values()
 
-    monkeypatch.setattr(sink_module, "_TRANSACTIONAL", TransactionalPool())
+    monkeypatch.setattr(sink_module, "_TRANSACTIONAL", new_worker())
     zombie = sink.begin_transaction(TaskScope(query_id="q", batch_id=1, partition_id=0, attempt=0))
     sink.write(zombie, _batch("zombie"))
     zombie.producer.flush(30)

@@ -17,14 +17,18 @@ about 2 ms for a producer kept from the task before.
 A kept transactional producer may have been fenced since its last task (the
 same Spark partition ran in another worker, whose ``init_transactions`` bumped
 the epoch). The sink finds out before it produces anything and then starts
-over with a new producer: see :mod:`firesteel.kafka.sink`.
+over with a new producer: see :mod:`firesteel.kafka.sink`. Spark picks any
+idle worker for a task, so how often a kept producer is the right one depends
+on the job: measured with 4 partitions on ``local[2]``, about a quarter of
+the tasks after a query's first batch.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from firesteel.kafka.producing import DeliveryTracker, tracked_config
@@ -67,6 +71,9 @@ class TransactionalClient:
     producer: Any
     tracker: DeliveryTracker
     marker_consumer: Any
+    token: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
+    """Names this producer instance in the markers it commits: a kept producer whose
+    partition's marker names another was fenced by that one, and is not tried."""
 
     def close(self) -> None:
         """Close the consumer; the producer is only dropped (it has nothing in flight)."""

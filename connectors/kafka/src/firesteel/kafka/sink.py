@@ -31,7 +31,10 @@ epoch is current has had the only say over its id since its own
 ``init_transactions``, and it held no open transaction. A kept producer reads
 the marker with a short timeout (:data:`KEPT_MARKER_TIMEOUT`): a marker still
 pending in another instance's open transaction cannot be read, and the new
-producer's ``init_transactions`` aborts that transaction.
+producer's ``init_transactions`` aborts that transaction. Each marker also
+names the producer instance that committed it (``by``): a kept producer whose
+marker names another instance was certainly fenced by it, and is not tried
+(nor is librdkafka's fencing error logged for it).
 
 librdkafka cannot commit another process's transaction, so the commit happens
 in the task (step 4) rather than on the driver: a batch can be visible in
@@ -142,21 +145,32 @@ MARKER_METADATA_VERSION = 1
 """Version of the JSON a commit marker carries in its offset metadata."""
 
 
-def marker_metadata(query_id: str) -> str:
-    """The offset metadata of a commit marker: who committed it."""
-    return json.dumps({"v": MARKER_METADATA_VERSION, "query": query_id}, separators=(",", ":"))
+def marker_metadata(query_id: str, producer_token: str) -> str:
+    """The offset metadata of a commit marker: the query and the producer instance that
+    committed it (``by``: :attr:`~firesteel.kafka.pool.TransactionalClient.token`)."""
+    fields = {"v": MARKER_METADATA_VERSION, "query": query_id, "by": producer_token}
+    return json.dumps(fields, separators=(",", ":"))
 
 
-def marker_owner(metadata: str | None) -> str | None:
-    """The query id a marker's metadata names; ``None`` for markers without one."""
+def _marker_field(metadata: str | None, name: str) -> str | None:
     if not metadata:
         return None
     try:
         parsed = json.loads(metadata)
     except ValueError:
         return None
-    query = parsed.get("query") if isinstance(parsed, dict) else None
-    return query if isinstance(query, str) else None
+    value = parsed.get(name) if isinstance(parsed, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def marker_owner(metadata: str | None) -> str | None:
+    """The query id a marker's metadata names; ``None`` for markers without one."""
+    return _marker_field(metadata, "query")
+
+
+def marker_writer(metadata: str | None) -> str | None:
+    """The token of the producer instance that committed a marker, if it says."""
+    return _marker_field(metadata, "by")
 
 
 _PRODUCERS = SharedProducers()
@@ -423,6 +437,11 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable
             )
             txn.state = TxnState.SKIPPED
             return True
+        if kept and marker.offset >= 0 and marker_writer(marker.metadata) != txn.client.token:
+            # Another instance committed since this one's last transaction, so it called
+            # init_transactions after this one's: certainly fenced, no need to ask.
+            logger.debug("firesteel.kafka sink: %s: kept producer superseded", txn.transactional_id)
+            return False
         try:
             txn.producer.begin_transaction()
             self._transactional(txn, "send_offsets_to_transaction", self._send_marker(txn))
@@ -457,7 +476,10 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable
         scope = txn.scope
         marker = [
             TopicPartition(
-                self.marker_topic, 0, scope.batch_id + 1, metadata=marker_metadata(scope.query_id)
+                self.marker_topic,
+                0,
+                scope.batch_id + 1,
+                metadata=marker_metadata(scope.query_id, txn.client.token),
             )
         ]
         metadata = txn.client.marker_consumer.consumer_group_metadata()
