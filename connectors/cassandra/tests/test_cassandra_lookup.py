@@ -164,6 +164,7 @@ def test_an_unreachable_cluster_names_the_hosts(spark: Any) -> None:
 def test_failed_lookups_fail_the_task_or_become_nulls_with_the_error() -> None:
     """The server dies after the worker prepared: every lookup fails inside the driver."""
     process, port = start_server()
+    admin: Any = None
     try:
         admin = connect("127.0.0.1", port)
         admin.execute(  # type: ignore[attr-defined]
@@ -191,5 +192,7 @@ def test_failed_lookups_fail_the_task_or_become_nulls_with_the_error() -> None:
         assert out.column("v").to_pylist() == [None, None]
         assert all(out.column("lookup_error").to_pylist())
     finally:
+        if admin is not None:
+            admin.cluster.shutdown()
         process.kill()
         process.wait()
