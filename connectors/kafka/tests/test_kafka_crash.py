@@ -20,8 +20,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from kafka_support import check_with_read_committed
 
-from firesteel.kafka.testing import broker_kind, create_topic, produce, read_committed, read_log
+from firesteel.kafka.testing import broker_kind, create_topic, produce, read_log
 from firesteel.kafka.testing.scripts import script
 from firesteel.kafka.testing.soak import POINTS
 from firesteel.testing import (
@@ -54,16 +55,6 @@ def _sequence(values) -> list[int]:
 def _marker_log_args(bootstrap: str) -> list[str]:
     """tansu only: a marker log topic for the job (Apache Kafka runs the default configuration)."""
     return [] if broker_kind() == "kafka" else [create_topic(bootstrap, 1)]
-
-
-def _check_with_read_committed(bootstrap: str, topic: str, view) -> None:
-    """On Apache Kafka a plain read_committed consumer must see exactly the raw-log view."""
-    if broker_kind() != "kafka":
-        return
-    seen = read_committed(bootstrap, topic)
-    assert [(r.partition, r.offset, r.value) for r in seen] == [
-        (r.partition, r.offset, r.value) for r in view.committed
-    ], "read_committed and the raw-log checker disagree"
 
 
 class LiveChecker:
@@ -168,7 +159,7 @@ def test_exactly_once_under_kills(bootstrap, tmp_path):
     assert live.checks > 0
     assert not live.violations, live.violations
     assert_exactly_once(_sequence(view.values), range(RECORDS), "committed output")
-    _check_with_read_committed(bootstrap, target, view)
+    check_with_read_committed(bootstrap, target, view)
     assert not view.pending, f"{len(view.pending)} records in transactions never resolved"
     assert not set(_sequence(r.value for r in view.aborted)) - set(range(RECORDS))
 
@@ -219,7 +210,7 @@ def test_stateful_operator_between_kafka_topics_is_exactly_once_under_kills(boot
     view = read_log(bootstrap, target)
     rows = [v.decode().split(":") for v in view.values]
     assert_exactly_once([int(seq) for seq, _, _ in rows], range(STATE_RECORDS), "output")
-    _check_with_read_committed(bootstrap, target, view)
+    check_with_read_committed(bootstrap, target, view)
     ranks: dict[str, list[int]] = {}
     for _, key, rank in rows:
         ranks.setdefault(key, []).append(int(rank))
@@ -248,7 +239,7 @@ def test_latest_start_survives_a_crash_before_batch_0_commits(bootstrap, tmp_pat
     assert result.restarts == 0, result.summary()
     view = read_log(bootstrap, target)
     assert sorted(view.values) == sorted(middle)
-    _check_with_read_committed(bootstrap, target, view)
+    check_with_read_committed(bootstrap, target, view)
 
 
 def test_the_state_soak_ranks_follow_each_input_partition_not_the_global_order() -> None:

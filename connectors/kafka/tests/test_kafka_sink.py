@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from kafka_support import ON_REAL_KAFKA, needs_real_kafka
+from kafka_support import check_with_read_committed, needs_real_kafka
 
 from firesteel.core.checkpoint import read_guarantee
 from firesteel.core.context import TaskScope
@@ -17,7 +17,7 @@ from firesteel.kafka import sink as sink_module
 from firesteel.kafka.options import PASSTHROUGH, KafkaSinkOptions
 from firesteel.kafka.pool import TransactionalPool
 from firesteel.kafka.sink import KafkaCommittable, KafkaExactlyOnceSink
-from firesteel.kafka.testing import create_topic, produce, read_committed, read_log
+from firesteel.kafka.testing import create_topic, produce, read_log
 
 
 @pytest.fixture
@@ -309,11 +309,9 @@ def test_a_sink_id_shared_by_two_queries_is_refused(bootstrap):
 def _values(bootstrap: str, topic: str) -> list[bytes]:
     """What a read_committed reader sees: the raw log's view, and on Apache Kafka also a
     plain read_committed consumer's (the broker's own isolation), which must agree."""
-    values = sorted(v for v in read_log(bootstrap, topic).values if v is not None)
-    if ON_REAL_KAFKA:
-        plain = sorted(r.value for r in read_committed(bootstrap, topic) if r.value is not None)
-        assert plain == values
-    return values
+    view = read_log(bootstrap, topic)
+    check_with_read_committed(bootstrap, topic, view)
+    return sorted(v for v in view.values if v is not None)
 
 
 def _expected(*prefixes: str) -> list[bytes]:
