@@ -2,10 +2,11 @@
 
 Spark reuses its Python workers between tasks (``spark.python.worker.reuse``,
 on by default), so a client made by one task can serve the next. That matters
-most for exactly-once: a new transactional producer costs
-``init_transactions`` (about 100 ms on a local broker) and its marker consumer
-a group coordinator lookup (about 35 ms), per task and per batch, against
-about 2 ms for a producer kept from the task before.
+most for exactly-once: a new transactional producer costs 60-140 ms on a
+local broker before its first record (librdkafka's connections, then
+``init_transactions``, itself about 7 ms) and its marker consumer a group
+coordinator lookup (35-60 ms), per task and per batch, against about 2 ms for
+a producer kept from the task before.
 
 * :class:`SharedProducers`: plain producers, shared by every task of the
   worker that has the same configuration.
@@ -25,15 +26,12 @@ the tasks after a query's first batch.
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 from firesteel.kafka.producing import DeliveryTracker, tracked_config
-
-logger = logging.getLogger(__name__)
 
 IDLE_PER_WORKER = 16
 """Transactional clients a Python worker keeps between tasks (each holds broker connections)."""
