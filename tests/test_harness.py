@@ -19,6 +19,7 @@ from firesteel.testing import (
     at_random,
     count_sequence,
 )
+from firesteel.testing.jvm import driver_archive
 
 JOBS = Path(__file__).parent / "jobs"
 TOY = JOBS / "toy_job.py"
@@ -149,3 +150,23 @@ def test_soak_kills_are_armed_in_the_two_batches_after_the_last_commit(tmp_path:
     (checkpoint / "offsets").mkdir()
     (checkpoint / "offsets" / "6").write_text("v1")
     assert any(k.when() for k in randoms if k.when is not None)
+
+
+def test_jobs_map_the_jvm_class_archive(tmp_path: Path) -> None:
+    archive = driver_archive()
+    assert archive is not None and archive.stat().st_size > 0
+    flags = tmp_path / "flags"
+    # -Xshare:on turns a class archive the JVM cannot map (wrong class path, damaged
+    # file) into a failed start instead of a silent start without it.
+    with CrashHarness(tmp_path / "harness", env={"JDK_JAVA_OPTIONS": "-Xshare:on"}) as harness:
+        result = harness.run(JOBS / "jvm_probe_job.py", [flags])
+    assert result.exit_codes == [0], result.summary()
+    assert f"-XX:SharedArchiveFile={archive}" in flags.read_text().split("\n")
+
+
+def test_harness_without_the_jvm_class_archive(tmp_path: Path) -> None:
+    flags = tmp_path / "flags"
+    with CrashHarness(tmp_path / "harness", jvm_archive=False) as harness:
+        result = harness.run(JOBS / "jvm_probe_job.py", [flags])
+    assert result.exit_codes == [0], result.summary()
+    assert not any(flag.startswith("-XX:SharedArchiveFile") for flag in flags.read_text().split())

@@ -51,15 +51,18 @@ def job_session(app_name: str, shuffle_partitions: int = 2) -> SparkSession:
     workers: they get ``PYSPARK_PYTHON`` (this interpreter) and every
     ``FIRESTEEL_*`` variable through ``spark.executorEnv.*``, so fault points
     fire on executors too and the harness can recognise executor processes.
+    The driver JVM maps the class archive the harness names, if any
+    (:mod:`firesteel.testing.jvm`).
     """
     from firesteel.core.spark.session import LOOPBACK, local_session
+    from firesteel.testing.jvm import driver_java_options
 
     master = os.environ.get(MASTER_ENV, DEFAULT_MASTER)
     python = os.environ.get("PYSPARK_PYTHON", sys.executable)
     config = {
         **LOOPBACK,
         "spark.executorEnv.PYSPARK_PYTHON": python,
-        "spark.driver.extraJavaOptions": QUICK_START_JVM,
+        "spark.driver.extraJavaOptions": f"{QUICK_START_JVM} {driver_java_options()}".strip(),
         "spark.executor.extraJavaOptions": QUICK_START_JVM,
     }
     if master.startswith("spark://"):
