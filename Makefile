@@ -41,7 +41,11 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
+# Two pytest-xdist workers, one test at a time each, slow tests first (conftest.py):
+# the crash tests wait on JVM starts and kill points, so a second worker fills the idle
+# CPU. Each worker starts its own broker, CQL server and Spark session on free ports.
+PYTEST_WORKERS ?= 2
 pytest: install
-	$(BIN)/pytest -p no:cacheprovider --durations=15
+	$(BIN)/pytest -p no:cacheprovider --durations=15 -n $(PYTEST_WORKERS) --maxschedchunk 1
 
 test: lint typecheck pytest

@@ -45,6 +45,7 @@ def test_unknown_group_is_refused_with_the_list_of_groups() -> None:
     assert "no_such_group" in done.stderr and "files" in done.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_quick_run_of_every_benchmark_group(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

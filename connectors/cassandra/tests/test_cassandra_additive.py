@@ -208,6 +208,7 @@ def _run(
     return result, table
 
 
+@pytest.mark.crash
 @pytest.mark.parametrize("mode", ["counter", "append"])
 def test_kills_lose_nothing_and_add_at_most_the_segment_of_a_resend_window_twice(
     crash_harness: CrashHarness,

@@ -12,6 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from firesteel.cassandra.testing.soak import SINK_JOB, SINK_TABLE, row_is_right
 from firesteel.testing import (
@@ -30,6 +31,7 @@ FILES = 10
 ROWS_PER_FILE = 20
 
 
+@pytest.mark.crash
 def test_upsert_sink_is_exactly_once_under_sigkill(
     crash_harness: CrashHarness, session: Any, cluster_address: tuple[str, int], tmp_path: Path
 ) -> None:

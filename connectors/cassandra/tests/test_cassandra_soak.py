@@ -22,6 +22,7 @@ from firesteel.cassandra.testing.soak import FILES_PER_CYCLE, ROWS_PER_FILE, mai
 CYCLES = 13
 
 
+@pytest.mark.crash
 @pytest.mark.parametrize("mode", ["upsert", "wal"])
 def test_soak_command_counts_a_killed_and_restarted_cassandra_pipeline(
     mode: str, cluster_address: tuple[str, int], tmp_path: Path, monkeypatch: Any, capsys: Any

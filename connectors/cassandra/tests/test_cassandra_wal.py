@@ -134,6 +134,7 @@ def test_wal_options_are_checked(
         )
 
 
+@pytest.mark.crash
 def test_killed_inside_both_resend_windows_and_at_random(
     crash_harness: CrashHarness, session: Any, cluster_address: tuple[str, int], tmp_path: Path
 ) -> None:
