@@ -10,7 +10,10 @@ INSERT; exactly-once); ``counter``: ``mode=wal`` with ``write=increment``
 into ``(k bigint PRIMARY KEY, hits counter, total counter)``, adding 1 and
 ``seq`` under ``k = seq % 7``; or ``append``: ``mode=wal`` with ``write=append``
 into ``(k bigint PRIMARY KEY, seqs list<bigint>)``, appending ``[seq]`` under
-``k = seq % 7`` (both at-least-once).
+``k = seq % 7`` (both at-least-once); or ``map``: ``mode=upsert`` with
+``write=append`` into ``(k bigint PRIMARY KEY, seen map<bigint, bigint>)``,
+putting the entry ``seq: seq * 3`` under ``k = seq % 7`` (a map put repeated
+changes nothing: exactly-once).
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ def main() -> None:
     elif mode == "append":
         records = records.selectExpr("seq % 7 AS k", "array(seq) AS seqs")
         mode, guarantee, write = "wal", "at-least-once", "append"
+    elif mode == "map":
+        records = records.selectExpr("seq % 7 AS k", "map(seq, seq * 3) AS seen")
+        mode, write = "upsert", "append"
     else:
         records = records.selectExpr(
             "seq",
