@@ -12,7 +12,7 @@ import pytest
 
 from firesteel.core.errors import ConfigError
 from firesteel.core.options import parse_options
-from firesteel.kafka.config import client_config, redact, safe_error
+from firesteel.kafka.config import client_config, consumer_config, redact, safe_error
 from firesteel.kafka.options import PASSTHROUGH, KafkaSinkOptions, KafkaSourceOptions
 from firesteel.kafka.testing import create_topic, produce, read_log
 
@@ -112,3 +112,26 @@ def test_only_allow_listed_properties_reach_the_logs(caplog):
         assert leaked not in text, leaked
     config = client_config({**options.passthrough, "kafka.sasl.pasword": "hunter2"})
     assert "hunter2" not in safe_error(RuntimeError("auth failed for hunter2"), config)
+
+
+def test_consumers_of_the_sink_get_no_producer_properties():
+    """The marker consumers are built from the sink's options; librdkafka would print a
+    warning per consumer for each producer property (linger.ms spelled either way, acks)."""
+    config = client_config(
+        {
+            "kafka.bootstrap.servers": "127.0.0.1:1",
+            "kafka.linger.ms": "5",
+            "kafka.queue.buffering.max.ms": "5",
+            "kafka.acks": "all",
+            "kafka.transactional.id": "t",
+            "kafka.fetch.min.bytes": "1",
+            "kafka.sasl.password": "secret",
+            "kafka.reconnect.backoff.ms": "10",
+        }
+    )
+    assert consumer_config(config) == {
+        "bootstrap.servers": "127.0.0.1:1",
+        "fetch.min.bytes": "1",
+        "sasl.password": "secret",
+        "reconnect.backoff.ms": "10",
+    }

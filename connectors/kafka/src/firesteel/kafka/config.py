@@ -13,6 +13,7 @@ prints about a client goes through :func:`redact` or :func:`safe_error`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -196,3 +197,51 @@ def validate_client_config(
     text = scrub(everything.args[0].str(), secrets)
     msg = f"{where}: options 'kafka.*' are not valid for librdkafka's {role}: {text}"
     raise ConfigError(msg) from everything
+
+
+_NEVER_PROBED = frozenset({"bootstrap.servers", "metadata.broker.list"})
+"""Keys a probe client must not get: with them it would connect somewhere."""
+
+
+def consumer_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` without the producer properties a consumer ignores (``linger.ms``,
+    ``acks``, ``transactional.id``...).
+
+    A sink's consumers (its commit-marker readers) are built from the same
+    ``kafka.*`` options as its producers, and librdkafka prints a CONFWARN line
+    for every producer property of every consumer created: one per task and
+    batch. Which properties those are is asked of librdkafka itself, one
+    property at a time, once per process.
+    """
+    return {
+        key: value
+        for key, value in config.items()
+        if callable(value) or key in _NEVER_PROBED or not _producer_only(key, str(value))
+    }
+
+
+class _Captured:
+    """A ``logger`` for a librdkafka client that keeps the log lines."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def log(self, level: int, fmt: str, *args: object) -> None:
+        self.lines.append(fmt % args if args else fmt)
+
+
+@functools.lru_cache(maxsize=256)
+def _producer_only(key: str, value: str) -> bool:
+    from confluent_kafka import Consumer, KafkaException
+
+    captured = _Captured()
+    try:
+        probe = Consumer({"group.id": "firesteel-config-check", key: value, "logger": captured})
+    except KafkaException:
+        # Not a valid consumer setting at all: left in, so the real client names it.
+        return False
+    try:
+        probe.poll(0)
+    finally:
+        probe.close()
+    return any("is a producer property" in line for line in captured.lines)
