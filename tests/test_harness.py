@@ -126,6 +126,35 @@ def test_soak_command_counts_a_killed_and_restarted_pipeline(
     assert code == 0
 
 
+def test_a_terminated_soak_stops_the_job_it_started(tmp_path: Path) -> None:
+    import contextlib
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    workdir = tmp_path / "soak"
+    command = [sys.executable, "-m", "firesteel.testing.soak", "files", "--cycles", "50"]
+    soak = subprocess.Popen([*command, "--workdir", str(workdir)], stderr=subprocess.DEVNULL)
+    started: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 120
+        while not any(p.name().startswith("java") for p in started):
+            assert time.monotonic() < deadline, "the soak's job never started a JVM"
+            time.sleep(0.5)
+            started = psutil.Process(soak.pid).children(recursive=True)
+        soak.send_signal(signal.SIGTERM)
+        code = soak.wait(timeout=60)
+        _, alive = psutil.wait_procs(started, timeout=30)
+    finally:
+        soak.kill()
+        for proc in started:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+    assert code == 128 + signal.SIGTERM
+    assert alive == [], f"left running: {alive}"
+
+
 def test_soak_kills_are_armed_in_the_two_batches_after_the_last_commit(tmp_path: Path) -> None:
     import random
     from types import SimpleNamespace

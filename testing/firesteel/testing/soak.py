@@ -37,6 +37,7 @@ import argparse
 import json
 import logging
 import random
+import signal
 import sqlite3
 import sys
 import tempfile
@@ -295,10 +296,18 @@ RunFactory = Callable[[str, Path, random.Random], AbstractContextManager[SoakRun
 """Builds path ``name``'s run in a work folder; a context manager so it may own services."""
 
 
+def _exit(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def run_cli(
     prog: str, paths: Sequence[str], factory: RunFactory, argv: Sequence[str] | None
 ) -> int:
-    """The soak command line over ``paths`` (see the module docs); the exit code."""
+    """The soak command line over ``paths`` (see the module docs); the exit code.
+
+    ``kill <pid>`` (SIGTERM) stops it as Ctrl-C does: the job, broker, CQL
+    server or cluster it started are stopped on the way out.
+    """
     parser = argparse.ArgumentParser(prog=prog)
     parser.add_argument("path", choices=sorted(paths))
     parser.add_argument("--cycles", type=int, default=20)
@@ -308,6 +317,7 @@ def run_cli(
         "--minutes", type=float, help="start no cycle after this long (the report counts the run)"
     )
     options = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _exit)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     rng = random.Random(options.seed)
     with tempfile.TemporaryDirectory(prefix="firesteel-soak-") as scratch:
