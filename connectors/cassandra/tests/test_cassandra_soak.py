@@ -19,7 +19,7 @@ import pytest
 from firesteel.cassandra.testing import HOSTS_ENV
 from firesteel.cassandra.testing.soak import FILES_PER_CYCLE, ROWS_PER_FILE, main
 
-CYCLES = 13
+CYCLES = 16
 
 
 @pytest.mark.crash

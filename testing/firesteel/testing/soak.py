@@ -34,6 +34,7 @@ The Kafka pipelines are soak paths of the Kafka distribution
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import random
@@ -41,8 +42,9 @@ import signal
 import sqlite3
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -300,6 +302,21 @@ def _exit(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
+@contextlib.contextmanager
+def _terminate_like_interrupt() -> Iterator[None]:
+    """SIGTERM raises SystemExit while the soak runs, so ``finally`` blocks stop what it
+    started; the previous handler is back afterwards (tests call :func:`run_cli` in-process).
+    Only the main thread may set handlers: elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _exit)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run_cli(
     prog: str, paths: Sequence[str], factory: RunFactory, argv: Sequence[str] | None
 ) -> int:
@@ -317,10 +334,12 @@ def run_cli(
         "--minutes", type=float, help="start no cycle after this long (the report counts the run)"
     )
     options = parser.parse_args(argv)
-    signal.signal(signal.SIGTERM, _exit)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     rng = random.Random(options.seed)
-    with tempfile.TemporaryDirectory(prefix="firesteel-soak-") as scratch:
+    with (
+        _terminate_like_interrupt(),
+        tempfile.TemporaryDirectory(prefix="firesteel-soak-") as scratch,
+    ):
         workdir = options.workdir or Path(scratch)
         with factory(options.path, workdir, rng) as run:
             report = soak(options.path, run, options.cycles, workdir, rng, minutes=options.minutes)
