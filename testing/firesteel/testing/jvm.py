@@ -83,7 +83,13 @@ def _java() -> str:
 
 
 def _archive_key() -> str:
-    """What the archive depends on: the Java build, the PySpark jars and the job's flags."""
+    """What the archive depends on: the Java build, the PySpark jars and the job's flags.
+
+    Java refuses an archive when a jar of the class path is not the very file it
+    was made from (it compares size and modification time), so a virtual
+    environment recreated at the same path needs a new one: the key covers
+    every jar's name, size and time.
+    """
     import pyspark
 
     from firesteel.testing.jobs import QUICK_START_JVM
@@ -91,7 +97,13 @@ def _archive_key() -> str:
     java = subprocess.run(
         [_java(), "-version"], capture_output=True, text=True, check=True, timeout=60
     ).stderr
-    parts = [java, pyspark.__version__, str(Path(pyspark.__file__).resolve()), QUICK_START_JVM]
+    jars = Path(pyspark.__file__).resolve().parent / "jars"
+    stamps = sorted(
+        f"{jar.name}:{stat.st_size}:{stat.st_mtime_ns}"
+        for jar in jars.glob("*.jar")
+        for stat in [jar.stat()]
+    )
+    parts = [java, pyspark.__version__, str(jars), QUICK_START_JVM, *stamps]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
@@ -100,10 +112,11 @@ def driver_archive() -> Path | None:
     """The driver JVM's archive for this Java and PySpark, made on first use.
 
     Returns ``None`` (and logs why) when it cannot be made: jobs then start
-    without it, only slower. The key includes the PySpark folder, since the
-    archive is only valid for the class path it was made with: each virtual
-    environment gets its own. Several processes asking at once make it once
-    (a file lock); the archive appears under its final name only when complete.
+    without it, only slower. The key includes the PySpark jars (path, size,
+    time), since the archive is only valid for the class path it was made
+    with: each virtual environment, and each reinstall, gets its own. Several
+    processes asking at once make it once (a file lock); the archive appears
+    under its final name only when complete.
     """
     try:
         folder = cache_dir() / "jvm"
