@@ -153,7 +153,6 @@ def _create(archive: Path) -> None:
             "PYSPARK_PYTHON": sys.executable,
             "PYSPARK_DRIVER_PYTHON": sys.executable,
             "SPARK_LOCAL_DIRS": work,
-            ARCHIVE_ENV: "",
             _DUMP_ENV: str(partial),
         }
         logger.info("making the JVM class archive %s (once per Java and PySpark)", archive)
