@@ -199,3 +199,6 @@ def test_harness_without_the_jvm_class_archive(tmp_path: Path) -> None:
         result = harness.run(JOBS / "jvm_probe_job.py", [flags])
     assert result.exit_codes == [0], result.summary()
     assert not any(flag.startswith("-XX:SharedArchiveFile") for flag in flags.read_text().split())
+    # A killed driver leaves Java's scratch folders where java.io.tmpdir says: in the
+    # harness's workdir, not /tmp.
+    assert f"-Djava.io.tmpdir={tmp_path / 'harness' / 'tmp'}" in flags.read_text().split("\n")

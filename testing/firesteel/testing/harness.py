@@ -384,9 +384,14 @@ class CrashHarness:
                 "PYTHONUNBUFFERED": "1",
             }
         )
-        # A SIGKILLed JVM leaves its scratch folders (blockmgr-*, spark-*) behind: keep
-        # them in the harness's workdir rather than strewn over /tmp.
-        env.setdefault("SPARK_LOCAL_DIRS", str(self.workdir / "spark-local"))
+        # A SIGKILLed JVM leaves its scratch folders (blockmgr-*, spark-*, artifacts-*)
+        # behind: keep them in the harness's workdir rather than strewn over /tmp.
+        if "SPARK_LOCAL_DIRS" not in self.env:
+            env["SPARK_LOCAL_DIRS"] = str(self.workdir / "spark-local")
+        if "TMPDIR" not in self.env:
+            scratch = self.workdir / "tmp"
+            scratch.mkdir(exist_ok=True)
+            env["TMPDIR"] = str(scratch)
         archive = driver_archive() if self.jvm_archive else None
         if archive is not None:
             env.setdefault(ARCHIVE_ENV, str(archive))

@@ -52,18 +52,20 @@ def job_session(app_name: str, shuffle_partitions: int = 2) -> SparkSession:
     ``FIRESTEEL_*`` variable through ``spark.executorEnv.*``, so fault points
     fire on executors too and the harness can recognise executor processes.
     The driver JVM maps the class archive the harness names, if any
-    (:mod:`firesteel.testing.jvm`).
+    (:mod:`firesteel.testing.jvm`), and both JVMs keep their scratch folders in
+    ``TMPDIR`` (:func:`java_temp_option`).
     """
     from firesteel.core.spark.session import LOOPBACK, local_session
     from firesteel.testing.jvm import driver_java_options
 
     master = os.environ.get(MASTER_ENV, DEFAULT_MASTER)
     python = os.environ.get("PYSPARK_PYTHON", sys.executable)
+    jvm = f"{QUICK_START_JVM} {java_temp_option()}".strip()
     config = {
         **LOOPBACK,
         "spark.executorEnv.PYSPARK_PYTHON": python,
-        "spark.driver.extraJavaOptions": f"{QUICK_START_JVM} {driver_java_options()}".strip(),
-        "spark.executor.extraJavaOptions": QUICK_START_JVM,
+        "spark.driver.extraJavaOptions": f"{jvm} {driver_java_options()}".strip(),
+        "spark.executor.extraJavaOptions": jvm,
     }
     if master.startswith("spark://"):
         config.update(
@@ -84,6 +86,16 @@ def job_session(app_name: str, shuffle_partitions: int = 2) -> SparkSession:
         log_level="WARN",
         config=config,
     )
+
+
+def java_temp_option() -> str:
+    """``-Djava.io.tmpdir`` set to ``TMPDIR`` when the environment names one, else ``""``.
+
+    Java ignores ``TMPDIR``, so a killed driver would leave Spark's ``spark-*`` and
+    ``artifacts-*`` folders in ``/tmp``; the harness points ``TMPDIR`` into its workdir.
+    """
+    folder = os.environ.get("TMPDIR")
+    return f"-Djava.io.tmpdir={folder}" if folder else ""
 
 
 def read_parquet_files(spark: SparkSession, source: str, max_files_per_batch: str) -> DataFrame:
