@@ -500,8 +500,6 @@ def workloads(quick: bool) -> list[Workload]:
     counts = QUICK_RECORDS if quick else FULL_RECORDS
     # The quick run (a test) checks the long-trigger path without its 10 s waits.
     long_trigger = 1.0 if quick else 10.0
-    # The quick run (a test) checks the long-trigger path without its 10 s waits.
-    long_trigger = 1.0 if quick else 10.0
     out = []
     for label in SIZES:
         n = f"{counts[label] // 1000}k" if counts[label] >= 1000 else str(counts[label])
