@@ -71,12 +71,19 @@ class StandaloneCluster:
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
+        # As for the harness's jobs: a stopped or killed daemon's scratch folders
+        # (spark-*, blockmgr-*) stay in the workdir, not in /tmp (Java ignores TMPDIR).
+        daemon_options = (
+            f"{env.get('SPARK_DAEMON_JAVA_OPTS', '')} -Djava.io.tmpdir={self.workdir / 'tmp'}"
+        )
         env.update(
             {
                 "SPARK_HOME": str(spark_home()),
                 "SPARK_LOCAL_IP": "127.0.0.1",
                 "PYSPARK_PYTHON": env.get("PYSPARK_PYTHON", sys.executable),
                 "SPARK_WORKER_DIR": str(self.workdir / "work"),
+                "SPARK_LOCAL_DIRS": str(self.workdir / "spark-local"),
+                "SPARK_DAEMON_JAVA_OPTS": daemon_options.strip(),
             }
         )
         return env
@@ -107,6 +114,7 @@ class StandaloneCluster:
         """Start the master, then the workers; return once every worker registered."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "work").mkdir(exist_ok=True)
+        (self.workdir / "tmp").mkdir(exist_ok=True)
         if not self.master_port:
             self.master_port = free_port()
         master_log = self._spawn(
