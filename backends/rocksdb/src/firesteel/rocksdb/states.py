@@ -29,7 +29,7 @@ from firesteel.rocksdb.keys import NO_EXPIRY, WITH_EXPIRY, decode_value, encode_
 from firesteel.state.api import ListState, MapState, ValueState
 from firesteel.state.backend import Key
 from firesteel.state.descriptors import StateDescriptor, StateKind
-from firesteel.state.serializers import pack, unpack
+from firesteel.state.serializers import key_packer, unpack
 
 _MISSING = object()
 
@@ -92,6 +92,7 @@ class _Bound:
         "_id",
         "_loads",
         "_name",
+        "_pack",
         "_plain",
         "_put",
         "_refresh",
@@ -116,6 +117,9 @@ class _Bound:
         self._get = cursor.db.get
         self._put = cursor.db.put
         self._delete = cursor.db.delete
+        self._pack = key_packer()
+        """Encodes map user keys: this thread's packer, bound once (a lookup per call costs
+        as much as the encoding)."""
 
     def _encode(self, value: Any) -> bytes:
         """Type-check and serialize one value with its expiry header."""
@@ -257,7 +261,7 @@ class RocksMapState(_Bound, MapState):
 
     def get(self, user_key: Any, default: Any = None) -> Any:
         cursor = self._cursor
-        stored_key = cursor.key_group + self._id + cursor.packed + pack(user_key)
+        stored_key = cursor.key_group + self._id + cursor.packed + self._pack(user_key)
         stored = self._get(stored_key)
         if stored is None:
             return default
@@ -274,11 +278,13 @@ class RocksMapState(_Bound, MapState):
             self.remove(user_key)
             return
         cursor = self._cursor
-        self._put(cursor.key_group + self._id + cursor.packed + pack(user_key), self._encode(value))
+        self._put(
+            cursor.key_group + self._id + cursor.packed + self._pack(user_key), self._encode(value)
+        )
 
     def remove(self, user_key: Any) -> None:
         cursor = self._cursor
-        self._delete(cursor.key_group + self._id + cursor.packed + pack(user_key))
+        self._delete(cursor.key_group + self._id + cursor.packed + self._pack(user_key))
 
     def contains(self, user_key: Any) -> bool:
         return self.get(user_key, _MISSING) is not _MISSING
