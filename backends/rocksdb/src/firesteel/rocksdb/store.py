@@ -22,8 +22,10 @@ batch N, in order (see :mod:`firesteel.state.backend` for the protocol):
    The instance then runs with the write-ahead log off (see :mod:`firesteel.rocksdb.states`).
 2. **Process**: state objects read and write the instance directly.
 3. **Snapshot N**: expired TTL entries of one round of key groups are
-   deleted, then a RocksDB checkpoint (memtables flushed, SSTs hard-linked)
-   is taken on the task thread; a background thread uploads every SST the
+   deleted; an instance none of whose files are in storage yet (the query's
+   first batch) is compacted into one sorted run, since all of it is uploaded
+   anyway; then a RocksDB checkpoint (memtables flushed, SSTs hard-linked) is
+   taken on the task thread; a background thread uploads every SST the
    restored manifest does not list (new names, unique to this attempt), the
    small private files, and finally the manifest. Then leftovers of failed
    attempts of N overlapping this range are removed and, in partition 0,
@@ -412,6 +414,12 @@ class RocksDBKeyedStore(TaskStore):
         task = self.task
         self._has_key = False
         self._sweep_expired(task)
+        if not self.reusable:
+            # Storage holds none of this instance's files, so every file goes up anyway:
+            # merged first, the base is one sorted run, which later merges of the small
+            # runs of each batch leave alone (with several, universal compaction soon
+            # merges them all, and the next checkpoint uploads the whole state again).
+            self.db.compact_range(None, None)
         attempt = uuid.uuid4().hex[:16]
         checkpoint = self.folder.checkpoint_dir(task.batch_id, attempt)
         rd.Checkpoint(self.db).create_checkpoint(str(checkpoint))
