@@ -77,6 +77,7 @@ class _Broker:
     topics: dict[str, str] = field(default_factory=dict)
     files: dict[str, Path] = field(default_factory=dict)
     records: dict[str, int] = field(default_factory=dict)
+    scratch: Path | None = None
     runs: Iterator[int] = field(default_factory=itertools.count)
     pool: ProcessPoolExecutor | None = None
 
@@ -137,7 +138,7 @@ def setup(quick: bool) -> Iterator[None]:
         tempfile.TemporaryDirectory(prefix="firesteel-bench-kafka-in-") as scratch,
         ProcessPoolExecutor(max_workers=TASKS, mp_context=context) as pool,
     ):
-        _STATE.bootstrap, _STATE.pool = bootstrap, pool
+        _STATE.bootstrap, _STATE.pool, _STATE.scratch = bootstrap, pool, Path(scratch)
         pids = {f.result() for f in [pool.submit(_ready) for _ in range(TASKS)]}
         if len(pids) != TASKS:
             msg = f"bench_kafka: {len(pids)} of {TASKS} raw-side processes started"
@@ -154,7 +155,7 @@ def setup(quick: bool) -> Iterator[None]:
         finally:
             _STATE.topics.clear()
             _STATE.files.clear()
-            _STATE.pool = None
+            _STATE.pool = _STATE.scratch = None
 
 
 def _check(topic: str, expected: int, side: str) -> None:
@@ -182,7 +183,8 @@ def _source(label: str, batches: int | None = None) -> DataFrame:
 
 
 def _checkpoint() -> str:
-    return tempfile.mkdtemp(prefix="firesteel-bench-kafka-")
+    """A fresh checkpoint folder inside the scratch folder, so teardown removes it."""
+    return tempfile.mkdtemp(prefix="checkpoint-", dir=_STATE.scratch)
 
 
 def firesteel_source(label: str) -> Callable[[], float]:
