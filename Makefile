@@ -27,7 +27,7 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade pip
 
 install: $(BIN)/python
-	$(BIN)/pip install -q -e ".[dev,test]" -e "./connectors/kafka[test]" -e "./connectors/_template[test]" \
+	$(BIN)/pip install -q -e ".[dev,test,connect]" -e "./connectors/kafka[test]" -e "./connectors/_template[test]" \
 		-e "./connectors/cassandra[test]" -e "./backends/rocksdb[test]"
 
 demo: install

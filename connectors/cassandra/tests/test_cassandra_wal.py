@@ -5,7 +5,9 @@ The table is read back through cassandra-driver, never through the sink.
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from firesteel.cassandra.testing.soak import SINK_JOB, SINK_TABLE, row_is_right
 from firesteel.cassandra.testing.tally import write_counts
 from firesteel.cassandra.wal import MID_SEND
 from firesteel.core.checkpoint import read_guarantee
+from firesteel.core.logs import LEVEL_ENV
 from firesteel.sinks.write_ahead import AFTER_SEND
 from firesteel.testing import (
     CrashHarness,
@@ -132,6 +135,19 @@ def test_wal_options_are_checked(
         parse_options(
             CassandraSinkOptions, {**base, "committer.tabel": "x"}, connector="firesteel.cassandra"
         )
+    connect = {**base, "send.connect": "sc://localhost:15002"}
+    with pytest.raises(ConfigError, match=r"'send\.connect' .* mode=upsert writes from the"):
+        parse_options(CassandraSinkOptions, connect, connector="firesteel.cassandra")
+    with pytest.raises(ConfigError, match=r"'send\.connect': 'localhost:15002' is not a Spark"):
+        parse_options(
+            CassandraSinkOptions,
+            {**connect, "mode": "wal", "send.connect": "localhost:15002"},
+            connector="firesteel.cassandra",
+        )
+    parsed = parse_options(
+        CassandraSinkOptions, {**connect, "mode": "wal"}, connector="firesteel.cassandra"
+    )
+    assert parsed.send_connect == "sc://localhost:15002"
 
 
 @pytest.mark.crash
@@ -190,6 +206,56 @@ def test_killed_inside_both_resend_windows_and_at_random(
     )
 
 
+@pytest.mark.crash
+@pytest.mark.cluster
+def test_send_on_the_executors_of_a_standalone_cluster_survives_kills_in_both_windows(
+    cluster_harness: CrashHarness, session: Any, cluster_address: tuple[str, int], tmp_path: Path
+) -> None:
+    """send.connect: the driver runs the Spark Connect server and each commit sends its
+    segments as a Spark job, one task per segment on the cluster's two executors. Killed
+    mid-send and after a send (the job: driver and the executor's Python workers), then an
+    executor's Python worker killed after its send (Spark retries the task): every row once;
+    the recorded segments sent once, the interrupted ones twice (a killed driver may also
+    interrupt the other executor's send of its batch, never an earlier batch's); every send
+    ran outside the commit's process, on both executors."""
+    source = _input(tmp_path / "in")
+    session.execute(f"CREATE TABLE walfan {SINK_TABLE}")
+    checkpoint = tmp_path / "ck"
+    host, port = cluster_address
+    kills = [
+        at_point(MID_SEND, batch=1, partition=0),
+        at_point(AFTER_SEND, batch=2, partition=1),
+        at_point(AFTER_SEND, batch=3, partition=0, mode="process"),
+    ]
+    spelled = Spellings(checkpoint)
+
+    def args(run: int) -> list[object]:
+        where = [source, spelled(run), host, str(port), session.keyspace, "walfan"]
+        return [*where, str(FILES_PER_BATCH), "wal", "2", "executors"]
+
+    result = cluster_harness.run(JOB, args, kills, env=lambda run: {LEVEL_ENV: "INFO"})
+    assert result.fired == [f"{MID_SEND}@1:0", f"{AFTER_SEND}@2:1", f"{AFTER_SEND}@3:0"], (
+        result.summary()
+    )
+    assert result.exit_codes[-1] == 0, result.summary()
+    rows = list(session.execute("SELECT seq, body, attrs FROM walfan"))
+    assert_exactly_once([r.seq for r in rows], range(FILES * ROWS_PER_FILE))
+    assert all(row_is_right(r) for r in rows)
+    if not os.environ.get(HOSTS_ENV):
+        sends = _sends_per_batch(session, "walfan")
+        assert set(sends[0]) == set(sends[4]) == {1}, "a recorded segment was sent again"
+        assert all(2 in sends[batch] for batch in (1, 2, 3)), "a kill re-sent nothing"
+        # Only batch 3's partition 0 died there: its other segment went once.
+        assert set(sends[3]) == {1, 2}, sends[3]
+        assert max(max(counts) for counts in sends.values()) == 2
+    lines = [line for log in result.logs for line in log.read_text().splitlines()]
+    ran = (re.search(r"tasks ran on (\{.*\}), the commit on (\S+)$", line) for line in lines)
+    places = [(ast.literal_eval(match[1]), match[2]) for match in ran if match]
+    assert len(places) >= FILES // FILES_PER_BATCH, places
+    assert all(commit not in tasks for tasks, commit in places), places
+    assert any(len(tasks) == 2 for tasks, _ in places), f"one executor sent everything: {places}"
+
+
 def _check_sends(session: Any, table: str) -> None:
     """The server's own count of writes per row: only the segments killed inside a window
     (batch 1 partition 0 mid-send, batch 2 partition 1 after its send) and whatever the
@@ -197,6 +263,14 @@ def _check_sends(session: Any, table: str) -> None:
     kill between segments of batch 3, and every other one, went once."""
     if os.environ.get(HOSTS_ENV):
         return  # a real cluster keeps no tally: the final table is checked all the same
+    sends = _sends_per_batch(session, table)
+    assert set(sends[0]) == set(sends[3]) == {1}, "a recorded segment was sent again"
+    assert 2 in sends[1] and 2 in sends[2], "the kills inside the windows re-sent nothing"
+    assert max(max(counts) for counts in sends.values()) == 2
+
+
+def _sends_per_batch(session: Any, table: str) -> dict[int, list[int]]:
+    """The server's count of writes of each row, grouped by the row's batch."""
     per_batch = FILES_PER_BATCH * ROWS_PER_FILE
     sends: dict[int, list[int]] = {}
     for key, n in write_counts(session, session.keyspace, table).items():
@@ -204,6 +278,4 @@ def _check_sends(session: Any, table: str) -> None:
         sends.setdefault(seq // per_batch, []).append(n)
     assert sorted(sends) == list(range(FILES // FILES_PER_BATCH))
     assert all(len(counts) == per_batch for counts in sends.values())
-    assert set(sends[0]) == set(sends[3]) == {1}, "a recorded segment was sent again"
-    assert 2 in sends[1] and 2 in sends[2], "the kills inside the windows re-sent nothing"
-    assert max(max(counts) for counts in sends.values()) == 2
+    return sends

@@ -23,7 +23,10 @@ Commit order, per micro-batch N:
       :class:`~firesteel.sinks.committers.CheckpointCommitter` says
       (sink, N, partition) is committed; otherwise read it, verify its checksum
       and format version, hand its records to :meth:`WriteAheadSink.send_values`,
-      then record it with the committer.
+      then record it with the committer. With ``send_connect`` (a Spark Connect
+      URL of the job's own driver) the segments still to send are sent and
+      recorded by one Spark task each, in parallel across the executors
+      (:mod:`firesteel.sinks.fanout`); otherwise one after another, here.
 3. Delete the segments of batch N and of every earlier batch, the plans
    before N, and let the committer forget batches before N (the plan of N
    stays until N + 1 commits: Spark may still re-run N).
@@ -58,6 +61,7 @@ from firesteel.core.faults import fault_point
 from firesteel.core.guarantee import SinkKind
 from firesteel.core.sink import Committable, Sink, Vote
 from firesteel.sinks.committers import CheckpointCommitter
+from firesteel.sinks.fanout import run_on_executors
 
 logger = logging.getLogger(__name__)
 
@@ -126,7 +130,9 @@ class WriteAheadSink(Sink):
     ``log_dir`` (local path or pyarrow filesystem URI) should live in the
     query's checkpoint storage, e.g. ``<checkpoint>/firesteel/wal``: executors
     write segments there and the driver reads them, so it must be reachable
-    from both. See the module docs for the commit order.
+    from both. ``send_connect``, a Spark Connect URL of the job's own driver,
+    moves the sends onto the executors (:mod:`firesteel.sinks.fanout`). See
+    the module docs for the commit order.
     """
 
     kind: ClassVar[SinkKind] = SinkKind.WRITE_AHEAD_LOG
@@ -138,13 +144,20 @@ class WriteAheadSink(Sink):
         upsert = cls.upsert_target
         cls.kind = SinkKind.WRITE_AHEAD_LOG_UPSERT if upsert else SinkKind.WRITE_AHEAD_LOG
 
-    def __init__(self, sink_id: str, log_dir: str, committer: CheckpointCommitter) -> None:
+    def __init__(
+        self,
+        sink_id: str,
+        log_dir: str,
+        committer: CheckpointCommitter,
+        send_connect: str | None = None,
+    ) -> None:
         if not sink_id or "/" in sink_id:
             msg = f"{self.name}: sink id {sink_id!r} must be non-empty and contain no '/'"
             raise SinkError(msg)
         self.sink_id = sink_id
         self.log_dir = log_dir.rstrip("/")
         self.committer = committer
+        self.send_connect = send_connect
         self._stamps: dict[int, int] = {}
 
     @abstractmethod
@@ -272,27 +285,38 @@ class WriteAheadSink(Sink):
 
     def commit_batch(self, batch_id: int, votes: Sequence[Vote]) -> None:
         fault_point("driver.before_commit", batch_id)
-        ordered = self._plan(batch_id, votes)
-        for position, vote in enumerate(ordered):
-            partition = vote.partition_id
-            if vote.committable(SegmentCommittable).segment is None:
-                continue
-            if self.committer.is_committed(self.sink_id, batch_id, partition):
-                logger.info(
-                    "%s: batch %d partition %d already sent; skipping its segment",
-                    self.sink_id,
-                    batch_id,
-                    partition,
-                )
-                continue
-            self.send_values(self.read_segment(vote), batch_id, partition)
-            fault_point(AFTER_SEND, batch_id, partition)
-            self.committer.commit(self.sink_id, batch_id, partition)
-            if position < len(ordered) - 1:
-                fault_point("driver.mid_commit", batch_id)
+        pending = [vote for vote in self._plan(batch_id, votes) if self._unsent(vote)]
+        if self.send_connect and pending:
+            sends = [_SegmentSend(self, vote) for vote in pending]
+            run_on_executors(self.send_connect, sends, f"{self.sink_id} batch {batch_id}")
+        else:
+            for position, vote in enumerate(pending):
+                self.send_segment(vote)
+                if position < len(pending) - 1:
+                    fault_point("driver.mid_commit", batch_id)
         self._delete_through(batch_id)
         self.committer.forget(self.sink_id, batch_id)
         fault_point("driver.after_commit", batch_id)
+
+    def _unsent(self, vote: Vote) -> bool:
+        """Whether ``vote`` has a segment the committer does not record as sent."""
+        if vote.committable(SegmentCommittable).segment is None:
+            return False
+        if self.committer.is_committed(self.sink_id, vote.batch_id, vote.partition_id):
+            logger.info(
+                "%s: batch %d partition %d already sent; skipping its segment",
+                self.sink_id,
+                vote.batch_id,
+                vote.partition_id,
+            )
+            return False
+        return True
+
+    def send_segment(self, vote: Vote) -> None:
+        """Send one voted segment, then record it: where it runs, the driver or an executor."""
+        self.send_values(self.read_segment(vote), vote.batch_id, vote.partition_id)
+        fault_point(AFTER_SEND, vote.batch_id, vote.partition_id)
+        self.committer.commit(self.sink_id, vote.batch_id, vote.partition_id)
 
     def _plan(self, batch_id: int, votes: Sequence[Vote]) -> list[Vote]:
         """The votes batch ``batch_id`` commits: its first commit's, recorded durably."""
@@ -391,6 +415,17 @@ class WriteAheadSink(Sink):
             number = info.base_name.removesuffix(".json")
             if number.isdigit() and int(number) < batch_id:
                 fsys.delete_file(info.path)
+
+
+@dataclass(frozen=True)
+class _SegmentSend:
+    """One segment's send as a picklable task for :func:`run_on_executors`."""
+
+    sink: WriteAheadSink
+    vote: Vote
+
+    def __call__(self) -> None:
+        self.sink.send_segment(self.vote)
 
 
 def _chain(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

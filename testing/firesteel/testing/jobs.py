@@ -27,6 +27,8 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import DataStreamWriter
 
@@ -44,7 +46,9 @@ FORWARDED_PREFIXES = ("FIRESTEEL_",)
 """Environment variables forwarded to executors on a cluster (the fault hook reads them)."""
 
 
-def job_session(app_name: str, shuffle_partitions: int = 2) -> SparkSession:
+def job_session(
+    app_name: str, shuffle_partitions: int = 2, extra_config: Mapping[str, str] | None = None
+) -> SparkSession:
     """The SparkSession for a harness job, with every firesteel connector registered.
 
     On a standalone cluster, executors are separate JVMs started by the
@@ -79,6 +83,7 @@ def job_session(app_name: str, shuffle_partitions: int = 2) -> SparkSession:
         for key, value in os.environ.items():
             if key.startswith(FORWARDED_PREFIXES):
                 config[f"spark.executorEnv.{key}"] = value
+    config.update(extra_config or {})
     return local_session(
         app_name,
         master=master,

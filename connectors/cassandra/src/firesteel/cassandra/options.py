@@ -8,6 +8,7 @@ from typing import Literal
 from firesteel.core.errors import ConfigError
 from firesteel.core.options import option
 from firesteel.core.spark.datasource import SinkOptions
+from firesteel.sinks.fanout import check_connect_url
 
 CONNECTOR = "firesteel.cassandra"
 PASSTHROUGH = ("cassandra.",)
@@ -59,6 +60,12 @@ class CassandraSinkOptions(SinkOptions):
         name="committer.table",
         doc="mode=wal: table recording the sent segments (created if missing)",
     )
+    send_connect: str | None = option(
+        None,
+        name="send.connect",
+        doc="mode=wal: Spark Connect URL of the job's own driver (sc://localhost:15002); the "
+        "committed segments are then sent by one Spark task each, across the executors",
+    )
     local_dc: str | None = option(None, name="local.dc", doc="data center for DC-aware routing")
     consistency: str = option("local_quorum", doc="write consistency level")
     ttl: int | None = option(None, doc="TTL in seconds for every written row")
@@ -106,6 +113,8 @@ class CassandraSinkOptions(SinkOptions):
         if self.batch_rows < 1:
             msg = f"option 'batch.rows' must be at least 1, got {self.batch_rows}"
             raise ConfigError(msg)
+        if self.send_connect is not None:
+            self._check_send_connect(self.send_connect)
         if self.write == "increment":
             self._check_increment()
         if self.ttl is not None and self.ttl_column is not None:
@@ -114,6 +123,15 @@ class CassandraSinkOptions(SinkOptions):
         if self.ttl is not None and self.ttl <= 0:
             msg = f"option 'ttl' must be a positive number of seconds, got {self.ttl}"
             raise ConfigError(msg)
+
+    def _check_send_connect(self, url: str) -> None:
+        if self.mode != "wal":
+            msg = (
+                "option 'send.connect' moves the write-ahead log's sends onto the executors; "
+                "mode=upsert writes from the executors already: drop the option or use mode=wal"
+            )
+            raise ConfigError(msg)
+        check_connect_url(url, "send.connect")
 
     def _check_increment(self) -> None:
         if self.mode != "wal":

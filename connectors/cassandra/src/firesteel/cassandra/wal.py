@@ -43,10 +43,14 @@ again (at most one segment per crash), so that sink is at-least-once, as
 Table 8-1 says of the WAL column, and the guarantee check refuses it with
 ``guarantee=exactly-once``.
 
-On a cluster the send runs where Spark runs the batch's commit (the driver's
-Python worker): PySpark's data source API gives a commit no SparkSession, so
-it cannot fan the send out to executors. Segments are streamed, never loaded
-whole, so memory stays bounded by one record batch.
+By default the send runs where Spark runs the batch's commit (the driver's
+Python worker), one segment after another. With ``send.connect`` (a Spark
+Connect URL of the job's own driver, which then runs the Connect server as a
+plugin) the commit runs the sends as a Spark job instead, one task per
+segment across the executors (:mod:`firesteel.sinks.fanout`); each task
+sends its segment and records it, so the two windows above are the same,
+per segment. Segments are streamed, never loaded whole, so memory stays
+bounded by one record batch wherever they are sent.
 """
 
 from __future__ import annotations
@@ -92,7 +96,7 @@ class CassandraWalSink(WriteAheadSink):
             options.committer_table,
             read_query_id(checkpoint) or normalize_location(checkpoint),
         )
-        super().__init__(sink_id, log_dir_for(checkpoint), committer)
+        super().__init__(sink_id, log_dir_for(checkpoint), committer, options.send_connect)
         self.options = options
         self.insert = RowStatement(options, schema, batch_timestamp=True)
 

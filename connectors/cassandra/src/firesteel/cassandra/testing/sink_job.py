@@ -1,7 +1,7 @@
 """Crash-test job of the tests and the soak command: firesteel.files -> firesteel.cassandra.
 
 Usage: sink_job.py <input dir> <checkpoint> <host> <port> <keyspace> <table>
-<max files per batch> [<mode> [<partitions>]]
+<max files per batch> [<mode> [<partitions> [<send>]]]
 
 ``mode`` is ``upsert`` or ``wal`` (the table
 :data:`~firesteel.cassandra.testing.soak.SINK_TABLE`: ``body`` is ``body-<seq>``,
@@ -14,20 +14,37 @@ into ``(k bigint PRIMARY KEY, seqs list<bigint>)``, appending ``[seq]`` under
 ``write=append`` into ``(k bigint PRIMARY KEY, seen map<bigint, bigint>)``,
 putting the entry ``seq: seq * 3`` under ``k = seq % 7`` (a map put repeated
 changes nothing: exactly-once).
+
+``send`` is ``driver`` (the default) or ``executors``: the job's driver then
+runs the Spark Connect server on a free port and the write-ahead-log sink
+gets ``send.connect`` pointing at it (:mod:`firesteel.sinks.fanout`).
 """
 
 from __future__ import annotations
 
 import sys
 
+from firesteel.sinks.fanout import CONNECT_PLUGIN
 from firesteel.testing.jobs import job_session, read_parquet_files, run_available
+from firesteel.testing.ports import free_port
 
 
 def main() -> None:
     source, checkpoint, host, port, keyspace, table, max_files = sys.argv[1:8]
     mode = sys.argv[8] if len(sys.argv) > 8 else "upsert"
     partitions = int(sys.argv[9]) if len(sys.argv) > 9 else 2
-    spark = job_session("firesteel-cassandra-crash")
+    send = sys.argv[10] if len(sys.argv) > 10 else "driver"
+    connect: dict[str, str] = {}
+    extra: dict[str, str] = {}
+    if send == "executors":
+        server = free_port()
+        extra = {
+            "spark.plugins": CONNECT_PLUGIN,
+            "spark.connect.grpc.binding.address": "127.0.0.1",
+            "spark.connect.grpc.binding.port": str(server),
+        }
+        connect = {"send.connect": f"sc://127.0.0.1:{server}"}
+    spark = job_session("firesteel-cassandra-crash", extra_config=extra)
     records = read_parquet_files(spark, source, max_files).repartition(partitions, "seq")
     guarantee, write = "exactly-once", "insert"
     if mode == "counter":
@@ -55,6 +72,7 @@ def main() -> None:
         .option("mode", mode)
         .option("write", write)
         .option("max.in.flight", "2")
+        .options(**connect)
     )
     run_available(spark, writer, checkpoint)
 
