@@ -11,6 +11,12 @@ same rows (bigint key, text, double) in fresh tables of one keyspace:
 - write-ahead-log sink: one task's segment written to a local checkpoint,
   then the driver's commit (read, verify, send, record) beside the upsert
   sink writing the same rows: what the WAL's extra durability costs;
+- the write-ahead-log commit of :data:`SEGMENTS` segments with
+  ``send.connect``: the sends run as a Spark job on the benchmark session's
+  ``local[2]`` executors, through its own Spark Connect server
+  (:mod:`firesteel.sinks.fanout`), beside the same commit sending one segment
+  after another on the driver; only the commit is timed (the segments are
+  written first, as the tasks would);
 - ``batch=partition``: the upsert sink on time-series rows
   (:data:`PER_PARTITION` readings per sensor, interleaved) sending each
   sensor's rows in UNLOGGED batches, beside the same sink with one INSERT per
@@ -37,6 +43,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from benchmarks import spark
 from benchmarks.framework import Workload
 
 FULL_ROWS = 20_000
@@ -44,6 +51,8 @@ QUICK_ROWS = 1_000
 IN_FLIGHT = 10
 PER_PARTITION = 20
 """Readings per sensor in the ``batch=partition`` workload."""
+SEGMENTS = 4
+"""Segments of the write-ahead-log commit workload: four tasks' worth."""
 
 
 @dataclass
@@ -222,6 +231,44 @@ def firesteel_wal(rows: int) -> Callable[[], float]:
     return run
 
 
+def wal_commit(rows: int, on_executors: bool) -> Callable[[], float]:
+    """rows/s of the write-ahead-log commit of :data:`SEGMENTS` segments (see the module docs)."""
+    from firesteel.cassandra.options import CassandraSinkOptions
+    from firesteel.cassandra.wal import CassandraWalSink
+    from firesteel.core.context import TaskScope
+
+    data = _data(rows)
+    share = -(-rows // SEGMENTS)
+
+    def run() -> float:
+        table = _table()
+        options = CassandraSinkOptions(
+            contact_points=_STATE.host,
+            port=_STATE.port,
+            keyspace="bench",
+            table=table,
+            mode="wal",
+            max_in_flight=IN_FLIGHT,
+            send_connect=spark.connect_url() if on_executors else None,
+        )
+        with tempfile.TemporaryDirectory(prefix="firesteel-bench-wal-") as checkpoint:
+            sink = CassandraWalSink(options, data.schema, f"bench-{table}", checkpoint)
+            sink.prepare()
+            votes = [
+                sink.write_partition(
+                    TaskScope("bench", 0, part, 0), iter([data.slice(part * share, share)])
+                )
+                for part in range(SEGMENTS)
+            ]
+            start = time.perf_counter()
+            sink.commit_batch(0, votes)
+            elapsed = time.perf_counter() - start
+        _check(table, rows, "firesteel wal commit")
+        return rows / elapsed
+
+    return run
+
+
 def _lookup_table(rows: int) -> str:
     from cassandra.concurrent import execute_concurrent_with_args
 
@@ -312,6 +359,19 @@ def workloads(quick: bool) -> list[Workload]:
             issue="issue 10",
             firesteel=firesteel_wal(rows),
             baseline=firesteel_upsert(rows),
+            repetitions=repetitions,
+            warmup=warmup,
+        ),
+        Workload(
+            group="cassandra",
+            name=f"write-ahead-log commit of {SEGMENTS} segments, {rows // 1000}k rows, sent on "
+            "the executors through Spark Connect (local[2]; CQL test server)",
+            unit="rows/s",
+            baseline_name="the same commit sending on the driver, one segment after another",
+            goal=None,
+            issue="issue 10",
+            firesteel=wal_commit(rows, on_executors=True),
+            baseline=wal_commit(rows, on_executors=False),
             repetitions=repetitions,
             warmup=warmup,
         ),

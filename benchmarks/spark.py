@@ -9,27 +9,43 @@ if TYPE_CHECKING:
 
 # At most one session per process; a list so the functions below need no `global`.
 _sessions: list[SparkSession] = []
+_connect_urls: list[str] = []
 
 
 def session() -> SparkSession:
     """A ``local[2]`` session with firesteel registered, shared by every benchmark group.
 
     Created on the first call (so groups that need no Spark start no JVM) and
-    stopped by the runner when the process is done with it.
+    stopped by the runner when the process is done with it. Its driver runs
+    the Spark Connect server on a free port (:func:`connect_url`), idle unless
+    a workload sends through it.
     """
     if not _sessions:
         from firesteel.core.spark.session import local_session
+        from firesteel.sinks.fanout import CONNECT_PLUGIN
+        from firesteel.testing.ports import free_port
 
+        port = free_port()
         created = local_session(
             "firesteel-benchmarks",
             config={
                 "spark.ui.showConsoleProgress": "false",
                 "spark.driver.memory": "2g",
                 "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+                "spark.plugins": CONNECT_PLUGIN,
+                "spark.connect.grpc.binding.address": "127.0.0.1",
+                "spark.connect.grpc.binding.port": str(port),
             },
         )
         _sessions.append(created)
+        _connect_urls[:] = [f"sc://127.0.0.1:{port}"]
     return _sessions[0]
+
+
+def connect_url() -> str:
+    """The Spark Connect URL of :func:`session`'s driver (starting the session if needed)."""
+    session()
+    return _connect_urls[0]
 
 
 def stop() -> None:
