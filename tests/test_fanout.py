@@ -6,6 +6,7 @@ The fan-out itself runs on a standalone cluster in
 
 from __future__ import annotations
 
+import sys
 import time
 
 import pytest
@@ -40,3 +41,11 @@ def test_nothing_to_send_needs_no_server() -> None:
 def test_a_url_that_is_not_spark_connect_names_the_option(url: str) -> None:
     with pytest.raises(ConfigError, match=r"option 'send\.connect': .* not a Spark Connect URL"):
         check_connect_url(url, "send.connect")
+
+
+def test_a_missing_connect_client_is_named_before_the_first_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "pyspark.sql.connect.session", None)
+    with pytest.raises(ConfigError, match=r"pip install 'firesteel\[connect\]'"):
+        check_connect_url("sc://localhost:15002", "send.connect")

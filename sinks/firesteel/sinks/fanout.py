@@ -46,13 +46,23 @@ _RESULT_SCHEMA = "task long, pid long, host string"
 
 
 def check_connect_url(url: str, option: str) -> None:
-    """Raise :class:`ConfigError` naming ``option`` unless ``url`` is a Spark Connect URL."""
+    """Raise :class:`ConfigError` naming ``option`` unless ``url`` is a Spark Connect URL
+    and the Spark Connect client can be imported (checked before the first batch, not
+    at its commit)."""
     if not url.startswith("sc://") or len(url) <= len("sc://"):
         msg = (
             f"option {option!r}: {url!r} is not a Spark Connect URL; give the job's own "
             "driver as sc://localhost:<spark.connect.grpc.binding.port>"
         )
         raise ConfigError(msg)
+    try:
+        import pyspark.sql.connect.session  # noqa: F401
+    except ImportError as exc:
+        msg = (
+            f"option {option!r} needs the Spark Connect client, which is not installed: "
+            f"pip install 'firesteel[connect]' ({exc})"
+        )
+        raise ConfigError(msg) from exc
 
 
 def run_on_executors(url: str, tasks: Sequence[Callable[[], None]], what: str) -> None:
