@@ -126,7 +126,9 @@ def test_soak_command_counts_a_killed_and_restarted_pipeline(
     assert code == 0
 
 
-def test_a_terminated_soak_stops_the_job_it_started(tmp_path: Path) -> None:
+def test_a_terminated_soak_stops_the_job_it_started_and_resumes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     import contextlib
     import signal
     import subprocess
@@ -153,6 +155,61 @@ def test_a_terminated_soak_stops_the_job_it_started(tmp_path: Path) -> None:
                 proc.kill()
     assert code == 128 + signal.SIGTERM
     assert alive == [], f"left running: {alive}"
+    progress = json.loads((workdir / "soak.json").read_text())
+    assert (progress["done"], progress["feeding"], progress["finished"]) == (1, False, False)
+
+    from firesteel.testing.soak import main
+
+    # The terminated cycle's job is one more crash for the resumed run to recover.
+    code = main(["files", "--resume", "--cycles", "1", "--workdir", str(workdir)])
+    report = json.loads(capsys.readouterr().out)
+    assert (report["cycles"], report["legs"], report["records"]) == (1, 2, 200)
+    assert report["lost"] == report["duplicated"] == 0
+    assert code == 0
+    assert json.loads((workdir / "soak.json").read_text())["finished"] is True
+
+
+@pytest.mark.parametrize(
+    ("saved", "args", "error"),
+    [
+        (None, ["--resume"], "soak.json does not exist: --resume needs the --workdir"),
+        ("{not json", ["--resume"], "soak.json is not a soak's progress"),
+        ({"path": "wal", "cycles": 5}, ["--resume"], "a soak of path 'wal', not 'files'"),
+        ({"path": "files", "cycles": 5, "finished": True}, ["--resume"], "has finished"),
+        (
+            {"path": "files", "cycles": 5, "done": 2, "feeding": True},
+            ["--resume"],
+            "died while writing the input of cycle 3",
+        ),
+        ({"path": "files", "cycles": 5}, ["--resume"], "holds no random state"),
+        ({"path": "files", "cycles": 5}, [], "holds a soak already"),
+    ],
+)
+def test_a_soak_that_cannot_resume_says_why_before_starting_anything(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    saved: object,
+    args: list[str],
+    error: str,
+) -> None:
+    from firesteel.testing.soak import main
+
+    if saved is not None:
+        text = saved if isinstance(saved, str) else json.dumps(saved)
+        (tmp_path / "soak.json").write_text(text)
+    with pytest.raises(SystemExit) as exited:
+        main(["files", *args, "--workdir", str(tmp_path)])
+    assert exited.value.code == 2
+    assert error in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["soak.json"] if saved else [])
+
+
+def test_resume_needs_a_workdir(capsys: pytest.CaptureFixture[str]) -> None:
+    from firesteel.testing.soak import main
+
+    with pytest.raises(SystemExit):
+        main(["files", "--resume"])
+    assert "--resume needs the --workdir" in capsys.readouterr().err
 
 
 def test_soak_kills_are_armed_in_the_two_batches_after_the_last_commit(tmp_path: Path) -> None:

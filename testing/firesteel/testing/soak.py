@@ -2,7 +2,10 @@
 
 Usage::
 
-    python -m firesteel.testing.soak PATH --cycles N [--minutes M] [--workdir DIR] [--seed S]
+    python -m firesteel.testing.soak PATH --cycles N [--minutes M [--pause]] [--workdir DIR]
+                                     [--seed S]
+    python -m firesteel.testing.soak PATH --resume --workdir DIR [--cycles N]
+                                     [--minutes M [--pause]]
 
 ``PATH`` is one of :data:`PATHS`:
 
@@ -26,6 +29,17 @@ skipping ``_``-folders, or ``sqlite3``) and the command prints one JSON line::
     {"path": "files", "cycles": 500, "kills": 498, "lost": 0, "duplicated": 0, ...}
 
 and exits 1 if anything was lost, duplicated or (``state``) ranked wrongly.
+
+A run longer than one sitting can be paused and resumed: with ``--pause``,
+a ``--minutes`` limit that ends the sitting before the last cycle leaves the
+run where it stands (the job stopped after its cycle, as a kill leaves it)
+and exits :data:`PAUSED`; ``--resume --workdir DIR`` goes on with it. The
+progress is saved in ``DIR/soak.json`` (:class:`Progress`) after every
+cycle, so a soak command killed itself resumes from its last saved cycle
+too, the killed job being one more crash to recover, unless it died while
+writing a cycle's input (then resuming is refused: that input is partial).
+The report's ``legs`` counts the sittings and ``seconds`` adds them up.
+
 The Kafka pipelines are soak paths of the Kafka distribution
 (``python -m firesteel.kafka.testing.soak``), built on :func:`soak` and
 :func:`run_cli` with their own :class:`SoakRun`.
@@ -37,6 +51,7 @@ import argparse
 import contextlib
 import json
 import logging
+import os
 import random
 import signal
 import sqlite3
@@ -44,11 +59,11 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -73,6 +88,15 @@ FILES_PER_CYCLE = 4
 ROWS_PER_FILE = 50
 FILES_PER_BATCH = "2"
 KEYS = 7
+
+PROGRESS = "soak.json"
+"""The file in a soak's work folder holding its :class:`Progress`."""
+PAUSED = 3
+"""Exit code of a sitting that ``--pause`` ended before the last cycle."""
+
+
+class SoakError(Exception):
+    """A soak cannot start or resume as asked; the message says why and what to do."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +157,73 @@ class SoakRun(Protocol):
         and path-specific ones (any non-zero one fails the soak)."""
         ...
 
+    def saved(self) -> dict[str, Any]:
+        """What a resumed run needs to go on (input so far, topics or tables, spellings), as
+        JSON; the run's factory gets it back."""
+        ...
+
+
+def resumed_spellings(saved: Mapping[str, Any] | None, **spellings: Spellings) -> None:
+    """Set each of ``spellings`` to the starts ``saved`` recorded under its name, so the
+    first start of a resumed run spells its folder otherwise than the last one before."""
+    for name, spelling in spellings.items():
+        if saved is not None:
+            spelling.starts = int(saved[f"{name}_starts"])
+
+
+@dataclass
+class Progress:
+    """Where a soak run stands: saved in its work folder (:data:`PROGRESS`) after every cycle."""
+
+    path: str
+    cycles: int
+    """Cycles the run is to make in all."""
+    done: int = 0
+    kills: int = 0
+    seconds: float = 0.0
+    legs: int = 0
+    """Sittings so far (``--resume`` starts another)."""
+    feeding: bool = False
+    """Set while a cycle writes its input: a run that died then cannot be resumed."""
+    finished: bool = False
+    rng: list[Any] = field(default_factory=list)
+    """The soak's random state (:meth:`random.Random.getstate`)."""
+    run: dict[str, Any] = field(default_factory=dict)
+    """:meth:`SoakRun.saved`."""
+
+    def save(self, workdir: Path) -> None:
+        """Write it to ``workdir`` atomically: a kill leaves the old or the new file."""
+        target = workdir / PROGRESS
+        partial = target.with_suffix(".partial")
+        partial.write_text(json.dumps(asdict(self)))
+        os.replace(partial, target)
+
+    @classmethod
+    def load(cls, workdir: Path, path: str) -> Progress:
+        """The paused run of ``path`` in ``workdir``; :class:`SoakError` if it cannot go on."""
+        target = workdir / PROGRESS
+        if not target.is_file():
+            msg = f"{target} does not exist: --resume needs the --workdir of a paused soak"
+            raise SoakError(msg)
+        try:
+            progress = cls(**json.loads(target.read_text()))
+        except (ValueError, TypeError) as exc:
+            msg = f"{target} is not a soak's progress ({exc}); start a new soak elsewhere"
+            raise SoakError(msg) from exc
+        problem = (
+            f"it is a soak of path {progress.path!r}, not {path!r}"
+            if progress.path != path
+            else "that run has finished and reported"
+            if progress.finished
+            else f"it died while writing the input of cycle {progress.done + 1}, which is partial"
+            if progress.feeding
+            else ""
+        )
+        if problem:
+            msg = f"cannot resume the soak in {workdir}: {problem}; start a new soak elsewhere"
+            raise SoakError(msg)
+        return progress
+
 
 def counts(seqs: Iterable[int], expected: range, **extra: int) -> dict[str, int]:
     """The figures :meth:`SoakRun.check` reports, from the sequence numbers read back."""
@@ -162,7 +253,13 @@ def _key(seq: int) -> str:
 class Soak:
     """The folders, input and checks of one soak run of a files-fed path (:data:`PATHS`)."""
 
-    def __init__(self, name: str, workdir: Path, rng: random.Random) -> None:
+    def __init__(
+        self,
+        name: str,
+        workdir: Path,
+        rng: random.Random,
+        saved: Mapping[str, Any] | None = None,
+    ) -> None:
         self.name = name
         self.path = PATHS[name]
         self.rng = rng
@@ -172,12 +269,20 @@ class Soak:
         self.state = workdir / "state"
         self.checkpoints = Spellings(self.checkpoint)
         self.states = Spellings(self.state)
-        self.files = 0
-        self.source.mkdir(parents=True)
+        resumed_spellings(saved, checkpoint=self.checkpoints, state=self.states)
+        self.files = int(saved["files"]) if saved else 0
+        self.source.mkdir(parents=True, exist_ok=saved is not None)
 
     @property
     def job(self) -> Path:
         return script(self.path.job)
+
+    def saved(self) -> dict[str, Any]:
+        return {
+            "files": self.files,
+            "checkpoint_starts": self.checkpoints.starts,
+            "state_starts": self.states.starts,
+        }
 
     def feed(self) -> None:
         """Add one cycle's input files (seq, text, key), named so they sort in order."""
@@ -254,48 +359,85 @@ def arm(run: SoakRun, rng: random.Random) -> Kill:
 
 
 def soak(
-    name: str,
     run: SoakRun,
-    cycles: int,
+    progress: Progress,
     workdir: Path,
     rng: random.Random,
     *,
     minutes: float | None = None,
+    pause: bool = False,
 ) -> dict[str, object]:
-    """Run ``cycles`` kill/restart cycles of ``run`` in ``workdir``; the counts.
+    """One sitting of the kill/restart cycles of ``run`` in ``workdir``, from ``progress``;
+    the report (the counts, or ``paused``).
 
-    ``minutes`` stops starting new cycles once that much time has passed (the
-    report gives the cycles actually run).
+    ``minutes`` stops starting new cycles once that much time has passed, after
+    at least one (the report gives the cycles actually run); with ``pause`` the run then stops
+    where it stands, its progress saved for a later sitting, instead of
+    finishing.
 
     A cycle is one start: it feeds input and runs the job armed with a kill
     (:func:`arm`). The next cycle's start recovers the crash, with more input
     waiting; a run the kill misses simply completes. After the last cycle the
     job runs unarmed until it has processed everything.
     """
-    kills = done = 0
-    started = time.monotonic()
+    name, leg = progress.path, progress.legs
+    progress.legs += 1
+    started, before = time.monotonic(), progress.seconds
     deadline = started + minutes * 60 if minutes is not None else float("inf")
-    with CrashHarness(workdir / "harness", seed=rng.randrange(1 << 30)) as harness:
-        for cycle in range(cycles):
-            if time.monotonic() > deadline:
-                break
-            done += 1
+
+    def save() -> None:
+        progress.seconds = round(before + time.monotonic() - started, 1)
+        progress.rng = list(rng.getstate())
+        progress.run = run.saved()
+        progress.save(workdir)
+
+    # Fault markers fire once per folder, so every sitting gets its own harness folder.
+    folder = workdir / ("harness" if leg == 0 else f"harness-{leg}")
+    with CrashHarness(folder, seed=rng.randrange(1 << 30)) as harness:
+        save()
+        first = progress.done
+        while progress.done < progress.cycles and (
+            progress.done == first or time.monotonic() <= deadline
+        ):
+            progress.feeding = True
+            save()
             run.feed()
-            record = harness.attempt(run.job, run.args(cycle), arm(run, rng))
-            kills += record.killed
-            logger.info("soak %s: cycle %d/%d, %d kills", name, cycle + 1, cycles, kills)
+            progress.feeding = False
+            progress.done += 1
+            save()
+            record = harness.attempt(run.job, run.args(progress.done - 1), arm(run, rng))
+            progress.kills += record.killed
+            save()
+            logger.info(
+                "soak %s: cycle %d/%d, %d kills",
+                name,
+                progress.done,
+                progress.cycles,
+                progress.kills,
+            )
+        if pause and progress.done < progress.cycles:
+            logger.info("soak %s: paused; resume with --resume --workdir %s", name, workdir)
+            return {
+                "path": name,
+                "paused": True,
+                "cycles": progress.done,
+                "of": progress.cycles,
+                "kills": progress.kills,
+                "legs": progress.legs,
+                "seconds": progress.seconds,
+            }
         harness.run(run.job, run.args)
-    return {
-        "path": name,
-        "cycles": done,
-        "kills": kills,
-        **run.check(),
-        "seconds": round(time.monotonic() - started, 1),
-    }
+    report = {"path": name, "cycles": progress.done, "kills": progress.kills, **run.check()}
+    progress.finished = True
+    save()
+    return {**report, "legs": progress.legs, "seconds": progress.seconds}
 
 
-RunFactory = Callable[[str, Path, random.Random], AbstractContextManager[SoakRun]]
-"""Builds path ``name``'s run in a work folder; a context manager so it may own services."""
+RunFactory = Callable[
+    [str, Path, random.Random, Mapping[str, Any] | None], AbstractContextManager[SoakRun]
+]
+"""Builds path ``name``'s run in a work folder, new or from what :meth:`SoakRun.saved` gave
+(a resumed run); a context manager so it may own services."""
 
 
 def _exit(signum: int, frame: object) -> None:
@@ -327,13 +469,27 @@ def run_cli(
     """
     parser = argparse.ArgumentParser(prog=prog)
     parser.add_argument("path", choices=sorted(paths))
-    parser.add_argument("--cycles", type=int, default=20)
+    parser.add_argument(
+        "--cycles", type=int, help="cycles in all (default 20; on --resume, the paused run's)"
+    )
     parser.add_argument("--workdir", type=Path, help="kept afterwards (default: a temp folder)")
     parser.add_argument("--seed", type=int)
     parser.add_argument(
-        "--minutes", type=float, help="start no cycle after this long (the report counts the run)"
+        "--minutes",
+        type=float,
+        help="start no cycle after this long, but at least one (the report counts the run)",
+    )
+    parser.add_argument(
+        "--pause",
+        action="store_true",
+        help="when --minutes ends the sitting before the last cycle, keep the run for --resume",
+    )
+    parser.add_argument(
+        "--resume", action="store_true", help="go on with the paused run in --workdir"
     )
     options = parser.parse_args(argv)
+    if options.resume and options.workdir is None:
+        parser.error("--resume needs the --workdir of the paused soak")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     rng = random.Random(options.seed)
     with (
@@ -341,20 +497,49 @@ def run_cli(
         tempfile.TemporaryDirectory(prefix="firesteel-soak-") as scratch,
     ):
         workdir = options.workdir or Path(scratch)
-        with factory(options.path, workdir, rng) as run:
-            report = soak(options.path, run, options.cycles, workdir, rng, minutes=options.minutes)
+        try:
+            progress = _progress(options, workdir, rng)
+            with factory(options.path, workdir, rng, progress.run or None) as run:
+                report = soak(
+                    run, progress, workdir, rng, minutes=options.minutes, pause=options.pause
+                )
+        except SoakError as exc:
+            parser.error(str(exc))
     sys.stdout.write(json.dumps(report) + "\n")
+    if report.get("paused"):
+        return PAUSED
     # Every count check() reports is a count of wrong records, except the total.
-    failures = report.keys() - {"path", "cycles", "kills", "records", "seconds"}
+    failures = report.keys() - {"path", "cycles", "kills", "records", "legs", "seconds"}
     failed = any(report[k] for k in failures)
     return 1 if failed else 0
+
+
+def _progress(options: argparse.Namespace, workdir: Path, rng: random.Random) -> Progress:
+    """The run to go on with (``--resume``, its random state restored into ``rng``) or a new
+    one, in a folder holding no other."""
+    if options.resume:
+        progress = Progress.load(workdir, options.path)
+        try:
+            rng.setstate((progress.rng[0], tuple(progress.rng[1]), progress.rng[2]))
+        except (IndexError, TypeError, ValueError) as exc:
+            msg = f"{workdir / PROGRESS} holds no random state to go on with ({exc})"
+            raise SoakError(msg) from exc
+        if options.cycles is not None:
+            progress.cycles = options.cycles
+        return progress
+    if (workdir / PROGRESS).exists():
+        msg = f"{workdir} holds a soak already ({PROGRESS}): pass --resume or another --workdir"
+        raise SoakError(msg)
+    return Progress(options.path, 20 if options.cycles is None else options.cycles)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m firesteel.testing.soak`` (see the module docs)."""
 
-    def factory(name: str, workdir: Path, rng: random.Random) -> AbstractContextManager[SoakRun]:
-        return nullcontext(Soak(name, workdir, rng))
+    def factory(
+        name: str, workdir: Path, rng: random.Random, saved: Mapping[str, Any] | None
+    ) -> AbstractContextManager[SoakRun]:
+        return nullcontext(Soak(name, workdir, rng, saved))
 
     return run_cli("python -m firesteel.testing.soak", list(PATHS), factory, argv)
 

@@ -31,7 +31,8 @@ class Spellings:
             str(link),
             f"file://{folder}",
         )
-        self._starts = 0
+        self.starts = 0
+        """Starts spelled so far by :meth:`next` (a resumed soak sets it back)."""
 
     def __call__(self, run: int) -> str:
         """Restart ``run``'s spelling: consecutive runs never share one."""
@@ -39,6 +40,6 @@ class Spellings:
 
     def next(self) -> str:
         """The spelling of the next start, across calls: a soak's restarts cycle through all."""
-        spelling = self(self._starts)
-        self._starts += 1
+        spelling = self(self.starts)
+        self.starts += 1
         return spelling

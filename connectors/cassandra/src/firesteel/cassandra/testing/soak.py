@@ -27,17 +27,17 @@ from __future__ import annotations
 import contextlib
 import random
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from firesteel.cassandra.testing import cassandra_cluster, connect
+from firesteel.cassandra.testing import HOSTS_ENV, cassandra_cluster, connect
 from firesteel.cassandra.wal import MID_SEND
 from firesteel.sinks.write_ahead import AFTER_SEND
-from firesteel.testing.soak import SoakRun, counts, run_cli
+from firesteel.testing.soak import SoakError, SoakRun, counts, resumed_spellings, run_cli
 from firesteel.testing.spellings import Spellings
 
 SINK_JOB = Path(__file__).with_name("sink_job.py")
@@ -67,7 +67,12 @@ class CassandraSoak:
     """Input files, restarts and the final count of one Cassandra soak run (a :class:`SoakRun`)."""
 
     def __init__(
-        self, mode: str, address: tuple[str, int], workdir: Path, rng: random.Random
+        self,
+        mode: str,
+        address: tuple[str, int],
+        workdir: Path,
+        rng: random.Random,
+        saved: Mapping[str, Any] | None = None,
     ) -> None:
         self.mode = mode
         self.host, self.port = address
@@ -75,9 +80,14 @@ class CassandraSoak:
         self.source = workdir / "in"
         self.checkpoint = workdir / "ck"
         self.checkpoints = Spellings(self.checkpoint)
+        resumed_spellings(saved, checkpoint=self.checkpoints)
+        self.source.mkdir(parents=True, exist_ok=saved is not None)
+        if saved is not None:
+            self.table, self.files = saved["table"], int(saved["files"])
+            self._check_table()
+            return
         self.table = f"soak_{mode}_{rng.randrange(1 << 30)}"
         self.files = 0
-        self.source.mkdir(parents=True)
         with self._session() as session:
             session.execute(
                 f"CREATE KEYSPACE IF NOT EXISTS {KEYSPACE} WITH replication = "
@@ -92,6 +102,25 @@ class CassandraSoak:
             yield session
         finally:
             session.cluster.shutdown()
+
+    def _check_table(self) -> None:
+        """A resumed run's table must still be on the cluster (the test server keeps none)."""
+        with self._session() as session:
+            keyspace = session.cluster.metadata.keyspaces.get(KEYSPACE)
+        if keyspace is None or self.table not in keyspace.tables:
+            msg = (
+                f"the paused run's table {KEYSPACE}.{self.table} is not on the cluster at "
+                f"{self.host}:{self.port}; the test server keeps its tables in memory, so resume "
+                f"only a soak that ran on the cluster {HOSTS_ENV} names"
+            )
+            raise SoakError(msg)
+
+    def saved(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "files": self.files,
+            "checkpoint_starts": self.checkpoints.starts,
+        }
 
     @property
     def job(self) -> Path:
@@ -130,9 +159,11 @@ class CassandraSoak:
 
 
 @contextlib.contextmanager
-def _cassandra_run(mode: str, workdir: Path, rng: random.Random) -> Iterator[SoakRun]:
+def _cassandra_run(
+    mode: str, workdir: Path, rng: random.Random, saved: Mapping[str, Any] | None
+) -> Iterator[SoakRun]:
     with cassandra_cluster() as address:
-        yield CassandraSoak(mode, address, workdir, rng)
+        yield CassandraSoak(mode, address, workdir, rng, saved)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

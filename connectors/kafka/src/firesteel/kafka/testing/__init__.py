@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -156,6 +157,34 @@ log.retention.ms=-1
 which a 7-day retention would delete within one check interval of their write."""
 
 
+def _ports(config: Path) -> tuple[int, int]:
+    """The broker and controller ports of a config :data:`_SERVER_PROPERTIES` wrote."""
+    found = re.search(
+        r"^listeners=PLAINTEXT://127\.0\.0\.1:(\d+),CONTROLLER://127\.0\.0\.1:(\d+)$",
+        config.read_text(),
+        re.MULTILINE,
+    )
+    if found is None:
+        msg = f"{config} names no listeners this module wrote; remove its folder to start afresh"
+        raise RuntimeError(msg)
+    return int(found[1]), int(found[2])
+
+
+def _format(bin_dir: Path, config: Path, env: dict[str, str], timeout: float) -> None:
+    """Format the log dir of ``config`` for a new single-node KRaft cluster."""
+    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    formatted = subprocess.run(
+        [str(bin_dir / "kafka-storage.sh"), "format", "-t", cluster_id, "-c", str(config)],
+        env=env,
+        capture_output=True,
+        timeout=timeout,
+        check=False,
+    )
+    if formatted.returncode != 0:
+        msg = f"kafka-storage.sh format failed: {formatted.stderr.decode()[-2000:]}"
+        raise RuntimeError(msg)
+
+
 @dataclass
 class ApacheKafkaBroker:
     """A single-node KRaft Apache Kafka broker from ``KAFKA_HOME``; :meth:`stop` ends it by PID."""
@@ -163,6 +192,8 @@ class ApacheKafkaBroker:
     port: int
     process: subprocess.Popen[bytes]
     workdir: Path
+    owned: bool = True
+    """Whether :meth:`stop` removes ``workdir`` (a temp folder of :meth:`start`'s)."""
 
     @property
     def bootstrap(self) -> str:
@@ -170,8 +201,15 @@ class ApacheKafkaBroker:
         return f"127.0.0.1:{self.port}"
 
     @classmethod
-    def start(cls, home: str | Path, timeout: float = 180.0) -> ApacheKafkaBroker:
-        """Format a fresh log dir in a temp folder, start the broker, wait for its port.
+    def start(
+        cls, home: str | Path, timeout: float = 180.0, folder: Path | None = None
+    ) -> ApacheKafkaBroker:
+        """Start the broker, wait for its port.
+
+        Its config, data and logs go in ``folder``, or in a temp folder that
+        :meth:`stop` removes. A ``folder`` that already holds a broker's config
+        and formatted data is started again as it was, on the same ports, with
+        its topics and transactions (a paused soak resumes on it).
 
         Needs Java 11+ on ``PATH``. ``KAFKA_HEAP_OPTS`` overrides the heap
         (default ``-Xmx768M -Xms256M``). Raises :class:`RuntimeError` naming
@@ -181,12 +219,15 @@ class ApacheKafkaBroker:
         if not (bin_dir / "kafka-server-start.sh").is_file():
             msg = f"{KAFKA_HOME_ENV}={home} holds no bin/kafka-server-start.sh (Apache Kafka 3.x)"
             raise RuntimeError(msg)
-        workdir = Path(tempfile.mkdtemp(prefix="firesteel-kafka-"))
-        port, controller = free_port(), free_port()
-        while controller == port:
-            controller = free_port()
-        (workdir / "logs").mkdir()
+        workdir = folder or Path(tempfile.mkdtemp(prefix="firesteel-kafka-"))
         config = workdir / "server.properties"
+        if config.is_file():
+            port, controller = _ports(config)
+        else:
+            port, controller = free_port(), free_port()
+            while controller == port:
+                controller = free_port()
+        (workdir / "logs").mkdir(parents=True, exist_ok=True)
         config.write_text(
             _SERVER_PROPERTIES.format(port=port, controller=controller, data=workdir / "data")
         )
@@ -195,17 +236,8 @@ class ApacheKafkaBroker:
             "LOG_DIR": str(workdir / "logs"),
             "KAFKA_HEAP_OPTS": os.environ.get("KAFKA_HEAP_OPTS", "-Xmx768M -Xms256M"),
         }
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        formatted = subprocess.run(
-            [str(bin_dir / "kafka-storage.sh"), "format", "-t", cluster_id, "-c", str(config)],
-            env=env,
-            capture_output=True,
-            timeout=timeout,
-            check=False,
-        )
-        if formatted.returncode != 0:
-            msg = f"kafka-storage.sh format failed: {formatted.stderr.decode()[-2000:]}"
-            raise RuntimeError(msg)
+        if not (workdir / "data" / "meta.properties").is_file():
+            _format(bin_dir, config, env, timeout)
         log = workdir / "logs" / "broker.out"
         with log.open("wb") as out:
             # kafka-server-start.sh execs java, so the PID is the broker JVM's.
@@ -217,7 +249,7 @@ class ApacheKafkaBroker:
                 env=env,
                 start_new_session=True,
             )
-        broker = cls(port, process, workdir)
+        broker = cls(port, process, workdir, owned=folder is None)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if process.poll() is not None:
@@ -231,7 +263,8 @@ class ApacheKafkaBroker:
         raise RuntimeError(msg)
 
     def stop(self, grace: float = 30.0) -> None:
-        """SIGTERM the broker by PID, SIGKILL after ``grace`` seconds; remove its temp folder."""
+        """SIGTERM the broker by PID, SIGKILL after ``grace`` seconds; remove its temp folder
+        (a folder given to :meth:`start` stays)."""
         if self.process.poll() is None:
             os.kill(self.process.pid, signal.SIGTERM)
             try:
@@ -239,7 +272,8 @@ class ApacheKafkaBroker:
             except subprocess.TimeoutExpired:
                 os.kill(self.process.pid, signal.SIGKILL)
                 self.process.wait(10)
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        if self.owned:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 def broker_kind() -> str:
@@ -251,8 +285,12 @@ def broker_kind() -> str:
 
 
 @contextlib.contextmanager
-def kafka_cluster() -> Iterator[str]:
+def kafka_cluster(folder: Path | None = None) -> Iterator[str]:
     """Yield a bootstrap address (see the module docs for which broker) and stop what it started.
+
+    ``folder`` keeps an Apache Kafka broker's config, data and logs, and a
+    broker started on it again finds its topics (see :meth:`ApacheKafkaBroker.start`);
+    tansu keeps its data in memory whatever ``folder`` says.
 
     Sets ``FIRESTEEL_KAFKA_BROKER`` to ``kafka`` or ``tansu`` while the
     cluster is up, so jobs started as subprocesses know which broker they face.
@@ -263,7 +301,7 @@ def kafka_cluster() -> Iterator[str]:
     if existing:
         address, kind = existing, "kafka"
     elif home:
-        broker = ApacheKafkaBroker.start(home)
+        broker = ApacheKafkaBroker.start(home, folder=folder)
         address, kind = broker.bootstrap, "kafka"
     else:
         broker = LocalBroker.start()

@@ -3,14 +3,18 @@
 Usage::
 
     python -m firesteel.kafka.testing.soak {map,state} --cycles N [--workdir DIR] [--seed S]
+    python -m firesteel.kafka.testing.soak {map,state} --resume --workdir DIR  # a paused run
 
 - ``map``: Kafka -> map -> Kafka exactly-once (``scripts/map_job.py``);
 - ``state``: Kafka -> keyed rank per key (filesystem backend) -> Kafka
   exactly-once (``scripts/state_job.py``).
 
 The broker is :func:`~firesteel.kafka.testing.kafka_cluster`'s: the cluster
-``FIRESTEEL_KAFKA_BOOTSTRAP`` names, else a real broker from ``KAFKA_HOME``,
-else tansu (with the marker log the sink needs there). Both paths run in the
+``FIRESTEEL_KAFKA_BOOTSTRAP`` names, else a real broker from ``KAFKA_HOME``
+(its data in ``WORKDIR/broker``, so a paused run resumes on a restarted
+broker with its topics and transactions: see ``--pause`` in
+:mod:`firesteel.testing.soak`), else tansu (with the marker log the sink
+needs there; it keeps nothing, so a run on tansu cannot be resumed). Both paths run in the
 default configuration on Apache Kafka (consumer-group markers only).
 
 Every cycle produces :data:`RECORDS_PER_CYCLE` sequence-numbered records
@@ -33,8 +37,9 @@ import contextlib
 import itertools
 import random
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from firesteel.kafka.testing import (
     broker_kind,
@@ -44,7 +49,7 @@ from firesteel.kafka.testing import (
     read_committed,
 )
 from firesteel.kafka.testing.scripts import script
-from firesteel.testing.soak import SoakRun, counts, run_cli
+from firesteel.testing.soak import SoakError, SoakRun, counts, resumed_spellings, run_cli
 from firesteel.testing.spellings import Spellings
 
 RECORDS_PER_CYCLE = 240
@@ -74,17 +79,54 @@ POINTS = {
 class KafkaSoak:
     """Topics, input and the final count of one Kafka soak run (a :class:`SoakRun`)."""
 
-    def __init__(self, name: str, bootstrap: str, workdir: Path, rng: random.Random) -> None:
+    def __init__(
+        self,
+        name: str,
+        bootstrap: str,
+        workdir: Path,
+        rng: random.Random,
+        saved: Mapping[str, Any] | None = None,
+    ) -> None:
         self.name = name
         self.bootstrap = bootstrap
         self.rng = rng
-        self.source = create_topic(bootstrap, PARTITIONS)
-        self.target = create_topic(bootstrap, PARTITIONS)
-        self.marker_log = [] if broker_kind() == "kafka" else [create_topic(bootstrap, 1)]
         self.checkpoint = workdir / "ck"
         self.checkpoints = Spellings(self.checkpoint)
         self.states = Spellings(workdir / "state")
-        self.records = 0
+        resumed_spellings(saved, checkpoint=self.checkpoints, state=self.states)
+        if saved is None:
+            self.source = create_topic(bootstrap, PARTITIONS)
+            self.target = create_topic(bootstrap, PARTITIONS)
+            self.marker_log = [] if broker_kind() == "kafka" else [create_topic(bootstrap, 1)]
+            self.records = 0
+        else:
+            self.source, self.target = saved["source"], saved["target"]
+            self.marker_log = list(saved["marker_log"])
+            self.records = int(saved["records"])
+            self._check_topics()
+
+    def _check_topics(self) -> None:
+        """A resumed run's topics must still be on the broker (tansu keeps none)."""
+        from confluent_kafka.admin import AdminClient
+
+        listed = AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=30).topics
+        missing = [t for t in (self.source, self.target, *self.marker_log) if t not in listed]
+        if missing:
+            msg = (
+                f"the paused run's topics {missing} are not on the broker at {self.bootstrap}; "
+                "resume on the broker of its --workdir (KAFKA_HOME) or the cluster it ran on"
+            )
+            raise SoakError(msg)
+
+    def saved(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "target": self.target,
+            "marker_log": self.marker_log,
+            "records": self.records,
+            "checkpoint_starts": self.checkpoints.starts,
+            "state_starts": self.states.starts,
+        }
 
     @property
     def job(self) -> Path:
@@ -141,9 +183,11 @@ def misranked_per_partition(ranked: list[list[str]]) -> int:
 
 
 @contextlib.contextmanager
-def _kafka_run(name: str, workdir: Path, rng: random.Random) -> Iterator[SoakRun]:
-    with kafka_cluster() as bootstrap:
-        yield KafkaSoak(name, bootstrap, workdir, rng)
+def _kafka_run(
+    name: str, workdir: Path, rng: random.Random, saved: Mapping[str, Any] | None
+) -> Iterator[SoakRun]:
+    with kafka_cluster(workdir / "broker") as bootstrap:
+        yield KafkaSoak(name, bootstrap, workdir, rng, saved)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
