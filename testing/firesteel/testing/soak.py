@@ -166,9 +166,10 @@ class SoakRun(Protocol):
 def resumed_spellings(saved: Mapping[str, Any] | None, **spellings: Spellings) -> None:
     """Set each of ``spellings`` to the starts ``saved`` recorded under its name, so the
     first start of a resumed run spells its folder otherwise than the last one before."""
+    if saved is None:
+        return
     for name, spelling in spellings.items():
-        if saved is not None:
-            spelling.starts = int(saved[f"{name}_starts"])
+        spelling.starts = int(saved[f"{name}_starts"])
 
 
 @dataclass
