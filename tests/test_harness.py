@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import psutil
@@ -202,6 +203,28 @@ def test_a_soak_that_cannot_resume_says_why_before_starting_anything(
     assert exited.value.code == 2
     assert error in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == (["soak.json"] if saved else [])
+
+
+def test_a_saved_run_missing_a_key_names_the_file_and_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from firesteel.testing.soak import main
+
+    state = random.Random(1).getstate()
+    saved = {
+        "path": "files",
+        "cycles": 5,
+        "done": 2,
+        "rng": list(state),
+        "run": {"checkpoint_starts": 3, "state_starts": 3},
+    }
+    (tmp_path / "soak.json").write_text(json.dumps(saved))
+    with pytest.raises(SystemExit) as exited:
+        main(["files", "--resume", "--workdir", str(tmp_path)])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'soak.json'} has no 'files' in its run section" in err
+    assert "Traceback" not in err
 
 
 def test_resume_needs_a_workdir(capsys: pytest.CaptureFixture[str]) -> None:

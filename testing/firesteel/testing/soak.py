@@ -163,6 +163,22 @@ class SoakRun(Protocol):
         ...
 
 
+class SavedRun(dict[str, Any]):
+    """A paused run's :meth:`SoakRun.saved`, read back from ``source``: a key it lacks is a
+    :class:`SoakError` naming the file, not a ``KeyError`` from deep in a factory."""
+
+    def __init__(self, saved: Mapping[str, Any], source: Path) -> None:
+        super().__init__(saved)
+        self.source = source
+
+    def __missing__(self, key: str) -> Any:
+        msg = (
+            f"{self.source} has no {key!r} in its run section (another firesteel version "
+            "wrote it, or it was edited); start a new soak elsewhere"
+        )
+        raise SoakError(msg)
+
+
 def resumed_spellings(saved: Mapping[str, Any] | None, **spellings: Spellings) -> None:
     """Set each of ``spellings`` to the starts ``saved`` recorded under its name, so the
     first start of a resumed run spells its folder otherwise than the last one before."""
@@ -500,7 +516,8 @@ def run_cli(
         workdir = options.workdir or Path(scratch)
         try:
             progress = _progress(options, workdir, rng)
-            with factory(options.path, workdir, rng, progress.run or None) as run:
+            saved = SavedRun(progress.run, workdir / PROGRESS) if progress.run else None
+            with factory(options.path, workdir, rng, saved) as run:
                 report = soak(
                     run, progress, workdir, rng, minutes=options.minutes, pause=options.pause
                 )
