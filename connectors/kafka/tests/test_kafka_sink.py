@@ -145,7 +145,9 @@ def _sink(bootstrap: str, topic: str, **extra: str) -> KafkaExactlyOnceSink:
     raw = {"kafka.bootstrap.servers": bootstrap, "topic": topic, "guarantee": "exactly-once"}
     raw.update(extra)
     options = parse_options(KafkaSinkOptions, raw, passthrough_prefixes=PASSTHROUGH)
-    return KafkaExactlyOnceSink(options, sink_id="fence-test")
+    # One sink id per topic, so per test: tests on one broker share no transactional id or
+    # marker group, and none meets a transaction another test left behind.
+    return KafkaExactlyOnceSink(options, sink_id=f"fence-{topic}")
 
 
 def _batch(prefix: str, rows: int = 5) -> pa.RecordBatch:
@@ -279,9 +281,35 @@ def test_init_transactions_retries_are_bounded_and_name_the_transactional_id():
     sink = _sink(f"127.0.0.1:{free_port()}", "t", **{"retry.timeout.ms": "3000"})
     scope = TaskScope(query_id="q", batch_id=2, partition_id=1, attempt=0)
     began = time.monotonic()
-    with pytest.raises(SinkError, match=r"firesteel-fence-test-1 batch 2: init_transactions"):
+    with pytest.raises(SinkError, match=r"firesteel-fence-t-1 batch 2: init_transactions"):
         sink.write_partition(scope, iter([_batch("x")]))
     assert time.monotonic() - began < 60
+
+
+class _MarkerReads:
+    """A marker consumer whose ``committed()`` reply carries the given partition errors
+    first (as librdkafka returns an error the broker gives for one partition), then the
+    marker of batch 3. No broker here returns such errors on demand."""
+
+    def __init__(self, *errors: object) -> None:
+        self.errors = list(errors)
+
+    def committed(self, partitions: list[object], timeout: float) -> list[object]:
+        from types import SimpleNamespace
+
+        error = self.errors.pop(0) if self.errors else None
+        return [SimpleNamespace(offset=-1001 if error else 4, metadata=None, error=error)]
+
+
+def test_a_marker_read_with_a_partition_error_is_never_taken_for_no_marker():
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+    partition = TopicPartition("t", 0)
+    loading = _MarkerReads(KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS))
+    assert sink_module._committed_marker(loading, partition, 10).offset == 4
+    denied = _MarkerReads(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED))
+    with pytest.raises(KafkaException, match="GROUP_AUTHORIZATION_FAILED"):
+        sink_module._committed_marker(denied, partition, 10)
 
 
 def test_a_sink_id_shared_by_two_queries_is_refused(bootstrap):
@@ -297,7 +325,7 @@ def test_a_sink_id_shared_by_two_queries_is_refused(bootstrap):
     )
     other = TaskScope(query_id="query-b", batch_id=0, partition_id=0, attempt=0)
     with pytest.raises(
-        ConfigError, match=r"sink\.id 'fence-test' is already used by query query-a"
+        ConfigError, match=rf"sink\.id 'fence-{topic}' is already used by query query-a"
     ):
         sink.write_partition(other, iter([_batch("c")]))
     values = read_log(bootstrap, topic).values

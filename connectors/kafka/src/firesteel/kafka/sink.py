@@ -137,6 +137,10 @@ def _committed_marker(consumer: Any, partition: Any, timeout: float) -> Any:
     librdkafka returns ``NOT_COORDINATOR`` from ``committed()`` instead of
     retrying it while a fresh broker is still creating ``__consumer_offsets``
     or a coordinator moves; those are waited out, anything else is raised.
+    An error the broker gives for the partition alone comes back on the
+    returned partition, whose offset then says nothing: it is raised (or
+    waited out) the same way, never read as "no marker", which would write a
+    committed batch again.
     """
     from confluent_kafka import KafkaException
 
@@ -144,7 +148,10 @@ def _committed_marker(consumer: Any, partition: Any, timeout: float) -> Any:
     while True:
         left = deadline - time.monotonic()
         try:
-            return consumer.committed([partition], timeout=max(left, 0.5))[0]
+            (marker,) = consumer.committed([partition], timeout=max(left, 0.5))
+            if marker.error is not None:
+                raise KafkaException(marker.error)
+            return marker
         except KafkaException as exc:
             error = exc.args[0]
             not_ready = error.retriable() or error.name() in _COORDINATOR_NOT_READY
