@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 import psutil
@@ -205,26 +206,58 @@ def test_a_soak_that_cannot_resume_says_why_before_starting_anything(
     assert sorted(p.name for p in tmp_path.iterdir()) == (["soak.json"] if saved else [])
 
 
-def test_a_saved_run_missing_a_key_names_the_file_and_the_key(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("run", "error"),
+    [
+        ({"checkpoint_starts": 3, "state_starts": 3}, "has no 'files' in its run section"),
+        (
+            {"checkpoint_starts": 3, "state_starts": 3, "files": "two"},
+            "has 'two', not a whole number, as 'files' in its run section",
+        ),
+        (
+            {"checkpoint_starts": None, "state_starts": 3, "files": 2},
+            "has None, not a whole number, as 'checkpoint_starts' in its run section",
+        ),
+        (
+            {"checkpoint_starts": 3, "state_starts": True, "files": 2},
+            "has True, not a whole number, as 'state_starts' in its run section",
+        ),
+    ],
+)
+def test_a_saved_run_missing_a_key_or_holding_a_wrong_type_names_the_file_and_the_key(
+    run: dict[str, object], error: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from firesteel.testing.soak import main
 
     state = random.Random(1).getstate()
-    saved = {
-        "path": "files",
-        "cycles": 5,
-        "done": 2,
-        "rng": list(state),
-        "run": {"checkpoint_starts": 3, "state_starts": 3},
-    }
+    saved = {"path": "files", "cycles": 5, "done": 2, "rng": list(state), "run": run}
     (tmp_path / "soak.json").write_text(json.dumps(saved))
     with pytest.raises(SystemExit) as exited:
         main(["files", "--resume", "--workdir", str(tmp_path)])
     assert exited.value.code == 2
     err = capsys.readouterr().err
-    assert f"{tmp_path / 'soak.json'} has no 'files' in its run section" in err
+    assert f"{tmp_path / 'soak.json'} {error}" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "error"),
+    [
+        ("source", 7, "has 7, not a name, as 'source'"),
+        ("source", "", "has '', not a name, as 'source'"),
+        ("marker_log", "t-1", "has 't-1', not a list of names, as 'marker_log'"),
+        ("marker_log", [1], "has [1], not a list of names, as 'marker_log'"),
+    ],
+)
+def test_saved_run_names_are_checked(key: str, value: object, error: str, tmp_path: Path) -> None:
+    from firesteel.testing.soak import SavedRun, SoakError
+
+    saved = SavedRun({key: value}, tmp_path / "soak.json")
+    read = saved.names if key == "marker_log" else saved.name
+    with pytest.raises(SoakError, match=re.escape(f"{tmp_path / 'soak.json'} {error}")):
+        read(key)
+    good = SavedRun({"source": "t-1", "marker_log": ["t-2"]}, tmp_path)
+    assert (good.name("source"), good.names("marker_log")) == ("t-1", ["t-2"])
 
 
 def test_resume_needs_a_workdir(capsys: pytest.CaptureFixture[str]) -> None:

@@ -172,20 +172,43 @@ class SavedRun(dict[str, Any]):
         self.source = source
 
     def __missing__(self, key: str) -> Any:
-        msg = (
-            f"{self.source} has no {key!r} in its run section (another firesteel version "
+        raise self._unusable(key, "has no")
+
+    def number(self, key: str) -> int:
+        """The whole number saved under ``key``."""
+        value = self[key]
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self._unusable(key, f"has {value!r}, not a whole number, as")
+        return value
+
+    def name(self, key: str) -> str:
+        """The text (a topic, a table) saved under ``key``."""
+        value = self[key]
+        if not isinstance(value, str) or not value:
+            raise self._unusable(key, f"has {value!r}, not a name, as")
+        return value
+
+    def names(self, key: str) -> list[str]:
+        """The list of names saved under ``key``."""
+        value = self[key]
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise self._unusable(key, f"has {value!r}, not a list of names, as")
+        return list(value)
+
+    def _unusable(self, key: str, what: str) -> SoakError:
+        return SoakError(
+            f"{self.source} {what} {key!r} in its run section (another firesteel version "
             "wrote it, or it was edited); start a new soak elsewhere"
         )
-        raise SoakError(msg)
 
 
-def resumed_spellings(saved: Mapping[str, Any] | None, **spellings: Spellings) -> None:
+def resumed_spellings(saved: SavedRun | None, **spellings: Spellings) -> None:
     """Set each of ``spellings`` to the starts ``saved`` recorded under its name, so the
     first start of a resumed run spells its folder otherwise than the last one before."""
     if saved is None:
         return
     for name, spelling in spellings.items():
-        spelling.starts = int(saved[f"{name}_starts"])
+        spelling.starts = saved.number(f"{name}_starts")
 
 
 @dataclass
@@ -275,7 +298,7 @@ class Soak:
         name: str,
         workdir: Path,
         rng: random.Random,
-        saved: Mapping[str, Any] | None = None,
+        saved: SavedRun | None = None,
     ) -> None:
         self.name = name
         self.path = PATHS[name]
@@ -287,7 +310,7 @@ class Soak:
         self.checkpoints = Spellings(self.checkpoint)
         self.states = Spellings(self.state)
         resumed_spellings(saved, checkpoint=self.checkpoints, state=self.states)
-        self.files = int(saved["files"]) if saved else 0
+        self.files = saved.number("files") if saved else 0
         self.source.mkdir(parents=True, exist_ok=saved is not None)
 
     @property
@@ -450,9 +473,7 @@ def soak(
     return {**report, "legs": progress.legs, "seconds": progress.seconds}
 
 
-RunFactory = Callable[
-    [str, Path, random.Random, Mapping[str, Any] | None], AbstractContextManager[SoakRun]
-]
+RunFactory = Callable[[str, Path, random.Random, SavedRun | None], AbstractContextManager[SoakRun]]
 """Builds path ``name``'s run in a work folder, new or from what :meth:`SoakRun.saved` gave
 (a resumed run); a context manager so it may own services."""
 
@@ -555,7 +576,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m firesteel.testing.soak`` (see the module docs)."""
 
     def factory(
-        name: str, workdir: Path, rng: random.Random, saved: Mapping[str, Any] | None
+        name: str, workdir: Path, rng: random.Random, saved: SavedRun | None
     ) -> AbstractContextManager[SoakRun]:
         return nullcontext(Soak(name, workdir, rng, saved))
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import random
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,14 @@ import pyarrow.parquet as pq
 from firesteel.cassandra.testing import HOSTS_ENV, cassandra_cluster, connect
 from firesteel.cassandra.wal import MID_SEND
 from firesteel.sinks.write_ahead import AFTER_SEND
-from firesteel.testing.soak import SoakError, SoakRun, counts, resumed_spellings, run_cli
+from firesteel.testing.soak import (
+    SavedRun,
+    SoakError,
+    SoakRun,
+    counts,
+    resumed_spellings,
+    run_cli,
+)
 from firesteel.testing.spellings import Spellings
 
 SINK_JOB = Path(__file__).with_name("sink_job.py")
@@ -72,7 +79,7 @@ class CassandraSoak:
         address: tuple[str, int],
         workdir: Path,
         rng: random.Random,
-        saved: Mapping[str, Any] | None = None,
+        saved: SavedRun | None = None,
     ) -> None:
         self.mode = mode
         self.host, self.port = address
@@ -83,7 +90,7 @@ class CassandraSoak:
         resumed_spellings(saved, checkpoint=self.checkpoints)
         self.source.mkdir(parents=True, exist_ok=saved is not None)
         if saved is not None:
-            self.table, self.files = saved["table"], int(saved["files"])
+            self.table, self.files = saved.name("table"), saved.number("files")
             self._check_table()
             return
         self.table = f"soak_{mode}_{rng.randrange(1 << 30)}"
@@ -160,7 +167,7 @@ class CassandraSoak:
 
 @contextlib.contextmanager
 def _cassandra_run(
-    mode: str, workdir: Path, rng: random.Random, saved: Mapping[str, Any] | None
+    mode: str, workdir: Path, rng: random.Random, saved: SavedRun | None
 ) -> Iterator[SoakRun]:
     with cassandra_cluster() as address:
         yield CassandraSoak(mode, address, workdir, rng, saved)

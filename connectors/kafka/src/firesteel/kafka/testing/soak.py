@@ -37,7 +37,7 @@ import contextlib
 import itertools
 import random
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,14 @@ from firesteel.kafka.testing import (
     read_committed,
 )
 from firesteel.kafka.testing.scripts import script
-from firesteel.testing.soak import SoakError, SoakRun, counts, resumed_spellings, run_cli
+from firesteel.testing.soak import (
+    SavedRun,
+    SoakError,
+    SoakRun,
+    counts,
+    resumed_spellings,
+    run_cli,
+)
 from firesteel.testing.spellings import Spellings
 
 RECORDS_PER_CYCLE = 240
@@ -85,7 +92,7 @@ class KafkaSoak:
         bootstrap: str,
         workdir: Path,
         rng: random.Random,
-        saved: Mapping[str, Any] | None = None,
+        saved: SavedRun | None = None,
     ) -> None:
         self.name = name
         self.bootstrap = bootstrap
@@ -100,9 +107,9 @@ class KafkaSoak:
             self.marker_log = [] if broker_kind() == "kafka" else [create_topic(bootstrap, 1)]
             self.records = 0
         else:
-            self.source, self.target = saved["source"], saved["target"]
-            self.marker_log = list(saved["marker_log"])
-            self.records = int(saved["records"])
+            self.source, self.target = saved.name("source"), saved.name("target")
+            self.marker_log = saved.names("marker_log")
+            self.records = saved.number("records")
             self._check_topics()
 
     def _check_topics(self) -> None:
@@ -184,7 +191,7 @@ def misranked_per_partition(ranked: list[list[str]]) -> int:
 
 @contextlib.contextmanager
 def _kafka_run(
-    name: str, workdir: Path, rng: random.Random, saved: Mapping[str, Any] | None
+    name: str, workdir: Path, rng: random.Random, saved: SavedRun | None
 ) -> Iterator[SoakRun]:
     with kafka_cluster(workdir / "broker") as bootstrap:
         yield KafkaSoak(name, bootstrap, workdir, rng, saved)
