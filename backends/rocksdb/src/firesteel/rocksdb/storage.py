@@ -37,7 +37,6 @@ from typing import Any
 from pyarrow import fs
 
 from firesteel.backends.storage import SnapshotStorage
-from firesteel.core.checkpoint import filesystem
 from firesteel.core.durable import atomic_output, write_atomically
 from firesteel.core.errors import CheckpointCorruptError
 from firesteel.rocksdb.manifest import (
@@ -74,8 +73,6 @@ class CheckpointStorage:
         self.operator = operator
         self.metadata = SnapshotStorage(location, operator)
         """Reads and writes ``_operator.json`` (shared with the dict backends' layout)."""
-        self._fs: fs.FileSystem | None = None
-        self._base = ""
         self._manifests: dict[str, Manifest] = {}
 
     def __getstate__(self) -> dict[str, Any]:
@@ -86,17 +83,13 @@ class CheckpointStorage:
 
     @property
     def fs(self) -> fs.FileSystem:
-        """The pyarrow filesystem (created on first use)."""
-        if self._fs is None:
-            self._fs, root = filesystem(self.location)
-            self._base = f"{root.rstrip('/')}/{self.operator}"
-        return self._fs
+        """The pyarrow filesystem (the metadata's, created on first use)."""
+        return self.metadata.fs
 
     @property
     def base(self) -> str:
         """The operator's folder on :attr:`fs`."""
-        _ = self.fs
-        return self._base
+        return self.metadata.base
 
     def path(self, relative: str) -> str:
         """The full path of a file given relative to the operator's folder."""
