@@ -12,10 +12,8 @@ and state as a run without failures, computed here from the input.
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 
-import pyarrow.compute as pc
 import pytest
 from files_helpers import write_sequence_files
 
@@ -26,12 +24,12 @@ from firesteel.testing import (
     CrashHarness,
     CrashResult,
     Spellings,
-    assert_exactly_once,
     at_point,
     at_random,
     batch_started,
 )
 from firesteel.testing.clock import clock_offset
+from firesteel.testing.ranked import assert_ranked_output, assert_ranked_state
 from firesteel.testing.scripts import script
 
 pytestmark = pytest.mark.crash
@@ -73,35 +71,11 @@ class StateJob:
 
     def check(self, result: CrashResult) -> None:
         context = f"\n{result.summary()}"
-        committed = read_committed(str(self.out))
-        records = committed.filter(pc.greater_equal(committed.column("seq"), 0))
-        assert_exactly_once(records.column("seq"), self.expected, what="output" + context)
-        fired: dict[str, list[int]] = {}
-        for row in committed.filter(pc.less(committed.column("seq"), 0)).to_pylist():
-            fired.setdefault(row["key"], []).append(-row["seq"])
-        # Every key has records in every batch: its timers of all but the last batch fire.
         batches = FILES // FILES_PER_BATCH
-        assert {k: len(set(v)) for k, v in fired.items()} == {
-            key_of(s): batches - 1 for s in self.expected
-        }, context
-        assert all(len(v) == len(set(v)) for v in fired.values()), f"a timer fired twice{context}"
-        ranks: dict[str, list[tuple[int, int]]] = {}
-        for row in records.to_pylist():
-            ranks.setdefault(row["key"], []).append((row["seq"], row["rank"]))
-        for key, pairs in ranks.items():
-            pairs.sort()
-            assert [rank for _, rank in pairs] == list(range(1, len(pairs) + 1)), key + context
-        totals = Counter(key_of(s) for s in self.expected)
-        state = read_state(f"file://{self.state}", operator="rank").to_pandas()
-        assert set(state["batch"]) == {FILES // FILES_PER_BATCH - 1}
-        timers = state[state["kind"] == "timer"]
-        assert sorted(timers["key"].str.strip('[]"')) == sorted(totals), "one pending timer per key"
-        counts = state[state["state"] == "count"]
-        stored = {
-            key.strip('[]"'): int(value)
-            for key, value in zip(counts["key"], counts["value"], strict=True)
-        }
-        assert stored == dict(totals), context
+        committed = read_committed(str(self.out))
+        assert_ranked_output(committed, self.expected, key_of, batches, context)
+        state = read_state(f"file://{self.state}", operator="rank")
+        assert_ranked_state(state, self.expected, key_of, batches, context)
 
 
 @pytest.fixture

@@ -12,11 +12,9 @@ what its retained manifests reference (the killed attempts' uploads are gone).
 from __future__ import annotations
 
 import json
-from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -28,11 +26,11 @@ from firesteel.testing import (
     CrashHarness,
     CrashResult,
     Spellings,
-    assert_exactly_once,
     at_point,
     at_random,
     batch_started,
 )
+from firesteel.testing.ranked import assert_ranked_output, assert_ranked_state
 
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(600)]
 
@@ -84,32 +82,9 @@ class RocksJob:
     def check(self, result: CrashResult) -> None:
         context = f"\n{result.summary()}"
         committed = read_committed(str(self.out))
-        records = committed.filter(pc.greater_equal(committed.column("seq"), 0))
-        assert_exactly_once(records.column("seq"), self.expected, what="output" + context)
-        fired: dict[str, list[int]] = {}
-        for row in committed.filter(pc.less(committed.column("seq"), 0)).to_pylist():
-            fired.setdefault(row["key"], []).append(-row["seq"])
-        assert {k: len(set(v)) for k, v in fired.items()} == {
-            key_of(s): BATCHES - 1 for s in self.expected
-        }, context
-        assert all(len(v) == len(set(v)) for v in fired.values()), f"a timer fired twice{context}"
-        ranks: dict[str, list[tuple[int, int]]] = {}
-        for row in records.to_pylist():
-            ranks.setdefault(row["key"], []).append((row["seq"], row["rank"]))
-        for key, pairs in ranks.items():
-            pairs.sort()
-            assert [rank for _, rank in pairs] == list(range(1, len(pairs) + 1)), key + context
-        totals = Counter(key_of(s) for s in self.expected)
-        state = read_state(f"file://{self.state}", operator="rank").to_pandas()
-        assert set(state["batch"]) == {BATCHES - 1}
-        timers = state[state["kind"] == "timer"]
-        assert sorted(timers["key"].str.strip('[]"')) == sorted(totals), "one pending timer per key"
-        counts = state[state["state"] == "count"]
-        stored = {
-            key.strip('[]"'): int(value)
-            for key, value in zip(counts["key"], counts["value"], strict=True)
-        }
-        assert stored == dict(totals), context
+        assert_ranked_output(committed, self.expected, key_of, BATCHES, context)
+        state = read_state(f"file://{self.state}", operator="rank")
+        assert_ranked_state(state, self.expected, key_of, BATCHES, context)
         self.check_storage(context)
 
     def check_storage(self, context: str) -> None:

@@ -79,6 +79,7 @@ from firesteel.testing.harness import (
     batch_started,
     next_batch,
 )
+from firesteel.testing.ranked import misranked, ranks_by_key
 from firesteel.testing.scripts import script
 from firesteel.testing.spellings import Spellings
 
@@ -277,15 +278,6 @@ def counts(seqs: Iterable[int], expected: range, **extra: int) -> dict[str, int]
     }
 
 
-def misranked(pairs_by_key: dict[str, list[tuple[int, int]]]) -> int:
-    """Records whose rank is not their position among their key's records (seq, rank) pairs."""
-    wrong = 0
-    for pairs in pairs_by_key.values():
-        pairs.sort()
-        wrong += sum(1 for index, (_, rank) in enumerate(pairs) if rank != index + 1)
-    return wrong
-
-
 def _key(seq: int) -> str:
     return f"k{(seq * 5) % KEYS}"
 
@@ -380,10 +372,7 @@ class Soak:
             table = ds.dataset(self.out, format="parquet").to_table()
             if self.name == "state":
                 table = table.filter(pc.greater_equal(table.column("seq"), 0))
-                by_key: dict[str, list[tuple[int, int]]] = {}
-                for row in table.select(["seq", "key", "rank"]).to_pylist():
-                    by_key.setdefault(row["key"], []).append((row["seq"], row["rank"]))
-                wrong = misranked(by_key)
+                wrong = misranked(ranks_by_key(table))
             seqs = table.column("seq").to_pylist()
         return counts(seqs, expected, misranked=wrong)
 
