@@ -22,8 +22,9 @@ PROBE = Path(__file__).parent / "jobs" / "memory_probe.py"
 MEMORY_CONSTANT_MB = 64
 """What a worker's RocksDB state may add to resident memory beyond ``memory_budget``.
 
-Measured with the probe at 5M keys (539 MB of state): 33 MB over a 64 MiB
-budget with universal compaction (the default; two runs); with leveled
+Measured with the probe at 5M keys (539 MB of state): 27 MB over a 64 MiB
+budget with the default options (16 MiB memtables, universal compaction; two
+runs, 2026-11-25), 33 MB with 4 MiB memtables (two runs); with leveled
 compaction 48.5 MB over a 64 MiB budget, 21 MB over a 32 MiB one (stable over
 three runs), and with a 32 MiB
 budget, 11.5 MB over 80 MB of state, 14 MB over 160 MB, 22 MB over 650 MB.
@@ -52,6 +53,22 @@ mostly allocator slack, which grows with the cache's churn
 def test_an_option_out_of_range_is_refused_by_name(field: str, value: object) -> None:
     with pytest.raises(ConfigError, match=rf"RocksDBOptions\.{field}="):
         RocksDBOptions(**{field: value})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("budget_mib", "buffers", "memtable_mib"),
+    [(64, 2, 16), (8, 2, 2), (32, 4, 4), (1024, 2, 64)],
+)
+def test_the_default_memtables_take_half_the_budget_up_to_rocksdbs_own_size(
+    budget_mib: int, buffers: int, memtable_mib: int
+) -> None:
+    options = RocksDBOptions(memory_budget=budget_mib << 20, max_write_buffers=buffers)
+    assert options.write_buffer_size == memtable_mib << 20
+    assert options == RocksDBOptions(
+        memory_budget=budget_mib << 20,
+        max_write_buffers=buffers,
+        write_buffer_size=memtable_mib << 20,
+    )
 
 
 def test_write_buffers_may_use_at_most_half_the_budget() -> None:

@@ -34,7 +34,7 @@ SAMPLE_EVERY = 25_000
 def main() -> None:
     location, local_dir, keys_text, budget_text = sys.argv[1:5]
     keys, budget = int(keys_text), int(budget_text) << 20
-    options = RocksDBOptions(memory_budget=budget, write_buffer_size=4 << 20)
+    options = RocksDBOptions(memory_budget=budget)
     backend = RocksDBBackend(location, local_dir=local_dir, retain=2, options=options)
     spec = OperatorSpec("probe", ("k",), MAX_P, 1)
     process = psutil.Process()
