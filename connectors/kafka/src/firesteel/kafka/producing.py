@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,27 +134,72 @@ def produce_all(
     """Hand every row to librdkafka, waiting for queue space when it is full.
 
     With a ``tracker``, stops with :class:`SinkError` as soon as the producer
-    turns fenced or fatal instead of calling into it again.
+    turns fenced or fatal instead of calling into it again. Its state changes
+    only in callbacks, which run inside ``poll``, so it is checked before the
+    first row and after every ``poll``.
+
+    Rows without timestamp and headers go through the positional call: keyword
+    arguments made ``produce`` about 2.5x as costly per call (1.0-1.2M against
+    2.7-3.0M calls/s into a local queue), which at 100-byte records is a large
+    part of the sink's Python time.
     """
     from confluent_kafka import KafkaException
 
     produce = producer.produce
-    for count, (topic, value, key, partition, timestamp, headers) in enumerate(args, 1):
-        while True:
-            if tracker is not None and tracker.unusable:
-                tracker.check_usable(what)
-            try:
-                produce(topic, value, key, partition, timestamp=timestamp, headers=headers)
-                break
-            except BufferError:
-                producer.poll(0.05)
-            except KafkaException as exc:
-                if tracker is None or not exc.args[0].fatal():
-                    raise
-                tracker.fatal = tracker.fatal or exc.args[0].str()
-                tracker.fenced = tracker.fenced or is_fencing(exc.args[0])
+    send: Callable[..., None]
+    if args.positional:
+        send = produce
+    else:
+
+        def send(*row: Any) -> None:
+            topic, value, key, partition, timestamp, headers = row
+            produce(topic, value, key, partition, timestamp=timestamp, headers=headers)
+
+    if tracker is not None and tracker.unusable:
+        tracker.check_usable(what)
+    for count, row in enumerate(args.rows(), 1):
+        try:
+            send(*row)
+        except BufferError:
+            _send_when_accepted(producer, send, row, tracker, what)
+        except KafkaException as exc:
+            _refused(exc, tracker, what)
         if count % POLL_EVERY == 0:
             producer.poll(0)
+            if tracker is not None and tracker.unusable:
+                tracker.check_usable(what)
+
+
+def _send_when_accepted(
+    producer: Any,
+    send: Callable[..., None],
+    row: tuple[Any, ...],
+    tracker: DeliveryTracker | None,
+    what: str,
+) -> None:
+    """The slow path of :func:`produce_all`: retry ``row`` while librdkafka's queue is full."""
+    from confluent_kafka import KafkaException
+
+    while True:
+        producer.poll(0.05)
+        if tracker is not None and tracker.unusable:
+            tracker.check_usable(what)
+        try:
+            send(*row)
+            return
+        except BufferError:
+            continue
+        except KafkaException as exc:
+            _refused(exc, tracker, what)
+
+
+def _refused(exc: Any, tracker: DeliveryTracker | None, what: str) -> None:
+    """``produce`` raised ``exc``: re-raise it, or, when fatal, raise the tracker's error."""
+    if tracker is None or not exc.args[0].fatal():
+        raise exc
+    tracker.fatal = tracker.fatal or exc.args[0].str()
+    tracker.fenced = tracker.fenced or is_fencing(exc.args[0])
+    tracker.check_usable(what)
 
 
 def flush(producer: Any, tracker: DeliveryTracker, timeout_ms: int, what: str) -> None:

@@ -27,26 +27,41 @@ UNASSIGNED = -1
 
 @dataclass
 class ProduceArgs:
-    """Per-row produce arguments of one batch, as parallel lists."""
+    """Per-row produce arguments of one batch, as parallel lists.
+
+    ``timestamps`` and ``headers`` are ``None`` when the data has no such
+    column: every row then takes librdkafka's defaults, and
+    :meth:`positional` serves the cheaper call form.
+    """
 
     topics: list[str]
     keys: list[Any]
     values: list[Any]
     partitions: list[int]
-    timestamps: list[int]
-    headers: list[Any]
+    timestamps: list[int] | None = None
+    headers: list[Any] | None = None
 
     def __len__(self) -> int:
         return len(self.values)
 
-    def __iter__(self) -> Iterator[tuple[str, Any, Any, int, int, Any]]:
+    @property
+    def positional(self) -> bool:
+        """Whether every row is ``produce(topic, value, key, partition)`` with nothing else."""
+        return self.timestamps is None and self.headers is None
+
+    def rows(self) -> Iterator[tuple[Any, ...]]:
+        """Each row's ``(topic, value, key, partition)``, plus ``(timestamp, headers)``
+        unless :attr:`positional`."""
+        if self.positional:
+            return zip(self.topics, self.values, self.keys, self.partitions, strict=True)
+        rows = len(self)
         return zip(
             self.topics,
             self.values,
             self.keys,
             self.partitions,
-            self.timestamps,
-            self.headers,
+            self.timestamps if self.timestamps is not None else [0] * rows,
+            self.headers if self.headers is not None else [None] * rows,
             strict=True,
         )
 
@@ -66,17 +81,17 @@ def _column(batch: pa.RecordBatch, name: str) -> pa.Array | None:
     return None if index < 0 else batch.column(index)
 
 
-def _timestamps(column: pa.Array | None, rows: int) -> list[int]:
+def _timestamps(column: pa.Array | None) -> list[int] | None:
     if column is None:
-        return [0] * rows
+        return None
     if pa.types.is_timestamp(column.type):
         column = column.cast(pa.timestamp("ms", tz=column.type.tz)).cast(pa.int64())
     return pc.fill_null(column.cast(pa.int64()), 0).to_pylist()
 
 
-def _headers(column: pa.Array | None, rows: int) -> list[Any]:
+def _headers(column: pa.Array | None) -> list[Any] | None:
     if column is None:
-        return [None] * rows
+        return None
     out: list[Any] = []
     for entry in column.to_pylist():
         if entry is None:
@@ -154,6 +169,6 @@ class RowExtractor:
             keys,
             values,
             partitions,
-            _timestamps(_column(batch, "timestamp"), rows),
-            _headers(_column(batch, "headers"), rows),
+            _timestamps(_column(batch, "timestamp")),
+            _headers(_column(batch, "headers")),
         )
