@@ -15,7 +15,10 @@ least 10x PySpark's ``applyInPandasWithState`` and 0.5x Spark's built-in count.
   (``key-0``, ``key-1``, ...): the raw side's neighbouring keys then shared
   cached blocks while firesteel's key-group prefix scatters them, and that
   locality made most of the read gap (value get, firesteel's options, 1M
-  keys: 0.35-0.39x in creation order, 0.78-0.82x shuffled). Each operation runs
+  keys: 0.35-0.39x in creation order, 0.78-0.82x shuffled). Both sides also
+  populate in the same order, each key's value and then its map entry (until
+  2026-11-25 the raw side wrote all values, then all map entries, which left
+  its map keys in the memtable and its value keys in SST files). Each operation runs
   twice: against rocksdict's default options (what a user would start from;
   the goal), and against an instance with firesteel's own tuned options
   (bounded block cache holding index and filters, partitioned filters, memtables
