@@ -31,7 +31,7 @@ class ProduceArgs:
 
     ``timestamps`` and ``headers`` are ``None`` when the data has no such
     column: every row then takes librdkafka's defaults, and
-    :meth:`positional` serves the cheaper call form.
+    :attr:`positional` says the cheaper call form serves every row.
     """
 
     topics: list[str]
