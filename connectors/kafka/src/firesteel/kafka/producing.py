@@ -155,7 +155,7 @@ def produce_all(
             topic, value, key, partition, timestamp, headers = row
             produce(topic, value, key, partition, timestamp=timestamp, headers=headers)
 
-    if tracker is not None and tracker.unusable:
+    if tracker is not None:
         tracker.check_usable(what)
     for count, row in enumerate(args.rows(), 1):
         try:
@@ -166,7 +166,7 @@ def produce_all(
             _refused(exc, tracker, what)
         if count % POLL_EVERY == 0:
             producer.poll(0)
-            if tracker is not None and tracker.unusable:
+            if tracker is not None:
                 tracker.check_usable(what)
 
 
@@ -182,7 +182,7 @@ def _send_when_accepted(
 
     while True:
         producer.poll(0.05)
-        if tracker is not None and tracker.unusable:
+        if tracker is not None:
             tracker.check_usable(what)
         try:
             send(*row)
