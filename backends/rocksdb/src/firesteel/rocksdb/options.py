@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from firesteel.core.errors import ConfigError
 
@@ -105,9 +105,8 @@ class RocksDBOptions:
     @property
     def memtable_size(self) -> int:
         """Bytes of one memtable: ``write_buffer_size``, or its default for this budget."""
-        size = self.write_buffer_size
-        # Never None after __post_init__, which derives and checks it.
-        return size if size is not None else 0
+        # __post_init__ replaced None by the derived default and checked it.
+        return cast(int, self.write_buffer_size)
 
     @property
     def write_buffer_bytes(self) -> int:
