@@ -170,9 +170,22 @@ def _ports(config: Path) -> tuple[int, int]:
     return int(found[1]), int(found[2])
 
 
+def _cluster_id() -> str:
+    """A random KRaft cluster id that ``kafka-storage.sh`` can take as an argument.
+
+    An id is 16 random bytes in URL-safe base64, so one in 64 starts with ``-``, which
+    the tool's argument parser reads as an option; Kafka's own ``Uuid.randomUuid``
+    draws again in that case, and so does this.
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 def _format(bin_dir: Path, config: Path, env: dict[str, str], timeout: float) -> None:
     """Format the log dir of ``config`` for a new single-node KRaft cluster."""
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    cluster_id = _cluster_id()
     formatted = subprocess.run(
         [str(bin_dir / "kafka-storage.sh"), "format", "-t", cluster_id, "-c", str(config)],
         env=env,
