@@ -14,6 +14,15 @@ same files directly.
 - The sink alone (goal, issue 12: 1.3x): Spark's own parquet source feeding
   the firesteel file sink with ``guarantee=exactly-once`` (Spark's file source
   is recognised as resettable), beside Spark's own source and sink.
+- The sink alone against the API's ceiling (goal, issue 12: 0.95x): the same
+  query into ``bench.bare`` (:mod:`benchmarks.bare`), a Python Arrow sink with
+  no protocol that writes each task's batches into one Parquet file; and, for
+  context, against pyarrow writing the same Arrow data, already in memory, to
+  Parquet files in one process (the floor of the write itself).
+- The source alone (goal, issue 12: 0.95x): ``firesteel.files`` -> Spark's
+  ``noop`` sink beside ``bench.bare``'s reader -> ``noop`` (the same files, one
+  partition per file, 64k-row batches, no file log); and, for context, beside
+  Spark's own parquet source -> ``noop``, which never leaves the JVM.
 - For context, reported without a goal: the same query through Spark's
   built-in (JVM) parquet file source and file sink, which moves no data
   through Python at all; it shows how much of the gap to pyarrow is Spark's
@@ -37,13 +46,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import count
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from benchmarks import cpu, spark
+from benchmarks import bare, cpu, spark
 from benchmarks.framework import Figure, Workload
 
 FULL_ROWS = 10_000_000
@@ -203,6 +213,79 @@ def _from_spark_source(side: str, sink: str, options: dict[str, str]) -> Figure:
     return _figure(elapsed, usage)
 
 
+def _to_noop(side: str, reader: Any) -> Figure:
+    """One AvailableNow query from ``reader`` (a ``DataStreamReader`` builder) into ``noop``."""
+    work = _DATA.fresh(side)
+    with cpu.measure() as usage:
+        started = time.perf_counter()
+        query = (
+            reader(work)
+            .writeStream.format("noop")
+            .option("checkpointLocation", str(work / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        elapsed = time.perf_counter() - started
+    rows = sum(progress["numInputRows"] for progress in query.recentProgress)
+    if rows != _DATA.rows:
+        msg = f"bench_files: {side} read {rows} rows of {_DATA.rows}"
+        raise RuntimeError(msg)
+    return _figure(elapsed, usage)
+
+
+def firesteel_source_alone() -> Figure:
+    """``firesteel.files`` -> ``noop``: the source alone."""
+    session = spark.session()
+    return _to_noop(
+        "firesteel-noop",
+        lambda work: (
+            session.readStream.format("firesteel.files")
+            .option("format", "parquet")
+            .option("log.path", str(work / "source-log"))
+            .load(str(_DATA.input))
+        ),
+    )
+
+
+def bare_source_alone() -> Figure:
+    """``bench.bare`` -> ``noop``: a Python streaming source with no protocol."""
+    session = spark.session()
+    bare.register(session)
+    return _to_noop(
+        "bare-noop",
+        lambda work: session.readStream.format(bare.NAME).option("path", str(_DATA.input)).load(),
+    )
+
+
+def spark_source_alone() -> Figure:
+    """Spark's own parquet source -> ``noop``."""
+    session = spark.session()
+    schema = session.read.parquet(str(_DATA.input)).schema
+    return _to_noop(
+        "spark-noop", lambda work: session.readStream.schema(schema).parquet(str(_DATA.input))
+    )
+
+
+def spark_source_bare_sink() -> Figure:
+    """Spark's parquet source -> ``bench.bare``: a Python Arrow sink with no protocol."""
+    bare.register(spark.session())
+    return _from_spark_source("bare Python sink", bare.NAME, {})
+
+
+def pyarrow_write() -> Figure:
+    """pyarrow writing the input's rows, already in memory as Arrow, to Parquet files."""
+    tables = [fragment.to_table() for fragment in ds.dataset(_DATA.input).get_fragments()]
+    out = _DATA.fresh("pyarrow-write")
+    with cpu.measure() as usage:
+        started = time.perf_counter()
+        for index, table in enumerate(tables):
+            pq.write_table(table, out / f"part-{index:05d}.parquet")
+        elapsed = time.perf_counter() - started
+    _check_output(out, "pyarrow write")
+    return _figure(elapsed, usage)
+
+
 def spark_builtin_copy() -> Figure:
     """Spark's own parquet file source -> parquet file sink, the same AvailableNow query."""
     return _from_spark_source("Spark's parquet sink", "parquet", {})
@@ -256,6 +339,52 @@ def workloads(quick: bool) -> list[Workload]:
             issue="issue 12",
             firesteel=spark_source_firesteel_sink,
             baseline=spark_builtin_copy,
+            repetitions=repetitions,
+            warmup=warmup,
+        ),
+        Workload(
+            group="files",
+            name=f"files sink alone, {label} rows (vs a bare sink)",
+            unit="rows/s",
+            baseline_name="bare Python Arrow sink (no protocol)",
+            goal=0.95,
+            issue="issue 12",
+            firesteel=spark_source_firesteel_sink,
+            baseline=spark_source_bare_sink,
+            repetitions=repetitions,
+            warmup=warmup,
+        ),
+        Workload(
+            group="files",
+            name=f"files sink alone, {label} rows (vs pyarrow write)",
+            unit="rows/s",
+            baseline_name="pyarrow writing the same Arrow data",
+            goal=None,
+            firesteel=spark_source_firesteel_sink,
+            baseline=pyarrow_write,
+            repetitions=repetitions,
+            warmup=warmup,
+        ),
+        Workload(
+            group="files",
+            name=f"files source alone -> noop, {label} rows",
+            unit="rows/s",
+            baseline_name="bare Python source (no protocol) -> noop",
+            goal=0.95,
+            issue="issue 12",
+            firesteel=firesteel_source_alone,
+            baseline=bare_source_alone,
+            repetitions=repetitions,
+            warmup=warmup,
+        ),
+        Workload(
+            group="files",
+            name=f"files source alone -> noop, {label} rows (vs Spark's source)",
+            unit="rows/s",
+            baseline_name="Spark parquet source -> noop",
+            goal=None,
+            firesteel=firesteel_source_alone,
+            baseline=spark_source_alone,
             repetitions=repetitions,
             warmup=warmup,
         ),
