@@ -1,7 +1,8 @@
-"""Files source -> files sink (Parquet) through Spark, beside raw pyarrow doing the same copy.
+"""Parquet files through Spark: the copy, then the sink alone and the source alone.
 
-Goal (issue 2): at least 0.8x the throughput of pyarrow reading and writing the
-same files directly.
+Goals: the copy at least 0.8x the throughput of pyarrow reading and writing the
+same files directly (issue 2); the sink and the source alone at least 0.95x a
+bare Python data source and the sink 1.3x Spark's own (issue 12).
 
 - firesteel: one Structured Streaming query,
   ``readStream.format("firesteel.files")`` -> ``writeStream.format("firesteel.files")``
@@ -54,7 +55,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from benchmarks import bare, cpu, spark
-from benchmarks.framework import Figure, Workload
+from benchmarks.framework import Figure, Measure, Workload
 
 FULL_ROWS = 10_000_000
 FULL_FILES = 20
@@ -301,91 +302,84 @@ def spark_source_firesteel_sink() -> Figure:
 
 
 def workloads(quick: bool) -> list[Workload]:
-    """The files group: one Parquet copy, 10M rows (50k with ``quick``), against two baselines."""
+    """The files group, 10M rows (50k with ``quick``): the copy, then the sink and the source
+    alone, each beside what a user would pick instead."""
     rows = QUICK_ROWS if quick else FULL_ROWS
     label = f"{rows / 1e6:g}M" if rows >= 1_000_000 else f"{rows // 1000}k"
     # Quick runs are smoke tests (a query's fixed cost dominates 50k rows): one round.
     repetitions, warmup = (1, 0) if quick else (3, 1)
+
+    def pair(
+        name: str,  # "{label}" becomes the row count
+        firesteel: Measure,
+        baseline_name: str,
+        baseline: Measure,
+        goal: float | None = None,
+        issue: str | None = None,
+    ) -> Workload:
+        return Workload(
+            group="files",
+            name=name.format(label=label),
+            unit="rows/s",
+            baseline_name=baseline_name,
+            goal=goal,
+            issue=issue,
+            firesteel=firesteel,
+            baseline=baseline,
+            repetitions=repetitions,
+            warmup=warmup,
+        )
+
+    copy, sink, source = firesteel_copy, spark_source_firesteel_sink, firesteel_source_alone
     return [
-        Workload(
-            group="files",
-            name=f"parquet files -> files sink, {label} rows",
-            unit="rows/s",
-            baseline_name="raw pyarrow",
-            goal=0.8,
-            issue="issue 2",
-            firesteel=firesteel_copy,
-            baseline=pyarrow_copy,
-            repetitions=repetitions,
-            warmup=warmup,
+        pair(
+            "parquet files -> files sink, {label} rows",
+            copy,
+            "raw pyarrow",
+            pyarrow_copy,
+            0.8,
+            "issue 2",
         ),
-        Workload(
-            group="files",
-            name=f"parquet files -> files sink, {label} rows (vs Spark's JVM file sink)",
-            unit="rows/s",
-            baseline_name="Spark parquet source/sink",
-            goal=None,
-            firesteel=firesteel_copy,
-            baseline=spark_builtin_copy,
-            repetitions=repetitions,
-            warmup=warmup,
+        pair(
+            "parquet files -> files sink, {label} rows (vs Spark's JVM file sink)",
+            copy,
+            "Spark parquet source/sink",
+            spark_builtin_copy,
         ),
-        Workload(
-            group="files",
-            name=f"Spark parquet source -> files sink exactly-once, {label} rows (the sink alone)",
-            unit="rows/s",
-            baseline_name="Spark parquet source/sink",
-            goal=1.3,
-            issue="issue 12",
-            firesteel=spark_source_firesteel_sink,
-            baseline=spark_builtin_copy,
-            repetitions=repetitions,
-            warmup=warmup,
+        pair(
+            "Spark parquet source -> files sink exactly-once, {label} rows (the sink alone)",
+            sink,
+            "Spark parquet source/sink",
+            spark_builtin_copy,
+            1.3,
+            "issue 12",
         ),
-        Workload(
-            group="files",
-            name=f"files sink alone, {label} rows (vs a bare sink)",
-            unit="rows/s",
-            baseline_name="bare Python Arrow sink (no protocol)",
-            goal=0.95,
-            issue="issue 12",
-            firesteel=spark_source_firesteel_sink,
-            baseline=spark_source_bare_sink,
-            repetitions=repetitions,
-            warmup=warmup,
+        pair(
+            "files sink alone, {label} rows (vs a bare sink)",
+            sink,
+            "bare Python Arrow sink (no protocol)",
+            spark_source_bare_sink,
+            0.95,
+            "issue 12",
         ),
-        Workload(
-            group="files",
-            name=f"files sink alone, {label} rows (vs pyarrow write)",
-            unit="rows/s",
-            baseline_name="pyarrow writing the same Arrow data",
-            goal=None,
-            firesteel=spark_source_firesteel_sink,
-            baseline=pyarrow_write,
-            repetitions=repetitions,
-            warmup=warmup,
+        pair(
+            "files sink alone, {label} rows (vs pyarrow write)",
+            sink,
+            "pyarrow writing the same Arrow data",
+            pyarrow_write,
         ),
-        Workload(
-            group="files",
-            name=f"files source alone -> noop, {label} rows",
-            unit="rows/s",
-            baseline_name="bare Python source (no protocol) -> noop",
-            goal=0.95,
-            issue="issue 12",
-            firesteel=firesteel_source_alone,
-            baseline=bare_source_alone,
-            repetitions=repetitions,
-            warmup=warmup,
+        pair(
+            "files source alone -> noop, {label} rows",
+            source,
+            "bare Python source (no protocol) -> noop",
+            bare_source_alone,
+            0.95,
+            "issue 12",
         ),
-        Workload(
-            group="files",
-            name=f"files source alone -> noop, {label} rows (vs Spark's source)",
-            unit="rows/s",
-            baseline_name="Spark parquet source -> noop",
-            goal=None,
-            firesteel=firesteel_source_alone,
-            baseline=spark_source_alone,
-            repetitions=repetitions,
-            warmup=warmup,
+        pair(
+            "files source alone -> noop, {label} rows (vs Spark's source)",
+            source,
+            "Spark parquet source -> noop",
+            spark_source_alone,
         ),
     ]
