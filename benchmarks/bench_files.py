@@ -42,17 +42,18 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import count
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
+from pyspark.sql import DataFrame
+from pyspark.sql.streaming import DataStreamWriter
 
 from benchmarks import bare, cpu, spark
 from benchmarks.framework import Figure, Measure, Workload
@@ -121,10 +122,11 @@ def _write_input(directory: Path, rows: int, files: int) -> int:
 def setup(quick: bool) -> Iterator[None]:
     """Write the input files once for every run of the group; delete everything after.
 
-    Also starts the shared Spark session, so no timed run pays for the JVM start.
+    Also starts the shared Spark session, so no timed run pays for the JVM start, and
+    registers ``bench.bare`` in it.
     """
     rows, files = (QUICK_ROWS, QUICK_FILES) if quick else (FULL_ROWS, FULL_FILES)
-    spark.session()
+    bare.register(spark.session())
     root = Path(tempfile.mkdtemp(prefix="firesteel-bench-files-"))
     try:
         _DATA.root = root
@@ -157,23 +159,20 @@ def firesteel_copy() -> Figure:
     work = _DATA.fresh("firesteel")
     out = work / "out"
     with cpu.measure() as usage:
-        started = time.perf_counter()
-        query = (
-            session.readStream.format("firesteel.files")
-            .option("format", "parquet")
-            # The discovered-file log would default to a folder inside the input
-            # directory, shared by every run; each run gets its own, like a new job.
-            .option("log.path", str(work / "source-log"))
-            .load(str(_DATA.input))
-            .writeStream.format("firesteel.files")
-            .option("path", str(out))
-            .option("format", "parquet")
-            .option("checkpointLocation", str(work / "checkpoint"))
-            .trigger(availableNow=True)
-            .start()
+        _, elapsed = spark.available_now(
+            lambda: (
+                session.readStream.format("firesteel.files")
+                .option("format", "parquet")
+                # The discovered-file log would default to a folder inside the input
+                # directory, shared by every run; each run gets its own, like a new job.
+                .option("log.path", str(work / "source-log"))
+                .load(str(_DATA.input))
+                .writeStream.format("firesteel.files")
+                .option("path", str(out))
+                .option("format", "parquet")
+            ),
+            work / "checkpoint",
         )
-        query.awaitTermination()
-        elapsed = time.perf_counter() - started
     _check_output(out, "firesteel")
     return _figure(elapsed, usage)
 
@@ -197,38 +196,28 @@ def _from_spark_source(side: str, sink: str, options: dict[str, str]) -> Figure:
     work = _DATA.fresh("spark-source-" + sink.replace(".", "-"))
     out = work / "out"
     schema = session.read.parquet(str(_DATA.input)).schema
-    with cpu.measure() as usage:
-        started = time.perf_counter()
+
+    def build() -> DataStreamWriter:
         writer = session.readStream.schema(schema).parquet(str(_DATA.input)).writeStream
         for key, value in {**options, "path": str(out)}.items():
             writer = writer.option(key, value)
-        query = (
-            writer.format(sink)
-            .option("checkpointLocation", str(work / "checkpoint"))
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination()
-        elapsed = time.perf_counter() - started
+        return writer.format(sink)
+
+    with cpu.measure() as usage:
+        _, elapsed = spark.available_now(build, work / "checkpoint")
     _check_output(out, side)
     return _figure(elapsed, usage)
 
 
-def _to_noop(side: str, reader: Any) -> Figure:
-    """One AvailableNow query from ``reader`` (a ``DataStreamReader`` builder) into ``noop``."""
+def _to_noop(side: str, reader: Callable[[Path], DataFrame]) -> Figure:
+    """One AvailableNow query from the frame ``reader`` builds (given the run's folder) into
+    ``noop``."""
     work = _DATA.fresh(side)
     with cpu.measure() as usage:
-        started = time.perf_counter()
-        query = (
-            reader(work)
-            .writeStream.format("noop")
-            .option("checkpointLocation", str(work / "checkpoint"))
-            .trigger(availableNow=True)
-            .start()
+        query, elapsed = spark.available_now(
+            lambda: reader(work).writeStream.format("noop"), work / "checkpoint"
         )
-        query.awaitTermination()
-        elapsed = time.perf_counter() - started
-    rows = sum(progress["numInputRows"] for progress in query.recentProgress)
+    rows = spark.rows_read(query)
     if rows != _DATA.rows:
         msg = f"bench_files: {side} read {rows} rows of {_DATA.rows}"
         raise RuntimeError(msg)
@@ -252,7 +241,6 @@ def firesteel_source_alone() -> Figure:
 def bare_source_alone() -> Figure:
     """``bench.bare`` -> ``noop``: a Python streaming source with no protocol."""
     session = spark.session()
-    bare.register(session)
     return _to_noop(
         "bare-noop",
         lambda work: session.readStream.format(bare.NAME).option("path", str(_DATA.input)).load(),
@@ -270,7 +258,6 @@ def spark_source_alone() -> Figure:
 
 def spark_source_bare_sink() -> Figure:
     """Spark's parquet source -> ``bench.bare``: a Python Arrow sink with no protocol."""
-    bare.register(spark.session())
     return _from_spark_source("bare Python sink", bare.NAME, {})
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -156,17 +155,10 @@ def _stream(scratch: Scratch, files_per_batch: int) -> Any:
 
 
 def _run(scratch: Scratch, frame: Any, mode: str, work: Path) -> float:
-    started = time.perf_counter()
-    query = (
-        frame.writeStream.format("noop")
-        .outputMode(mode)
-        .option("checkpointLocation", str(work / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
+    query, elapsed = spark.available_now(
+        lambda: frame.writeStream.format("noop").outputMode(mode), work / "checkpoint"
     )
-    query.awaitTermination()
-    elapsed = time.perf_counter() - started
-    processed = sum(p["numInputRows"] for p in query.recentProgress)
+    processed = spark.rows_read(query)
     if processed != scratch.events:
         msg = f"keyed count: the query read {processed} events of {scratch.events}"
         raise RuntimeError(msg)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 # At most one session per process; a list so the functions below need no `global`.
 _sessions: list[SparkSession] = []
@@ -52,3 +56,22 @@ def stop() -> None:
     """Stop the session if one was started; called once by the runner at the end."""
     while _sessions:
         _sessions.pop().stop()
+
+
+def available_now(
+    build: Callable[[], DataStreamWriter], checkpoint: Path
+) -> tuple[StreamingQuery, float]:
+    """Run the writer ``build`` returns with ``Trigger.AvailableNow`` to its end.
+
+    Returns the finished query and the seconds from before ``build`` (building the
+    reader may plan a Python data source, which a run pays) to the last batch's end.
+    """
+    started = time.perf_counter()
+    query = build().option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+    query.awaitTermination()
+    return query, time.perf_counter() - started
+
+
+def rows_read(query: StreamingQuery) -> int:
+    """The input rows of every batch ``query`` ran, by Spark's own progress reports."""
+    return sum(progress["numInputRows"] for progress in query.recentProgress)
