@@ -19,7 +19,7 @@ export KAFKA_HOME := $(SHARED_KAFKA)
 endif
 endif
 
-.PHONY: install demo test lint typecheck pytest
+.PHONY: install demo test test-fast lint typecheck pytest
 
 $(BIN)/python:
 	@command -v java >/dev/null || { echo "Java 11+ is required by Spark: install a JDK (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; }
@@ -49,3 +49,9 @@ pytest: install
 	$(BIN)/pytest -p no:cacheprovider --durations=15 -n $(PYTEST_WORKERS) --maxschedchunk 1
 
 test: lint typecheck pytest
+
+# The inner loop (README, Testing): everything but the crash, cluster and soak tests and
+# the quick benchmark run, in under five minutes.
+FAST_TESTS := not crash and not cluster and not soak and not slow
+test-fast: install
+	$(BIN)/pytest -p no:cacheprovider --durations=10 -n $(PYTEST_WORKERS) --maxschedchunk 1 -m "$(FAST_TESTS)"

@@ -19,7 +19,6 @@ from files_helpers import write_sequence_files
 
 from firesteel.files import read_committed
 from firesteel.testing import (
-    AtPoints,
     CrashHarness,
     CrashResult,
     Spellings,
@@ -27,13 +26,14 @@ from firesteel.testing import (
     at_point,
     at_random,
     batch_started,
+    task_kills,
 )
 from firesteel.testing.scripts import script
 
 pytestmark = pytest.mark.crash
 
 JOB = script("files_job")
-FILES = 30
+FILES = 66
 ROWS_PER_FILE = 20
 FILES_PER_BATCH = 3
 BATCHES = FILES // FILES_PER_BATCH
@@ -76,81 +76,49 @@ def files_job(tmp_path: Path) -> FilesJob:
     return FilesJob(tmp_path / "job")
 
 
-def test_driver_killed_at_every_named_point(
+def test_job_killed_at_every_named_point_and_at_random_then_tasks_killed(
     crash_harness: CrashHarness, files_job: FilesJob
 ) -> None:
+    """Eight SIGKILLs of the whole job (six protocol points, two random moments), each
+    restart spelling the checkpoint otherwise; the run that completes loses its task
+    twelve times (after the write and after the vote, in six batches), and Spark retries."""
+    checkpoint = files_job.checkpoint
     kills = [
         at_point("source.after_read"),
         at_point("sink.after_write", batch=1),
         at_point("sink.after_pre_commit", batch=2, partition=0),
-        at_point("driver.before_commit", batch=2),
+        at_point("driver.before_commit", batch=3),
         at_point("driver.mid_commit", batch=4),
         at_point("driver.after_commit", batch=5),
-        at_point("sink.after_write", batch=8),
+        # A batch can take well under a second on an idle machine: a short window and
+        # the task kills four batches after the last trigger keep every kill ahead of the job.
+        at_random((0.0, 1.0), when=batch_started(checkpoint, 6)),
+        at_random((0.0, 1.0), when=batch_started(checkpoint, 11)),
+        task_kills(["sink.after_write", "sink.after_pre_commit"], range(15, 21)),
     ]
     result = crash_harness.run(JOB, files_job.args, kills)
     assert result.all_fired, result.summary()
-    assert result.exit_codes == [-9] * len(kills) + [0]
-    files_job.check(result)
-
-
-def test_tasks_killed_and_retried(crash_harness: CrashHarness, files_job: FilesJob) -> None:
-    task_kills = AtPoints(
-        (
-            "source.after_read",
-            "sink.after_write@1:0",
-            "sink.after_pre_commit@2:0",
-            "sink.after_write@3",
-            "sink.after_pre_commit@4",
-            "sink.after_write@6",
-            "sink.after_pre_commit@7",
-            "sink.after_write@9",
-        ),
-        mode="process",
-    )
-    result = crash_harness.run(JOB, files_job.args, [task_kills])
-    assert result.all_fired, result.summary()
-    assert result.exit_codes == [0]
-    files_job.check(result)
-
-
-def test_driver_killed_at_random_times(crash_harness: CrashHarness, files_job: FilesJob) -> None:
-    kills = [
-        # A batch can take well under a second on an idle machine: a short window
-        # and four batches left after the last trigger keep every kill ahead of the job.
-        at_random((0.0, 1.0), when=batch_started(files_job.checkpoint, batch))
-        for batch in (2, 4, 6)
-    ]
-    result = crash_harness.run(JOB, files_job.args, kills)
-    assert result.all_fired, result.summary()
+    assert result.kills == 20
+    assert result.exit_codes == [-9] * 8 + [0]
     files_job.check(result)
 
 
 @pytest.mark.cluster
-def test_standalone_cluster_loses_an_executor_then_the_driver(
+def test_standalone_cluster_loses_its_driver_then_an_executor(
     cluster_harness: CrashHarness, files_job: FilesJob
 ) -> None:
-    executor = cluster_harness.run(
-        JOB,
-        files_job.args,
-        [at_random((0.0, 2.0), target="executor", when=batch_started(files_job.checkpoint, 2))],
-    )
-    assert executor.all_fired, executor.summary()
-    assert executor.exit_codes == [0]
-    files_job.check(executor)
-
-
-@pytest.mark.cluster
-def test_standalone_cluster_driver_killed(
-    cluster_harness: CrashHarness, files_job: FilesJob
-) -> None:
+    """On two executors of a standalone cluster: the driver killed at a protocol point
+    and at random, then an executor killed in the run that completes."""
+    checkpoint = files_job.checkpoint
     result = cluster_harness.run(
         JOB,
         files_job.args,
         [
             at_point("driver.mid_commit", batch=2),
-            at_random((0.0, 2.0), when=batch_started(files_job.checkpoint, 6)),
+            at_random((0.0, 2.0), when=batch_started(checkpoint, 5)),
+            at_random((0.0, 2.0), target="executor", when=batch_started(checkpoint, 9)),
         ],
     )
     assert result.all_fired, result.summary()
+    assert result.exit_codes == [-9, -9, 0]
     files_job.check(result)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -13,6 +14,7 @@ import pytest
 
 from firesteel.testing import (
     CrashHarness,
+    HarnessError,
     JobFailedError,
     RunTimeoutError,
     assert_at_least_once,
@@ -20,11 +22,20 @@ from firesteel.testing import (
     at_point,
     at_random,
     count_sequence,
+    task_kills,
 )
 from firesteel.testing.jvm import driver_archive
 
 JOBS = Path(__file__).parent / "jobs"
 TOY = JOBS / "toy_job.py"
+
+
+@pytest.fixture
+def toy_harness(tmp_path: Path) -> Iterator[CrashHarness]:
+    """A harness for the Spark-free toy jobs: they start no JVM, so they need no class
+    archive (making one takes half a minute on a fresh machine)."""
+    with CrashHarness(tmp_path / "harness", jvm_archive=False) as harness:
+        yield harness
 
 
 def _helpers_alive(state: Path) -> list[int]:
@@ -39,9 +50,9 @@ def _not_zombie(pid: int) -> bool:
         return False
 
 
-def test_point_kills_restart_until_complete(crash_harness: CrashHarness, tmp_path: Path) -> None:
+def test_point_kills_restart_until_complete(toy_harness: CrashHarness, tmp_path: Path) -> None:
     state = tmp_path / "state"
-    result = crash_harness.run(
+    result = toy_harness.run(
         TOY,
         [state, 6],
         kills=[at_point("driver.mid_commit", batch=1), at_point("driver.mid_commit", batch=4)],
@@ -57,10 +68,10 @@ def test_point_kills_restart_until_complete(crash_harness: CrashHarness, tmp_pat
 
 
 def test_point_for_a_committed_batch_does_not_fire(
-    crash_harness: CrashHarness, tmp_path: Path
+    toy_harness: CrashHarness, tmp_path: Path
 ) -> None:
     state = tmp_path / "state"
-    result = crash_harness.run(
+    result = toy_harness.run(
         TOY,
         [state, 4],
         kills=[at_point("driver.mid_commit", batch=2), at_point("driver.mid_commit", batch=1)],
@@ -70,9 +81,9 @@ def test_point_for_a_committed_batch_does_not_fire(
     assert result.exit_codes == [-9, 0]
 
 
-def test_random_kill(crash_harness: CrashHarness, tmp_path: Path) -> None:
+def test_random_kill(toy_harness: CrashHarness, tmp_path: Path) -> None:
     state = tmp_path / "state"
-    result = crash_harness.run(TOY, [state, 40, "0.1"], kills=[at_random((0.5, 1.0))])
+    result = toy_harness.run(TOY, [state, 40, "0.1"], kills=[at_random((0.5, 1.0))])
     assert result.kills == 1
     assert result.exit_codes == [-9, 0]
     assert result.runs[0].killed_pids
@@ -80,9 +91,9 @@ def test_random_kill(crash_harness: CrashHarness, tmp_path: Path) -> None:
     assert _helpers_alive(state) == []
 
 
-def test_failed_job_is_reported_with_its_log(crash_harness: CrashHarness) -> None:
+def test_failed_job_is_reported_with_its_log(toy_harness: CrashHarness) -> None:
     with pytest.raises(JobFailedError, match="exited with 3"):
-        crash_harness.run(JOBS / "fail_job.py", ["3"])
+        toy_harness.run(JOBS / "fail_job.py", ["3"])
 
 
 def test_timeout_kills_the_run(tmp_path: Path) -> None:
@@ -92,9 +103,9 @@ def test_timeout_kills_the_run(tmp_path: Path) -> None:
         assert harness._active == []
 
 
-def test_executor_kill_needs_a_cluster(crash_harness: CrashHarness, tmp_path: Path) -> None:
+def test_executor_kill_needs_a_cluster(toy_harness: CrashHarness, tmp_path: Path) -> None:
     with pytest.raises(Exception, match="standalone cluster"):
-        crash_harness.run(TOY, [tmp_path / "s", 1], kills=[at_random((0, 1), target="executor")])
+        toy_harness.run(TOY, [tmp_path / "s", 1], kills=[at_random((0, 1), target="executor")])
 
 
 def test_counting_reports_lost_duplicated_unexpected() -> None:
@@ -116,6 +127,7 @@ def test_counting_accepts_exact_and_duplicates_for_at_least_once() -> None:
 
 
 @pytest.mark.crash
+@pytest.mark.soak
 def test_soak_command_counts_a_killed_and_restarted_pipeline(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -128,6 +140,7 @@ def test_soak_command_counts_a_killed_and_restarted_pipeline(
     assert code == 0
 
 
+@pytest.mark.soak
 def test_a_terminated_soak_stops_the_job_it_started_and_resumes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -315,3 +328,19 @@ def test_harness_without_the_jvm_class_archive(tmp_path: Path) -> None:
     # A killed driver leaves Java's scratch folders where java.io.tmpdir says: in the
     # harness's workdir, not /tmp.
     assert f"-Djava.io.tmpdir={tmp_path / 'harness' / 'tmp'}" in flags.read_text().split("\n")
+
+
+def test_task_kills_arm_every_point_in_every_batch_and_partition_of_one_run() -> None:
+    kills = task_kills(["sink.after_write", "sink.after_pre_commit"], range(3, 5))
+    assert kills.mode == "process"
+    assert kills.specs == (
+        "sink.after_write@3",
+        "sink.after_pre_commit@3",
+        "sink.after_write@4",
+        "sink.after_pre_commit@4",
+    )
+    per_partition = task_kills(["sink.after_write"], [7], partitions=(0, 1))
+    assert per_partition.specs == ("sink.after_write@7:0", "sink.after_write@7:1")
+    # local[2,4] gives a task four attempts: a fourth kill would fail the query.
+    with pytest.raises(HarnessError, match="at most three"):
+        task_kills(["a", "b", "c", "d"], [1])

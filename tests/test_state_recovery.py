@@ -20,13 +20,13 @@ from files_helpers import write_sequence_files
 from firesteel.backends.inspect import read_state
 from firesteel.files import read_committed
 from firesteel.testing import (
-    AtPoints,
     CrashHarness,
     CrashResult,
     Spellings,
     at_point,
     at_random,
     batch_started,
+    task_kills,
 )
 from firesteel.testing.clock import clock_offset
 from firesteel.testing.ranked import assert_ranked_output, assert_ranked_state
@@ -35,7 +35,7 @@ from firesteel.testing.scripts import script
 pytestmark = pytest.mark.crash
 
 JOB = script("state_job")
-FILES = 15
+FILES = 60
 ROWS_PER_FILE = 25
 FILES_PER_BATCH = 3
 KEYS = 7
@@ -45,28 +45,32 @@ def key_of(seq: int) -> str:
     return f"k{(seq * 5) % KEYS}"
 
 
+PARALLELISM = (2, 3, 1, 4, 2, 1, 3, 4, 2)
+"""The operator's parallelism in each run: every restart rescales the keyed state."""
+
+
 class StateJob:
-    def __init__(self, root: Path, parallelism: int = 2) -> None:
+    def __init__(self, root: Path) -> None:
         self.source = root / "in"
         self.out = root / "out"
         self.checkpoint = root / "ck"
         self.state = root / "state"
         self.checkpoints = Spellings(self.checkpoint)
         self.states = Spellings(self.state)
-        self.parallelism = parallelism
         self.expected = write_sequence_files(
             self.source, FILES, ROWS_PER_FILE, lambda seqs: {"key": [key_of(s) for s in seqs]}
         )
 
     def args(self, run: int) -> list[str]:
-        """Run ``run``'s arguments: each restart spells the checkpoint and state otherwise."""
+        """Run ``run``'s arguments: each restart spells the checkpoint and state otherwise
+        and runs the operator at another parallelism."""
         return [
             str(self.source),
             str(self.out),
             self.checkpoints(run),
             self.states(run),
             str(FILES_PER_BATCH),
-            str(self.parallelism),
+            str(PARALLELISM[run % len(PARALLELISM)]),
         ]
 
     def check(self, result: CrashResult) -> None:
@@ -83,40 +87,32 @@ def state_job(tmp_path: Path) -> StateJob:
     return StateJob(tmp_path / "job")
 
 
-def test_killed_at_protocol_points(crash_harness: CrashHarness, state_job: StateJob) -> None:
-    """From the second restart on, the whole job (Spark's JVM included) runs with its wall
-    clock an hour behind: the timers registered before still fire in the next batch."""
+def test_killed_at_protocol_points_and_at_random_then_tasks_killed(
+    crash_harness: CrashHarness, state_job: StateJob
+) -> None:
+    """Eight SIGKILLs of the whole job at snapshot, vote and commit points and at random,
+    each restart at another parallelism; from the second restart on, the whole job
+    (Spark's JVM included) runs with its wall clock an hour behind, so the timers
+    registered before still fire in the next batch. The run that completes loses a task
+    twelve times (after a snapshot, after a write, after a vote) and Spark retries."""
+    checkpoint = state_job.checkpoint
     kills = [
         at_point("state.after_snapshot", batch=1, partition=0),
         at_point("driver.before_commit", batch=2),
-        at_point("state.after_snapshot", batch=3, partition=1),
+        at_point("sink.after_write", batch=3),
         at_point("driver.after_commit", batch=4),
+        at_point("state.after_snapshot", batch=5),
+        at_point("driver.mid_commit", batch=6),
+        at_random((0.0, 1.5), when=batch_started(checkpoint, 7)),
+        at_random((0.0, 1.5), when=batch_started(checkpoint, 11)),
+        task_kills(
+            ["state.after_snapshot", "sink.after_write", "sink.after_pre_commit"], range(15, 19)
+        ),
     ]
     result = crash_harness.run(
         JOB, state_job.args, kills, env=lambda run: clock_offset(-3600) if run >= 2 else {}
     )
     assert result.all_fired, result.summary()
-    assert result.exit_codes == [-9] * len(kills) + [0]
-    state_job.check(result)
-
-
-def test_tasks_killed_after_snapshot_are_retried(
-    crash_harness: CrashHarness, state_job: StateJob
-) -> None:
-    task_kills = AtPoints(
-        ("state.after_snapshot@1:0", "state.after_snapshot@3:1", "state.after_snapshot@4"),
-        mode="process",
-    )
-    result = crash_harness.run(JOB, state_job.args, [task_kills])
-    assert result.all_fired, result.summary()
-    assert result.exit_codes == [0]
-    state_job.check(result)
-
-
-def test_killed_at_random_times(crash_harness: CrashHarness, state_job: StateJob) -> None:
-    kills = [
-        at_random((0.0, 1.5), when=batch_started(state_job.checkpoint, batch)) for batch in (1, 3)
-    ]
-    result = crash_harness.run(JOB, state_job.args, kills)
-    assert result.all_fired, result.summary()
+    assert result.kills == 20
+    assert result.exit_codes == [-9] * 8 + [0]
     state_job.check(result)

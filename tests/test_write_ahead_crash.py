@@ -23,6 +23,7 @@ from firesteel.testing import (
     at_point,
     at_random,
     batch_started,
+    task_kills,
 )
 from firesteel.testing.scripts import script
 from firesteel.testing.scripts.wal_target import read_jsonl, read_sends, read_sqlite_bodies
@@ -31,6 +32,8 @@ pytestmark = pytest.mark.crash
 
 JOB = script("wal_job")
 FILES = 16
+UPSERT_FILES = 44
+"""Twenty-two batches of two files: eight job kills and six batches of task kills."""
 ROWS_PER_FILE = 20
 
 
@@ -72,33 +75,44 @@ def test_wal_sink_resends_only_segments_in_flight(
     assert len(extra) <= 1, (extra, result.summary())
 
 
-def test_upsert_target_is_exactly_once_when_the_restart_changes_partitions(
+def test_upsert_target_is_exactly_once_under_kills_that_change_the_partitions(
     crash_harness: CrashHarness, tmp_path: Path
 ) -> None:
-    """Killed right after sending a segment, restarted with 2 partitions instead of 4.
+    """Eight SIGKILLs of the whole job, the first right after sending a segment of batch 1
+    planned with 4 partitions, each restart with another partition count; the run that
+    completes loses a task twelve times (after a write, after a vote) and Spark retries.
 
-    The re-run of the batch must send exactly the segments its first commit
-    planned (4 of them), never skip one (lost rows) nor re-plan it. The table
-    is read back with sqlite3, and each row's body must be the input record.
+    The re-run of a batch must send exactly the segments its first commit planned,
+    never skip one (lost rows) nor re-plan it. The table is read back with sqlite3,
+    and each row's body must be the input record.
     """
     source = tmp_path / "in"
-    write_sequence_files(source, FILES, ROWS_PER_FILE, name="{index}.parquet")
+    write_sequence_files(source, UPSERT_FILES, ROWS_PER_FILE, name="{index:03d}.parquet")
     target = tmp_path / "target.sqlite"
     checkpoint = tmp_path / "ck"
     kills = [
         at_point("wal.after_send", batch=1, partition=1),
-        at_random((0.0, 1.0), when=batch_started(checkpoint, 3)),
+        at_point("driver.before_commit", batch=2),
+        at_point("sink.after_write", batch=3),
+        at_point("wal.after_send", batch=4, partition=0),
+        at_point("driver.mid_commit", batch=5),
+        at_point("driver.after_commit", batch=6),
+        at_random((0.0, 1.0), when=batch_started(checkpoint, 7)),
+        at_random((0.0, 1.0), when=batch_started(checkpoint, 11)),
+        task_kills(["sink.after_write", "sink.after_pre_commit"], range(15, 21)),
     ]
-    partitions = ["4", "2", "3"]
+    partitions = ["4", "2", "3", "1", "4", "2", "3", "1", "3"]
 
     def args(run: int) -> list[object]:
         return [source, target, checkpoint, "2", "upsert", "exactly-once", partitions[run]]
 
     result = crash_harness.run(JOB, args, kills)
-    assert result.fired[:1] == ["wal.after_send@1:1"], result.summary()
+    assert result.all_fired, result.summary()
+    assert result.kills == 20
+    assert result.exit_codes == [-9] * 8 + [0]
 
     bodies = read_sqlite_bodies(str(target))
-    assert_exactly_once(list(bodies), range(FILES * ROWS_PER_FILE))
+    assert_exactly_once(list(bodies), range(UPSERT_FILES * ROWS_PER_FILE))
     assert all(body["seq"] == seq for seq, body in bodies.items())
     sends = Counter((s["batch"], s["partition"]) for s in read_sends(str(target)))
     # Batch 1 was planned with 4 segments; its re-run (2 partitions) sends the rest of them.

@@ -22,20 +22,20 @@ from firesteel.backends.inspect import read_state
 from firesteel.files import read_committed
 from firesteel.rocksdb.store import MID_RESTORE, MID_UPLOAD
 from firesteel.testing import (
-    AtPoints,
     CrashHarness,
     CrashResult,
     Spellings,
     at_point,
     at_random,
     batch_started,
+    task_kills,
 )
 from firesteel.testing.ranked import assert_ranked_output, assert_ranked_state
 
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(600)]
 
 JOB = Path(__file__).parent / "jobs" / "rocksdb_state_job.py"
-FILES = 15
+FILES = 60
 ROWS_PER_FILE = 25
 FILES_PER_BATCH = 3
 BATCHES = FILES // FILES_PER_BATCH
@@ -46,8 +46,12 @@ def key_of(seq: int) -> str:
     return f"k{(seq * 5) % KEYS}"
 
 
+PARALLELISM = (2, 3, 1, 4, 2, 1, 3, 4, 2)
+"""The operator's parallelism in each run: every restart rescales the key groups."""
+
+
 class RocksJob:
-    def __init__(self, root: Path, parallelism: int = 2) -> None:
+    def __init__(self, root: Path) -> None:
         self.source = root / "in"
         self.out = root / "out"
         self.checkpoint = root / "ck"
@@ -55,7 +59,6 @@ class RocksJob:
         self.local = root / "local"
         self.checkpoints = Spellings(self.checkpoint)
         self.states = Spellings(self.state)
-        self.parallelism = parallelism
         self.source.mkdir(parents=True)
         for index in range(FILES):
             seqs = list(range(index * ROWS_PER_FILE, (index + 1) * ROWS_PER_FILE))
@@ -64,11 +67,8 @@ class RocksJob:
         self.expected = range(FILES * ROWS_PER_FILE)
 
     def args(self, run: int) -> list[str]:
-        """Run ``run``'s arguments: each restart spells the checkpoint and state otherwise."""
-        return self.args_with(self.parallelism, run)
-
-    def args_with(self, parallelism: int, run: int) -> list[str]:
-        """The job's arguments with another operator parallelism (a user's rescale)."""
+        """Run ``run``'s arguments: each restart spells the checkpoint and state otherwise
+        and runs the operator at another parallelism (a user's rescale)."""
         return [
             str(self.source),
             str(self.out),
@@ -76,7 +76,7 @@ class RocksJob:
             self.states(run),
             str(self.local),
             str(FILES_PER_BATCH),
-            str(parallelism),
+            str(PARALLELISM[run % len(PARALLELISM)]),
         ]
 
     def check(self, result: CrashResult) -> None:
@@ -107,44 +107,26 @@ class RocksJob:
         assert not stale, f"files no retained version needs were kept: {stale}{context}"
 
 
-def test_killed_during_upload_restore_and_at_random(tmp_path: Path) -> None:
+def test_killed_during_upload_restore_and_at_random_then_tasks_killed(tmp_path: Path) -> None:
+    """Eight SIGKILLs of the whole job (mid-upload, mid-restore, protocol points, random),
+    each restart at another parallelism, so restores move key-group ranges between
+    instances; the run that completes loses a task twelve times (mid-upload, after a
+    write, after a vote) and Spark retries it on the same local instances."""
     job = RocksJob(tmp_path / "job")
     kills = [
         at_point(MID_UPLOAD, batch=1, partition=0),
         at_point(MID_RESTORE, batch=1),
-        at_random((0.0, 1.5), when=batch_started(job.checkpoint, 2)),
+        at_point("driver.before_commit", batch=2),
+        at_point(MID_UPLOAD, batch=3),
+        at_point("driver.after_commit", batch=4),
+        at_point("driver.mid_commit", batch=5),
+        at_random((0.0, 1.5), when=batch_started(job.checkpoint, 7)),
+        at_random((0.0, 1.5), when=batch_started(job.checkpoint, 11)),
+        task_kills([MID_UPLOAD, "sink.after_write", "sink.after_pre_commit"], range(15, 19)),
     ]
     with CrashHarness(tmp_path / "harness", timeout=300) as harness:
         result = harness.run(JOB, job.args, kills)
     assert result.all_fired, result.summary()
-    assert result.exit_codes == [-9] * len(kills) + [0]
-    job.check(result)
-
-
-def test_tasks_killed_during_upload_are_retried(tmp_path: Path) -> None:
-    job = RocksJob(tmp_path / "job")
-    task_kills = AtPoints((f"{MID_UPLOAD}@1:0", f"{MID_UPLOAD}@3:1"), mode="process")
-    with CrashHarness(tmp_path / "harness", timeout=300) as harness:
-        result = harness.run(JOB, job.args, [task_kills])
-    assert result.all_fired, result.summary()
-    assert result.exit_codes == [0]
-    job.check(result)
-
-
-def test_restarts_with_another_parallelism_restore_only_owned_key_groups(tmp_path: Path) -> None:
-    """Killed mid-upload at parallelism 2, restarted at 3, killed at random, finished at 1."""
-    job = RocksJob(tmp_path / "job")
-    parallelisms = [2, 3, 1]
-    kills = [
-        at_point(MID_UPLOAD, batch=1, partition=0),
-        at_random((0.0, 1.5), when=batch_started(job.checkpoint, 2)),
-    ]
-    with CrashHarness(tmp_path / "harness", timeout=300) as harness:
-        result = harness.run(
-            JOB,
-            lambda run: job.args_with(parallelisms[min(run, len(parallelisms) - 1)], run),
-            kills,
-        )
-    assert result.all_fired, result.summary()
-    assert result.exit_codes == [-9, -9, 0]
+    assert result.kills == 20
+    assert result.exit_codes == [-9] * 8 + [0]
     job.check(result)

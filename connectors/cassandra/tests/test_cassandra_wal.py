@@ -29,6 +29,7 @@ from firesteel.testing import (
     at_point,
     at_random,
     batch_started,
+    task_kills,
 )
 from firesteel.testing.clock import clock_offset
 
@@ -36,6 +37,8 @@ pytest_plugins = ["firesteel.testing.fixtures"]
 
 JOB = SINK_JOB
 FILES = 10
+CRASH_FILES = 44
+"""The crash test's input: 22 batches, for eight job kills and six batches of task kills."""
 ROWS_PER_FILE = 20
 FILES_PER_BATCH = 2
 
@@ -155,20 +158,28 @@ def test_killed_inside_both_resend_windows_and_at_random(
     crash_harness: CrashHarness, session: Any, cluster_address: tuple[str, int], tmp_path: Path
 ) -> None:
     """Window 1: killed after part of a segment was written (cassandra.mid_send); window 2:
-    killed after a segment was written, before it was recorded (wal.after_send); then a kill
-    between segments, and one at random. The re-sends rewrite identical cells: every row once,
+    killed after a segment was written, before it was recorded (wal.after_send); then kills
+    between segments, after a write, before and after the commit, and two at random, each
+    restart with another partition count; the run that completes loses a task twelve
+    times, and Spark retries it. The re-sends rewrite identical cells: every row once,
     with its body, and all cells of a batch carry one timestamp, later batches larger ones,
     although every restart after window 2 runs with the clock set back an hour (an NTP step,
     a host moved) and every restart spells the checkpoint otherwise."""
-    source = _input(tmp_path / "in")
+    source = write_seq_files(tmp_path / "in", CRASH_FILES, ROWS_PER_FILE)
     session.execute(f"CREATE TABLE walcrash {SINK_TABLE}")
     checkpoint = tmp_path / "ck"
     kills = [
         at_point(MID_SEND, batch=1, partition=0),
         at_point(AFTER_SEND, batch=2, partition=1),
         at_point("driver.mid_commit", batch=3),
-        at_random((0.0, 1.0), when=batch_started(checkpoint, 4)),
+        at_point("sink.after_write", batch=4),
+        at_point("driver.before_commit", batch=5),
+        at_point("driver.after_commit", batch=6),
+        at_random((0.0, 1.0), when=batch_started(checkpoint, 7)),
+        at_random((0.0, 1.0), when=batch_started(checkpoint, 11)),
+        task_kills(["sink.after_write", "sink.after_pre_commit"], range(15, 21)),
     ]
+    partitions = ["2", "3", "1", "4", "2", "3", "1", "4", "2"]
     host, port = cluster_address
     spelled = Spellings(checkpoint)
 
@@ -182,6 +193,7 @@ def test_killed_inside_both_resend_windows_and_at_random(
             "walcrash",
             str(FILES_PER_BATCH),
             "wal",
+            partitions[run],
         ]
 
     result = crash_harness.run(
@@ -190,8 +202,11 @@ def test_killed_inside_both_resend_windows_and_at_random(
     assert result.fired[:3] == [f"{MID_SEND}@1:0", f"{AFTER_SEND}@2:1", "driver.mid_commit@3"], (
         result.summary()
     )
+    assert result.all_fired, result.summary()
+    assert result.kills == 20
+    assert result.exit_codes == [-9] * 8 + [0]
     rows = list(session.execute("SELECT seq, body, attrs FROM walcrash"))
-    assert_exactly_once([r.seq for r in rows], range(FILES * ROWS_PER_FILE))
+    assert_exactly_once([r.seq for r in rows], range(CRASH_FILES * ROWS_PER_FILE))
     assert all(row_is_right(r) for r in rows), [r for r in rows if not row_is_right(r)][:3]
     _check_sends(session, "walcrash")
     stamps: dict[int, set[int]] = {}
@@ -259,23 +274,23 @@ def test_send_on_the_executors_of_a_standalone_cluster_survives_kills_in_both_wi
 def _check_sends(session: Any, table: str) -> None:
     """The server's own count of writes per row: only the segments killed inside a window
     (batch 1 partition 0 mid-send, batch 2 partition 1 after its send) and whatever the
-    random kill in batch 4 or later interrupted went twice; the segments recorded before the
-    kill between segments of batch 3, and every other one, went once."""
+    random kills in batch 7 or later interrupted went twice; the segments recorded before
+    the kill between segments of batch 3, and every other one, went once."""
     if os.environ.get(HOSTS_ENV):
         return  # a real cluster keeps no tally: the final table is checked all the same
-    sends = _sends_per_batch(session, table)
+    sends = _sends_per_batch(session, table, CRASH_FILES)
     assert set(sends[0]) == set(sends[3]) == {1}, "a recorded segment was sent again"
     assert 2 in sends[1] and 2 in sends[2], "the kills inside the windows re-sent nothing"
     assert max(max(counts) for counts in sends.values()) == 2
 
 
-def _sends_per_batch(session: Any, table: str) -> dict[int, list[int]]:
+def _sends_per_batch(session: Any, table: str, files: int = FILES) -> dict[int, list[int]]:
     """The server's count of writes of each row, grouped by the row's batch."""
     per_batch = FILES_PER_BATCH * ROWS_PER_FILE
     sends: dict[int, list[int]] = {}
     for key, n in write_counts(session, session.keyspace, table).items():
         seq = int.from_bytes(key[0], "big", signed=True)
         sends.setdefault(seq // per_batch, []).append(n)
-    assert sorted(sends) == list(range(FILES // FILES_PER_BATCH))
+    assert sorted(sends) == list(range(files // FILES_PER_BATCH))
     assert all(len(counts) == per_batch for counts in sends.values())
     return sends

@@ -24,7 +24,6 @@ from kafka_support import check_with_read_committed
 
 from firesteel.kafka.testing import broker_kind, create_topic, produce, read_log
 from firesteel.kafka.testing.scripts import script
-from firesteel.kafka.testing.soak import POINTS
 from firesteel.testing import (
     CrashHarness,
     HarnessError,
@@ -34,18 +33,32 @@ from firesteel.testing import (
     at_point,
     at_random,
     batch_started,
+    task_kills,
 )
 
 JOBS = Path(__file__).parent / "jobs"
 JOB = script("map_job")
-RECORDS = 2000
+RECORDS = 1440
 PARTITIONS = 4
 
 # Each run starts a JVM (~20 s on a loaded machine); two dozen runs outlive the default timeout.
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(3600)]
 
-# The soak command's points of the path, plus the source's (announced without a batch id).
-EXACTLY_ONCE_POINTS = [*POINTS["map"], "source.after_read"]
+# Six of the soak command's points of the path, the source's first (announced without a
+# batch id); the task kills of the last run take the three others.
+EXACTLY_ONCE_POINTS = [
+    "source.after_read",
+    "kafka.after_produce",
+    "kafka.before_commit_transaction",
+    "kafka.after_commit_transaction",
+    "driver.before_commit",
+    "driver.after_commit",
+]
+EXACTLY_ONCE_TASK_POINTS = [
+    "kafka.after_flush",
+    "kafka.after_commit_transaction",
+    "sink.after_pre_commit",
+]
 
 
 def _sequence(values) -> list[int]:
@@ -97,12 +110,15 @@ class LiveChecker:
                     self.violations.append(f"check {self.checks}: duplicates visible {dupes[:5]}")
 
 
-def _kills(checkpoint: Path, points: list[str], rounds: int, randoms: int) -> list:
-    """Point kills at batches 1, 2, ... with a random kill after every third.
+def _kills(
+    checkpoint: Path, points: list[str], rounds: int, randoms: int, tasks: list[str] = ()
+) -> list:
+    """Point kills at batches 1, 2, ... with a random kill after every third, then the
+    ``tasks`` points killed in each of four batches of the run that completes.
 
     A random kill strikes 0.2-1 s after its batch's offsets are logged, and the
-    next point kill aims three batches later, so every planned kill still finds
-    its batch ahead of the job even when batches take well under a second.
+    next point kill (or task kill) aims three batches later, so every planned kill
+    still finds its batch ahead of the job even when batches take well under a second.
     """
     kills = []
     batch = 1
@@ -115,6 +131,8 @@ def _kills(checkpoint: Path, points: list[str], rounds: int, randoms: int) -> li
             kills.append(at_random((0.2, 1.0), when=batch_started(checkpoint, batch)))
             batch += 3
             randoms -= 1
+    if tasks:
+        kills.append(task_kills(tasks, range(batch + 3, batch + 7)))
     return kills
 
 
@@ -148,14 +166,18 @@ def _run(bootstrap: str, tmp_path: Path, guarantee: str, kills_for) -> tuple:
 
 
 def test_exactly_once_under_kills(bootstrap, tmp_path):
+    """Eight SIGKILLs of the whole job, then twelve task kills Spark retries in the run
+    that completes: each retry's producer fences the killed one and reads its marker."""
     result, live, view, target = _run(
         bootstrap,
         tmp_path,
         "exactly-once",
-        # With the stateful test's 6 kills the exactly-once sink sees about 24 per CI run.
-        lambda ck: _kills(ck, EXACTLY_ONCE_POINTS, rounds=13, randoms=5),
+        lambda ck: _kills(
+            ck, EXACTLY_ONCE_POINTS, rounds=6, randoms=2, tasks=EXACTLY_ONCE_TASK_POINTS
+        ),
     )
-    assert result.kills >= 16, result.summary()
+    assert result.all_fired, result.summary()
+    assert result.kills == 20, result.summary()
     assert live.checks > 0
     assert not live.violations, live.violations
     assert_exactly_once(_sequence(view.values), range(RECORDS), "committed output")
@@ -174,7 +196,7 @@ def test_at_least_once_loses_nothing_under_kills(bootstrap, tmp_path):
     assert_at_least_once(_sequence(view.values), range(RECORDS), "output")
 
 
-STATE_RECORDS = 1000
+STATE_RECORDS = 1280
 
 
 def test_stateful_operator_between_kafka_topics_is_exactly_once_under_kills(bootstrap, tmp_path):
@@ -190,7 +212,13 @@ def test_stateful_operator_between_kafka_topics_is_exactly_once_under_kills(boot
         "kafka.after_commit_transaction",
         "driver.after_commit",
     ]
-    kills = _kills(tmp_path / "checkpoint", points, rounds=5, randoms=1)
+    kills = _kills(
+        tmp_path / "checkpoint",
+        points,
+        rounds=5,
+        randoms=1,
+        tasks=["state.after_snapshot", "kafka.after_commit_transaction"],
+    )
     checkpoints, states = Spellings(tmp_path / "checkpoint"), Spellings(tmp_path / "state")
     with CrashHarness(tmp_path / "harness", timeout=300) as harness:
         result = harness.run(
@@ -206,7 +234,7 @@ def test_stateful_operator_between_kafka_topics_is_exactly_once_under_kills(boot
             kills,
             max_runs=len(kills) + 3,
         )
-    assert result.kills >= 5, result.summary()
+    assert result.kills >= 13, result.summary()
     view = read_log(bootstrap, target)
     rows = [v.decode().split(":") for v in view.values]
     assert_exactly_once([int(seq) for seq, _, _ in rows], range(STATE_RECORDS), "output")
@@ -257,6 +285,7 @@ def test_the_state_soak_ranks_follow_each_input_partition_not_the_global_order()
     assert misranked_per_partition(reordered) == 1
 
 
+@pytest.mark.soak
 def test_soak_command_counts_a_killed_and_restarted_kafka_pipeline(
     bootstrap, tmp_path, monkeypatch, capsys
 ):

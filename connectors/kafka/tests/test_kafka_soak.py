@@ -10,7 +10,7 @@ import pytest
 
 from firesteel.kafka.testing import BOOTSTRAP_ENV, KAFKA_HOME_ENV
 
-pytestmark = [pytest.mark.crash, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.crash, pytest.mark.soak, pytest.mark.timeout(900)]
 
 
 def test_a_paused_soak_resumes_on_its_restarted_broker(

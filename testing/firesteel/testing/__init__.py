@@ -3,7 +3,8 @@
 * :class:`CrashHarness` runs a job script in a child process (its own session),
   kills it with SIGKILL at named protocol points (:func:`at_point`, see
   :mod:`firesteel.core.faults`) or at random times (:func:`at_random`), and
-  restarts it from its checkpoint until a run completes.
+  restarts it from its checkpoint until a run completes; :func:`task_kills`
+  kills tasks that Spark retries inside one run, at no JVM start each.
 * :func:`assert_exactly_once` / :func:`assert_at_least_once` count
   sequence-numbered records in the output against the input.
 * :class:`Spellings` and :func:`firesteel.testing.clock.clock_offset` change
@@ -37,6 +38,7 @@ from firesteel.testing.harness import (
     at_point,
     at_random,
     batch_started,
+    task_kills,
 )
 from firesteel.testing.jobs import job_session
 from firesteel.testing.spellings import Spellings
@@ -61,4 +63,5 @@ __all__ = [
     "batch_started",
     "count_sequence",
     "job_session",
+    "task_kills",
 ]

@@ -135,6 +135,28 @@ def at_point(
     return AtPoints((spec,), mode)
 
 
+def task_kills(
+    points: Sequence[str], batches: Sequence[int], partitions: Sequence[int] = ()
+) -> AtPoints:
+    """Kill a task at each of ``points`` in each of ``batches`` (``mode="process"``).
+
+    Without ``partitions`` each point kills whichever task of the batch reaches it
+    first; with them, the task of each partition named. One run takes them all:
+    Spark retries each killed task in a new Python worker inside the same driver,
+    so these kills cost no JVM start. Each point kills one attempt of a task, and
+    ``local[2,4]`` gives a task four attempts: give at most three points, or the
+    fourth kill fails the query. Only points reached inside tasks belong here
+    (``driver.*`` points run on the driver, where a killed Python process fails
+    the query, not a task).
+    """
+    if len(points) > 3:
+        msg = f"{len(points)} kills per task outlive its four attempts: give at most three"
+        raise HarnessError(msg)
+    where = [f":{partition}" for partition in partitions] or [""]
+    specs = tuple(f"{point}@{batch}{at}" for batch in batches for at in where for point in points)
+    return AtPoints(specs, mode="process")
+
+
 def at_random(
     window: tuple[float, float],
     target: Literal["job", "executor"] = "job",
