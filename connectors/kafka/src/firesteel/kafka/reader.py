@@ -219,7 +219,13 @@ class RangeReader:
             if decoded.bad:
                 for index, reason in decoded.bad:
                     errors.handle(
-                        BadRecord(offsets.name, records[index].offset(), reason, values[index])
+                        BadRecord(
+                            offsets.name,
+                            records[index].offset(),
+                            reason,
+                            values[index],
+                            unit="offset",
+                        )
                     )
                 bad = {index for index, _ in decoded.bad}
                 records = [m for i, m in enumerate(records) if i not in bad]
