@@ -25,6 +25,7 @@ def test_security_options_reach_librdkafka_and_are_redacted():
         {
             "kafka.bootstrap.servers": "127.0.0.1:1",
             "subscribe": "t",
+            "checkpointLocation": "/ck",
             "kafka.security.protocol": "SASL_SSL",
             "kafka.sasl.mechanism": "SCRAM-SHA-512",
             "kafka.sasl.password": "hunter2-secret",
@@ -52,7 +53,12 @@ def test_a_bad_secret_option_is_not_echoed():
     with pytest.raises(ConfigError) as typo:
         parse_options(
             KafkaSourceOptions,
-            {"kafka.bootstrap.servers": "x:1", "subscribe": "t", "kafka.sasl.pasword": "s3cr3t"},
+            {
+                "kafka.bootstrap.servers": "x:1",
+                "subscribe": "t",
+                "checkpointLocation": "/ck",
+                "kafka.sasl.pasword": "s3cr3t",
+            },
             passthrough_prefixes=PASSTHROUGH,
         )
     assert "'kafka.sasl.pasword'" in str(typo.value) and "s3cr3t" not in str(typo.value)

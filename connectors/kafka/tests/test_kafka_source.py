@@ -11,12 +11,21 @@ from kafka_support import needs_real_kafka
 from firesteel.kafka.testing import create_topic, produce, read_log
 
 
-def _read_all(spark, bootstrap, tmp_path: Path, **options: str) -> list:
-    reader = spark.readStream.format("firesteel.kafka").option("kafka.bootstrap.servers", bootstrap)
+def _reader(spark, bootstrap, checkpoint: Path, options: dict[str, str]):
+    reader = (
+        spark.readStream.format("firesteel.kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("checkpointLocation", str(checkpoint))
+    )
     for key, value in options.items():
         reader = reader.option(key, value)
+    return reader
+
+
+def _read_all(spark, bootstrap, tmp_path: Path, **options: str) -> list:
     query = (
-        reader.load()
+        _reader(spark, bootstrap, tmp_path / "ck", options)
+        .load()
         .writeStream.format("memory")
         .queryName(f"q{abs(hash(str(tmp_path))) % 10**8}")
         .option("checkpointLocation", str(tmp_path / "ck"))
@@ -108,11 +117,9 @@ def test_pattern_json_offsets_and_latest(spark, bootstrap, tmp_path):
 
 
 def _start_memory_query(spark, bootstrap, tmp_path, name, **options):
-    reader = spark.readStream.format("firesteel.kafka").option("kafka.bootstrap.servers", bootstrap)
-    for key, value in options.items():
-        reader = reader.option(key, value)
     return (
-        reader.load()
+        _reader(spark, bootstrap, tmp_path / "ck", options)
+        .load()
         .writeStream.format("memory")
         .queryName(name)
         .option("checkpointLocation", str(tmp_path / "ck"))

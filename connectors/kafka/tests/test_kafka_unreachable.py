@@ -24,6 +24,7 @@ def test_the_source_names_the_unreachable_servers_within_30_s(spark, tmp_path):
         .option("kafka.bootstrap.servers", servers)
         .option("subscribe", "events")
         .option("startingOffsets", "earliest")
+        .option("checkpointLocation", str(tmp_path / "ck"))
         .load()
         .writeStream.format("memory")
         .queryName("unreachable")
