@@ -114,12 +114,8 @@ class KafkaSource(ResettableSource):
                 f"column ({', '.join(self._schema.names)}); rename it"
             )
             raise ConfigError(msg)
-        subscription = (
-            f"topics {','.join(sorted(options.topics))}"
-            if options.subscribe
-            else f"pattern {options.subscribe_pattern}"
-        )
-        self.folder = SourceFolder(options.checkpoint_location, subscription)
+        self.folder = SourceFolder.of(options)
+        self._folder_checked = False
         self._discovery: Discovery | None = None
         self._available_now: dict[TopicPartitionKey, int] | None = None
         self._initial: Offset | None = None
@@ -155,8 +151,15 @@ class KafkaSource(ResettableSource):
             fault_point("kafka.after_initial_offset")
         return self._initial
 
+    def _check_folder(self) -> None:
+        """Once per run, on the driver: option checkpointLocation names the query's checkpoint
+        (the tasks write their counts there)."""
+        if not self._folder_checked:
+            self.folder.check()
+            self._folder_checked = True
+
     def _pinned_or_resolved(self) -> Offset:
-        self.folder.check()
+        self._check_folder()
         key = {
             "startingOffsets": self.options.starting_offsets.strip(),
             "startingTimestamp": self.options.starting_timestamp,
@@ -201,6 +204,7 @@ class KafkaSource(ResettableSource):
         return to_offset(positions), bool(latest)
 
     def latest_offset(self, start: Offset, limit: ReadLimit) -> Offset:
+        self._check_folder()
         positions = from_offset(start)
         current = self.discovery.topic_partitions()
         new = [tp for tp in current if tp not in positions]
@@ -284,6 +288,12 @@ class KafkaSource(ResettableSource):
         )
         reader = RangeReader(self.options, self.decoder, dead_letter, self._schema)
         yield from reader.read(partition)
+
+    def report_latest_offset(self) -> Offset | None:
+        """Bad records skipped and quarantined so far (query progress shows them as this
+        source's ``latestOffset``): counted by the tasks in the checkpoint, up to the batch
+        before the one being planned."""
+        return dict(self.folder.counts())
 
     def commit(self, end: Offset) -> None:
         if self.options.progress_group_id:

@@ -1,4 +1,4 @@
-"""The Kafka source's own records beside Spark's checkpoint: its pinned start.
+"""The Kafka source's own records beside Spark's checkpoint: its pinned start, its counts.
 
 PySpark never tells a Python source where its query's checkpoint is
 (``PythonScan.toMicroBatchStream`` drops the metadata path Spark's own sources
@@ -12,7 +12,10 @@ to ``writeStream``, and keeps under
   that dies at any later moment, before or after Spark wrote ``offsets/0``,
   restarts from this start, never from a new ``latest``. Changed start options
   are a new record, resolved anew (Spark ignores them once ``offsets/0``
-  exists).
+  exists);
+* ``errors/<topic>-<partition>-<start>-<end>.json``: how many bad records the
+  task reading that offset range skipped or quarantined. A replay of the range
+  replaces its record, so the sum (query progress) never counts a record twice.
 
 Records go through :mod:`firesteel.core.durable` on any pyarrow filesystem
 (``hdfs://``, ``s3://``...), like Spark's own checkpoint.
@@ -31,9 +34,11 @@ from firesteel.core.checkpoint import FIRESTEEL_DIR, filesystem, read_query_id
 from firesteel.core.durable import decode_record, encode_record, write_atomically
 from firesteel.core.errors import ConfigError
 from firesteel.core.source import Offset
+from firesteel.kafka.options import KafkaSourceOptions
 
 FORMAT_VERSION = 1
 START_KIND = "kafka-source-start"
+COUNTS_KIND = "kafka-source-errors"
 
 
 def _digest(value: Any) -> str:
@@ -42,12 +47,22 @@ def _digest(value: Any) -> str:
 
 @dataclass(frozen=True)
 class SourceFolder:
-    """One Kafka source's folder in its query's checkpoint."""
+    """One Kafka source's folder in its query's checkpoint. Picklable: tasks write counts."""
 
     checkpoint: str
     """The ``checkpointLocation`` option, as the user spelled it (any spelling works)."""
     subscription: str
     """What the source reads (``subscribe`` or ``subscribePattern``); names the folder."""
+
+    @classmethod
+    def of(cls, options: KafkaSourceOptions) -> SourceFolder:
+        """The folder of the source with these options."""
+        subscription = (
+            f"topics {','.join(sorted(options.topics))}"
+            if options.subscribe
+            else f"pattern {options.subscribe_pattern}"
+        )
+        return cls(options.checkpoint_location, subscription)
 
     def _path(self, name: str = "") -> tuple[fs.FileSystem, str]:
         fsys, base = filesystem(self.checkpoint)
@@ -89,3 +104,24 @@ class SourceFolder:
         fsys.create_dir(self._path()[1], recursive=True)
         record = encode_record(START_KIND, FORMAT_VERSION, {"offset": offset})
         write_atomically(fsys, path, record)
+
+    def record_counts(self, offset_range: str, skipped: int, quarantined: int) -> None:
+        """Record the bad records of one offset range (in its task; replaces a replay's)."""
+        fsys, folder = self._path("errors")
+        fsys.create_dir(folder, recursive=True)
+        counts = {"skipped": skipped, "quarantined": quarantined}
+        record = encode_record(COUNTS_KIND, FORMAT_VERSION, counts)
+        write_atomically(fsys, f"{folder}/{offset_range}.json", record)
+
+    def counts(self) -> dict[str, int]:
+        """Bad records skipped and quarantined so far, summed over every range read."""
+        fsys, folder = self._path("errors")
+        total = {"skipped": 0, "quarantined": 0}
+        for info in fsys.get_file_info(fs.FileSelector(folder, allow_not_found=True)):
+            if not info.base_name.endswith(".json"):
+                continue
+            with fsys.open_input_stream(info.path) as stream:
+                counts = decode_record(stream.read(), info.path, COUNTS_KIND, (FORMAT_VERSION,))
+            for key in total:
+                total[key] += int(counts[key])
+        return total
