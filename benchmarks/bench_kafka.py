@@ -171,11 +171,12 @@ def _check(topic: str, expected: int, side: str) -> None:
         raise RuntimeError(msg)
 
 
-def _source(label: str, batches: int | None = None) -> DataFrame:
+def _source(label: str, checkpoint: str, batches: int | None = None) -> DataFrame:
     reader = (
         spark.session()
         .readStream.format("firesteel.kafka")
         .option("kafka.bootstrap.servers", _STATE.bootstrap)
+        .option("checkpointLocation", checkpoint)
         .option("subscribe", _STATE.topics[label])
         .option("startingOffsets", "earliest")
         .option("includeHeaders", "false")
@@ -194,10 +195,11 @@ def _checkpoint() -> str:
 def firesteel_source(label: str) -> Callable[[], float]:
     def run() -> float:
         start = time.perf_counter()
+        checkpoint = _checkpoint()
         query = (
-            _source(label)
+            _source(label, checkpoint)
             .writeStream.format("noop")
-            .option("checkpointLocation", _checkpoint())
+            .option("checkpointLocation", checkpoint)
             .trigger(availableNow=True)
             .start()
         )
@@ -280,9 +282,14 @@ def _reader_share(bootstrap: str, topic: str, partitions: list[int], records: in
     from firesteel.kafka.options import PASSTHROUGH, KafkaSourceOptions
     from firesteel.kafka.reader import OffsetRange, RangeReader, output_schema
 
+    # Only the source's driver side and bad records' counts use the checkpoint.
     options = parse_options(
         KafkaSourceOptions,
-        {"kafka.bootstrap.servers": bootstrap, "subscribe": topic},
+        {
+            "kafka.bootstrap.servers": bootstrap,
+            "subscribe": topic,
+            "checkpointLocation": tempfile.gettempdir(),
+        },
         connector="firesteel.kafka",
         passthrough_prefixes=PASSTHROUGH,
     )
@@ -357,14 +364,15 @@ def firesteel_sink(
 
     def run() -> float:
         target = _fresh_topic()
+        checkpoint = _checkpoint()
         writer = (
-            _source(label, batches)
+            _source(label, checkpoint, batches)
             .writeStream.format("firesteel.kafka")
             .option("kafka.bootstrap.servers", _STATE.bootstrap)
             .option("topic", target)
             .option("guarantee", guarantee)
             .option("kafka.linger.ms", "5")
-            .option("checkpointLocation", _checkpoint())
+            .option("checkpointLocation", checkpoint)
         )
         expected = _STATE.records[label]
         start = time.perf_counter()

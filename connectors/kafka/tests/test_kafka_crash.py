@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from kafka_support import check_with_read_committed
 
-from firesteel.kafka.testing import broker_kind, create_topic, produce, read_log
+from firesteel.kafka.testing import broker_kind, create_topic, produce, read_committed, read_log
 from firesteel.kafka.testing.scripts import script
 from firesteel.testing import (
     CrashHarness,
@@ -268,6 +268,26 @@ def test_latest_start_survives_a_crash_before_batch_0_commits(bootstrap, tmp_pat
     view = read_log(bootstrap, target)
     assert sorted(view.values) == sorted(middle)
     check_with_read_committed(bootstrap, target, view)
+
+
+def test_latest_start_survives_a_crash_before_offsets_0_is_written(bootstrap, tmp_path):
+    """Killed after the source resolved startingOffsets=latest but before Spark wrote
+    offsets/0: the restart reads every record produced while the query was down, once,
+    and none from before its first start (counted by a plain read_committed consumer)."""
+    source = create_topic(bootstrap, 2)
+    target = create_topic(bootstrap, 2)
+    produce(bootstrap, source, [b"before-0", b"before-1"])
+    args = [bootstrap, source, target, str(tmp_path / "checkpoint"), *_marker_log_args(bootstrap)]
+    job = JOBS / "kafka_latest_job.py"
+    with CrashHarness(tmp_path / "harness", timeout=300) as harness:
+        with pytest.raises(HarnessError, match="no run completed"):
+            harness.run(job, args, [at_point("kafka.after_initial_offset")], max_runs=1)
+        assert not (tmp_path / "checkpoint" / "offsets" / "0").exists()
+        down = [f"down-{i}".encode() for i in range(6)]
+        produce(bootstrap, source, down)
+        result = harness.run(job, args, [], max_runs=1)
+    assert result.restarts == 0, result.summary()
+    assert sorted(r.value for r in read_committed(bootstrap, target)) == sorted(down)
 
 
 def test_the_state_soak_ranks_follow_each_input_partition_not_the_global_order() -> None:

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import time
+import uuid
+from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka_support import needs_real_kafka
 
+from firesteel.core.errors import ConfigError
 from firesteel.core.options import parse_options
 from firesteel.core.source import ReadLimit
 from firesteel.kafka.options import PASSTHROUGH, KafkaSourceOptions
@@ -15,10 +20,19 @@ from firesteel.kafka.source import KafkaSource
 from firesteel.kafka.testing import create_topic
 
 
-def _source(bootstrap: str, **raw: str) -> KafkaSource:
+@pytest.fixture
+def checkpoint(tmp_path: Path) -> Path:
+    """A folder as Spark leaves it when a query starts: with its query metadata."""
+    folder = tmp_path / "checkpoint"
+    folder.mkdir()
+    (folder / "metadata").write_text(json.dumps({"id": str(uuid.uuid4())}) + "\n")
+    return folder
+
+
+def _source(bootstrap: str, checkpoint: Path, **raw: str) -> KafkaSource:
     options = parse_options(
         KafkaSourceOptions,
-        {"kafka.bootstrap.servers": bootstrap, **raw},
+        {"kafka.bootstrap.servers": bootstrap, "checkpointLocation": str(checkpoint), **raw},
         passthrough_prefixes=PASSTHROUGH,
     )
     return KafkaSource(options)
@@ -31,11 +45,11 @@ def _produce_one_batch(bootstrap: str, topic: str, count: int) -> None:
     assert producer.flush(30) == 0
 
 
-def test_end_offsets_are_exact_even_when_list_offsets_lags(bootstrap):
+def test_end_offsets_are_exact_even_when_list_offsets_lags(bootstrap, checkpoint):
     """One 100-record batch: tansu's ListOffsets says 1, the fetch-learned end says 100."""
     topic = create_topic(bootstrap, partitions=1)
     _produce_one_batch(bootstrap, topic, 100)
-    source = _source(bootstrap, subscribe=topic, startingOffsets="earliest")
+    source = _source(bootstrap, checkpoint, subscribe=topic, startingOffsets="earliest")
     try:
         start = source.initial_offset()
         assert start == {topic: {"0": 0}}
@@ -44,7 +58,7 @@ def test_end_offsets_are_exact_even_when_list_offsets_lags(bootstrap):
         assert end == {topic: {"0": 100}}
         assert time.monotonic() - began < 5
         assert source.initial_offset() == start
-        latest = _source(bootstrap, subscribe=topic, startingOffsets="latest")
+        latest = _source(bootstrap, checkpoint, subscribe=topic, startingOffsets="latest")
         assert latest.initial_offset() == {topic: {"0": 100}}
         latest.stop()
     finally:
@@ -56,10 +70,10 @@ def test_end_offsets_are_exact_even_when_list_offsets_lags(bootstrap):
     assert high in (1, 100)
 
 
-def test_a_range_reads_the_same_records_every_time(bootstrap):
+def test_a_range_reads_the_same_records_every_time(bootstrap, checkpoint):
     topic = create_topic(bootstrap, partitions=1)
     _produce_one_batch(bootstrap, topic, 50)
-    source = _source(bootstrap, subscribe=topic)
+    source = _source(bootstrap, checkpoint, subscribe=topic)
     offsets = OffsetRange(topic, 0, 10, 35)
     first = [b.to_pydict() for b in source.read(offsets)]
     second = [b.to_pydict() for b in source.read(offsets)]
@@ -69,10 +83,10 @@ def test_a_range_reads_the_same_records_every_time(bootstrap):
     assert [o for batch in first for o in batch["offset"]] == list(range(10, 35))
 
 
-def test_commit_reports_progress_to_the_consumer_group(bootstrap):
+def test_commit_reports_progress_to_the_consumer_group(bootstrap, checkpoint):
     topic = create_topic(bootstrap, partitions=2)
     group = f"lag-{topic}"
-    source = _source(bootstrap, subscribe=topic, **{"progress.group.id": group})
+    source = _source(bootstrap, checkpoint, subscribe=topic, **{"progress.group.id": group})
     try:
         source.commit({topic: {"0": 7, "1": 3}})
         source.commit({topic: {"0": 7, "1": 3}})
@@ -84,48 +98,45 @@ def test_commit_reports_progress_to_the_consumer_group(bootstrap):
     assert [tp.offset for tp in committed] == [7, 3]
 
 
-def test_latest_start_is_pinned_in_offsets_0_by_an_empty_first_batch(bootstrap):
-    """Spark's calls for batch 0, a crash before it commits, and the re-run.
-
-    Spark stores only batch 0's end (offsets/0) and asks a fresh source for the
-    initial offset again when it re-runs batch 0. Records produced after the first
-    resolution must still be read, by the re-run of batch 0 or by batch 1.
-    """
+def test_a_latest_start_is_pinned_in_the_checkpoint_and_never_resolved_again(
+    bootstrap, checkpoint, tmp_path
+):
+    """Spark asks every run of batch 0 for the initial offset: a restart gets the first run's
+    start, not a new latest, and reads what was produced in between."""
     topic = create_topic(bootstrap, partitions=1)
     _produce_one_batch(bootstrap, topic, 3)
-    first = _source(bootstrap, subscribe=topic)
+    first = _source(bootstrap, checkpoint, subscribe=topic)
     try:
         start = first.initial_offset()
-        assert start == {topic: {"0": 3}}
-        _produce_one_batch(bootstrap, topic, 4)
-        assert first.initial_offset() == start
-        end_0 = first.latest_offset(start, ReadLimit())  # what Spark writes to offsets/0
     finally:
         first.stop()
-    restarted = _source(bootstrap, subscribe=topic)
+    assert start == {topic: {"0": 3}}
+    _produce_one_batch(bootstrap, topic, 4)
+    restarted = _source(bootstrap, checkpoint, subscribe=topic)
     try:
-        rerun = restarted.partitions(restarted.initial_offset(), end_0)
-        end_1 = restarted.latest_offset(end_0, ReadLimit())
-        ranges = [*rerun, *restarted.partitions(end_0, end_1)]
-        read = [v for r in ranges for b in restarted.read(r) for v in b.to_pydict()["offset"]]
+        assert restarted.initial_offset() == start
+        end = restarted.latest_offset(start, ReadLimit())
+        ranges = restarted.partitions(start, end)
+        read = [o for r in ranges for b in restarted.read(r) for o in b.to_pydict()["offset"]]
     finally:
         restarted.stop()
     assert read == [3, 4, 5, 6]
+    elsewhere = _source(bootstrap, tmp_path, subscribe=topic)
+    with pytest.raises(ConfigError, match="where Spark has no query metadata"):
+        elsewhere.initial_offset()
 
 
 @needs_real_kafka
-def test_a_deleted_and_recreated_topic_is_data_loss_not_a_stall(bootstrap):
+def test_a_deleted_and_recreated_topic_is_data_loss_not_a_stall(bootstrap, checkpoint):
     """The new log ends before the query's position: failOnDataLoss fires; with it off the
     query continues from the new log's start. (tansu 0.6 lacks DeleteTopics.)"""
-    import pytest
-
     from firesteel.kafka.errors import DataLossError
     from firesteel.kafka.testing import delete_topic
 
     topic = create_topic(bootstrap, partitions=1)
     _produce_one_batch(bootstrap, topic, 5)
-    strict = _source(bootstrap, subscribe=topic, startingOffsets="earliest")
-    lenient = _source(bootstrap, subscribe=topic, failOnDataLoss="false")
+    strict = _source(bootstrap, checkpoint, subscribe=topic, startingOffsets="earliest")
+    lenient = _source(bootstrap, checkpoint, subscribe=topic, failOnDataLoss="false")
     try:
         end = strict.latest_offset(strict.initial_offset(), ReadLimit())
         assert end == {topic: {"0": 5}}

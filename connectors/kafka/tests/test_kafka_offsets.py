@@ -49,7 +49,7 @@ def test_starting_offsets_json_is_parsed_or_refused():
 def _source_options(**raw: str) -> KafkaSourceOptions:
     return parse_options(
         KafkaSourceOptions,
-        {"kafka.bootstrap.servers": "x:1", **raw},
+        {"kafka.bootstrap.servers": "x:1", "checkpointLocation": "/ck", **raw},
         passthrough_prefixes=PASSTHROUGH,
     )
 
@@ -66,7 +66,19 @@ def test_source_options_are_validated():
     with pytest.raises(ConfigError, match="Did you mean 'subscribe'"):
         _source_options(subscribee="t")
     with pytest.raises(ConfigError, match="bootstrap"):
-        parse_options(KafkaSourceOptions, {"subscribe": "t"}, passthrough_prefixes=PASSTHROUGH)
+        parse_options(
+            KafkaSourceOptions,
+            {"subscribe": "t", "checkpointLocation": "/ck"},
+            passthrough_prefixes=PASSTHROUGH,
+        )
+    with pytest.raises(ConfigError, match="option 'checkpointLocation' is required"):
+        parse_options(
+            KafkaSourceOptions,
+            {"kafka.bootstrap.servers": "x:1", "subscribe": "t"},
+            passthrough_prefixes=PASSTHROUGH,
+        )
+    with pytest.raises(ConfigError, match="'checkpointLocation' must be an absolute path"):
+        _source_options(subscribe="t", checkpointLocation="ck")
 
 
 def test_json_value_schema_accepts_ddl_and_spark_json():

@@ -52,6 +52,7 @@ def _write(spark, bootstrap: str, tmp_path: Path, df_sql: str, **options: str) -
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", source)
         .option("startingOffsets", "earliest")
+        .option("checkpointLocation", str(tmp_path / "ck"))
         .load()
     )
     stream.createOrReplaceTempView("ticks")

@@ -4,19 +4,30 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kafka_support import needs_real_kafka
 
-from firesteel.kafka.testing import create_topic, produce, read_log
+from firesteel.kafka.testing import create_topic, produce, read_committed, read_log
 
 
-def _read_all(spark, bootstrap, tmp_path: Path, **options: str) -> list:
-    reader = spark.readStream.format("firesteel.kafka").option("kafka.bootstrap.servers", bootstrap)
+def _reader(spark, bootstrap, checkpoint: Path, options: dict[str, str]):
+    reader = (
+        spark.readStream.format("firesteel.kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("checkpointLocation", str(checkpoint))
+    )
     for key, value in options.items():
         reader = reader.option(key, value)
+    return reader
+
+
+def _run(spark, bootstrap, tmp_path: Path, **options: str) -> tuple[list, Any]:
+    """Read everything with a memory sink: its rows and the finished query."""
     query = (
-        reader.load()
+        _reader(spark, bootstrap, tmp_path / "ck", options)
+        .load()
         .writeStream.format("memory")
         .queryName(f"q{abs(hash(str(tmp_path))) % 10**8}")
         .option("checkpointLocation", str(tmp_path / "ck"))
@@ -24,7 +35,11 @@ def _read_all(spark, bootstrap, tmp_path: Path, **options: str) -> list:
         .start()
     )
     query.awaitTermination(120)
-    return spark.sql(f"select * from {query.name}").collect()
+    return spark.sql(f"select * from {query.name}").collect(), query
+
+
+def _read_all(spark, bootstrap, tmp_path: Path, **options: str) -> list:
+    return _run(spark, bootstrap, tmp_path, **options)[0]
 
 
 def test_reads_every_record_once_with_schema(spark, bootstrap, tmp_path):
@@ -108,11 +123,9 @@ def test_pattern_json_offsets_and_latest(spark, bootstrap, tmp_path):
 
 
 def _start_memory_query(spark, bootstrap, tmp_path, name, **options):
-    reader = spark.readStream.format("firesteel.kafka").option("kafka.bootstrap.servers", bootstrap)
-    for key, value in options.items():
-        reader = reader.option(key, value)
     return (
-        reader.load()
+        _reader(spark, bootstrap, tmp_path / "ck", options)
+        .load()
         .writeStream.format("memory")
         .queryName(name)
         .option("checkpointLocation", str(tmp_path / "ck"))
@@ -202,7 +215,7 @@ def test_json_values_decode_into_columns_and_poison_records_follow_policy(
     base = dict(subscribe=topic, startingOffsets="earliest")
     base["value.format"] = "json"
     base["value.schema"] = "id BIGINT, name STRING"
-    with pytest.raises(Exception, match=r"bad input at .*\[0\] line 5"):
+    with pytest.raises(Exception, match=rf"bad input at {topic}\[0\] offset 5: not JSON"):
         _read_all(spark, bootstrap, tmp_path / "fail", **base)
     skipped = _read_all(spark, bootstrap, tmp_path / "skip", errors="skip", **base)
     assert sorted(r.id for r in skipped) == list(range(10))
@@ -242,6 +255,66 @@ def test_avro_values_decode(spark, bootstrap, tmp_path):
     )
     expected = [(i, None if i % 2 else f"t{i}") for i in range(8)]
     assert sorted((r.id, r.tag) for r in rows) == expected
+
+
+def test_undecodable_avro_and_tombstones_follow_the_error_policy(spark, bootstrap, tmp_path):
+    """fastavro reads b"\\x01\\x02garbage-not-avro" as id=-1, name='g' (it stops after one
+    record), and a tombstone has no record: both go to the policy, named by offset; skips are
+    counted in query progress, dead letters keep the raw value and the reason."""
+    import io
+
+    import fastavro
+
+    schema = {
+        "type": "record",
+        "name": "R",
+        "fields": [{"name": "id", "type": "long"}, {"name": "name", "type": "string"}],
+    }
+
+    def avro(i: int) -> bytes:
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, fastavro.parse_schema(schema), {"id": i, "name": f"n{i}"})
+        return out.getvalue()
+
+    garbage = b"\x01\x02garbage-not-avro"
+    topic = create_topic(bootstrap, partitions=1)
+    dead = create_topic(bootstrap, partitions=1)
+    produce(bootstrap, topic, [avro(0), avro(1), garbage, None, avro(4), avro(5)])
+    base = {"subscribe": topic, "startingOffsets": "earliest", "maxOffsetsPerTrigger": "4"}
+    base |= {"value.format": "avro", "value.schema": json.dumps(schema)}
+    with pytest.raises(Exception, match=rf"bad input at {topic}\[0\] offset 2: .* after the"):
+        _read_all(spark, bootstrap, tmp_path / "fail", **base)
+    rows, query = _run(spark, bootstrap, tmp_path / "skip", errors="skip", **base)
+    assert sorted((r.id, r.name) for r in rows) == [(i, f"n{i}") for i in (0, 1, 4, 5)]
+    # Progress of the second batch (offsets 4-5) counts the first batch's skips.
+    reported = json.loads(query.recentProgress[-1]["sources"][0]["latestOffset"])
+    assert reported["offset"] == {"skipped": 2, "quarantined": 0}
+    _read_all(
+        spark, bootstrap, tmp_path / "q", errors="quarantine", **base, **{"errors.topic": dead}
+    )
+    letters = read_committed(bootstrap, dead)
+    assert [(r.value, dict(r.headers)["firesteel.offset"]) for r in letters] == [
+        (garbage, b"2"),
+        (None, b"3"),
+    ]
+    assert b"null value (a tombstone)" in dict(letters[1].headers)["firesteel.reason"]
+
+
+def test_json_null_values_follow_the_error_policy_not_rows_of_nulls(spark, bootstrap, tmp_path):
+    """A JSON null (which pyarrow's reader cannot even take first in a block) and a tombstone
+    are no objects of value.schema: skipped and counted, never a row of nulls."""
+    topic = create_topic(bootstrap, partitions=1)
+    produce(bootstrap, topic, [b"null", b'{"id": 1}', None, b'{"id": 3}'])
+    rows = _read_all(
+        spark,
+        bootstrap,
+        tmp_path,
+        subscribe=topic,
+        startingOffsets="earliest",
+        errors="skip",
+        **{"value.format": "json", "value.schema": "id BIGINT, name STRING"},
+    )
+    assert sorted(r.id for r in rows) == [1, 3]
 
 
 @needs_real_kafka

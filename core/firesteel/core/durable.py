@@ -95,7 +95,13 @@ def _digest(content: Any) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-def _encode(kind: str, version: int, content: Any) -> bytes:
+def encode_record(kind: str, version: int, content: Any) -> bytes:
+    """The bytes of a self-describing record: ``kind``, format ``version``, the JSON-able
+    ``content`` and its checksum (read back with :func:`decode_record`).
+
+    For records on any pyarrow filesystem, written with :func:`write_atomically`;
+    :func:`write_record` and :func:`create_record` write them to local paths.
+    """
     body = {"kind": kind, "version": version, "content": content, "sha256": _digest(content)}
     return json.dumps(body, separators=(",", ":")).encode("utf-8")
 
@@ -113,7 +119,7 @@ def _write_tmp(path: Path, data: bytes) -> Path:
 def write_record(path: Path, kind: str, version: int, content: Any) -> None:
     """Atomically write (or replace) the local record at ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(fs.LocalFileSystem(), str(path), _encode(kind, version, content))
+    write_atomically(fs.LocalFileSystem(), str(path), encode_record(kind, version, content))
 
 
 def create_record(path: Path, kind: str, version: int, content: Any) -> bool:
@@ -122,7 +128,7 @@ def create_record(path: Path, kind: str, version: int, content: Any) -> bool:
     Uses a hard link, which fails when the target exists, so two writers racing
     for the same name cannot both win.
     """
-    tmp = _write_tmp(path, _encode(kind, version, content))
+    tmp = _write_tmp(path, encode_record(kind, version, content))
     try:
         os.link(tmp, path)
     except FileExistsError:
@@ -135,22 +141,31 @@ def create_record(path: Path, kind: str, version: int, content: Any) -> bool:
 
 def read_record(path: Path, kind: str, versions: tuple[int, ...]) -> Any:
     """The content of the record at ``path``, checked; raises if corrupt or unknown."""
+    return decode_record(path.read_bytes(), str(path), kind, versions)
+
+
+def decode_record(data: bytes, where: str, kind: str, versions: tuple[int, ...]) -> Any:
+    """The content of a record's bytes (read from ``where``, named in errors), checked.
+
+    Raises :class:`CheckpointCorruptError` for damaged bytes or another kind of
+    record, :class:`IncompatibleFormatError` for a version not in ``versions``.
+    """
     try:
-        body = json.loads(path.read_bytes())
+        body = json.loads(data)
     except json.JSONDecodeError as exc:
-        msg = f"{path}: not a valid firesteel {kind} record ({exc}); it was damaged"
+        msg = f"{where}: not a valid firesteel {kind} record ({exc}); it was damaged"
         raise CheckpointCorruptError(msg) from exc
     if not isinstance(body, dict) or body.get("kind") != kind:
-        msg = f"{path}: not a firesteel {kind} record"
+        msg = f"{where}: not a firesteel {kind} record"
         raise CheckpointCorruptError(msg)
     if body.get("version") not in versions:
         msg = (
-            f"{path}: {kind} format version {body.get('version')} is not one this release "
+            f"{where}: {kind} format version {body.get('version')} is not one this release "
             f"reads ({', '.join(map(str, versions))}); upgrade firesteel"
         )
         raise IncompatibleFormatError(msg)
     content = body.get("content")
     if body.get("sha256") != _digest(content):
-        msg = f"{path}: {kind} record checksum mismatch; the file was damaged or edited"
+        msg = f"{where}: {kind} record checksum mismatch; the file was damaged or edited"
         raise CheckpointCorruptError(msg)
     return content

@@ -18,6 +18,7 @@ def main() -> None:
         spark.readStream.format("firesteel.kafka")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", source)
+        .option("checkpointLocation", checkpoint)
         .load()
     )
     writer = (

@@ -29,6 +29,7 @@ def main() -> None:
             .option("kafka.security.protocol", protocol)
             .option("subscribe", source)
             .option("startingOffsets", "earliest")
+            .option("checkpointLocation", f"{checkpoint}/{suffix}")
         )
         for key, value in secrets.items():
             reader = reader.option(key, value)

@@ -2,8 +2,27 @@
 
 JSON decodes a whole consume() chunk at once with pyarrow's JSON reader and
 falls back to one record at a time only to find the records that fail, so a
-clean chunk never becomes Python objects. Avro uses fastavro (schemaless
-records, schema inline or from a file).
+clean chunk never becomes Python objects. Avro uses fastavro (bare schemaless
+records, schema inline or from a file; no Schema Registry framing).
+
+What decodes into a row, and what goes to the source's error policy:
+
+* Avro: a value is a row only when fastavro reads one record of
+  ``value.schema`` that uses every byte of it (fastavro stops after one record,
+  so garbage often reads as a short record followed by leftovers) and that
+  record validates against the schema (``fastavro.validation``: an ``int``
+  field holds a 32-bit value...). Anything else is bad, with fastavro's reason.
+* JSON: a value is a row only when it is one JSON object that pyarrow's reader
+  takes under ``value.schema``: fields a Spark JSON schema declares
+  ``nullable: false`` must be present and not null; absent nullable fields are
+  null. A JSON ``null``, an array or a scalar is bad (and never reaches
+  pyarrow, whose reader crashes on a ``null`` first in a block).
+* A null value (a Kafka tombstone) is a row whose value columns are all null
+  only with an Avro schema whose every field is nullable (a union with
+  ``"null"``): a null can never reach a non-nullable column. Otherwise it is
+  bad. With JSON it is always bad, since DDL columns are nullable by default
+  and so say nothing about whether a row of nulls is meant: to keep
+  tombstones, read ``value.format=binary`` and decode with ``from_json``.
 """
 
 from __future__ import annotations
@@ -170,14 +189,26 @@ def parse_avro_schema(text: str) -> tuple[dict[str, Any], pa.Schema]:
 
 @dataclass(frozen=True)
 class Decoded:
-    """Decoded rows (in input order, bad ones left out) and the indices of bad inputs."""
+    """Decoded rows (in input order, bad ones left out) and the indices of bad inputs, in
+    input order, each with the reason."""
 
     table: pa.Table
     bad: list[tuple[int, str]]
 
 
+class _Undecodable(Exception):
+    """A value that holds no row of the value schema; the message says why."""
+
+
+_JSON_WHITESPACE = b" \t\r\n"
+_JSON_TOMBSTONE = "null value (a tombstone): value.format=json decodes JSON objects only"
+_ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError)
+"""What pyarrow raises for Python values its column types cannot hold."""
+
+
 class ValueDecoder:
-    """Decodes value bytes into the columns of :attr:`schema`. Picklable."""
+    """Decodes value bytes into the columns of :attr:`schema` (see the module docs for what
+    is a row). Picklable."""
 
     def __init__(self, value_format: str, schema_source: str) -> None:
         self.format = value_format
@@ -187,17 +218,30 @@ class ValueDecoder:
             self.avro: dict[str, Any] | None = None
         else:
             self.avro, self.schema = parse_avro_schema(schema_source)
+        self.tombstone = self._tombstone_reason()
+        """Why a null value is bad; ``None`` where it decodes to a row of nulls."""
+
+    def _tombstone_reason(self) -> str | None:
+        if self.format == "json":
+            return _JSON_TOMBSTONE
+        strict = [f.name for f in self.schema if not f.nullable]
+        if not strict:
+            return None
+        return (
+            f"null value (a tombstone), but value.schema's fields {', '.join(strict)} are not "
+            'nullable (a union with "null")'
+        )
 
     def decode(self, values: Sequence[bytes | None]) -> Decoded:
-        """Decode ``values``; a tombstone (``None``) decodes to a row of nulls."""
+        """Decode ``values``; bad ones are left out of the table and listed with the reason."""
         if self.format == "json":
             return self._decode_json(values)
         return self._decode_avro(values)
 
-    def _json_block(self, values: Sequence[bytes | None]) -> pa.Table:
+    def _json_block(self, values: Sequence[bytes]) -> pa.Table:
         from pyarrow import json as pajson
 
-        body = b"\n".join(b"{}" if v is None else v for v in values)
+        body = b"\n".join(values)
         return pajson.read_json(
             io.BytesIO(body),
             read_options=pajson.ReadOptions(use_threads=False, block_size=max(len(body), 1 << 20)),
@@ -208,17 +252,35 @@ class ValueDecoder:
             ),
         )
 
+    @staticmethod
+    def _not_an_object(value: bytes) -> str | None:
+        """Why ``value`` is no JSON object, if it is none."""
+        head = value.lstrip(_JSON_WHITESPACE)
+        if head.startswith(b"{"):
+            return None
+        if head.rstrip(_JSON_WHITESPACE) == b"null":
+            return "a JSON null, not an object of value.schema"
+        return f"not a JSON object (starts {head[:20]!r})"
+
     def _decode_json(self, values: Sequence[bytes | None]) -> Decoded:
-        if not values:
-            return Decoded(self.schema.empty_table(), [])
+        bad: list[tuple[int, str]] = []
+        objects: list[tuple[int, bytes]] = []
+        for index, value in enumerate(values):
+            reason = _JSON_TOMBSTONE if value is None else self._not_an_object(value)
+            if reason is not None:
+                bad.append((index, reason))
+            elif value is not None:
+                objects.append((index, value))
+        if not objects:
+            return Decoded(self.schema.empty_table(), bad)
         try:
-            table = self._json_block(values)
-            if table.num_rows == len(values):
-                return Decoded(table, [])
+            table = self._json_block([v for _, v in objects])
+            if table.num_rows == len(objects):
+                return Decoded(table, bad)
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             pass
-        good, bad = [], []
-        for index, value in enumerate(values):
+        good = []
+        for index, value in objects:
             try:
                 row = self._json_block([value])
             except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
@@ -229,21 +291,62 @@ class ValueDecoder:
                 continue
             good.append(row)
         table = pa.concat_tables(good) if good else self.schema.empty_table()
-        return Decoded(table, bad)
+        return Decoded(table, sorted(bad))
+
+    def _avro_record(self, value: bytes | None) -> dict[str, Any]:
+        """The row ``value`` holds; :class:`_Undecodable` if it holds none."""
+        fastavro = _fastavro()
+        from fastavro.validation import ValidationError, validate
+
+        assert self.avro is not None
+        if value is None:
+            if self.tombstone is not None:
+                raise _Undecodable(self.tombstone)
+            return {}
+        stream = io.BytesIO(value)
+        try:
+            record = fastavro.schemaless_reader(stream, self.avro, None)
+            validate(record, self.avro, raise_errors=True)
+        except ValidationError as exc:
+            reason = f"not a record of value.schema: {'; '.join(map(str, exc.errors))}"
+            raise _Undecodable(reason) from exc
+        except (ValueError, EOFError, TypeError, IndexError, KeyError, OverflowError) as exc:
+            reason = f"not Avro written with value.schema: {exc!r}"
+            raise _Undecodable(reason) from exc
+        left = len(value) - stream.tell()
+        if left:
+            reason = (
+                f"not Avro written with value.schema: {left} bytes after the record, which "
+                f"ends at byte {stream.tell()} of {len(value)}"
+            )
+            raise _Undecodable(reason)
+        return dict(record)
 
     def _decode_avro(self, values: Sequence[bytes | None]) -> Decoded:
-        fastavro = _fastavro()
         rows: list[dict[str, Any]] = []
+        kept: list[int] = []
         bad: list[tuple[int, str]] = []
         for index, value in enumerate(values):
-            if value is None:
-                rows.append({})
-                continue
             try:
-                rows.append(fastavro.schemaless_reader(io.BytesIO(value), self.avro, None))
-            except (ValueError, EOFError, TypeError, IndexError, UnicodeDecodeError) as exc:
-                bad.append((index, f"not Avro matching value.schema: {exc!r}"))
-        return Decoded(pa.Table.from_pylist(rows, schema=self.schema), bad)
+                rows.append(self._avro_record(value))
+            except _Undecodable as exc:
+                bad.append((index, str(exc)))
+                continue
+            kept.append(index)
+        try:
+            return Decoded(pa.Table.from_pylist(rows, schema=self.schema), bad)
+        except _ARROW_ERRORS:
+            pass
+        # A record fastavro accepts that Arrow cannot hold (e.g. a decimal the column
+        # mapping does not cover): find it rather than fail the whole chunk.
+        good = []
+        for index, row in zip(kept, rows, strict=True):
+            try:
+                good.append(pa.Table.from_pylist([row], schema=self.schema))
+            except _ARROW_ERRORS as exc:
+                bad.append((index, f"a record of value.schema that its columns cannot hold: {exc}"))
+        table = pa.concat_tables(good) if good else self.schema.empty_table()
+        return Decoded(table, sorted(bad))
 
 
 class ValueEncoder:

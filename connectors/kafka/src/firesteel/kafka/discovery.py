@@ -28,6 +28,7 @@ from firesteel.core.errors import ConfigError
 from firesteel.kafka.config import client_config, safe_error
 from firesteel.kafka.errors import KafkaSourceError
 from firesteel.kafka.options import KafkaSourceOptions
+from firesteel.kafka.reach import first_contact
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +55,7 @@ def consumer_config(options: KafkaSourceOptions, **overrides: Any) -> dict[str, 
 class Discovery:
     """Answers the source's driver-side questions with one long-lived consumer.
 
+    Created only once the cluster answered (:func:`~firesteel.kafka.reach.first_contact`).
     Not thread-safe; one per source. :meth:`close` releases the consumer.
     """
 
@@ -69,6 +71,7 @@ class Discovery:
         except KafkaException as exc:
             what = "invalid client configuration (check the kafka.* options)"
             raise self._fail(what, exc) from exc
+        first_contact(self.consumer, self.config, "firesteel.kafka")
         self.pattern = re.compile(options.subscribe_pattern) if options.subscribe_pattern else None
 
     def close(self) -> None:

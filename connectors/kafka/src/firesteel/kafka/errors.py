@@ -4,6 +4,10 @@
 from firesteel.core.errors import FiresteelError
 
 
+class UnreachableError(FiresteelError):
+    """No broker of ``kafka.bootstrap.servers`` answered (the message names the servers)."""
+
+
 class KafkaSourceError(FiresteelError):
     """The Kafka source could not learn or read what it needs (the message names the partition)."""
 

@@ -14,7 +14,7 @@ from typing import Literal
 from firesteel.core.error_policy import ErrorPolicy
 from firesteel.core.errors import ConfigError
 from firesteel.core.guarantee import Guarantee
-from firesteel.core.options import option
+from firesteel.core.options import option, require_absolute
 from firesteel.kafka.config import PREFIX, validate_client_config
 
 CONNECTOR = "firesteel.kafka"
@@ -44,10 +44,16 @@ def _require_range(name: str, value: int | None, low: int, high: int) -> None:
         raise ConfigError(msg)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class KafkaSourceOptions:
     """Options of ``spark.readStream.format("firesteel.kafka")``."""
 
+    checkpoint_location: str = option(
+        name="checkpointLocation",
+        required=True,
+        doc="the query's checkpoint location, the value given to writeStream: the source "
+        "keeps its resolved start there (PySpark does not tell a Python source)",
+    )
     subscribe: str | None = option(None, doc="comma-separated topics to read")
     subscribe_pattern: str | None = option(
         None, name="subscribePattern", doc="regular expression matching whole topic names"
@@ -108,6 +114,7 @@ class KafkaSourceOptions:
 
     def __post_init__(self) -> None:
         _require_bootstrap(self.passthrough)
+        require_absolute("checkpointLocation", self.checkpoint_location)
         if bool(self.subscribe) == bool(self.subscribe_pattern):
             msg = f"{CONNECTOR}: set exactly one of options 'subscribe' and 'subscribePattern'"
             raise ConfigError(msg)

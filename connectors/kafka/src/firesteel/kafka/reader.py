@@ -24,6 +24,7 @@ from firesteel.kafka.config import safe_error
 from firesteel.kafka.discovery import consumer_config
 from firesteel.kafka.errors import DataLossError, KafkaSourceError
 from firesteel.kafka.options import KafkaSourceOptions
+from firesteel.kafka.sourcefolder import SourceFolder
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +80,7 @@ class RangeReader:
         self.decoder = decoder
         self.dead_letter = dead_letter
         self.schema = schema
+        self.folder = SourceFolder.of(options)
 
     def read(self, offsets: OffsetRange) -> Iterator[pa.RecordBatch]:
         """Yield the records of ``offsets`` (runs on an executor)."""
@@ -103,6 +105,11 @@ class RangeReader:
             yield from self._consume(consumer, config, offsets, errors)
             errors.close()
             if errors.skipped or errors.quarantined:
+                self.folder.record_counts(
+                    f"{offsets.topic}-{offsets.partition}-{offsets.start}-{offsets.end}",
+                    errors.skipped,
+                    errors.quarantined,
+                )
                 logger.warning(
                     "firesteel.kafka: %s offsets [%d, %d): %d bad records skipped, %d quarantined",
                     offsets.name,
@@ -219,7 +226,13 @@ class RangeReader:
             if decoded.bad:
                 for index, reason in decoded.bad:
                     errors.handle(
-                        BadRecord(offsets.name, records[index].offset(), reason, values[index])
+                        BadRecord(
+                            offsets.name,
+                            records[index].offset(),
+                            reason,
+                            values[index],
+                            unit="offset",
+                        )
                     )
                 bad = {index for index, _ in decoded.bad}
                 records = [m for i, m in enumerate(records) if i not in bad]

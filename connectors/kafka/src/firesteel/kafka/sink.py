@@ -82,6 +82,7 @@ from firesteel.kafka.producing import (
     produce_all,
     tracked_config,
 )
+from firesteel.kafka.reach import first_contact
 from firesteel.kafka.rows import RowExtractor, load_partitioner
 
 logger = logging.getLogger(__name__)
@@ -198,6 +199,19 @@ _TRANSACTIONAL = TransactionalPool()
 
 _PREPARED: set[tuple[str, str, int]] = set()
 """(bootstrap servers, marker topic, timeout) whose checks passed in this process."""
+_REACHED: set[str] = set()
+"""Bootstrap servers that answered in this process."""
+
+
+def _reach(config: dict[str, Any]) -> None:
+    """Fail the query before its first task unless the cluster answers (once per process:
+    Spark rebuilds a sink's driver half for every batch)."""
+    from confluent_kafka.admin import AdminClient
+
+    servers = str(config.get("bootstrap.servers"))
+    if servers not in _REACHED:
+        first_contact(AdminClient(config), config, "firesteel.kafka sink")
+        _REACHED.add(servers)
 
 
 class KafkaSink(PlainSink):
@@ -220,6 +234,7 @@ class KafkaSink(PlainSink):
             self.config = {"acks": "all", "enable.idempotence": True, **self.config}
 
     def prepare(self) -> None:
+        _reach(self.config)
         logger.info("firesteel.kafka sink %s: producer %s", self.sink_id, redact(self.config))
 
     def write(self, scope: TaskScope, batches: Iterator[pa.RecordBatch]) -> int:
@@ -339,11 +354,7 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable
             super().prepare()
             return
         admin = AdminClient(self.config)
-        try:
-            metadata = admin.list_topics(self.marker_topic, timeout=30)
-        except KafkaException as exc:
-            msg = f"firesteel.kafka sink: cannot reach the cluster: {safe_error(exc, self.config)}"
-            raise ConfigError(msg) from exc
+        metadata = first_contact(admin, self.config, "firesteel.kafka sink", self.marker_topic)
         topic = metadata.topics.get(self.marker_topic)
         if topic is None or topic.error is not None or not topic.partitions:
             msg = (
@@ -351,15 +362,16 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable
                 "or 'topic') does not exist; create it before starting the query"
             )
             raise ConfigError(msg)
-        self._check_broker_timeout(admin, ConfigResource, KafkaException)
+        self._check_broker_timeout(admin, list(metadata.brokers), ConfigResource, KafkaException)
         logger.info(
             "firesteel.kafka sink %s: exactly-once, producer %s", self.sink_id, redact(self.config)
         )
         _PREPARED.add(checked)
         super().prepare()
 
-    def _check_broker_timeout(self, admin: Any, resource_cls: Any, error_cls: Any) -> None:
-        brokers = list(admin.list_topics(timeout=30).brokers)
+    def _check_broker_timeout(
+        self, admin: Any, brokers: list[int], resource_cls: Any, error_cls: Any
+    ) -> None:
         if not brokers:
             return
         resource = resource_cls("broker", str(brokers[0]))

@@ -9,16 +9,17 @@ New partitions and new topics matching ``subscribePattern`` are picked up when
 a batch is planned: they join the offset at their earliest offset and are read
 from the next batch on, so a batch's ranges never depend on when it is re-run.
 
-``startingOffsets=latest`` (the default) is resolved once and pinned by Spark
-itself. Spark's own Kafka source writes the resolved start to the source's
-metadata folder; a Python data source is never told that folder (PySpark's
-``PythonScan.toMicroBatchStream`` drops it), and Spark asks ``initialOffset``
-again when it re-runs batch 0 after a crash. So a start that depends on when
-it is asked (latest, or a timestamp or JSON entry that falls back to latest)
-makes batch 0 empty: its end, the resolved start, is what Spark writes to
-``offsets/0`` before batch 0 runs, and batch 1 starts there whatever a re-run
-of batch 0 re-resolves. A crash before batch 0 commits therefore drops
-nothing: records produced after the start was resolved are read by batch 1.
+``startingOffsets=latest`` (the default) is resolved once and never again.
+Spark stores only the end of batch 0 (``offsets/0``) and asks a Python source
+for its initial offset again whenever it runs batch 0, also after a crash. A
+start that depends on the moment it is resolved (latest, or a timestamp or
+JSON entry that falls back to latest) is therefore pinned in the query's
+checkpoint (option ``checkpointLocation``, see
+:mod:`firesteel.kafka.sourcefolder`) before :meth:`KafkaSource.initial_offset`
+returns it, and every later run of the query starts there: records produced
+after the first resolution, also while the query was down after a crash
+before ``offsets/0`` was written, are all read. A run that dies before the
+pin is written has handed Spark no start at all; its restart resolves one.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from firesteel.core.errors import ConfigError
+from firesteel.core.faults import fault_point
 from firesteel.core.source import Offset, ReadLimit, ResettableSource
 from firesteel.kafka.codec import ValueDecoder, schema_text
 from firesteel.kafka.deadletter import TopicDeadLetter
@@ -37,6 +39,7 @@ from firesteel.kafka.discovery import Discovery, TopicPartitionKey, parse_partit
 from firesteel.kafka.errors import DataLossError
 from firesteel.kafka.options import KafkaSourceOptions
 from firesteel.kafka.reader import OffsetRange, RangeReader, output_schema
+from firesteel.kafka.sourcefolder import SourceFolder
 
 logger = logging.getLogger(__name__)
 
@@ -111,11 +114,11 @@ class KafkaSource(ResettableSource):
                 f"column ({', '.join(self._schema.names)}); rename it"
             )
             raise ConfigError(msg)
+        self.folder = SourceFolder.of(options)
+        self._folder_checked = False
         self._discovery: Discovery | None = None
         self._available_now: dict[TopicPartitionKey, int] | None = None
         self._initial: Offset | None = None
-        self._pin_first_batch = False
-        """The initial offset was resolved against the log's current end: batch 0 is empty."""
 
     def __getstate__(self) -> dict[str, Any]:
         # Executors get the options, never the driver's consumer.
@@ -137,10 +140,39 @@ class KafkaSource(ResettableSource):
         return ReadLimit(max_records=self.options.max_offsets_per_trigger)
 
     def initial_offset(self) -> Offset:
-        """The start, resolved once per source instance (see the module docs on ``latest``)."""
+        """The start: pinned by an earlier run of the query, else resolved (and pinned if it
+        depends on the moment; see the module docs on ``latest``).
+
+        Crash tests kill here with fault point ``kafka.after_initial_offset``: the start is
+        known (and pinned), Spark has not written ``offsets/0``.
+        """
         if self._initial is None:
-            self._initial, self._pin_first_batch = self._resolve_initial()
+            self._initial = self._pinned_or_resolved()
+            fault_point("kafka.after_initial_offset")
         return self._initial
+
+    def _check_folder(self) -> None:
+        """Once per run, on the driver: option checkpointLocation names the query's checkpoint
+        (the tasks write their counts there)."""
+        if not self._folder_checked:
+            self.folder.check()
+            self._folder_checked = True
+
+    def _pinned_or_resolved(self) -> Offset:
+        self._check_folder()
+        key = {
+            "startingOffsets": self.options.starting_offsets.strip(),
+            "startingTimestamp": self.options.starting_timestamp,
+        }
+        pinned = self.folder.pinned_start(key)
+        if pinned is not None:
+            logger.info("firesteel.kafka: starting at %s, pinned by an earlier run", pinned)
+            return pinned
+        start, depends_on_time = self._resolve_initial()
+        if depends_on_time:
+            self.folder.pin_start(key, start)
+            logger.info("firesteel.kafka: starting at %s, pinned in the checkpoint", start)
+        return start
 
     def _resolve_initial(self) -> tuple[Offset, bool]:
         """The start and whether it depends on the time it is resolved (a log end)."""
@@ -172,11 +204,7 @@ class KafkaSource(ResettableSource):
         return to_offset(positions), bool(latest)
 
     def latest_offset(self, start: Offset, limit: ReadLimit) -> Offset:
-        if self._pin_first_batch and self._initial is not None and start == self._initial:
-            # Batch 0 ends where it starts, so offsets/0 pins the resolved start durably.
-            self._pin_first_batch = False
-            logger.info("firesteel.kafka: start %s pinned by an empty first batch", start)
-            return start
+        self._check_folder()
         positions = from_offset(start)
         current = self.discovery.topic_partitions()
         new = [tp for tp in current if tp not in positions]
@@ -260,6 +288,12 @@ class KafkaSource(ResettableSource):
         )
         reader = RangeReader(self.options, self.decoder, dead_letter, self._schema)
         yield from reader.read(partition)
+
+    def report_latest_offset(self) -> Offset | None:
+        """Bad records skipped and quarantined so far (query progress shows them as this
+        source's ``latestOffset``): counted by the tasks in the checkpoint, up to the batch
+        before the one being planned."""
+        return dict(self.folder.counts())
 
     def commit(self, end: Offset) -> None:
         if self.options.progress_group_id:

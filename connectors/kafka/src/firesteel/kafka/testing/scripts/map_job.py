@@ -21,6 +21,7 @@ def main() -> None:
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", source)
         .option("startingOffsets", "earliest")
+        .option("checkpointLocation", checkpoint)
         .option("maxOffsetsPerTrigger", "60")
         .load()
     )

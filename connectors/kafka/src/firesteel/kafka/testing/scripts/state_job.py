@@ -36,6 +36,7 @@ def main() -> None:
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", source)
         .option("startingOffsets", "earliest")
+        .option("checkpointLocation", checkpoint)
         .option("maxOffsetsPerTrigger", "80")
         .load()
         .selectExpr("CAST(CAST(value AS STRING) AS BIGINT) AS seq")
