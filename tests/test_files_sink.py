@@ -284,6 +284,17 @@ def test_unknown_sink_option_lists_valid_ones(spark, tmp_path):
     assert "roll.size.bytes" in text and "guarantee" in text
 
 
+def test_a_misspelled_new_stream_option_is_refused():
+    from firesteel.core.options import parse_options
+    from firesteel.sinks.filesink.options import FilesSinkOptions
+
+    options = {"path": "/out", "sink.new.streams": "true"}
+    with pytest.raises(ConfigError, match=r"Did you mean 'sink\.new\.stream'"):
+        parse_options(FilesSinkOptions, options, connector="firesteel.files")
+    parsed = parse_options(FilesSinkOptions, {"path": "/out", "sink.new.stream": "true"})
+    assert parsed.sink_new_stream is True
+
+
 def test_unwritable_output_path_is_a_config_error(spark, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")

@@ -35,14 +35,8 @@ class SinkOptions:
     sink_id: str | None = option(
         None,
         name="sink.id",
-        doc="stable id of this sink across restarts (default: derived from the output)",
-    )
-    sink_new_stream: bool = option(
-        False,
-        name="sink.new.stream",
-        doc="true: this checkpoint starts a new stream into an output that already holds "
-        "another query's batches, and writes them again (default: such a start is refused); "
-        "keep it set for the life of this checkpoint",
+        doc="stable id of this sink across restarts (default: derived from the output, or "
+        "from the query for connectors without one)",
     )
 
 

@@ -28,6 +28,11 @@ Protocol for micro-batch N (Flink's TwoPhaseCommitSinkFunction, Beam's finalize)
 
 Final names are deterministic from (sink id, batch, partition, n), and a batch
 is published from exactly one manifest, so a re-run can never add a second copy.
+
+The default sink id follows the output path, and the first query to write
+owns it (:meth:`FilesSink._claim`): the same job restarted on a new
+checkpoint, whose batch ids start again at 0, is refused instead of writing
+every batch twice, unless option ``sink.new.stream`` says it is a new stream.
 """
 
 from __future__ import annotations
