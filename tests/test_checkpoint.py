@@ -138,6 +138,33 @@ def test_query_id_is_read_from_spark_metadata(tmp_path):
         read_query_id(str(checkpoint))
 
 
+def test_the_default_sink_id_follows_the_output_across_checkpoints(tmp_path):
+    from firesteel.core.checkpoint import GuaranteeRecord, write_guarantee
+    from firesteel.core.errors import ConfigError
+    from firesteel.core.guarantee import Guarantee
+    from firesteel.core.spark.datasource import default_sink_id
+
+    checkpoint = tmp_path / "chk"
+    checkpoint.mkdir()
+    options = {"checkpointlocation": str(checkpoint)}
+
+    def sink_id(query: str, output: str = "files:/out", **kw: bool) -> str:
+        (checkpoint / "metadata").write_text(json.dumps({"id": query}) + "\n")
+        return default_sink_id(options, output, **kw)
+
+    assert sink_id("q1") == sink_id("q2") != sink_id("q2", "files:/other")
+    new = sink_id("q2", new_stream=True)
+    assert new == sink_id("q2", new_stream=True)
+    assert new not in (sink_id("q2"), sink_id("q3", new_stream=True))
+    with pytest.raises(ConfigError, match=r"'sink\.id' .* 'sink\.new\.stream'"):
+        default_sink_id({**options, "sink.id": "mine"}, "files:/out", new_stream=True)
+    # A checkpoint that ran under the query-derived id of earlier versions keeps it.
+    legacy = default_sink_id(options)
+    record = GuaranteeRecord("s", [], Guarantee.EXACTLY_ONCE, None)
+    write_guarantee(str(checkpoint), legacy, record)
+    assert default_sink_id(options, "files:/out") == legacy
+
+
 def test_guarantee_record_is_rewritten_only_when_it_changes(tmp_path: Path) -> None:
     from firesteel.core.checkpoint import GuaranteeRecord, write_guarantee
     from firesteel.core.guarantee import Guarantee

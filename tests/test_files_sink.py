@@ -284,6 +284,17 @@ def test_unknown_sink_option_lists_valid_ones(spark, tmp_path):
     assert "roll.size.bytes" in text and "guarantee" in text
 
 
+def test_a_misspelled_new_stream_option_is_refused():
+    from firesteel.core.options import parse_options
+    from firesteel.sinks.filesink.options import FilesSinkOptions
+
+    options = {"path": "/out", "sink.new.streams": "true"}
+    with pytest.raises(ConfigError, match=r"Did you mean 'sink\.new\.stream'"):
+        parse_options(FilesSinkOptions, options, connector="firesteel.files")
+    parsed = parse_options(FilesSinkOptions, {"path": "/out", "sink.new.stream": "true"})
+    assert parsed.sink_new_stream is True
+
+
 def test_unwritable_output_path_is_a_config_error(spark, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
@@ -344,11 +355,35 @@ def test_sink_identity_follows_the_query_not_the_path_spelling(spark, tmp_path):
     run(f"file://{checkpoint}/")
     assert sorted(read_committed(str(out)).column("seq").to_pylist()) == list(range(10))
     assert len(read_guarantee(str(checkpoint))) == 1
-    # A deleted and recreated checkpoint is a new query: it reprocesses, never skips.
+
+
+def test_a_recreated_checkpoint_is_refused_unless_declared_a_new_stream(spark, tmp_path):
+    """The default sink id follows the output, so the same job on a deleted and recreated
+    checkpoint finds its own committed batches and is refused instead of writing them again."""
+    out, checkpoint = tmp_path / "out", tmp_path / "ck"
+    write_input(tmp_path / "in", "a.parquet", rows(0, 5), "parquet")
+
+    def run(**extra: str):
+        reader = spark.readStream.format("firesteel.files").load(str(tmp_path / "in"))
+        options = {"path": str(out), "checkpointLocation": str(checkpoint), **extra}
+        return run_available_now(reader, options)
+
+    def plain_count() -> list[int]:
+        return sorted(ds.dataset(str(out)).to_table().column("seq").to_pylist())
+
+    assert run().exception() is None
     shutil.rmtree(checkpoint)
-    run(str(checkpoint))
-    seqs = sorted(read_committed(str(out)).column("seq").to_pylist())
-    assert seqs == sorted(list(range(10)) * 2)
+    error = str(run().exception())
+    assert "ConfigError" in error and "firesteel.files" in error and str(out) in error
+    assert "'sink.new.stream'" in error
+    assert plain_count() == list(range(5))
+    # The user says it is a new stream: it writes (again), and its own restart is no new stream.
+    shutil.rmtree(checkpoint)
+    assert run(**{"sink.new.stream": "true"}).exception() is None
+    assert plain_count() == sorted(list(range(5)) * 2)
+    write_input(tmp_path / "in", "b.parquet", rows(5, 5), "parquet")
+    assert run(**{"sink.new.stream": "true"}).exception() is None
+    assert plain_count() == sorted(list(range(5)) * 2 + list(range(5, 10)))
 
 
 def test_overlong_bucket_value_fails_the_task_and_leaves_the_query_restartable(spark, tmp_path):
@@ -390,10 +425,14 @@ def test_a_sink_id_written_by_another_query_is_refused(tmp_path):
     first.commit_batch(0, [vote(first, 0, 0, rows(0, 5))])
     make_sink(out, sink_id="shared", query_id="query-a")  # its own restart
     with pytest.raises(
-        ConfigError, match=r"option 'sink.id': 'shared' .* belongs to Spark query query-a"
+        ConfigError, match=r"sink 'shared' .* belongs to Spark query query-a.*'sink\.new\.stream'"
     ):
         make_sink(out, sink_id="shared", query_id="query-b")
     make_sink(out, sink_id="other", query_id="query-b")
+    # An owner that never committed a batch is taken over: nothing of it to repeat or skip.
+    make_sink(out, sink_id="unused", query_id="query-a")
+    make_sink(out, sink_id="unused", query_id="query-b")
+    make_sink(out, sink_id="unused", query_id="query-b")
     assert sorted(read_committed(str(out)).column("seq").to_pylist()) == list(range(5))
 
 

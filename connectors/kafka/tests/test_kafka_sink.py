@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pyarrow as pa
@@ -326,7 +327,8 @@ def test_a_sink_id_shared_by_two_queries_is_refused(bootstrap):
     )
     other = TaskScope(query_id="query-b", batch_id=0, partition_id=0, attempt=0)
     with pytest.raises(
-        ConfigError, match=rf"sink\.id 'fence-{topic}' is already used by query query-a"
+        ConfigError,
+        match=rf"sink 'fence-{topic}' .* belongs to Spark query query-a.*'sink\.new\.stream'",
     ):
         sink.write_partition(other, iter([_batch("c")]))
     values = read_log(bootstrap, topic).values
@@ -429,3 +431,57 @@ def test_a_zombie_holding_the_marker_sends_a_kept_producer_to_a_new_one(
     view = read_log(bootstrap, topic)
     assert not view.pending
     assert not any(r.value.startswith(b"zombie") for r in view.committed)
+
+
+@needs_real_kafka
+def test_a_recreated_checkpoint_is_refused_unless_declared_a_new_stream(spark, bootstrap, tmp_path):
+    """The default sink id follows the output topic, so the same Kafka -> Kafka job on a
+    deleted and recreated checkpoint finds its own commit markers and is refused instead
+    of writing every record again; counted by a plain read_committed consumer."""
+    from pyspark.errors import StreamingQueryException
+
+    from firesteel.kafka.testing import read_committed
+
+    source = create_topic(bootstrap, partitions=1)
+    out = create_topic(bootstrap, partitions=1)
+    produce(bootstrap, source, [f"r{i}".encode() for i in range(5)])
+    checkpoint = tmp_path / "ck"
+
+    def run(**extra: str) -> None:
+        stream = (
+            spark.readStream.format("firesteel.kafka")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", source)
+            .option("startingOffsets", "earliest")
+            .option("checkpointLocation", str(checkpoint))
+            .load()
+        )
+        writer = (
+            stream.select("value")
+            .writeStream.format("firesteel.kafka")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("topic", out)
+            .option("guarantee", "exactly-once")
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+        )
+        for key, value in extra.items():
+            writer = writer.option(key, value)
+        writer.start().awaitTermination(120)
+
+    def committed() -> list[bytes]:
+        return sorted(r.value for r in read_committed(bootstrap, out) if r.value is not None)
+
+    once = sorted(f"r{i}".encode() for i in range(5))
+    run()
+    assert committed() == once
+    shutil.rmtree(checkpoint)
+    with pytest.raises(StreamingQueryException) as refused:
+        run()
+    error = str(refused.value)
+    assert "ConfigError" in error and "firesteel.kafka" in error and out in error
+    assert "'sink.new.stream'" in error
+    assert committed() == once
+    shutil.rmtree(checkpoint)
+    run(**{"sink.new.stream": "true"})
+    assert committed() == sorted(once * 2)

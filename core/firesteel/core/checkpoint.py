@@ -127,6 +127,13 @@ def write_guarantee(checkpoint: str, sink_id: str, record: GuaranteeRecord) -> N
     write_atomically(fsys, path, content)
 
 
+def has_guarantee_record(checkpoint: str, sink_id: str) -> bool:
+    """Whether sink ``sink_id`` ran in this checkpoint (its guarantee record exists)."""
+    fsys, base = filesystem(checkpoint)
+    info = fsys.get_file_info(f"{base}/{FIRESTEEL_DIR}/guarantee-{sink_id}.json")
+    return info.type != fs.FileType.NotFound
+
+
 def read_guarantee(checkpoint: str) -> dict[str, Any]:
     """The guarantee records of every firesteel sink of a query, keyed by sink id."""
     fsys, base = filesystem(checkpoint)

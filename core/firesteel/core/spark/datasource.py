@@ -10,7 +10,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, DataSourc
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from firesteel.core.checkpoint import normalize_location, read_query_id
+from firesteel.core.checkpoint import has_guarantee_record, normalize_location, read_query_id
 from firesteel.core.errors import ConfigError
 from firesteel.core.guarantee import Guarantee
 from firesteel.core.options import option
@@ -35,30 +35,57 @@ class SinkOptions:
     sink_id: str | None = option(
         None,
         name="sink.id",
-        doc="stable id of this sink across restarts (default: derived from the checkpoint path)",
+        doc="stable id of this sink across restarts (default: derived from the output, or "
+        "from the query for connectors without one)",
     )
 
 
-def default_sink_id(options: dict[str, Any]) -> str:
-    """The sink's id: ``sink.id`` if given, else one derived from Spark's query id.
+def _digest(identity: str) -> str:
+    return hashlib.sha256(identity.encode()).hexdigest()[:16]
 
-    Spark gives every checkpoint a query id (``<checkpoint>/metadata``) that stays
-    the same across restarts and is new when a checkpoint is deleted and created
-    again. Deriving the id from it, never from the spelling of the path, means
-    ``/chk``, ``/chk/`` and ``file:///chk`` are one sink, and reprocessing into a
-    recreated checkpoint starts a new sink instead of skipping the batches an
-    earlier query committed. An explicit ``sink.id`` is taken as is: the user
-    then owns its lifetime (a recreated checkpoint must get a new one). The
-    file sink records which query owns an id in its output folder and refuses
-    another query using it; the Kafka sink cannot (see its README).
+
+def default_sink_id(
+    options: dict[str, Any], output: str | None = None, *, new_stream: bool = False
+) -> str:
+    """The sink's id: ``sink.id`` if given, else one derived from the sink's ``output``.
+
+    ``output`` names where the sink writes, spelled one way (a normalized path,
+    a topic): the same job writing to the same output gets the same id whatever
+    its checkpoint, so a job restarted on a deleted and recreated checkpoint
+    finds the batches it committed before and the sink refuses to start
+    (the file sink's owner record, the Kafka sink's commit markers, one small
+    read each) instead of writing them all again. Batch ids restart at 0 in a
+    new checkpoint, so neither skipping nor re-writing would be right; the
+    user decides. ``new_stream`` (option ``sink.new.stream``) is that
+    decision: the id is then derived from the output and Spark's query id
+    (``<checkpoint>/metadata``, kept across restarts, new in a new checkpoint),
+    a new sink that writes everything again and recognises its own restarts.
+
+    A checkpoint that already ran under the id of earlier firesteel versions
+    (derived from the query id alone; its guarantee record is named by it)
+    keeps that id, so an upgrade neither loses nor repeats an in-flight batch.
+    Without ``output`` (connectors that have not chosen one) the id is that
+    query-derived one. An explicit ``sink.id`` is taken as is: the user then
+    owns its lifetime (a new stream needs a new one).
     """
     explicit = options.get("sink.id")
     if explicit:
+        if new_stream:
+            msg = (
+                f"options 'sink.id' ({explicit!r}) and 'sink.new.stream' exclude each other: "
+                "a new stream with an explicit id is a new 'sink.id'"
+            )
+            raise ConfigError(msg)
         return str(explicit)
     checkpoint = str(options.get("checkpointlocation", ""))
     query_id = read_query_id(checkpoint) if checkpoint else None
-    identity = f"query:{query_id}" if query_id else normalize_location(checkpoint)
-    return hashlib.sha256(identity.encode()).hexdigest()[:16]
+    query = f"query:{query_id}" if query_id else normalize_location(checkpoint)
+    legacy = _digest(query)
+    if output is None or (checkpoint and has_guarantee_record(checkpoint, legacy)):
+        return legacy
+    if new_stream:
+        return _digest(f"output:{output}|{query}")
+    return _digest(f"output:{output}")
 
 
 class FiresteelDataSource(DataSource):

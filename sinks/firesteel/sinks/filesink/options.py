@@ -19,7 +19,12 @@ SinkFormat = Literal["parquet", "json"]
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class FilesSinkOptions(SinkOptions):
-    """Options of ``df.writeStream.format("firesteel.files")`` (plus ``guarantee``, ``sink.id``)."""
+    """Options of ``df.writeStream.format("firesteel.files")`` (plus ``guarantee``, ``sink.id``).
+
+    The default sink id follows ``path`` (see
+    :func:`~firesteel.core.spark.datasource.default_sink_id`); ``sink.new.stream``
+    is the user's word that a new checkpoint over committed output is a new stream.
+    """
 
     path: str = option(required=True, doc="the output directory")
     format: SinkFormat = option("parquet", doc="file format: parquet (default) or json (lines)")
@@ -32,6 +37,13 @@ class FilesSinkOptions(SinkOptions):
         128 * 1024 * 1024,
         name="roll.size.bytes",
         doc="start a new file once the current one exceeds this many bytes",
+    )
+    sink_new_stream: bool = option(
+        False,
+        name="sink.new.stream",
+        doc="true: this checkpoint starts a new stream into an output that already holds "
+        "another query's batches, and writes them again (default: such a start is refused); "
+        "keep it set for the life of this checkpoint",
     )
     compression: str | None = option(
         None, doc="parquet codec (default snappy) or json stream codec (default none, e.g. gzip)"

@@ -28,6 +28,11 @@ Protocol for micro-batch N (Flink's TwoPhaseCommitSinkFunction, Beam's finalize)
 
 Final names are deterministic from (sink id, batch, partition, n), and a batch
 is published from exactly one manifest, so a re-run can never add a second copy.
+
+The default sink id follows the output path, and the first query to write
+owns it (:meth:`FilesSink._claim`): the same job restarted on a new
+checkpoint, whose batch ids start again at 0, is refused instead of writing
+every batch twice, unless option ``sink.new.stream`` says it is a new stream.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from firesteel.core.context import TaskScope
-from firesteel.core.durable import create_record, read_record
+from firesteel.core.durable import create_record, read_record, write_record
 from firesteel.core.errors import ConfigError
 from firesteel.core.faults import fault_point
 from firesteel.core.sink import TwoPhaseCommitSink
@@ -57,7 +62,12 @@ from firesteel.sinks.filesink.manifest import (
     read_manifest,
     write_manifest,
 )
-from firesteel.sinks.filesink.paths import FIRESTEEL_DIR, pending_dir, valid_sink_id
+from firesteel.sinks.filesink.paths import (
+    FIRESTEEL_DIR,
+    manifest_dir,
+    pending_dir,
+    valid_sink_id,
+)
 from firesteel.sinks.filesink.writer import TaskWriter, WriterConfig
 
 logger = logging.getLogger(__name__)
@@ -102,12 +112,18 @@ class FilesSink(TwoPhaseCommitSink[TaskWriter, FileCommittable]):
         super().prepare()
 
     def _claim(self) -> None:
-        """Refuse a sink id that another query (another checkpoint) writes with.
+        """Refuse a sink id whose committed batches another query (checkpoint) wrote.
 
-        Two queries sharing a sink id would treat each other's manifests as their
-        own: one skips batches the other committed, or discards its files. The
-        first query to write records itself as the id's owner; a query with
-        another Spark query id is refused before it writes anything.
+        The first query to write records itself as the id's owner
+        (``_firesteel/owners/<id>.json``, one small read per start). Another
+        Spark query id means another checkpoint, or a deleted and recreated
+        one: its batch ids start again at 0, so it would skip the owner's
+        batches (their manifests) or, under a new id, write them all again.
+        It is refused before it writes anything, naming the fix, once the
+        owner has a manifest; an owner that never committed a batch is
+        replaced. The default id follows the output path (see
+        :func:`firesteel.core.spark.datasource.default_sink_id`), so this
+        also catches the same job restarted on a new checkpoint.
         """
         if self.config.query_id is None:
             return
@@ -115,15 +131,30 @@ class FilesSink(TwoPhaseCommitSink[TaskWriter, FileCommittable]):
         path.parent.mkdir(parents=True, exist_ok=True)
         create_record(path, OWNER_KIND, 1, {"query_id": self.config.query_id})
         owner = read_record(path, OWNER_KIND, (1,))["query_id"]
-        if owner != self.config.query_id:
-            msg = (
-                f"option 'sink.id': {self.sink_id!r} in {self.out} belongs to Spark query "
-                f"{owner}, not this one ({self.config.query_id}, another checkpoint); two "
-                "queries with one sink id would skip or discard each other's batches. Give "
-                f"this query its own 'sink.id', or, if query {owner} is gone for good and "
-                f"this one replaces it on purpose, delete {path}"
+        if owner == self.config.query_id:
+            return
+        manifests = self.out / manifest_dir(self.sink_id)
+        if not manifests.is_dir() or next(manifests.iterdir(), None) is None:
+            logger.warning(
+                "firesteel.files: sink %s in %s: query %s never committed a batch; "
+                "query %s takes the sink over",
+                self.sink_id,
+                self.out,
+                owner,
+                self.config.query_id,
             )
-            raise ConfigError(msg)
+            write_record(path, OWNER_KIND, 1, {"query_id": self.config.query_id})
+            return
+        msg = (
+            f"firesteel.files: sink {self.sink_id!r} in {self.out} belongs to Spark query "
+            f"{owner}, which committed batches there, and this is query "
+            f"{self.config.query_id} (another checkpoint, or a deleted and recreated one): "
+            "its batch ids start again at 0, so it would write those batches again or skip "
+            f"them. Restart from query {owner}'s checkpoint; or, if this is a new stream "
+            f"into {self.out} on purpose, set option 'sink.new.stream' to true (with an "
+            "explicit 'sink.id': give it a new one)"
+        )
+        raise ConfigError(msg)
 
     def recover(self) -> None:
         """Roll forward committed batches; drop pending files nobody will commit.

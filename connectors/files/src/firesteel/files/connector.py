@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from firesteel.core.checkpoint import read_query_id
+from firesteel.core.checkpoint import normalize_location, read_query_id
 from firesteel.core.errors import ConfigError
 from firesteel.core.guarantee import Guarantee
 from firesteel.core.options import parse_options
@@ -50,7 +50,11 @@ class FilesDataSource(FiresteelDataSource):
         checkpoint = str(self.options.get("checkpointlocation", ""))
         config = WriterConfig(
             out=opts.path,
-            sink_id=default_sink_id(dict(self.options)),
+            sink_id=default_sink_id(
+                dict(self.options),
+                f"files:{normalize_location(opts.path)}",
+                new_stream=opts.sink_new_stream,
+            ),
             format=opts.format,
             bucket_columns=opts.bucket_columns,
             roll_size_bytes=opts.roll_size_bytes,

@@ -42,7 +42,9 @@ class KafkaConnector(FiresteelDataSource):
             passthrough_prefixes=PASSTHROUGH,
             connector=CONNECTOR,
         )
-        sink_id = default_sink_id(dict(self.options))
+        # The output: where the rows go and where the commit markers live.
+        output = f"kafka:{options.topic or ''}/{options.marker_topic or options.topic or ''}"
+        sink_id = default_sink_id(dict(self.options), output, new_stream=options.sink_new_stream)
         if options.delivery is Guarantee.EXACTLY_ONCE:
             return KafkaExactlyOnceSink(options, sink_id), Guarantee.EXACTLY_ONCE
         return KafkaSink(options, sink_id), options.guarantee

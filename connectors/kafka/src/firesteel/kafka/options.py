@@ -159,7 +159,14 @@ class KafkaSinkOptions:
     sink_id: str | None = option(
         None,
         name="sink.id",
-        doc="stable id of this sink across restarts (default: derived from the checkpoint path)",
+        doc="stable id of this sink across restarts (default: derived from the output topics)",
+    )
+    sink_new_stream: bool = option(
+        False,
+        name="sink.new.stream",
+        doc="true: this checkpoint starts a new stream into topics that already hold another "
+        "query's committed batches, and writes them again (default: such a start is "
+        "refused); keep it set for the life of this checkpoint",
     )
     topic: str | None = option(None, doc="topic for rows without a topic column")
     value_format: ValueFormat = option(

@@ -11,9 +11,10 @@ Exactly-once, per write task of batch N and Spark partition p (sink S):
    on partition 0 of the marker topic encodes the last batch this partition
    committed, plus one. If it says N or later, the task writes nothing. Its
    offset metadata names the query that committed it: a marker of another
-   query (two queries sharing an explicit ``sink.id``, or a deleted and
-   recreated checkpoint keeping one) fails the task with a ``ConfigError``
-   instead of skipping that query's batches;
+   query (a deleted and recreated checkpoint of the same job, whose default
+   sink id follows the output topics, or two queries sharing an explicit
+   ``sink.id``) fails the task with a ``ConfigError`` naming option
+   ``sink.new.stream`` instead of skipping or repeating that query's batches;
 3. ``begin_transaction``, then at once ``send_offsets_to_transaction``: the
    marker becomes N + 1 *inside* the transaction;
 4. produce the rows, flush, ``commit_transaction``: data and marker become
@@ -522,22 +523,31 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable
         return lambda timeout: producer.send_offsets_to_transaction(marker, metadata, timeout)
 
     def _check_owner(self, scope: TaskScope, metadata: str | None) -> None:
-        """Refuse a marker another query committed: two queries share this ``sink.id``.
+        """Refuse a marker another query committed: another checkpoint uses this sink id.
 
         Each marker carries the query id that committed it
-        (:func:`marker_metadata`). Another query's marker would make this one
-        skip every batch up to that query's last (or re-send, once past it), so
-        it is a :class:`ConfigError`, not a skip. Markers without an owner (older
-        firesteel) are accepted.
+        (:func:`marker_metadata`). The default sink id follows the output
+        topics (:func:`firesteel.core.spark.datasource.default_sink_id`), so
+        the same job restarted on a deleted and recreated checkpoint finds its
+        old markers here, as do two queries sharing an explicit ``sink.id``.
+        Batch ids start again at 0 in a new checkpoint: taking the marker
+        would skip every batch up to the other query's last (or re-send, once
+        past it), so it is a :class:`ConfigError` naming the fix, not a skip.
+        The read is the marker read every task does anyway. Markers without
+        an owner (older firesteel) are accepted.
         """
         owner = marker_owner(metadata)
         if owner and scope.query_id and owner != scope.query_id:
+            output = self.options.topic or self.marker_topic
             msg = (
-                f"firesteel.kafka sink: sink.id {self.sink_id!r} is already used by query "
-                f"{owner} (its commit marker, group {self.marker_group(scope.partition_id)}), "
-                f"and this is query {scope.query_id}. Two queries, or a query whose checkpoint "
-                "was deleted and recreated, must not share a sink.id: choose another "
-                "'sink.id', or leave it unset so it is derived from the query"
+                f"firesteel.kafka sink: sink {self.sink_id!r} (topic {output!r}) belongs to "
+                f"Spark query {owner}, which committed batches there (commit marker, group "
+                f"{self.marker_group(scope.partition_id)}), and this is query {scope.query_id} "
+                "(another checkpoint, or a deleted and recreated one): its batch ids start "
+                "again at 0, so it would write those batches again or skip them. Restart from "
+                f"query {owner}'s checkpoint; or, if this is a new stream into {output!r} on "
+                "purpose, set option 'sink.new.stream' to true (with an explicit 'sink.id': "
+                "give it a new one)"
             )
             raise ConfigError(msg)
 
