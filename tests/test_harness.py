@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import psutil
@@ -21,7 +24,8 @@ from firesteel.testing import (
     at_random,
     count_sequence,
 )
-from firesteel.testing.jvm import driver_archive
+from firesteel.testing.jvm import CACHE_ENV, driver_archive
+from firesteel.testing.workerpython import worker_python
 
 JOBS = Path(__file__).parent / "jobs"
 TOY = JOBS / "toy_job.py"
@@ -315,3 +319,33 @@ def test_harness_without_the_jvm_class_archive(tmp_path: Path) -> None:
     # A killed driver leaves Java's scratch folders where java.io.tmpdir says: in the
     # harness's workdir, not /tmp.
     assert f"-Djava.io.tmpdir={tmp_path / 'harness' / 'tmp'}" in flags.read_text().split("\n")
+
+
+def test_the_worker_python_imports_pyspark_from_site_packages_not_its_zip(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pyspark
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    package = Path(pyspark.__file__).resolve().parent
+    spark_copies = [
+        str(package / "python" / "lib" / "pyspark.zip"),
+        *map(str, sorted((package / "jars").glob("spark-core_*.jar"))),
+    ]
+    wrapper = worker_python(sys.executable)
+    assert wrapper != sys.executable
+    assert worker_python(sys.executable) == wrapper  # written once
+    # As Spark starts its Python processes: its copies first, then the user's entries.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*spark_copies, str(tmp_path)])}
+    shown = subprocess.run(
+        [wrapper, "-c", "import sys, pyspark; print(pyspark.__file__); print(sys.path)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    assert Path(shown[0]).resolve() == package / "__init__.py"
+    assert str(tmp_path) in shown[1]
+    assert not any(copy in shown[1] for copy in spark_copies)
+    # Another interpreter may need the zip to import PySpark at all: it is left alone.
+    assert worker_python("/usr/bin/python3") == "/usr/bin/python3"

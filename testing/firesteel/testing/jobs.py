@@ -55,15 +55,25 @@ def job_session(
     workers: they get ``PYSPARK_PYTHON`` (this interpreter) and every
     ``FIRESTEEL_*`` variable through ``spark.executorEnv.*``, so fault points
     fire on executors too and the harness can recognise executor processes.
+    When ``PYSPARK_PYTHON`` / ``PYSPARK_DRIVER_PYTHON`` name this interpreter (or
+    are unset), Spark gets :func:`~firesteel.testing.workerpython.worker_python`
+    instead, so its Python processes import PySpark from site-packages, compiled.
     The driver JVM maps the class archive the harness names, if any
     (:mod:`firesteel.testing.jvm`), and both JVMs keep their scratch folders in
     ``TMPDIR`` (:func:`java_temp_option`).
     """
     from firesteel.core.spark.session import LOOPBACK, local_session
     from firesteel.testing.jvm import driver_java_options
+    from firesteel.testing.workerpython import worker_python
 
     master = os.environ.get(MASTER_ENV, DEFAULT_MASTER)
-    python = os.environ.get("PYSPARK_PYTHON", sys.executable)
+    python = worker_python(os.environ.get("PYSPARK_PYTHON", sys.executable))
+    # Spark starts the Python processes of the driver side with PYSPARK_DRIVER_PYTHON
+    # and all others with PYSPARK_PYTHON, as found in the environment of its JVM.
+    os.environ["PYSPARK_PYTHON"] = python
+    os.environ["PYSPARK_DRIVER_PYTHON"] = worker_python(
+        os.environ.get("PYSPARK_DRIVER_PYTHON", sys.executable)
+    )
     jvm = f"{QUICK_START_JVM} {java_temp_option()}".strip()
     config = {
         **LOOPBACK,
