@@ -25,7 +25,7 @@ from firesteel.testing import (
     count_sequence,
 )
 from firesteel.testing.jvm import CACHE_ENV, driver_archive
-from firesteel.testing.workerpython import worker_python
+from firesteel.testing.workerpython import use_worker_python, worker_python
 
 JOBS = Path(__file__).parent / "jobs"
 TOY = JOBS / "toy_job.py"
@@ -335,6 +335,10 @@ def test_the_worker_python_imports_pyspark_from_site_packages_not_its_zip(
     wrapper = worker_python(sys.executable)
     assert wrapper != sys.executable
     assert worker_python(sys.executable) == wrapper  # written once
+    # The Makefile names the venv's bin/python, pytest's shebang its bin/python3.
+    other_name = Path(sys.executable).with_name("python3")
+    if other_name.exists() and other_name.samefile(sys.executable):
+        assert worker_python(str(other_name)) != str(other_name)
     # As Spark starts its Python processes: its copies first, then the user's entries.
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([*spark_copies, str(tmp_path)])}
     shown = subprocess.run(
@@ -349,3 +353,8 @@ def test_the_worker_python_imports_pyspark_from_site_packages_not_its_zip(
     assert not any(copy in shown[1] for copy in spark_copies)
     # Another interpreter may need the zip to import PySpark at all: it is left alone.
     assert worker_python("/usr/bin/python3") == "/usr/bin/python3"
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    monkeypatch.setenv("PYSPARK_DRIVER_PYTHON", "/usr/bin/python3")
+    use_worker_python()
+    assert os.environ["PYSPARK_PYTHON"] == wrapper
+    assert os.environ["PYSPARK_DRIVER_PYTHON"] == "/usr/bin/python3"

@@ -23,7 +23,6 @@ Example::
 from __future__ import annotations
 
 import os
-import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -57,23 +56,19 @@ def job_session(
     fire on executors too and the harness can recognise executor processes.
     When ``PYSPARK_PYTHON`` / ``PYSPARK_DRIVER_PYTHON`` name this interpreter (or
     are unset), Spark gets :func:`~firesteel.testing.workerpython.worker_python`
-    instead, so its Python processes import PySpark from site-packages, compiled.
+    instead (:func:`~firesteel.testing.workerpython.use_worker_python`), so its
+    Python processes import PySpark from site-packages, compiled.
     The driver JVM maps the class archive the harness names, if any
     (:mod:`firesteel.testing.jvm`), and both JVMs keep their scratch folders in
     ``TMPDIR`` (:func:`java_temp_option`).
     """
     from firesteel.core.spark.session import LOOPBACK, local_session
     from firesteel.testing.jvm import driver_java_options
-    from firesteel.testing.workerpython import worker_python
+    from firesteel.testing.workerpython import use_worker_python
 
     master = os.environ.get(MASTER_ENV, DEFAULT_MASTER)
-    python = worker_python(os.environ.get("PYSPARK_PYTHON", sys.executable))
-    # Spark starts the Python processes of the driver side with PYSPARK_DRIVER_PYTHON
-    # and all others with PYSPARK_PYTHON, as found in the environment of its JVM.
-    os.environ["PYSPARK_PYTHON"] = python
-    os.environ["PYSPARK_DRIVER_PYTHON"] = worker_python(
-        os.environ.get("PYSPARK_DRIVER_PYTHON", sys.executable)
-    )
+    use_worker_python()
+    python = os.environ["PYSPARK_PYTHON"]
     jvm = f"{QUICK_START_JVM} {java_temp_option()}".strip()
     config = {
         **LOOPBACK,

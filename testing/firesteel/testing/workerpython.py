@@ -16,8 +16,9 @@ CPU per run with the zips and 8 s without.
 under :func:`~firesteel.testing.jvm.cache_dir`, a ``sh`` script that drops
 exactly those entries (they lie under the PySpark package folder) from
 ``PYTHONPATH`` and runs the interpreter, whose own ``site-packages`` holds the
-very same PySpark. :func:`~firesteel.testing.jobs.job_session` hands it to Spark
-as ``PYSPARK_PYTHON`` and ``PYSPARK_DRIVER_PYTHON``.
+very same PySpark. :func:`use_worker_python` hands it to Spark as
+``PYSPARK_PYTHON`` and ``PYSPARK_DRIVER_PYTHON``; harness jobs
+(:func:`~firesteel.testing.jobs.job_session`) and the test suites' sessions call it.
 """
 
 from __future__ import annotations
@@ -55,12 +56,13 @@ exec {python} "$@"
 def worker_python(python: str) -> str:
     """The interpreter Spark should start for ``python``: the wrapper script, or ``python``.
 
-    Only this process's own interpreter is wrapped, and only when its PySpark is
-    a wheel installation that carries ``python/lib/pyspark.zip``: any other
-    interpreter may need the zips to import PySpark at all. Returns ``python``
-    unchanged (and logs why) when the script cannot be written.
+    Only this process's own interpreter (by any of its names in its folder) is
+    wrapped, and only when its PySpark is a wheel installation that carries
+    ``python/lib/pyspark.zip``: any other interpreter may need the zips to import
+    PySpark at all. Returns ``python`` unchanged (and logs why) when the script
+    cannot be written.
     """
-    if os.path.abspath(python) != os.path.abspath(sys.executable):
+    if not _is_this_interpreter(python):
         return python
     import pyspark
 
@@ -70,7 +72,7 @@ def worker_python(python: str) -> str:
     script = _SCRIPT.format(
         lib=shlex.quote(str(package / "python" / "lib")),
         jars=shlex.quote(str(package / "jars")),
-        python=shlex.quote(os.path.abspath(python)),
+        python=shlex.quote(str(Path(python).absolute())),
     )
     key = hashlib.sha256(script.encode()).hexdigest()[:16]
     path = cache_dir() / "python" / f"worker-python-{key}.sh"
@@ -85,3 +87,26 @@ def worker_python(python: str) -> str:
         logger.warning("no worker Python wrapper, workers import PySpark from its zip: %s", exc)
         return python
     return str(path)
+
+
+def _is_this_interpreter(python: str) -> bool:
+    """``python`` runs this interpreter with this environment: the same file, found in
+    the same folder (a virtual environment's ``bin/python`` and ``bin/python3``, not
+    another environment's link to the same binary)."""
+    here = Path(sys.executable).absolute()
+    there = Path(python).absolute()
+    try:
+        return there.parent == here.parent and there.samefile(here)
+    except OSError:
+        return False
+
+
+def use_worker_python() -> None:
+    """Point ``PYSPARK_PYTHON`` and ``PYSPARK_DRIVER_PYTHON`` at :func:`worker_python`.
+
+    Either one unset or naming this interpreter gets the wrapper; one naming
+    another interpreter is kept. Call it before the session is created: Spark
+    reads both from the environment its JVM inherits.
+    """
+    for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
+        os.environ[name] = worker_python(os.environ.get(name, sys.executable))
