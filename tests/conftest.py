@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Iterator
 
 import pytest
 
+from firesteel.testing.workerpython import use_worker_python
+
 # The crash-test harness fixtures: crash_harness, spark_cluster, cluster_harness.
 pytest_plugins = ["firesteel.testing.fixtures"]
 
-# Spark starts Python workers with PYSPARK_PYTHON; they must be this interpreter,
-# which has firesteel and its dependencies installed.
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+# Spark starts its Python processes with PYSPARK_PYTHON / PYSPARK_DRIVER_PYTHON: this
+# interpreter (it has firesteel installed), through a wrapper that keeps PySpark's zip
+# copies off their path (firesteel.testing.workerpython).
+use_worker_python()
 
 
 @pytest.fixture(scope="session")

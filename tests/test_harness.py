@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,7 +27,8 @@ from firesteel.testing import (
     count_sequence,
     task_kills,
 )
-from firesteel.testing.jvm import driver_archive
+from firesteel.testing.jvm import CACHE_ENV, driver_archive
+from firesteel.testing.workerpython import use_worker_python, worker_python
 
 JOBS = Path(__file__).parent / "jobs"
 TOY = JOBS / "toy_job.py"
@@ -344,3 +348,42 @@ def test_task_kills_arm_every_point_in_every_batch_and_partition_of_one_run() ->
     # local[2,4] gives a task four attempts: a fourth kill would fail the query.
     with pytest.raises(HarnessError, match="at most three"):
         task_kills(["a", "b", "c", "d"], [1])
+
+
+def test_the_worker_python_imports_pyspark_from_site_packages_not_its_zip(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pyspark
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    package = Path(pyspark.__file__).resolve().parent
+    spark_copies = [
+        str(package / "python" / "lib" / "pyspark.zip"),
+        *map(str, sorted((package / "jars").glob("spark-core_*.jar"))),
+    ]
+    wrapper = worker_python(sys.executable)
+    assert wrapper != sys.executable
+    assert worker_python(sys.executable) == wrapper  # written once
+    # The Makefile names the venv's bin/python, pytest's shebang its bin/python3.
+    other_name = Path(sys.executable).with_name("python3")
+    if other_name.exists() and other_name.samefile(sys.executable):
+        assert worker_python(str(other_name)) != str(other_name)
+    # As Spark starts its Python processes: its copies first, then the user's entries.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*spark_copies, str(tmp_path)])}
+    shown = subprocess.run(
+        [wrapper, "-c", "import sys, pyspark; print(pyspark.__file__); print(sys.path)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    assert Path(shown[0]).resolve() == package / "__init__.py"
+    assert str(tmp_path) in shown[1]
+    assert not any(copy in shown[1] for copy in spark_copies)
+    # Another interpreter may need the zip to import PySpark at all: it is left alone.
+    assert worker_python("/usr/bin/python3") == "/usr/bin/python3"
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    monkeypatch.setenv("PYSPARK_DRIVER_PYTHON", "/usr/bin/python3")
+    use_worker_python()
+    assert os.environ["PYSPARK_PYTHON"] == wrapper
+    assert os.environ["PYSPARK_DRIVER_PYTHON"] == "/usr/bin/python3"

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import sys
+from firesteel.testing.workerpython import use_worker_python
 
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+# Spark starts its Python processes with PYSPARK_PYTHON / PYSPARK_DRIVER_PYTHON: this
+# interpreter (it has firesteel installed), through a wrapper that keeps PySpark's zip
+# copies off their path (firesteel.testing.workerpython).
+use_worker_python()

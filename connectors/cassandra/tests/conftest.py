@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import itertools
-import os
-import sys
 from collections.abc import Iterator
 
 import pytest
 
 from firesteel.cassandra.testing import cassandra_cluster, connect
+from firesteel.testing.workerpython import use_worker_python
 
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+# Spark starts its Python processes with PYSPARK_PYTHON / PYSPARK_DRIVER_PYTHON: this
+# interpreter (it has firesteel installed), through a wrapper that keeps PySpark's zip
+# copies off their path (firesteel.testing.workerpython).
+use_worker_python()
 
 _keyspaces = itertools.count()
 

@@ -8,15 +8,17 @@ cluster named by ``FIRESTEEL_KAFKA_BOOTSTRAP`` wins over both.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 
 import pytest
 
 from firesteel.kafka.testing import kafka_cluster
+from firesteel.testing.workerpython import use_worker_python
 
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+# Spark starts its Python processes with PYSPARK_PYTHON / PYSPARK_DRIVER_PYTHON: this
+# interpreter (it has firesteel installed), through a wrapper that keeps PySpark's zip
+# copies off their path (firesteel.testing.workerpython).
+use_worker_python()
 # Python workers import test helpers (e.g. a custom partitioner) from this folder.
 _HERE = os.path.dirname(os.path.abspath(__file__))
 os.environ["PYTHONPATH"] = os.pathsep.join(

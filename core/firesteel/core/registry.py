@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -21,6 +20,10 @@ def register(spark: SparkSession) -> list[str]:
     A connector whose own third-party dependency is missing is skipped with a
     debug log; any other import error is raised.
     """
+    # Here, not at the top: every Spark Python process imports firesteel.core, and only
+    # the driver registers; importlib.metadata (email, zipfile, csv...) costs ~15 ms.
+    from importlib.metadata import entry_points
+
     names = []
     for entry in entry_points(group=ENTRY_POINT_GROUP):
         try:

@@ -23,12 +23,10 @@ Example::
 from __future__ import annotations
 
 import os
-import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import DataStreamWriter
 
@@ -41,6 +39,16 @@ DEFAULT_MASTER = "local[2,4]"
 QUICK_START_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 """JVM flags for short test jobs: C1 only and a serial GC start faster on a busy machine,
 which matters when a crash test restarts the job a dozen times."""
+
+QUICK_START_SQL: Mapping[str, str] = {
+    "spark.sql.icu.caseMappings.enabled": "false",
+}
+"""Spark settings for short test jobs that change no result of theirs.
+
+``upper()``/``lower()`` use the JVM's case mappings instead of ICU's: the first
+ICU mapping in a JVM initialises ``CollationAwareUTF8String``, which runs ICU's
+dictionary break iterators through the interpreter for 1.5-3 s of the first
+batch on 2 cores; for the ASCII text of the test jobs both give the same."""
 
 FORWARDED_PREFIXES = ("FIRESTEEL_",)
 """Environment variables forwarded to executors on a cluster (the fault hook reads them)."""
@@ -55,18 +63,26 @@ def job_session(
     workers: they get ``PYSPARK_PYTHON`` (this interpreter) and every
     ``FIRESTEEL_*`` variable through ``spark.executorEnv.*``, so fault points
     fire on executors too and the harness can recognise executor processes.
+    When ``PYSPARK_PYTHON`` / ``PYSPARK_DRIVER_PYTHON`` name this interpreter (or
+    are unset), Spark gets :func:`~firesteel.testing.workerpython.worker_python`
+    instead (:func:`~firesteel.testing.workerpython.use_worker_python`), so its
+    Python processes import PySpark from site-packages, compiled.
     The driver JVM maps the class archive the harness names, if any
     (:mod:`firesteel.testing.jvm`), and both JVMs keep their scratch folders in
-    ``TMPDIR`` (:func:`java_temp_option`).
+    ``TMPDIR`` (:func:`java_temp_option`). The session gets
+    :data:`QUICK_START_SQL`, which ``extra_config`` may override.
     """
     from firesteel.core.spark.session import LOOPBACK, local_session
     from firesteel.testing.jvm import driver_java_options
+    from firesteel.testing.workerpython import use_worker_python
 
     master = os.environ.get(MASTER_ENV, DEFAULT_MASTER)
-    python = os.environ.get("PYSPARK_PYTHON", sys.executable)
+    use_worker_python()
+    python = os.environ["PYSPARK_PYTHON"]
     jvm = f"{QUICK_START_JVM} {java_temp_option()}".strip()
     config = {
         **LOOPBACK,
+        **QUICK_START_SQL,
         "spark.executorEnv.PYSPARK_PYTHON": python,
         "spark.driver.extraJavaOptions": f"{jvm} {driver_java_options()}".strip(),
         "spark.executor.extraJavaOptions": jvm,

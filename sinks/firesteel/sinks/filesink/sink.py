@@ -128,8 +128,11 @@ class FilesSink(TwoPhaseCommitSink[TaskWriter, FileCommittable]):
         if self.config.query_id is None:
             return
         path = self.out / FIRESTEEL_DIR / "owners" / f"{self.sink_id}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        create_record(path, OWNER_KIND, 1, {"query_id": self.config.query_id})
+        # Spark builds the writer twice per batch (planning the write, committing it):
+        # once the record exists, reading it is enough; creating one costs two fsyncs.
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            create_record(path, OWNER_KIND, 1, {"query_id": self.config.query_id})
         owner = read_record(path, OWNER_KIND, (1,))["query_id"]
         if owner == self.config.query_id:
             return

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import SinkError
@@ -96,6 +95,10 @@ class TaskWriter:
                 f"{missing}, which the data does not have (columns: {batch.schema.names})"
             )
             raise SinkError(msg)
+        # Here, not at the top: only bucketing needs the compute kernels, and importing
+        # them (~300 generated wrappers) cost every Python process that loads the sink.
+        import pyarrow.compute as pc
+
         table = pa.Table.from_batches([batch])
         keyed = table.select(list(columns)).append_column(
             "__firesteel_row", pa.array(range(batch.num_rows), pa.int64())

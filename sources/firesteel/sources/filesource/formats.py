@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from firesteel.core.error_policy import BadRecord, ErrorHandler
 
@@ -89,6 +88,10 @@ def _json_parser(spec: FormatSpec) -> Callable[[bytes], pa.Table]:
 
 
 def _text_parser(spec: FormatSpec) -> Callable[[bytes], pa.Table]:
+    # Here, not at the top: only the text format needs the compute kernels, and
+    # importing them (~300 generated wrappers) cost every process that loads the source.
+    import pyarrow.compute as pc
+
     name = spec.schema.names[0]
 
     def parse(data: bytes) -> pa.Table:
