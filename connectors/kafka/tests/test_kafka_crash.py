@@ -247,24 +247,45 @@ def test_stateful_operator_between_kafka_topics_is_exactly_once_under_kills(boot
     assert not view.pending
 
 
+def _latest_job_killed_then_restarted(
+    bootstrap: str, tmp_path: Path, kill, check_killed, produced_while_down: list[bytes]
+):
+    """Run the startingOffsets=latest job over a topic holding two records until ``kill``
+    fires, ``check_killed(checkpoint)``, produce ``produced_while_down``, restart it to the
+    end; the completed run's result and the output topic."""
+    source = create_topic(bootstrap, 2)
+    target = create_topic(bootstrap, 2)
+    produce(bootstrap, source, [b"before-0", b"before-1"])
+    checkpoint = tmp_path / "checkpoint"
+    args = [bootstrap, source, target, str(checkpoint), *_marker_log_args(bootstrap)]
+    job = JOBS / "kafka_latest_job.py"
+    with CrashHarness(tmp_path / "harness", timeout=300) as harness:
+        with pytest.raises(HarnessError, match="no run completed"):
+            harness.run(job, args, [kill], max_runs=1)
+        check_killed(checkpoint)
+        produce(bootstrap, source, produced_while_down)
+        result = harness.run(job, args, [], max_runs=1)
+    assert result.restarts == 0, result.summary()
+    return target
+
+
 def test_latest_start_survives_a_crash_before_batch_0_commits(bootstrap, tmp_path):
     """startingOffsets=latest (the default): records produced after the query resolved its
     start, while it is down after a kill inside batch 0, are read after the restart; records
     from before the start never are."""
-    source = create_topic(bootstrap, 2)
-    target = create_topic(bootstrap, 2)
-    produce(bootstrap, source, [b"before-0", b"before-1"])
-    args = [bootstrap, source, target, str(tmp_path / "checkpoint"), *_marker_log_args(bootstrap)]
-    job = JOBS / "kafka_latest_job.py"
-    with CrashHarness(tmp_path / "harness", timeout=300) as harness:
-        with pytest.raises(HarnessError, match="no run completed"):
-            harness.run(job, args, [at_point("driver.after_commit", batch=0)], max_runs=1)
-        assert (tmp_path / "checkpoint" / "offsets" / "0").exists()
-        assert not (tmp_path / "checkpoint" / "commits" / "0").exists()
-        middle = [f"middle-{i}".encode() for i in range(6)]
-        produce(bootstrap, source, middle)
-        result = harness.run(job, args, [], max_runs=1)
-    assert result.restarts == 0, result.summary()
+
+    def batch_0_logged_not_committed(checkpoint: Path) -> None:
+        assert (checkpoint / "offsets" / "0").exists()
+        assert not (checkpoint / "commits" / "0").exists()
+
+    middle = [f"middle-{i}".encode() for i in range(6)]
+    target = _latest_job_killed_then_restarted(
+        bootstrap,
+        tmp_path,
+        at_point("driver.after_commit", batch=0),
+        batch_0_logged_not_committed,
+        middle,
+    )
     view = read_log(bootstrap, target)
     assert sorted(view.values) == sorted(middle)
     check_with_read_committed(bootstrap, target, view)
@@ -274,19 +295,14 @@ def test_latest_start_survives_a_crash_before_offsets_0_is_written(bootstrap, tm
     """Killed after the source resolved startingOffsets=latest but before Spark wrote
     offsets/0: the restart reads every record produced while the query was down, once,
     and none from before its first start (counted by a plain read_committed consumer)."""
-    source = create_topic(bootstrap, 2)
-    target = create_topic(bootstrap, 2)
-    produce(bootstrap, source, [b"before-0", b"before-1"])
-    args = [bootstrap, source, target, str(tmp_path / "checkpoint"), *_marker_log_args(bootstrap)]
-    job = JOBS / "kafka_latest_job.py"
-    with CrashHarness(tmp_path / "harness", timeout=300) as harness:
-        with pytest.raises(HarnessError, match="no run completed"):
-            harness.run(job, args, [at_point("kafka.after_initial_offset")], max_runs=1)
-        assert not (tmp_path / "checkpoint" / "offsets" / "0").exists()
-        down = [f"down-{i}".encode() for i in range(6)]
-        produce(bootstrap, source, down)
-        result = harness.run(job, args, [], max_runs=1)
-    assert result.restarts == 0, result.summary()
+
+    def offsets_0_not_written(checkpoint: Path) -> None:
+        assert not (checkpoint / "offsets" / "0").exists()
+
+    down = [f"down-{i}".encode() for i in range(6)]
+    target = _latest_job_killed_then_restarted(
+        bootstrap, tmp_path, at_point("kafka.after_initial_offset"), offsets_0_not_written, down
+    )
     assert sorted(r.value for r in read_committed(bootstrap, target)) == sorted(down)
 
 
