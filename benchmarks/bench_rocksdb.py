@@ -59,13 +59,14 @@ from pyspark import cloudpickle
 
 from benchmarks.framework import Figure, Workload
 from benchmarks.keyed import Scratch, alternatives, keyed_count_workloads
+from firesteel.core.context import TaskScope
 from firesteel.core.errors import MissingDependencyError
 from firesteel.state import (
     ListStateDescriptor,
     MapStateDescriptor,
     ValueStateDescriptor,
 )
-from firesteel.state.backend import OperatorSpec, TaskInfo
+from firesteel.state.backend import KeyedTask, OperatorSpec
 from firesteel.state.keygroups import KeyGroupRange
 
 try:
@@ -105,8 +106,8 @@ def _backend(folder: Path, **options: Any) -> RocksDBBackend:
     return RocksDBBackend(f"file://{folder}/ck", local_dir=str(folder / "local"), **options)
 
 
-def _task(batch: int) -> TaskInfo:
-    return TaskInfo("bench", batch, 0, EVERYTHING)
+def _task(batch: int) -> KeyedTask:
+    return KeyedTask(TaskScope("bench", batch, 0, 0), EVERYTHING)
 
 
 def _keys(count: int) -> list[tuple[tuple[str], int]]:

@@ -37,12 +37,13 @@ from benchmarks.framework import Figure, Workload
 from benchmarks.keyed import Scratch, alternatives, keyed_count_workloads
 from firesteel.backends import FilesystemBackend, HeapBackend
 from firesteel.backends.heap.store import HeapKeyedStore
+from firesteel.core.context import TaskScope
 from firesteel.state import (
     ListStateDescriptor,
     MapStateDescriptor,
     ValueStateDescriptor,
 )
-from firesteel.state.backend import OperatorSpec, StateBackend, TaskInfo
+from firesteel.state.backend import KeyedTask, OperatorSpec, StateBackend
 from firesteel.state.keygroups import KeyGroupRange
 
 # Spark's Python workers cannot import this module by name (benchmarks/ is not installed).
@@ -78,7 +79,7 @@ def _store(kind: str) -> Any:
         else FilesystemBackend(f"file://{folder}", cache=False)
     )
     spec = OperatorSpec("bench", ("key",), MAX_P, 1)
-    task = TaskInfo("bench", 0, 0, KeyGroupRange(0, MAX_P - 1))
+    task = KeyedTask(TaskScope("bench", 0, 0, 0), KeyGroupRange(0, MAX_P - 1))
     return backend.open_store(spec, task, [VALUE, LIST, MAP], [], 0)
 
 
@@ -166,14 +167,14 @@ def _snapshot(keys: int, churn: float) -> tuple[Callable[[], Figure], Callable[[
         spec = OperatorSpec("bench", ("key",), MAX_P, 1)
         store = HeapKeyedStore(backend.storage("bench"), spec, retain=5, full_snapshot_every=1000)
         everything = KeyGroupRange(0, MAX_P - 1)
-        store.begin(TaskInfo("bench", 0, 0, everything), [VALUE], [], 0)
+        store.begin(KeyedTask(TaskScope("bench", 0, 0, 0), everything), [VALUE], [], 0)
         value = store.state(VALUE)
         for key, kg in pairs:
             store.set_current_key(key, kg)
             value.update(1)
         if delta:
             store.snapshot().wait()
-            store.begin(TaskInfo("bench", 1, 0, everything), [VALUE], [], 0)
+            store.begin(KeyedTask(TaskScope("bench", 1, 0, 0), everything), [VALUE], [], 0)
             value = store.state(VALUE)  # state objects belong to one task
             for key, kg in changed:
                 store.set_current_key(key, kg)

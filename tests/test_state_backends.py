@@ -27,6 +27,7 @@ from firesteel.backends import FilesystemBackend, HeapBackend
 from firesteel.backends import format as fmt
 from firesteel.backends.heap.store import HeapKeyedStore
 from firesteel.backends.inspect import backend_class, read_state
+from firesteel.core.context import TaskScope
 from firesteel.core.errors import CheckpointCorruptError, ConfigError, IncompatibleFormatError
 from firesteel.state import (
     ListStateDescriptor,
@@ -35,7 +36,7 @@ from firesteel.state import (
     StateTtl,
     ValueStateDescriptor,
 )
-from firesteel.state.backend import OperatorSpec, StateBackend, TaskInfo
+from firesteel.state.backend import KeyedTask, OperatorSpec, StateBackend
 from firesteel.state.clock import CLOCK, advance
 from firesteel.state.keygroups import KeyGroupRange, operator_index
 
@@ -101,11 +102,9 @@ class Driver:
         self.spec = OperatorSpec("op", ("k",), MAX_P, parallelism)
         self.descriptors = descriptors
 
-    def task(self, batch: int, partition: int) -> TaskInfo:
-        return TaskInfo(
-            "query-1",
-            batch,
-            partition,
+    def task(self, batch: int, partition: int) -> KeyedTask:
+        return KeyedTask(
+            TaskScope("query-1", batch, partition, 0),
             KeyGroupRange.for_partition(partition, self.spec.parallelism, MAX_P),
         )
 
@@ -359,13 +358,13 @@ def test_worker_memory_is_not_trusted_after_another_attempt_rewrote_the_version(
     worker_a = _worker(backend_kind, backend, tmp_path, "worker-a")
     worker_b = _worker(backend_kind, backend, tmp_path, "worker-b")
     key, kg = ("k",), key_group(("k",))
-    task = TaskInfo("q", 0, 0, KeyGroupRange(0, MAX_P - 1))
+    task = KeyedTask(TaskScope("q", 0, 0, 0), KeyGroupRange(0, MAX_P - 1))
     for worker, value in ((worker_a, 1), (worker_b, 2)):  # two attempts of batch 0
         worker.begin(task, ALL, [], 0)
         worker.set_current_key(key, kg)
         worker.state(COUNT).update(value)
         worker.snapshot().wait()
-    worker_a.begin(TaskInfo("q", 1, 0, KeyGroupRange(0, MAX_P - 1)), ALL, [], 0)
+    worker_a.begin(KeyedTask(TaskScope("q", 1, 0, 0), KeyGroupRange(0, MAX_P - 1)), ALL, [], 0)
     worker_a.set_current_key(key, kg)
     assert worker_a.state(COUNT).value() == 2
 
@@ -514,7 +513,7 @@ def test_incompatible_format_version(tmp_path: Path, backend_kind: str) -> None:
     if backend_kind == "rocksdb":
         damaged = _latest_manifest(tmp_path)
         body = json.loads(damaged.read_text())
-        damaged.write_text(json.dumps(dict(body, format=2)))
+        damaged.write_text(json.dumps(dict(body, version=2)))
     else:
         damaged = _latest_data_file(backend_kind, tmp_path)
         data = bytearray(damaged.read_bytes())
@@ -585,12 +584,28 @@ def test_undeclared_state_in_snapshot_is_refused_unless_dropped(
     assert store.state(COUNT).value() == 1
 
 
+def test_a_store_whose_begin_failed_is_discarded(tmp_path: Path, backend_kind: str) -> None:
+    """One decision on every backend (``TaskStore.open_task``): a failed ``begin`` discards
+    the worker's store, and the next task restores the committed state."""
+    backend = make_backend(backend_kind, tmp_path, cache=True)
+    driver = Driver(backend, 1)
+    kept: Any = backend.open_store(driver.spec, driver.task(0, 0), ALL, [], 0)
+    kept.set_current_key(("k",), key_group(("k",)))
+    add_one(kept, ("k",))
+    kept.snapshot().wait()
+    with pytest.raises(ConfigError, match=r"ctx.drop_state"):
+        backend.open_store(driver.spec, driver.task(1, 0), [COUNT], [], 0)
+    with pytest.raises(RuntimeError, match="outside a task"):
+        _ = kept.task
+    assert driver.batch(1, [("k",)], read_count)[("k",)][0] == 1
+
+
 def test_state_belongs_to_one_query(tmp_path: Path, backend_kind: str) -> None:
     backend = make_backend(backend_kind, tmp_path, cache=False)
     driver = Driver(backend, 1)
     driver.batch(0, [("k",)], add_one)
-    other = TaskInfo("another-query", 1, 0, KeyGroupRange(0, MAX_P - 1))
-    with pytest.raises(ConfigError, match="belongs to query query-1"):
+    other = KeyedTask(TaskScope("another-query", 1, 0, 0), KeyGroupRange(0, MAX_P - 1))
+    with pytest.raises(ConfigError, match="belongs to Spark query query-1"):
         backend.open_store(driver.spec, other, ALL, [], 0)
 
 

@@ -7,7 +7,6 @@ them: ``write_partition`` per task, then ``commit_batch`` on the driver.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pyarrow as pa
 import pytest
 
 from firesteel.core.context import TaskScope
+from firesteel.core.durable import read_record, write_record
 from firesteel.core.errors import (
     CheckpointCorruptError,
     GuaranteeError,
@@ -24,7 +24,12 @@ from firesteel.core.errors import (
 from firesteel.core.guarantee import Guarantee, Part, Replay, SinkKind, check
 from firesteel.core.sink import Vote
 from firesteel.sinks.committers import FileCheckpointCommitter
-from firesteel.sinks.write_ahead import SegmentCommittable, WriteAheadSink
+from firesteel.sinks.write_ahead import (
+    PLAN_FORMAT_VERSION,
+    PLAN_KIND,
+    SegmentCommittable,
+    WriteAheadSink,
+)
 from firesteel.testing.scripts.wal_target import (
     JsonLinesWalSink,
     SqliteUpsertWalSink,
@@ -106,7 +111,8 @@ def test_write_stamp_increases_when_the_clock_is_set_back(tmp_path: Path) -> Non
     plan = Path(sink.plan_path(4))
     ahead = time.time_ns() // 1000 + 3600 * 10**6
     # Batch 4 ran while the clock was an hour ahead; it is now set right.
-    plan.write_text(json.dumps({**json.loads(plan.read_text()), "stamp": ahead}))
+    recorded = read_record(plan, PLAN_KIND, (PLAN_FORMAT_VERSION,))
+    write_record(plan, PLAN_KIND, PLAN_FORMAT_VERSION, {**recorded, "stamp": ahead})
     restarted = _sink(tmp_path)
     restarted.commit_batch(5, [_write(restarted, 5, 0, 5, 9)])
     assert restarted.write_stamp(5) == ahead + 1

@@ -1,4 +1,9 @@
-"""What the backends' keyed stores share: the running task, and the checks of recorded state.
+"""What the backends' keyed stores share: the task lifecycle, and the checks of recorded state.
+
+Every backend opens a task through :meth:`TaskStore.open_task`, so they make one
+decision about a failed :meth:`TaskStore.begin`: the store is discarded (a
+begin that failed half way may hold a half-restored state), and the next task
+restores from storage.
 
 Both the heap store and the RocksDB store record an operator's identity once
 (``_operator.json``: query, key columns, max parallelism, first batch) and the
@@ -9,11 +14,14 @@ changed, the same words on every backend.
 
 from __future__ import annotations
 
+from abc import abstractmethod
+from collections.abc import Sequence
 from typing import Any
 
 from firesteel.core.errors import ConfigError
+from firesteel.core.ownership import Ownership
 from firesteel.state.api import ListState, MapState, ValueState
-from firesteel.state.backend import KeyedStateStore, OperatorSpec, TaskInfo
+from firesteel.state.backend import KeyedStateStore, KeyedTask, OperatorSpec
 from firesteel.state.descriptors import StateDescriptor
 from firesteel.state.serializers import check_serializer
 
@@ -29,7 +37,32 @@ class TaskStore(KeyedStateStore):
     cursor: Any
     _states: dict[str, Any]
     _metadata: dict[str, Any] | None
-    _task: TaskInfo | None
+    _task: KeyedTask | None
+
+    @abstractmethod
+    def begin(
+        self,
+        task: KeyedTask,
+        descriptors: Sequence[StateDescriptor],
+        dropped: Sequence[str],
+        now_ms: int,
+    ) -> None:
+        """Start ``task``: check ownership, restore version < batch id, declare states."""
+
+    def open_task(
+        self,
+        task: KeyedTask,
+        descriptors: Sequence[StateDescriptor],
+        dropped: Sequence[str],
+        now_ms: int,
+    ) -> TaskStore:
+        """:meth:`begin` ``task``; if it fails, :meth:`discard` the store and re-raise."""
+        try:
+            self.begin(task, descriptors, dropped, now_ms)
+        except BaseException:
+            self.discard()
+            raise
+        return self
 
     @property
     def now_ms(self) -> int:
@@ -40,7 +73,7 @@ class TaskStore(KeyedStateStore):
         self.cursor.now_ms = value
 
     @property
-    def task(self) -> TaskInfo:
+    def task(self) -> KeyedTask:
         """The running task (set by ``begin``)."""
         if self._task is None:
             msg = "state store used outside a task"
@@ -65,16 +98,14 @@ class TaskStore(KeyedStateStore):
         return found
 
 
-def check_owner(meta: dict[str, Any], spec: OperatorSpec, task: TaskInfo, where: str) -> None:
+def check_owner(meta: dict[str, Any], spec: OperatorSpec, task: KeyedTask, where: str) -> None:
     """The operator record at ``where`` must be this query's, keyed and sized as ``spec``."""
-    if meta.get("query_id") and task.query_id and meta["query_id"] != task.query_id:
-        msg = (
-            f"operator '{spec.name}': the state at {where} belongs to query "
-            f"{meta['query_id']}, but this is query {task.query_id} (a new checkpoint "
-            "location?). Restart from the original checkpoint, or give this query a "
-            "fresh state location or operator name"
-        )
-        raise ConfigError(msg)
+    Ownership(
+        subject=f"operator '{spec.name}': the state at {where}",
+        query_id=task.scope.query_id or None,
+        remedy="Restart from the original checkpoint, or give this query a fresh state "
+        "location or operator name",
+    ).check(meta.get("query_id"))
     if int(meta["max_parallelism"]) != spec.max_parallelism:
         msg = (
             f"operator '{spec.name}': max_parallelism={spec.max_parallelism}, but its state "
@@ -88,9 +119,9 @@ def check_owner(meta: dict[str, Any], spec: OperatorSpec, task: TaskInfo, where:
             f"{meta.get('key')} recorded at {where}; state cannot be re-keyed"
         )
         raise ConfigError(msg)
-    if task.batch_id < int(meta["first_batch"]):
+    if task.scope.batch_id < int(meta["first_batch"]):
         msg = (
-            f"operator '{spec.name}': batch {task.batch_id} precedes the first batch "
+            f"operator '{spec.name}': batch {task.scope.batch_id} precedes the first batch "
             f"{meta['first_batch']} recorded at {where}; the state belongs to another run"
         )
         raise ConfigError(msg)

@@ -6,11 +6,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from firesteel.core.context import TaskScope
 from firesteel.rocksdb import RocksDBBackend
 from firesteel.rocksdb.local import LocalFolder
 from firesteel.rocksdb.store import RocksDBKeyedStore
 from firesteel.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
-from firesteel.state.backend import OperatorSpec, TaskInfo
+from firesteel.state.backend import KeyedTask, OperatorSpec
 from firesteel.state.keygroups import KeyGroupRange
 
 COUNT = ValueStateDescriptor("count", int)
@@ -44,7 +45,7 @@ def run(
     store: RocksDBKeyedStore, batch: int, writes: dict[int, int], now_ms: int = 1_000
 ) -> RocksDBKeyedStore:
     """One task of ``batch``: ``count`` of key ``(i,)`` set to ``value`` for each item."""
-    store.begin(TaskInfo("q", batch, 0, EVERYTHING), ALL, [], now_ms)
+    store.begin(KeyedTask(TaskScope("q", batch, 0, 0), EVERYTHING), ALL, [], now_ms)
     for index, value in writes.items():
         store.set_current_key((index,), index % MAX_P)
         store.state(COUNT).update(value)
@@ -54,7 +55,7 @@ def run(
 
 def read(store: RocksDBKeyedStore, batch: int, indexes: range) -> dict[int, Any]:
     """The ``count`` of each key, read in a task of ``batch`` (no snapshot: the task fails)."""
-    store.begin(TaskInfo("q", batch, 0, EVERYTHING), ALL, [], 1_000)
+    store.begin(KeyedTask(TaskScope("q", batch, 0, 0), EVERYTHING), ALL, [], 1_000)
     found = {}
     for index in indexes:
         store.set_current_key((index,), index % MAX_P)

@@ -13,9 +13,11 @@ The durability policy, one for the whole project:
    HDFS). Object stores (S3, GCS) have no rename: the object is uploaded under
    its final name, since a put becomes visible whole or not at all.
 
-On top of that, this module writes self-describing JSON records (the file
-source's discovered-file log, the file sink's manifests): versioned and
-checksummed, so a reader refuses a damaged record or a format it does not know.
+On top of that, this module is the one envelope of firesteel's
+self-describing JSON records (the file source's discovered-file log, the file
+sink's manifests and owner records, write-ahead-log plans, RocksDB manifests),
+on any pyarrow filesystem (local paths and URIs): versioned and checksummed, so
+a reader refuses a damaged record or a format it does not know.
 """
 
 from __future__ import annotations
@@ -99,15 +101,66 @@ def encode_record(kind: str, version: int, content: Any) -> bytes:
     """The bytes of a self-describing record: ``kind``, format ``version``, the JSON-able
     ``content`` and its checksum (read back with :func:`decode_record`).
 
-    For records on any pyarrow filesystem, written with :func:`write_atomically`;
-    :func:`write_record` and :func:`create_record` write them to local paths.
+    The one envelope of every firesteel record (manifests, owner records, logs,
+    write-ahead plans, RocksDB manifests); :func:`write_record`,
+    :func:`create_record` and :func:`read_record` put it on any filesystem.
     """
     body = {"kind": kind, "version": version, "content": content, "sha256": _digest(content)}
     return json.dumps(body, separators=(",", ":")).encode("utf-8")
 
 
+def _resolve(location: str | Path) -> tuple[fs.FileSystem, str]:
+    """The pyarrow filesystem and path of a local path or a URI (``s3://``, ``hdfs://``...)."""
+    text = str(location)
+    if "://" not in text:
+        local = fs.LocalFileSystem()
+        return local, local.normalize_path(text)
+    return fs.FileSystem.from_uri(text)
+
+
+def _parent(fsys: fs.FileSystem, path: str) -> None:
+    folder = path.rpartition("/")[0]
+    if folder:
+        fsys.create_dir(folder, recursive=True)
+
+
+def write_record(location: str | Path, kind: str, version: int, content: Any) -> None:
+    """Atomically write (or replace) the record at ``location`` (a local path or a URI)."""
+    fsys, path = _resolve(location)
+    _parent(fsys, path)
+    write_atomically(fsys, path, encode_record(kind, version, content))
+
+
+def create_record(location: str | Path, kind: str, version: int, content: Any) -> bool:
+    """Atomically create the record at ``location`` unless one exists; False if it did.
+
+    Locally a hard link, which fails when the target exists, so two writers
+    racing for the same name cannot both win. Other filesystems have no
+    create-if-absent in pyarrow: the record is written when none exists, so
+    two racing writers may both succeed there (and the later one's record
+    stays); callers read the record back after creating it.
+    """
+    fsys, path = _resolve(location)
+    _parent(fsys, path)
+    data = encode_record(kind, version, content)
+    if fsys.type_name != "local":
+        if fsys.get_file_info(path).type != fs.FileType.NotFound:
+            return False
+        write_atomically(fsys, path, data)
+        return True
+    target = Path(path)
+    tmp = _write_tmp(target, data)
+    try:
+        os.link(tmp, target)
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink()
+    fsync_dir(target.parent)
+    return True
+
+
 def _write_tmp(path: Path, data: bytes) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
     with tmp.open("wb") as out:
         out.write(data)
@@ -116,32 +169,15 @@ def _write_tmp(path: Path, data: bytes) -> Path:
     return tmp
 
 
-def write_record(path: Path, kind: str, version: int, content: Any) -> None:
-    """Atomically write (or replace) the local record at ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(fs.LocalFileSystem(), str(path), encode_record(kind, version, content))
+def read_record(location: str | Path, kind: str, versions: tuple[int, ...]) -> Any:
+    """The content of the record at ``location``, checked; raises if corrupt or unknown.
 
-
-def create_record(path: Path, kind: str, version: int, content: Any) -> bool:
-    """Atomically create the record at ``path`` unless one exists; False if it did.
-
-    Uses a hard link, which fails when the target exists, so two writers racing
-    for the same name cannot both win.
+    A missing record raises :class:`FileNotFoundError`.
     """
-    tmp = _write_tmp(path, encode_record(kind, version, content))
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        return False
-    finally:
-        tmp.unlink()
-    fsync_dir(path.parent)
-    return True
-
-
-def read_record(path: Path, kind: str, versions: tuple[int, ...]) -> Any:
-    """The content of the record at ``path``, checked; raises if corrupt or unknown."""
-    return decode_record(path.read_bytes(), str(path), kind, versions)
+    fsys, path = _resolve(location)
+    with fsys.open_input_stream(path) as stream:
+        data = stream.read()
+    return decode_record(data, str(location), kind, versions)
 
 
 def decode_record(data: bytes, where: str, kind: str, versions: tuple[int, ...]) -> Any:
@@ -152,7 +188,7 @@ def decode_record(data: bytes, where: str, kind: str, versions: tuple[int, ...])
     """
     try:
         body = json.loads(data)
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         msg = f"{where}: not a valid firesteel {kind} record ({exc}); it was damaged"
         raise CheckpointCorruptError(msg) from exc
     if not isinstance(body, dict) or body.get("kind") != kind:

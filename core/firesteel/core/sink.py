@@ -10,7 +10,10 @@ resurrect what an earlier attempt wrote.
 
 The subclasses are the columns of Table 8-1: :class:`PlainSink`,
 :class:`IdempotentSink`, :class:`~firesteel.sinks.write_ahead.WriteAheadSink`
-and :class:`TwoPhaseCommitSink`.
+and :class:`TwoPhaseCommitSink`, which splits as Flink's Sink V2 does into a
+:class:`SinkWriter` (executors: prepare typed committables) and a
+:class:`Committer` (driver: commit them idempotently); :class:`InTaskCommitSink`
+is the two-phase sink whose writer commits in the task.
 """
 
 from __future__ import annotations
@@ -193,31 +196,15 @@ class IdempotentSink(PlainSink):
 Txn = TypeVar("Txn")
 
 
-class TwoPhaseCommitSink(Sink, Generic[Txn, C]):
-    """Flink's TwoPhaseCommitSinkFunction for micro-batches.
+class SinkWriter(ABC, Generic[Txn, C]):
+    """The executor half of a two-phase sink, Flink Sink V2's committing ``SinkWriter``.
 
-    Executor side, per task: :meth:`begin_transaction`, :meth:`write` for each
-    record batch, then :meth:`pre_commit` flushes and returns the sink's
-    :class:`Committable` (the vote). If the task fails, :meth:`abort_transaction`
-    runs.
-
-    Driver side, per batch: :meth:`commit` with every committable once all tasks
-    voted, or :meth:`abort`. ``committable_type`` names the committable class, so
-    the driver checks type and version of what the executors sent. Both must be
-    idempotent: after a crash they may run again for the same batch, and
-    :meth:`commit` may receive the committables of a re-run although an earlier
-    attempt already committed the batch; it must then keep the earlier result
-    and discard the new ones. :meth:`recover` runs in :meth:`prepare` and
-    finishes or discards what a crashed run left.
-
-    A target that cannot commit a transaction from another process (Kafka)
-    commits inside :meth:`pre_commit` and records a marker in the same
-    transaction, so that a re-run of the task finds the marker and skips.
+    Per task: :meth:`begin_transaction`, :meth:`write` for each record batch,
+    then :meth:`pre_commit` flushes durably and returns the typed
+    :class:`Committable` (the task's vote). Nothing it writes is visible before
+    the :class:`Committer` commits that committable. If the task fails,
+    :meth:`abort_transaction` runs.
     """
-
-    kind = SinkKind.TWO_PHASE_COMMIT
-    committable_type: ClassVar[type[Committable]]
-    """The :class:`Committable` subclass :meth:`pre_commit` returns."""
 
     @abstractmethod
     def begin_transaction(self, scope: TaskScope) -> Txn:
@@ -235,6 +222,21 @@ class TwoPhaseCommitSink(Sink, Generic[Txn, C]):
     def abort_transaction(self, txn: Txn) -> None:
         """Executor side: the task failed; drop what the transaction wrote."""
 
+
+class Committer(ABC, Generic[C]):
+    """The driver half of a two-phase sink, Flink Sink V2's ``Committer``.
+
+    Commit outcomes, in Flink's vocabulary: :meth:`commit` *returning* means
+    every committable of the batch is **committed**; *raising* means the commit
+    **failed** for this attempt, and Spark, which writes ``commits/N`` only after
+    a return, runs the batch's commit again after the restart (**retry later**);
+    an error a retry cannot cure is a :class:`~firesteel.core.errors.SinkError`
+    naming the cause. Every call is an **idempotent re-commit**: after a crash
+    :meth:`commit` may receive committables it already committed, or those of a
+    re-run of a batch an earlier attempt committed; it must then keep the
+    earlier result, discard the new committables, and return.
+    """
+
     @abstractmethod
     def commit(self, batch_id: int, handles: Sequence[C]) -> None:
         """Make every committable of the batch visible, exactly once (idempotent)."""
@@ -245,6 +247,22 @@ class TwoPhaseCommitSink(Sink, Generic[Txn, C]):
 
     def recover(self) -> None:
         """Finish commits a crash interrupted; discard transactions nobody will commit."""
+
+
+class TwoPhaseCommitSink(Sink, SinkWriter[Txn, C], Committer[C]):
+    """Flink's two-phase-commit sink for micro-batches: a :class:`SinkWriter` on the
+    executors and a :class:`Committer` on the driver, joined by this protocol.
+
+    ``committable_type`` names the committable class, so the driver checks type
+    and version of what the executors sent. :meth:`Committer.recover` runs in
+    :meth:`prepare` and finishes or discards what a crashed run left. A sink
+    whose target commits inside the task declares so by deriving from
+    :class:`InTaskCommitSink` instead.
+    """
+
+    kind = SinkKind.TWO_PHASE_COMMIT
+    committable_type: ClassVar[type[Committable]]
+    """The :class:`Committable` subclass :meth:`pre_commit` returns."""
 
     def prepare(self) -> None:
         self.recover()
@@ -278,6 +296,32 @@ class TwoPhaseCommitSink(Sink, Generic[Txn, C]):
             "%s: batch %d failed; aborting %d handles", self.name, batch_id, len(handles)
         )
         self.abort(batch_id, handles)
+
+
+class InTaskCommitSink(TwoPhaseCommitSink[Txn, C]):
+    """A two-phase sink whose writer commits in :meth:`~SinkWriter.pre_commit`.
+
+    For targets that cannot commit a transaction from another process (Kafka):
+    each task commits its own transaction and records, inside it, a marker that
+    a re-run of the task finds before writing again. The committable then
+    reports an outcome that is already **committed**; the driver's
+    :meth:`commit` and :meth:`abort` only log it, and the batch's exactly-once
+    rests on the writer's marker check instead of on the driver.
+    """
+
+    def commit(self, batch_id: int, handles: Sequence[C]) -> None:
+        """Nothing to commit: every task committed its own transaction."""
+        logger.info(
+            "%s sink %s: batch %d committed in its %d tasks",
+            self.name,
+            self.sink_id,
+            batch_id,
+            len(handles),
+        )
+
+    def abort(self, batch_id: int, handles: Sequence[C]) -> None:
+        """Nothing to discard: a failed task aborted its own transaction."""
+        logger.warning("%s sink %s: batch %d aborted", self.name, self.sink_id, batch_id)
 
 
 def _partition(vote: Vote) -> int:

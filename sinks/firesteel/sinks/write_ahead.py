@@ -41,7 +41,6 @@ an overwrite, hence exactly-once. Segments already recorded are never re-sent.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import time
 import uuid
@@ -55,7 +54,7 @@ from pyarrow import fs
 
 from firesteel.core.checkpoint import FIRESTEEL_DIR, filesystem
 from firesteel.core.context import TaskScope
-from firesteel.core.durable import atomic_output, write_atomically
+from firesteel.core.durable import atomic_output, read_record, write_record
 from firesteel.core.errors import CheckpointCorruptError, IncompatibleFormatError, SinkError
 from firesteel.core.faults import fault_point
 from firesteel.core.guarantee import SinkKind
@@ -68,8 +67,10 @@ logger = logging.getLogger(__name__)
 SEGMENT_FORMAT_VERSION = 1
 """Version of the log segment layout; readers refuse newer versions."""
 
-PLAN_FORMAT_VERSION = 2
-"""Version of a batch plan (``plans/<N>.json``); readers refuse other versions."""
+PLAN_KIND = "write-ahead-plan"
+PLAN_FORMAT_VERSION = 3
+"""Version of a batch plan (``plans/<N>.json``, a :mod:`firesteel.core.durable` record
+since version 3); readers refuse other versions."""
 
 _HASH_CHUNK = 1 << 20
 _META_VERSION = b"firesteel.wal.version"
@@ -320,21 +321,16 @@ class WriteAheadSink(Sink):
 
     def _plan(self, batch_id: int, votes: Sequence[Vote]) -> list[Vote]:
         """The votes batch ``batch_id`` commits: its first commit's, recorded durably."""
-        fsys, path = filesystem(self.plan_path(batch_id))
+        where = self.plan_path(batch_id)
         try:
-            with fsys.open_input_stream(path) as stream:
-                body = json.loads(stream.read())
+            body = read_record(where, PLAN_KIND, (PLAN_FORMAT_VERSION,))
         except FileNotFoundError:
             body = None
-        except ValueError as exc:
-            msg = f"{self.plan_path(batch_id)}: write-ahead-log plan is damaged ({exc})"
-            raise CheckpointCorruptError(msg) from exc
         if body is None:
             ordered = sorted(votes, key=lambda vote: vote.partition_id)
             stamp = max(time.time_ns() // 1000, self._previous_stamp(batch_id) + 1)
             self._stamps = {batch_id: stamp}
             body = {
-                "version": PLAN_FORMAT_VERSION,
                 "sink": self.sink_id,
                 "batch": batch_id,
                 "stamp": stamp,
@@ -344,15 +340,11 @@ class WriteAheadSink(Sink):
                     for v in ordered
                 ],
             }
-            fsys.create_dir(path.rsplit("/", 1)[0], recursive=True)
-            write_atomically(fsys, path, json.dumps(body).encode("utf-8"))
+            write_record(where, PLAN_KIND, PLAN_FORMAT_VERSION, body)
             return ordered
-        if body.get("version") != PLAN_FORMAT_VERSION or body.get("batch") != batch_id:
-            msg = (
-                f"{self.plan_path(batch_id)}: not a version-{PLAN_FORMAT_VERSION} plan of "
-                f"batch {batch_id}; it was written by another release or damaged"
-            )
-            raise IncompatibleFormatError(msg)
+        if body.get("batch") != batch_id:
+            msg = f"{where}: a plan of batch {body.get('batch')}, not of batch {batch_id}"
+            raise CheckpointCorruptError(msg)
         self._stamps = {batch_id: int(body["stamp"])}
         if body["partitions"] == len(votes):
             # Same partitioning, same rows per partition: this attempt's fresh segments
@@ -386,12 +378,16 @@ class WriteAheadSink(Sink):
             number = info.base_name.removesuffix(".json")
             if not number.isdigit() or int(number) >= batch_id:
                 continue
-            with fsys.open_input_stream(info.path) as stream:
-                try:
-                    stamp = max(stamp, int(json.loads(stream.read())["stamp"]))
-                except (ValueError, KeyError, TypeError) as exc:
-                    msg = f"{info.path}: write-ahead-log plan is damaged ({exc})"
-                    raise CheckpointCorruptError(msg) from exc
+            plan = read_record(
+                f"{self.log_dir}/{self.sink_id}/plans/{info.base_name}",
+                PLAN_KIND,
+                (PLAN_FORMAT_VERSION,),
+            )
+            try:
+                stamp = max(stamp, int(plan["stamp"]))
+            except (KeyError, TypeError, ValueError) as exc:
+                msg = f"{info.path}: write-ahead-log plan has no valid stamp ({exc})"
+                raise CheckpointCorruptError(msg) from exc
         return stamp
 
     def abort_batch(self, batch_id: int, votes: Sequence[Vote | None]) -> None:

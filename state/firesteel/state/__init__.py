@@ -13,7 +13,7 @@ other way round::
 """
 
 from firesteel.state.api import ListState, MapState, ValueState
-from firesteel.state.backend import KeyedStateStore, OperatorSpec, StateBackend, TaskInfo
+from firesteel.state.backend import KeyedStateStore, KeyedTask, OperatorSpec, StateBackend
 from firesteel.state.descriptors import (
     ListStateDescriptor,
     MapStateDescriptor,
@@ -33,6 +33,7 @@ __all__ = [
     "KeyState",
     "KeyedProcessor",
     "KeyedStateStore",
+    "KeyedTask",
     "ListState",
     "ListStateDescriptor",
     "MapState",
@@ -46,7 +47,6 @@ __all__ = [
     "StateDescriptor",
     "StateKind",
     "StateTtl",
-    "TaskInfo",
     "ValueState",
     "ValueStateDescriptor",
     "stateful",

@@ -17,7 +17,7 @@ key groups of that task. The protocol, per task of batch N (see
 4. On any failure :meth:`KeyedStateStore.discard` forgets in-memory changes.
 
 The heap and filesystem backends keep state in Python dicts
-(:mod:`firesteel.backends.heap.states`); a RocksDB backend would implement the same
+(:mod:`firesteel.backends.heap.states`); ``firesteel-rocksdb`` implements the same
 two classes over a local RocksDB and its checkpoints.
 """
 
@@ -30,6 +30,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from firesteel.core.context import TaskScope
 from firesteel.state.api import ListState, MapState, ValueState
 from firesteel.state.descriptors import StateDescriptor
 from firesteel.state.keygroups import KeyGroupRange
@@ -50,13 +51,13 @@ class OperatorSpec:
 
 
 @dataclass(frozen=True)
-class TaskInfo:
-    """The task a store is opened for."""
+class KeyedTask:
+    """The task a store is opened for: its identity and the key groups it owns."""
 
-    query_id: str
-    batch_id: int
-    partition: int
+    scope: TaskScope
+    """Which task this is (query, batch, partition, attempt): the one task identity."""
     key_groups: KeyGroupRange
+    """The key groups operator partition ``scope.partition_id`` owns."""
 
 
 class PendingSnapshot(ABC):
@@ -132,7 +133,7 @@ class StateBackend(ABC):
     def open_store(
         self,
         spec: OperatorSpec,
-        task: TaskInfo,
+        task: KeyedTask,
         descriptors: Sequence[StateDescriptor],
         dropped: Sequence[str],
         now_ms: int,

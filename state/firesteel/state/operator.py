@@ -59,7 +59,7 @@ from firesteel.core.context import TaskScope
 from firesteel.core.errors import ConfigError, FiresteelError, ProcessorError
 from firesteel.core.faults import fault_point
 from firesteel.state import clock, keygroups
-from firesteel.state.backend import KeyedStateStore, OperatorSpec, StateBackend, TaskInfo
+from firesteel.state.backend import KeyedStateStore, KeyedTask, OperatorSpec, StateBackend
 from firesteel.state.keygroups import KeyGroupRange
 from firesteel.state.output import OutputBuilder
 from firesteel.state.processor import KeyedProcessor, KeyState, OpenContext
@@ -228,10 +228,8 @@ class OperatorTask:
                 "streaming query (no 'streaming.sql.batchId' in this task); use writeStream"
             )
             raise ConfigError(msg)
-        task = TaskInfo(
-            query_id=scope.query_id,
-            batch_id=scope.batch_id,
-            partition=scope.partition_id,
+        task = KeyedTask(
+            scope=scope,
             key_groups=KeyGroupRange.for_partition(
                 scope.partition_id, self.spec.parallelism, self.spec.max_parallelism
             ),
@@ -286,7 +284,7 @@ def _key_runs(table: pa.Table, key_columns: Sequence[str]) -> tuple[pa.Table, li
 
 
 def run_task(
-    operator: OperatorTask, task: TaskInfo, batches: Iterator[pa.RecordBatch]
+    operator: OperatorTask, task: KeyedTask, batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
     """One operator task (see module docs). A generator: Spark pulls the output."""
     spec = operator.spec
@@ -296,7 +294,7 @@ def run_task(
     now_ms = 0 if batch_time is None else batch_time
     processor = operator.processor
     declared = dict(processor.declared_states())
-    open_ctx = OpenContext(spec.name, task.batch_id, task.partition, declared)
+    open_ctx = OpenContext(spec.name, task.scope.batch_id, task.scope.partition_id, declared)
     store: KeyedStateStore | None = None
     pending = None
     try:
@@ -306,8 +304,8 @@ def run_task(
         )
         if batch_time is not None:
             now_ms = clock.advance(store, task.key_groups, batch_time)
-        builder = OutputBuilder(operator.schema, spec.name, task.batch_id)
-        handle = KeyState(store, spec.name, task.batch_id)
+        builder = OutputBuilder(operator.schema, spec.name, task.scope.batch_id)
+        handle = KeyState(store, spec.name, task.scope.batch_id)
         due = store.pop_due_timers(now_ms) if batch_time is not None else []
         for timestamp, key_group, key in due:
             store.set_current_key(key, key_group)
@@ -323,12 +321,12 @@ def run_task(
         yield from builder.drain()
         pending.wait()
         pending = None
-        fault_point("state.after_snapshot", task.batch_id, task.partition)
+        fault_point("state.after_snapshot", task.scope.batch_id, task.scope.partition_id)
         logger.debug(
             "state: operator %s batch %d partition %d emitted %d rows",
             spec.name,
-            task.batch_id,
-            task.partition,
+            task.scope.batch_id,
+            task.scope.partition_id,
             builder.total_rows,
         )
     except BaseException:
@@ -351,7 +349,7 @@ def _process_input(
     builder: OutputBuilder,
     *,
     table: pa.Table,
-    task: TaskInfo,
+    task: KeyedTask,
     spec: OperatorSpec,
 ) -> Iterator[pa.RecordBatch]:
     groups = table.column(KEY_GROUP_COLUMN)
@@ -359,7 +357,7 @@ def _process_input(
     lowest, highest = bounds["min"].as_py(), bounds["max"].as_py()
     if lowest not in task.key_groups or highest not in task.key_groups:
         msg = (
-            f"operator '{spec.name}': partition {task.partition} owns key groups "
+            f"operator '{spec.name}': partition {task.scope.partition_id} owns key groups "
             f"{task.key_groups.label} but received key group {lowest}..{highest}; the input "
             "was repartitioned between firesteel's shuffle and the operator"
         )

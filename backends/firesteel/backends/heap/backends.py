@@ -31,9 +31,9 @@ from firesteel.core.checkpoint import filesystem
 from firesteel.core.errors import ConfigError
 from firesteel.state.backend import (
     KeyedStateStore,
+    KeyedTask,
     OperatorSpec,
     StateBackend,
-    TaskInfo,
 )
 from firesteel.state.descriptors import StateDescriptor
 
@@ -107,7 +107,7 @@ class FilesystemBackend(StateBackend):
     def open_store(
         self,
         spec: OperatorSpec,
-        task: TaskInfo,
+        task: KeyedTask,
         descriptors: Sequence[StateDescriptor],
         dropped: Sequence[str],
         now_ms: int,
@@ -115,13 +115,12 @@ class FilesystemBackend(StateBackend):
         store = worker_store(
             self.storage(spec.name),
             spec,
-            task.query_id,
+            task.scope.query_id,
             retain=self.retain,
             full_snapshot_every=self.full_snapshot_every,
             cache=self.cache,
         )
-        store.begin(task, descriptors, dropped, now_ms)
-        return store
+        return store.open_task(task, descriptors, dropped, now_ms)
 
     def inspect(self, operator: str | None = None, batch: int | None = None) -> pa.Table:
         from firesteel.backends.inspect import read_state

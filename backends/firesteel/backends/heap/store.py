@@ -27,7 +27,6 @@ changed.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -44,11 +43,12 @@ from firesteel.backends.storage import (
 )
 from firesteel.backends.store_base import TaskStore, check_declared, check_owner, undeclared_state
 from firesteel.core.errors import CheckpointCorruptError
+from firesteel.core.worker_cache import WorkerCache
 from firesteel.state.backend import (
     Key,
+    KeyedTask,
     OperatorSpec,
     PendingSnapshot,
-    TaskInfo,
 )
 from firesteel.state.descriptors import StateDescriptor
 
@@ -95,14 +95,14 @@ class HeapKeyedStore(TaskStore):
         self._states: dict[str, BoundState] = {}
         self._dropped: frozenset[str] = frozenset()
         self._metadata: dict[str, Any] | None = None
-        self._task: TaskInfo | None = None
+        self._task: KeyedTask | None = None
         self._group: KeyGroupState | None = None
 
     # -- task lifecycle ---------------------------------------------------------------------
 
     def begin(
         self,
-        task: TaskInfo,
+        task: KeyedTask,
         descriptors: Sequence[StateDescriptor],
         dropped: Sequence[str],
         now_ms: int,
@@ -121,7 +121,7 @@ class HeapKeyedStore(TaskStore):
         self._check_metadata(task)
         self._restore(task)
 
-    def _check_metadata(self, task: TaskInfo) -> None:
+    def _check_metadata(self, task: KeyedTask) -> None:
         if self._metadata is None:
             self._metadata = self.storage.read_metadata()
         meta = self._metadata
@@ -133,8 +133,8 @@ class HeapKeyedStore(TaskStore):
                 raise CheckpointCorruptError(msg)
             meta = {
                 "operator": spec.name,
-                "query_id": task.query_id,
-                "first_batch": task.batch_id,
+                "query_id": task.scope.query_id,
+                "first_batch": task.scope.batch_id,
                 "max_parallelism": spec.max_parallelism,
                 "key": list(spec.key_columns),
             }
@@ -146,8 +146,8 @@ class HeapKeyedStore(TaskStore):
     def _new_group(self) -> KeyGroupState:
         return KeyGroupState(self.descriptors)
 
-    def _restore(self, task: TaskInfo) -> None:
-        if task.batch_id == self.first_batch:
+    def _restore(self, task: KeyedTask) -> None:
+        if task.scope.batch_id == self.first_batch:
             for key_group in task.key_groups:
                 self.groups[key_group] = self._new_group()
                 self.identity.pop(key_group, None)
@@ -157,7 +157,7 @@ class HeapKeyedStore(TaskStore):
             self.storage,
             listing,
             task.key_groups,
-            task.batch_id - 1,
+            task.scope.batch_id - 1,
             first_version=self.first_batch,
             in_memory=self.identity,
         )
@@ -173,8 +173,8 @@ class HeapKeyedStore(TaskStore):
         for file, key_groups in sorted(needed.values(), key=lambda item: item[0].version):
             self._apply_file(applier, file, key_groups)
         for key_group in task.key_groups:
-            covering = [f for f in listing[task.batch_id - 1] if key_group in f.key_groups]
-            self.identity[key_group] = (task.batch_id - 1, covering[0].name)
+            covering = [f for f in listing[task.scope.batch_id - 1] if key_group in f.key_groups]
+            self.identity[key_group] = (task.scope.batch_id - 1, covering[0].name)
         if needed:
             logger.info(
                 "state: operator %s restored key groups %s from %d file(s)",
@@ -288,10 +288,14 @@ class HeapKeyedStore(TaskStore):
     def snapshot(self) -> PendingSnapshot:
         task = self.task
         self._group = None
-        kind = FULL if (task.batch_id - self.first_batch) % self.full_snapshot_every == 0 else DELTA
+        kind = (
+            FULL
+            if (task.scope.batch_id - self.first_batch) % self.full_snapshot_every == 0
+            else DELTA
+        )
         return SnapshotThread(lambda: self._write_snapshot(task, kind))
 
-    def _write_snapshot(self, task: TaskInfo, kind: str) -> None:
+    def _write_snapshot(self, task: KeyedTask, kind: str) -> None:
         rows = RowBuffer()
         packer = KeyPacker()
         write = write_full if kind == FULL else write_delta
@@ -307,12 +311,12 @@ class HeapKeyedStore(TaskStore):
         )
         header = {
             "operator": self.spec.name,
-            "version": task.batch_id,
+            "version": task.scope.batch_id,
             "kind": kind,
             "key_groups": [task.key_groups.start, task.key_groups.end],
             "max_parallelism": self.spec.max_parallelism,
             "key": list(self.spec.key_columns),
-            "query_id": task.query_id,
+            "query_id": task.scope.query_id,
             "parents": parents,
             "rows": len(rows),
             "states": {
@@ -321,13 +325,13 @@ class HeapKeyedStore(TaskStore):
             },
         }
         data, body_digest = fmt.encode(header, fmt.encode_body(rows.to_table()))
-        written = self.storage.write(task.batch_id, task.key_groups, kind, data, body_digest)
+        written = self.storage.write(task.scope.batch_id, task.key_groups, kind, data, body_digest)
         self.storage.remove_stale(written)
         for key_group in task.key_groups:
-            self.identity[key_group] = (task.batch_id, written.name)
+            self.identity[key_group] = (task.scope.batch_id, written.name)
         logger.debug("state: wrote %s (%d rows, %d bytes)", written.path, len(rows), len(data))
-        if task.partition == 0:
-            self._apply_retention(task.batch_id - 1)
+        if task.scope.partition_id == 0:
+            self._apply_retention(task.scope.batch_id - 1)
 
     def _apply_retention(self, last_committed: int) -> None:
         oldest_kept = last_committed - self.retain + 1
@@ -345,8 +349,7 @@ class HeapKeyedStore(TaskStore):
             )
 
 
-_WORKER_STORES: dict[tuple[str, str, str], HeapKeyedStore] = {}
-_WORKER_LOCK = threading.Lock()
+_WORKER_STORES: WorkerCache[tuple[str, str, str], HeapKeyedStore] = WorkerCache()
 
 
 def worker_store(
@@ -361,13 +364,12 @@ def worker_store(
     """The store this Python worker keeps for (location, operator, query) between tasks."""
     if not cache:
         return HeapKeyedStore(storage, spec, retain=retain, full_snapshot_every=full_snapshot_every)
-    cache_key = (storage.location, spec.name, query_id)
-    with _WORKER_LOCK:
-        store = _WORKER_STORES.get(cache_key)
-        if store is None or store.spec.max_parallelism != spec.max_parallelism:
-            store = HeapKeyedStore(
-                storage, spec, retain=retain, full_snapshot_every=full_snapshot_every
-            )
-            _WORKER_STORES[cache_key] = store
-        store.spec = spec
-        return store
+    store = _WORKER_STORES.get(
+        (storage.location, spec.name, query_id),
+        lambda: HeapKeyedStore(
+            storage, spec, retain=retain, full_snapshot_every=full_snapshot_every
+        ),
+        usable=lambda kept: kept.spec.max_parallelism == spec.max_parallelism,
+    )
+    store.spec = spec
+    return store

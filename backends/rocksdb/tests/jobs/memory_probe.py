@@ -21,9 +21,10 @@ from typing import Any
 
 import psutil
 
+from firesteel.core.context import TaskScope
 from firesteel.rocksdb import RocksDBBackend, RocksDBOptions
 from firesteel.state import ValueStateDescriptor
-from firesteel.state.backend import OperatorSpec, TaskInfo
+from firesteel.state.backend import KeyedTask, OperatorSpec
 from firesteel.state.keygroups import KeyGroupRange
 
 VALUE = ValueStateDescriptor("payload", bytes)
@@ -46,7 +47,11 @@ def main() -> None:
 
     def task(batch: int) -> Any:
         return backend.open_store(
-            spec, TaskInfo("probe", batch, 0, KeyGroupRange(0, MAX_P - 1)), [VALUE], [], 0
+            spec,
+            KeyedTask(TaskScope("probe", batch, 0, 0), KeyGroupRange(0, MAX_P - 1)),
+            [VALUE],
+            [],
+            0,
         )
 
     store = task(0)

@@ -15,14 +15,18 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from firesteel.core.checkpoint import filesystem
-from firesteel.core.errors import ConfigError
+from firesteel.backends.spi import (
+    KeyedStateStore,
+    KeyedTask,
+    OperatorSpec,
+    StateBackend,
+    StateDescriptor,
+)
+from firesteel.core.spi import ConfigError, filesystem
 from firesteel.rocksdb.local import check_writable, default_local_dir, worker_root
 from firesteel.rocksdb.options import RocksDBOptions
 from firesteel.rocksdb.storage import CheckpointStorage
 from firesteel.rocksdb.store import worker_store
-from firesteel.state.backend import KeyedStateStore, OperatorSpec, StateBackend, TaskInfo
-from firesteel.state.descriptors import StateDescriptor
 
 
 @dataclass(frozen=True)
@@ -80,7 +84,7 @@ class RocksDBBackend(StateBackend):
     def open_store(
         self,
         spec: OperatorSpec,
-        task: TaskInfo,
+        task: KeyedTask,
         descriptors: Sequence[StateDescriptor],
         dropped: Sequence[str],
         now_ms: int,
@@ -94,12 +98,7 @@ class RocksDBBackend(StateBackend):
             retain=self.retain,
             cache=self.cache,
         )
-        try:
-            store.begin(task, descriptors, dropped, now_ms)
-        except BaseException:
-            store.discard()
-            raise
-        return store
+        return store.open_task(task, descriptors, dropped, now_ms)
 
     def inspect(self, operator: str | None = None, batch: int | None = None) -> pa.Table:
         from firesteel.rocksdb.inspect import read_state

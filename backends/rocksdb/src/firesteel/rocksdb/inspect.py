@@ -17,15 +17,14 @@ from typing import Any
 import msgpack
 import pyarrow as pa
 
-from firesteel.core.errors import ConfigError
+from firesteel.backends.spi import KeyGroupRange, pack
+from firesteel.core.spi import ConfigError
 from firesteel.rocksdb import keys
 from firesteel.rocksdb.local import LocalFolder, open_instance
 from firesteel.rocksdb.manifest import Manifest, ManifestRef
 from firesteel.rocksdb.options import RocksDBOptions
 from firesteel.rocksdb.storage import CheckpointStorage
 from firesteel.rocksdb.store import BACKEND
-from firesteel.state.keygroups import KeyGroupRange
-from firesteel.state.serializers import pack
 
 Entries = dict[tuple[int, str], dict[Any, Any]]
 
@@ -45,7 +44,7 @@ def read_state(
     """The RocksDB state under ``location`` as the table of
     :data:`firesteel.backends.inspect.SCHEMA` (arguments as in
     :func:`firesteel.backends.inspect.read_state`)."""
-    from firesteel.backends.inspect import SCHEMA, list_operators
+    from firesteel.backends.spi import SCHEMA, list_operators
 
     names = (
         [operator]
@@ -70,7 +69,7 @@ def read_operator(
     location: str, operator: str, batch: int | None, options: RocksDBOptions
 ) -> pa.Table:
     """One operator's state at version ``batch`` (default: the latest complete version)."""
-    from firesteel.backends.inspect import SCHEMA, to_table
+    from firesteel.backends.spi import SCHEMA, to_table
 
     storage = CheckpointStorage(location, operator)
     meta = storage.metadata.read_metadata()

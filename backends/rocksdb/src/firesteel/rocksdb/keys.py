@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import hashlib
 
-from firesteel.core.errors import ConfigError
+from firesteel.core.spi import ConfigError
 
 KEY_GROUP_BYTES = 2
 STATE_ID_BYTES = 4

@@ -26,13 +26,12 @@ import logging
 import os
 import shutil
 import tempfile
-import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from firesteel.core.errors import ConfigError
+from firesteel.core.spi import ConfigError, WorkerCache
 from firesteel.rocksdb.manifest import Manifest
 from firesteel.rocksdb.options import RocksDBOptions
 from firesteel.rocksdb.storage import CheckpointStorage
@@ -42,8 +41,7 @@ logger = logging.getLogger(__name__)
 ROOT_NAME = "firesteel-rocksdb"
 SST_SUFFIX = ".sst"
 
-_ROOTS: dict[str, Path] = {}
-_ROOTS_LOCK = threading.Lock()
+_ROOTS: WorkerCache[str, Path] = WorkerCache()
 
 
 def default_local_dir() -> str:
@@ -80,20 +78,19 @@ def check_writable(local_dir: str) -> Path:
 
 def worker_root(local_dir: str) -> Path:
     """This process's folder under ``local_dir`` (created once; removes dead workers' folders)."""
-    with _ROOTS_LOCK:
-        found = _ROOTS.get(local_dir)
-        if found is not None:
-            return found
-        base = check_writable(local_dir)
-        for leftover in base.glob("w*-*"):
-            pid_text = leftover.name[1:].split("-", 1)[0]
-            if pid_text.isdigit() and not _alive(int(pid_text)):
-                logger.info("rocksdb: removing the folder of a dead worker %s", leftover)
-                shutil.rmtree(leftover, ignore_errors=True)
-        root = base / f"w{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        root.mkdir()
-        _ROOTS[local_dir] = root
-        return root
+    return _ROOTS.get(local_dir, lambda: _new_root(local_dir))
+
+
+def _new_root(local_dir: str) -> Path:
+    base = check_writable(local_dir)
+    for leftover in base.glob("w*-*"):
+        pid_text = leftover.name[1:].split("-", 1)[0]
+        if pid_text.isdigit() and not _alive(int(pid_text)):
+            logger.info("rocksdb: removing the folder of a dead worker %s", leftover)
+            shutil.rmtree(leftover, ignore_errors=True)
+    root = base / f"w{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    root.mkdir()
+    return root
 
 
 def open_instance(path: Path, options: RocksDBOptions, *, read_only: bool = False) -> Any:

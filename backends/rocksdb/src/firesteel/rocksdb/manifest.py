@@ -1,9 +1,9 @@
 """The manifest of one incremental checkpoint: which files make up a version of a key-group range.
 
-A manifest is a JSON record, versioned and checksummed like every durable
-firesteel record::
+A manifest is a record in firesteel's one envelope
+(:func:`firesteel.core.spi.encode_record`), versioned and checksummed::
 
-    {"kind": "firesteel.rocksdb.manifest", "format": 1, "sha256": "...", "content": {
+    {"kind": "firesteel.rocksdb.manifest", "version": 1, "sha256": "...", "content": {
         "operator": "rank", "version": 7, "key_groups": [0, 63], "attempt": "9f2c...",
         "query_id": "...", "max_parallelism": 128,
         "states": {"count": {"kind": "value", "serializer": "msgpack"}},
@@ -16,18 +16,20 @@ firesteel record::
 holds them) and the small private files (``MANIFEST-*``, ``CURRENT``,
 ``OPTIONS-*``) under the manifest's own folder. ``parents`` names the
 manifests the task restored from, for people reading a checkpoint.
+
+Releases before the shared envelope spelled its ``version`` as ``format`` (same
+content, same checksum); :func:`decode` still reads those manifests.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from firesteel.core.errors import CheckpointCorruptError, IncompatibleFormatError
-from firesteel.state.keygroups import KeyGroupRange
+from firesteel.backends.spi import KeyGroupRange
+from firesteel.core.spi import CheckpointCorruptError, decode_record, encode_record
 
 KIND = "firesteel.rocksdb.manifest"
 FORMAT = 1
@@ -159,36 +161,24 @@ class Manifest:
             ],
             "parents": list(self.parents),
         }
-        body = {"kind": KIND, "format": FORMAT, "sha256": _digest(content), "content": content}
-        return json.dumps(body, indent=1, sort_keys=True).encode()
+        return encode_record(KIND, FORMAT, content)
 
 
-def _digest(content: Any) -> str:
-    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
+def _shared_envelope(data: bytes) -> bytes:
+    """``data`` with an earlier release's ``format`` key spelled ``version``."""
+    try:
+        body = json.loads(data)
+    except ValueError:
+        return data
+    if isinstance(body, dict) and "version" not in body and "format" in body:
+        body["version"] = body.pop("format")
+        return json.dumps(body).encode()
+    return data
 
 
 def decode(data: bytes, where: str, ref: ManifestRef) -> Manifest:
     """Verify and decode a manifest file; every failure names ``where``."""
-    try:
-        body = json.loads(data)
-    except ValueError as exc:
-        msg = f"state manifest {where} is damaged or truncated (not valid JSON)"
-        raise CheckpointCorruptError(msg) from exc
-    if not isinstance(body, dict) or body.get("kind") != KIND:
-        msg = f"{where} is not a firesteel RocksDB state manifest"
-        raise CheckpointCorruptError(msg)
-    if body.get("format") != FORMAT:
-        msg = (
-            f"state manifest {where} has format version {body.get('format')}; this "
-            f"firesteel-rocksdb reads version {FORMAT}: use the release that wrote it, or "
-            "start the operator with a fresh state location"
-        )
-        raise IncompatibleFormatError(msg)
-    content: Any = body.get("content")
-    if body.get("sha256") != _digest(content):
-        msg = f"state manifest {where}: checksum mismatch (the file was damaged or edited)"
-        raise CheckpointCorruptError(msg)
+    content: Any = decode_record(_shared_envelope(data), f"state manifest {where}", KIND, (FORMAT,))
     try:
         manifest = Manifest(
             operator=content["operator"],

@@ -21,11 +21,10 @@ measured figure.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
-from firesteel.core.errors import ConfigError
+from firesteel.core.spi import ConfigError, WorkerCache
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -164,20 +163,18 @@ def _in_range(name: str, value: object, lowest: int, highest: int) -> None:
         raise ConfigError(msg)
 
 
-_SHARED: dict[RocksDBOptions, tuple[Any, Any]] = {}
-_SHARED_LOCK = threading.Lock()
+_SHARED: WorkerCache[RocksDBOptions, tuple[Any, Any]] = WorkerCache()
 
 
 def shared_memory(options: RocksDBOptions) -> tuple[Any, Any]:
     """The block cache and write buffer manager of ``options`` in this process (created once)."""
     import rocksdict as rd
 
-    with _SHARED_LOCK:
-        found = _SHARED.get(options)
-        if found is None:
-            cache = rd.Cache(options.memory_budget)
-            manager = rd.WriteBufferManager.new_write_buffer_manager_with_cache(
-                options.write_buffer_bytes, False, cache
-            )
-            found = _SHARED[options] = (cache, manager)
-        return found
+    def create() -> tuple[Any, Any]:
+        cache = rd.Cache(options.memory_budget)
+        manager = rd.WriteBufferManager.new_write_buffer_manager_with_cache(
+            options.write_buffer_bytes, False, cache
+        )
+        return cache, manager
+
+    return _SHARED.get(options, create)

@@ -25,11 +25,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from firesteel.backends.spi import (
+    Key,
+    ListState,
+    MapState,
+    StateDescriptor,
+    StateKind,
+    ValueState,
+    key_packer,
+    unpack,
+)
 from firesteel.rocksdb.keys import NO_EXPIRY, WITH_EXPIRY, decode_value, encode_value, stamp
-from firesteel.state.api import ListState, MapState, ValueState
-from firesteel.state.backend import Key
-from firesteel.state.descriptors import StateDescriptor, StateKind
-from firesteel.state.serializers import key_packer, unpack
 
 _MISSING = object()
 

@@ -36,9 +36,8 @@ from typing import Any
 
 from pyarrow import fs
 
-from firesteel.backends.storage import SnapshotStorage
-from firesteel.core.durable import atomic_output, write_atomically
-from firesteel.core.errors import CheckpointCorruptError
+from firesteel.backends.spi import KeyGroupRange, SnapshotStorage
+from firesteel.core.spi import CheckpointCorruptError, atomic_output, write_atomically
 from firesteel.rocksdb.manifest import (
     SHARED_DIR,
     Manifest,
@@ -49,7 +48,6 @@ from firesteel.rocksdb.manifest import (
     shared_version,
     version_dir,
 )
-from firesteel.state.keygroups import KeyGroupRange
 
 logger = logging.getLogger(__name__)
 

@@ -42,27 +42,34 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from firesteel.backends.async_snapshot import SnapshotThread
-from firesteel.backends.store_base import TaskStore, check_declared, check_owner, undeclared_state
-from firesteel.core.errors import CheckpointCorruptError, ConfigError
-from firesteel.core.faults import fault_point
+from firesteel.backends.spi import (
+    Key,
+    KeyedTask,
+    KeyGroupRange,
+    OperatorSpec,
+    PendingSnapshot,
+    SnapshotThread,
+    StateDescriptor,
+    TaskStore,
+    check_declared,
+    check_owner,
+    key_packer,
+    undeclared_state,
+    unpack_key,
+)
+from firesteel.core.spi import CheckpointCorruptError, ConfigError, WorkerCache, fault_point
 from firesteel.rocksdb import keys
 from firesteel.rocksdb.local import LocalFolder, clone, open_instance
 from firesteel.rocksdb.manifest import Manifest, StoredFile, shared_name
 from firesteel.rocksdb.options import RocksDBOptions
 from firesteel.rocksdb.states import BoundState, Cursor, make_state
 from firesteel.rocksdb.storage import CheckpointStorage
-from firesteel.state.backend import Key, OperatorSpec, PendingSnapshot, TaskInfo
-from firesteel.state.descriptors import StateDescriptor
-from firesteel.state.keygroups import KeyGroupRange
-from firesteel.state.serializers import key_packer, unpack_key
 
 logger = logging.getLogger(__name__)
 
@@ -122,7 +129,7 @@ class RocksDBKeyedStore(TaskStore):
         self.descriptors: dict[str, StateDescriptor] = {}
         self._states: dict[str, BoundState] = {}
         self._metadata: dict[str, Any] | None = None
-        self._task: TaskInfo | None = None
+        self._task: KeyedTask | None = None
         self._prefixes = [keys.key_group_prefix(kg) for kg in range(spec.max_parallelism)]
         self._pack = key_packer()
         self._has_key = False
@@ -131,7 +138,7 @@ class RocksDBKeyedStore(TaskStore):
 
     def begin(
         self,
-        task: TaskInfo,
+        task: KeyedTask,
         descriptors: Sequence[StateDescriptor],
         dropped: Sequence[str],
         now_ms: int,
@@ -149,10 +156,10 @@ class RocksDBKeyedStore(TaskStore):
         self._task = task
         self._has_key = False
         self.cursor.now_ms = now_ms
-        self.cursor.sequence = task.batch_id << 32
+        self.cursor.sequence = task.scope.batch_id << 32
         self.changed = True
 
-    def _check_metadata(self, task: TaskInfo) -> None:
+    def _check_metadata(self, task: KeyedTask) -> None:
         if self._metadata is None:
             self._metadata = self.storage.metadata.read_metadata()
         meta = self._metadata
@@ -165,8 +172,8 @@ class RocksDBKeyedStore(TaskStore):
             meta = {
                 "operator": spec.name,
                 "backend": BACKEND,
-                "query_id": task.query_id,
-                "first_batch": task.batch_id,
+                "query_id": task.scope.query_id,
+                "first_batch": task.scope.batch_id,
                 "max_parallelism": spec.max_parallelism,
                 "key": list(spec.key_columns),
             }
@@ -184,15 +191,15 @@ class RocksDBKeyedStore(TaskStore):
             raise ConfigError(msg)
         check_owner(meta, spec, task, where)
 
-    def _restore(self, task: TaskInfo) -> None:
+    def _restore(self, task: KeyedTask) -> None:
         self.downloads = 0
-        if task.batch_id == self.first_batch:
+        if task.scope.batch_id == self.first_batch:
             self._replace_instance(None)
             if self.base is not None:
                 self.folder.remove(self.base.checkpoint)
             self.base, self.reusable, self.stored_states, self.parents = None, {}, {}, ()
             return
-        manifests = self.storage.covering(task.batch_id - 1, self.key_groups)
+        manifests = self.storage.covering(task.scope.batch_id - 1, self.key_groups)
         base = self.base
         if (
             len(manifests) == 1
@@ -205,7 +212,7 @@ class RocksDBKeyedStore(TaskStore):
             return
         self._restore_from(manifests, task)
 
-    def _restore_from(self, manifests: list[Manifest], task: TaskInfo) -> None:
+    def _restore_from(self, manifests: list[Manifest], task: KeyedTask) -> None:
         """Case 1c of the module docs."""
         wanted = self.key_groups
         primary = max(manifests, key=lambda m: _overlap(m.key_groups, wanted))
@@ -214,7 +221,7 @@ class RocksDBKeyedStore(TaskStore):
         def downloaded() -> None:
             if first[0]:
                 first[0] = False
-                fault_point(MID_RESTORE, task.batch_id, task.partition)
+                fault_point(MID_RESTORE, task.scope.batch_id, task.scope.partition_id)
 
         exact = len(manifests) == 1 and primary.key_groups == wanted
         previous = self.base
@@ -421,7 +428,7 @@ class RocksDBKeyedStore(TaskStore):
             # merges them all, and the next checkpoint uploads the whole state again).
             self.db.compact_range(None, None)
         attempt = uuid.uuid4().hex[:16]
-        checkpoint = self.folder.checkpoint_dir(task.batch_id, attempt)
+        checkpoint = self.folder.checkpoint_dir(task.scope.batch_id, attempt)
         rd.Checkpoint(self.db).create_checkpoint(str(checkpoint))
         states = {
             name: {"kind": d.kind.value, "serializer": d.value_serializer.name}
@@ -429,7 +436,7 @@ class RocksDBKeyedStore(TaskStore):
         }
         return SnapshotThread(lambda: self._upload(task, attempt, checkpoint, states))
 
-    def _sweep_expired(self, task: TaskInfo) -> None:
+    def _sweep_expired(self, task: KeyedTask) -> None:
         """Delete expired entries of TTL states in every :data:`SWEEP_ROUNDS`-th key group.
 
         rocksdict offers no compaction filter, so entries nobody reads again
@@ -443,7 +450,7 @@ class RocksDBKeyedStore(TaskStore):
         if not expiring:
             return
         now = self.cursor.now_ms
-        round_ = task.batch_id % SWEEP_ROUNDS
+        round_ = task.scope.batch_id % SWEEP_ROUNDS
         batch = rd.WriteBatch(raw_mode=True)
         for key_group in task.key_groups:
             if key_group % SWEEP_ROUNDS != round_:
@@ -461,7 +468,7 @@ class RocksDBKeyedStore(TaskStore):
             self.db.write(batch)
 
     def _upload(
-        self, task: TaskInfo, attempt: str, checkpoint: Path, states: dict[str, dict[str, str]]
+        self, task: KeyedTask, attempt: str, checkpoint: Path, states: dict[str, dict[str, str]]
     ) -> None:
         try:
             manifest = self._write_checkpoint(task, attempt, checkpoint, states)
@@ -479,23 +486,23 @@ class RocksDBKeyedStore(TaskStore):
             self.folder.remove(previous.checkpoint)
             keep.update(f.path for f in previous.manifest.shared_files)
         self.folder.prune(keep)
-        if task.partition == 0:
-            self._apply_retention(task.batch_id - 1)
+        if task.scope.partition_id == 0:
+            self._apply_retention(task.scope.batch_id - 1)
         if not self.cached:
             self.close()
 
     def _write_checkpoint(
-        self, task: TaskInfo, attempt: str, checkpoint: Path, states: dict[str, dict[str, str]]
+        self, task: KeyedTask, attempt: str, checkpoint: Path, states: dict[str, dict[str, str]]
     ) -> Manifest:
         files: list[StoredFile] = []
         uploaded = 0
         bytes_uploaded = 0
         manifest = Manifest(
             operator=self.spec.name,
-            version=task.batch_id,
+            version=task.scope.batch_id,
             key_groups=self.key_groups,
             attempt=attempt,
-            query_id=task.query_id,
+            query_id=task.scope.query_id,
             max_parallelism=self.spec.max_parallelism,
             states=states,
             files=(),
@@ -508,7 +515,7 @@ class RocksDBKeyedStore(TaskStore):
                 if reused is not None and reused.size == entry.stat().st_size:
                     files.append(reused)
                     continue
-                relative = f"shared/{shared_name(task.batch_id, attempt, entry.name)}"
+                relative = f"shared/{shared_name(task.scope.batch_id, attempt, entry.name)}"
                 stored = self.storage.upload(entry, relative)
                 self.folder.remember(entry, relative)
             else:
@@ -517,14 +524,14 @@ class RocksDBKeyedStore(TaskStore):
             uploaded += 1
             bytes_uploaded += stored.size
             if uploaded == 1:
-                fault_point(MID_UPLOAD, task.batch_id, task.partition)
+                fault_point(MID_UPLOAD, task.scope.batch_id, task.scope.partition_id)
         manifest = dataclasses.replace(manifest, files=tuple(files))
         self.storage.write_manifest(manifest)
         self.storage.remove_stale(manifest)
         logger.debug(
             "state: %s wrote version %d: %d of %d files uploaded (%d bytes)",
             self._label(),
-            task.batch_id,
+            task.scope.batch_id,
             uploaded,
             len(files),
             bytes_uploaded,
@@ -553,16 +560,18 @@ def _overlap(a: KeyGroupRange, b: KeyGroupRange) -> int:
     return max(0, min(a.end, b.end) - max(a.start, b.start) + 1)
 
 
-_WORKER_STORES: dict[tuple[Any, ...], RocksDBKeyedStore] = {}
-_WORKER_LOCK = threading.Lock()
 MAX_CACHED_STORES = 8
 """Stores a worker keeps open between tasks; the least recently used beyond it is closed."""
+
+_WORKER_STORES: WorkerCache[tuple[Any, ...], RocksDBKeyedStore] = WorkerCache(
+    capacity=MAX_CACHED_STORES, close=lambda store: store.close()
+)
 
 
 def worker_store(
     storage: CheckpointStorage,
     spec: OperatorSpec,
-    task: TaskInfo,
+    task: KeyedTask,
     *,
     local_root: Path,
     options: RocksDBOptions,
@@ -582,25 +591,19 @@ def worker_store(
             retain=retain,
             cached=False,
         )
-    cache_key = (storage.location, spec.name, task.query_id, task.key_groups, options, local_root)
-    with _WORKER_LOCK:
-        store = _WORKER_STORES.pop(cache_key, None)
-        if store is None or store.spec.max_parallelism != spec.max_parallelism:
-            if store is not None:
-                store.close()
-            store = RocksDBKeyedStore(
-                storage,
-                spec,
-                task.key_groups,
-                folder=LocalFolder(local_root / name),
-                options=options,
-                retain=retain,
-                cached=True,
-            )
-        store.spec = spec
-        store.retain = retain
-        _WORKER_STORES[cache_key] = store
-        while len(_WORKER_STORES) > MAX_CACHED_STORES:
-            oldest = next(iter(_WORKER_STORES))
-            _WORKER_STORES.pop(oldest).close()
-        return store
+    store = _WORKER_STORES.get(
+        (storage.location, spec.name, task.scope.query_id, task.key_groups, options, local_root),
+        lambda: RocksDBKeyedStore(
+            storage,
+            spec,
+            task.key_groups,
+            folder=LocalFolder(local_root / name),
+            options=options,
+            retain=retain,
+            cached=True,
+        ),
+        usable=lambda kept: kept.spec.max_parallelism == spec.max_parallelism,
+    )
+    store.spec = spec
+    store.retain = retain
+    return store

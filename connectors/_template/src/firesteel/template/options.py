@@ -5,9 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from firesteel.core.errors import ConfigError
-from firesteel.core.options import option
-from firesteel.core.spark.datasource import SinkOptions
+from firesteel.core.spi import ConfigError, SinkOptions, option
 
 CONNECTOR = "firesteel.template"
 

@@ -20,9 +20,7 @@ from typing import ClassVar
 import pyarrow as pa
 from pyarrow import fs
 
-from firesteel.core.context import TaskScope
-from firesteel.core.durable import write_atomically
-from firesteel.core.sink import IdempotentSink, Vote
+from firesteel.core.spi import IdempotentSink, TaskScope, Vote, write_atomically
 
 logger = logging.getLogger(__name__)
 

@@ -7,13 +7,13 @@ Every session retries idempotent statements (the sinks' INSERTs) with
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from cassandra.policies import RetryPolicy
 from firesteel.cassandra.errors import CassandraUnreachableError
+from firesteel.core.spi import WorkerCache
 
 logger = logging.getLogger(__name__)
 
@@ -204,8 +204,7 @@ class ClusterOptions(Protocol):
     def passthrough(self) -> dict[str, str]: ...
 
 
-_lock = threading.Lock()
-_sessions: dict[tuple[Any, ...], Any] = {}
+_sessions: WorkerCache[tuple[Any, ...], Any] = WorkerCache()
 
 
 def session_for(options: ClusterOptions) -> Any:
@@ -224,10 +223,7 @@ def session_for(options: ClusterOptions) -> Any:
         options.consistency,
         tuple(sorted(options.passthrough.items())),
     )
-    with _lock:
-        if key not in _sessions:
-            _sessions[key] = _connect(options)
-        return _sessions[key]
+    return _sessions.get(key, lambda: _connect(options))
 
 
 def _connect(options: ClusterOptions) -> Any:

@@ -12,7 +12,7 @@ The rows live outside the checkpoint, so they outlive it. A query whose
 checkpoint was deleted and recreated starts again at batch 0 under a new
 Spark query id; had it kept an explicit ``sink.id``, the old rows would mark
 every one of its batches as sent and its data would silently never arrive.
-``owner`` (Spark's query id) makes that a :class:`ConfigError` instead, as
+``owner`` (Spark's query id) makes that an :class:`OwnershipError` instead, as
 the Kafka sink's markers do; with ``sink.id`` unset the id is derived from
 the query and never collides.
 """
@@ -23,8 +23,8 @@ from typing import Any
 
 from firesteel.cassandra.client import Backoff, retriable_errors, session_for
 from firesteel.cassandra.options import CassandraSinkOptions
-from firesteel.core.errors import ConfigError
-from firesteel.sinks.committers import CheckpointCommitter
+from firesteel.core.spi import Ownership
+from firesteel.sinks.spi import CheckpointCommitter
 
 
 class CassandraCommitter(CheckpointCommitter):
@@ -70,16 +70,14 @@ class CassandraCommitter(CheckpointCommitter):
         ).one()
         if row is None:
             return False
-        if row.owner != self.owner:
-            msg = (
-                f"firesteel.cassandra: sink.id {sink_id!r} is recorded in "
-                f"{self.keyspace}.{self.table} by query {row.owner}, and this is query "
-                f"{self.owner}. Two queries, or a query whose checkpoint was deleted and "
-                "recreated, must not share a sink.id: choose another 'sink.id' (or leave it "
-                "unset), or delete the old records: "
-                f"DELETE FROM {self.keyspace}.{self.table} WHERE sink_id = '{sink_id}'"
-            )
-            raise ConfigError(msg)
+        Ownership(
+            subject=f"firesteel.cassandra: sink.id {sink_id!r} is recorded in "
+            f"{self.keyspace}.{self.table} and",
+            query_id=self.owner,
+            remedy="Two queries must not share a sink.id: choose another 'sink.id' (or leave "
+            "it unset), or delete the old records: "
+            f"DELETE FROM {self.keyspace}.{self.table} WHERE sink_id = '{sink_id}'",
+        ).check(row.owner)
         return int(row.batch) >= batch_id
 
     def commit(self, sink_id: str, batch_id: int, partition_id: int) -> None:

@@ -9,10 +9,7 @@ from pyspark.sql.types import StructType
 from firesteel.cassandra.options import CONNECTOR, PASSTHROUGH, CassandraSinkOptions
 from firesteel.cassandra.sink import CassandraUpsertSink
 from firesteel.cassandra.wal import CassandraAdditiveWalSink, CassandraWalSink
-from firesteel.core.guarantee import Guarantee
-from firesteel.core.options import parse_options
-from firesteel.core.sink import Sink
-from firesteel.core.spark.datasource import FiresteelDataSource, default_sink_id
+from firesteel.core.spi import FiresteelDataSource, Guarantee, Sink, default_sink_id, parse_options
 
 
 class CassandraConnector(FiresteelDataSource):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from firesteel.core.errors import ConfigError
+from firesteel.core.spi import ConfigError
 
 
 class CassandraSchemaError(ConfigError):

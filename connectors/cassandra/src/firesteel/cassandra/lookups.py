@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from functools import partial
@@ -50,7 +49,7 @@ from firesteel.cassandra.client import Backoff, retriable_errors, session_for
 from firesteel.cassandra.errors import CassandraLookupError, CassandraSchemaError
 from firesteel.cassandra.options import CONSISTENCY_LEVELS, PASSTHROUGH
 from firesteel.cassandra.statement import arrow_fits_cql, map_types
-from firesteel.core.errors import ConfigError
+from firesteel.core.spi import ConfigError, WorkerCache
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -257,8 +256,7 @@ def _arrow_type(spec: LookupSpec, column: str, cql_type: str) -> pa.DataType:
     return _ARROW[cql_type]
 
 
-_prepared_lock = threading.Lock()
-_prepared: dict[tuple[int, str], tuple[Any, str]] = {}
+_prepared: WorkerCache[tuple[int, str], tuple[Any, str]] = WorkerCache()
 
 
 def _prepared_for(session: Any, spec: LookupSpec) -> tuple[Any, str]:
@@ -271,21 +269,19 @@ def _prepared_for(session: Any, spec: LookupSpec) -> tuple[Any, str]:
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, ExecutionProfile
     from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 
+    def create() -> tuple[Any, str]:
+        name = f"firesteel.lookup.{len(_prepared)}"
+        profile = ExecutionProfile(
+            load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=spec.local_dc)),
+            consistency_level=ConsistencyLevel.name_to_value[spec.consistency.upper()],
+            request_timeout=spec.timeout,
+            retry_policy=session.get_execution_profile(EXEC_PROFILE_DEFAULT).retry_policy,
+        )
+        session.cluster.add_execution_profile(name, profile)
+        return _prepare(session, spec), name
+
     key = (id(session), f"{spec.select()}|{spec.consistency}|{spec.timeout}")
-    with _prepared_lock:
-        if key not in _prepared:
-            name = f"firesteel.lookup.{len(_prepared)}"
-            profile = ExecutionProfile(
-                load_balancing_policy=TokenAwarePolicy(
-                    DCAwareRoundRobinPolicy(local_dc=spec.local_dc)
-                ),
-                consistency_level=ConsistencyLevel.name_to_value[spec.consistency.upper()],
-                request_timeout=spec.timeout,
-                retry_policy=session.get_execution_profile(EXEC_PROFILE_DEFAULT).retry_policy,
-            )
-            session.cluster.add_execution_profile(name, profile)
-            _prepared[key] = (_prepare(session, spec), name)
-        return _prepared[key]
+    return _prepared.get(key, create)
 
 
 class Lookups:

@@ -5,10 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from firesteel.core.errors import ConfigError
-from firesteel.core.options import option
-from firesteel.core.spark.datasource import SinkOptions
-from firesteel.sinks.fanout import check_connect_url
+from firesteel.core.spi import ConfigError, SinkOptions, option
+from firesteel.sinks.spi import check_connect_url
 
 CONNECTOR = "firesteel.cassandra"
 PASSTHROUGH = ("cassandra.",)

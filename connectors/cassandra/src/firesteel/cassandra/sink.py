@@ -20,8 +20,7 @@ import pyarrow as pa
 from firesteel.cassandra.client import session_for
 from firesteel.cassandra.options import CassandraSinkOptions
 from firesteel.cassandra.statement import RowStatement
-from firesteel.core.context import TaskScope
-from firesteel.core.sink import IdempotentSink
+from firesteel.core.spi import IdempotentSink, TaskScope
 
 logger = logging.getLogger(__name__)
 

@@ -65,10 +65,8 @@ from firesteel.cassandra.client import session_for
 from firesteel.cassandra.committer import CassandraCommitter
 from firesteel.cassandra.options import CassandraSinkOptions
 from firesteel.cassandra.statement import RowStatement
-from firesteel.core.checkpoint import normalize_location, read_query_id
-from firesteel.core.errors import ConfigError
-from firesteel.core.faults import fault_point
-from firesteel.sinks.write_ahead import WriteAheadSink, log_dir_for
+from firesteel.core.spi import ConfigError, fault_point, normalize_location, read_query_id
+from firesteel.sinks.spi import WriteAheadSink, log_dir_for
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,73 @@
+"""The state backend author's interface: what a backend (``firesteel-rocksdb``) may rely on.
+
+Built on :mod:`firesteel.core.spi` (task identity, durable records, ownership,
+per-worker cache, errors), which a backend imports beside this module; the
+two are the only firesteel modules a separately installed backend imports,
+besides the public user API (``firesteel.state``, ``firesteel.backends``).
+
+The contract (the protocol itself is :mod:`firesteel.state.backend`'s):
+
+- A :class:`StateBackend` is a picklable configuration; on an executor its
+  :meth:`~StateBackend.open_store` returns a :class:`KeyedStateStore` for one
+  :class:`KeyedTask` (the task's :class:`~firesteel.core.spi.TaskScope` and the
+  :class:`KeyGroupRange` it owns), restored to the latest committed version
+  before the task's batch.
+- Stores derive from :class:`TaskStore` and are opened with
+  :meth:`TaskStore.open_task`: every backend makes the same decision about a
+  failed ``begin`` (the store is discarded, the next task restores from
+  storage), and :func:`check_owner`, :func:`check_declared` and
+  :func:`undeclared_state` refuse recorded state that does not match, in the
+  same words on every backend.
+- A snapshot is written by :class:`SnapshotThread` (a
+  :class:`PendingSnapshot`); batch N commits only after it is durable.
+- State values and keys are encoded with :func:`pack` / :func:`unpack` and
+  :func:`key_packer` / :func:`unpack_key`, never pickled by default.
+- :class:`SnapshotStorage` reads and writes the operator record
+  (``_operator.json``) every backend keeps; :data:`SCHEMA`, :func:`to_table`
+  and :func:`list_operators` make a backend's state readable as a table.
+"""
+
+from firesteel.backends.async_snapshot import SnapshotThread
+from firesteel.backends.inspect import SCHEMA, list_operators, to_table
+from firesteel.backends.storage import SnapshotStorage
+from firesteel.backends.store_base import TaskStore, check_declared, check_owner, undeclared_state
+from firesteel.state.api import ListState, MapState, ValueState
+from firesteel.state.backend import (
+    Key,
+    KeyedStateStore,
+    KeyedTask,
+    OperatorSpec,
+    PendingSnapshot,
+    StateBackend,
+)
+from firesteel.state.descriptors import StateDescriptor, StateKind
+from firesteel.state.keygroups import KeyGroupRange
+from firesteel.state.serializers import key_packer, pack, unpack, unpack_key
+
+__all__ = [
+    "SCHEMA",
+    "Key",
+    "KeyGroupRange",
+    "KeyedStateStore",
+    "KeyedTask",
+    "ListState",
+    "MapState",
+    "OperatorSpec",
+    "PendingSnapshot",
+    "SnapshotStorage",
+    "SnapshotThread",
+    "StateBackend",
+    "StateDescriptor",
+    "StateKind",
+    "TaskStore",
+    "ValueState",
+    "check_declared",
+    "check_owner",
+    "key_packer",
+    "list_operators",
+    "pack",
+    "to_table",
+    "undeclared_state",
+    "unpack",
+    "unpack_key",
+]

@@ -1,0 +1,161 @@
+"""The connector author's interface: everything a connector may rely on from the core.
+
+A separately installed distribution (``firesteel-kafka``, ``firesteel-cassandra``,
+a copy of ``connectors/_template``) imports firesteel only from this module,
+from the layer interfaces built on it (:mod:`firesteel.sinks.spi` for the
+write-ahead-log framework, :mod:`firesteel.backends.spi` for state backends)
+and from the public user API (the packages ``firesteel.core``,
+``firesteel.state`` and ``firesteel.backends``). ``make lint`` enforces it; the
+rest of the core may change between releases without notice.
+
+The contract, in Flink's vocabulary:
+
+**Task identity.** :class:`TaskScope` (query, batch = checkpoint id,
+partition, attempt) is the one identity of a task; everything durable is keyed
+by (sink id, batch, partition), never by the attempt.
+
+**The source role.** :class:`ResettableSource`: the same offset range reads
+the same records, always; :meth:`ResettableSource.commit` is the
+checkpoint-complete notification.
+
+**The sink roles** (Table 8-1's columns, :class:`SinkKind`): a sink states its
+kind by its base class. :class:`PlainSink` and :class:`IdempotentSink` write
+in the task. A two-phase sink splits as Flink's Sink V2 does: a
+:class:`SinkWriter` on the executors prepares a typed, versioned
+:class:`Committable` per task (its :class:`Vote`), and a :class:`Committer` on
+the driver commits them once every task voted. Commit outcomes: ``commit``
+returning means **committed**; raising means **failed** for this attempt, and
+Spark runs the batch's commit again after the restart (**retry later**); a
+:class:`SinkError` names a failure a retry cannot cure. Every commit is an
+**idempotent re-commit**: committing what is already committed (the same
+batch, or a re-run of it) keeps the first result and returns.
+:class:`TwoPhaseCommitSink` joins both halves; a target that can only commit
+inside the task (Kafka) derives from :class:`InTaskCommitSink`, whose writer
+commits and records a marker its re-run checks, and says so in its type.
+
+**Versioned durable records.** One envelope (kind, format version, SHA-256 of
+the content) over any pyarrow filesystem, local paths and URIs alike:
+:func:`write_record`, :func:`create_record`, :func:`read_record` and, for
+bytes a caller stores itself, :func:`encode_record` / :func:`decode_record`. A
+reader refuses a damaged record (:class:`CheckpointCorruptError`) and a format
+it does not know (:class:`IncompatibleFormatError`), never misreads either.
+:func:`write_atomically` / :func:`atomic_output` write any other file whole or
+not at all.
+
+**Sink ownership.** :class:`Ownership`: a sink id belongs to the Spark query
+that first wrote it; another query is refused with an :class:`OwnershipError`
+naming the fix.
+
+**Per-worker cache.** :class:`WorkerCache`: what a Python worker keeps between
+tasks (sessions, clients, stores).
+
+**Options and errors.** Options are frozen dataclasses of :func:`option`
+fields (sinks' derive from :class:`SinkOptions`), parsed by
+:func:`parse_options`: unknown or misspelled keys are a :class:`ConfigError`.
+Every error derives from :class:`FiresteelError` and names the option,
+record, file or batch at fault. Bad records go to the configured
+:class:`ErrorPolicy` through an :class:`ErrorHandler`.
+
+**Fault points.** :func:`fault_point` marks a place the crash tests kill the
+job; it costs nothing unless a test arms it.
+"""
+
+from firesteel.core.checkpoint import FIRESTEEL_DIR, filesystem, normalize_location, read_query_id
+from firesteel.core.context import TaskScope
+from firesteel.core.durable import (
+    atomic_output,
+    create_record,
+    decode_record,
+    encode_record,
+    read_record,
+    write_atomically,
+    write_record,
+)
+from firesteel.core.error_policy import (
+    BadRecord,
+    DeadLetter,
+    DeadLetterWriter,
+    ErrorHandler,
+    ErrorPolicy,
+)
+from firesteel.core.errors import (
+    CheckpointCorruptError,
+    ConfigError,
+    FiresteelError,
+    IncompatibleFormatError,
+    MissingDependencyError,
+    RecordError,
+    SinkError,
+    SourceChangedError,
+)
+from firesteel.core.faults import fault_point
+from firesteel.core.guarantee import Guarantee, Replay, SinkKind
+from firesteel.core.options import option, parse_options, require_absolute
+from firesteel.core.ownership import Ownership, OwnershipError
+from firesteel.core.sink import (
+    Committable,
+    Committer,
+    IdempotentSink,
+    InTaskCommitSink,
+    PlainSink,
+    Sink,
+    SinkWriter,
+    TwoPhaseCommitSink,
+    Vote,
+)
+from firesteel.core.source import Offset, ReadLimit, ResettableSource
+from firesteel.core.spark.datasource import FiresteelDataSource, SinkOptions, default_sink_id
+from firesteel.core.worker_cache import WorkerCache
+
+__all__ = [
+    "FIRESTEEL_DIR",
+    "BadRecord",
+    "CheckpointCorruptError",
+    "Committable",
+    "Committer",
+    "ConfigError",
+    "DeadLetter",
+    "DeadLetterWriter",
+    "ErrorHandler",
+    "ErrorPolicy",
+    "FiresteelDataSource",
+    "FiresteelError",
+    "Guarantee",
+    "IdempotentSink",
+    "InTaskCommitSink",
+    "IncompatibleFormatError",
+    "MissingDependencyError",
+    "Offset",
+    "Ownership",
+    "OwnershipError",
+    "PlainSink",
+    "ReadLimit",
+    "RecordError",
+    "Replay",
+    "ResettableSource",
+    "Sink",
+    "SinkError",
+    "SinkKind",
+    "SinkOptions",
+    "SinkWriter",
+    "SourceChangedError",
+    "TaskScope",
+    "TwoPhaseCommitSink",
+    "Vote",
+    "WorkerCache",
+    "atomic_output",
+    "create_record",
+    "decode_record",
+    "default_sink_id",
+    "encode_record",
+    "fault_point",
+    "filesystem",
+    "normalize_location",
+    "option",
+    "parse_options",
+    "read_query_id",
+    "read_record",
+    "require_absolute",
+    "write_atomically",
+    "write_record",
+]

@@ -1,0 +1,17 @@
+"""The sink-framework interface a connector extends: the write-ahead-log sink.
+
+Built on :mod:`firesteel.core.spi`, which a connector imports beside this
+module. A :class:`WriteAheadSink` (Flink's GenericWriteAheadSink) logs each
+task's records under :func:`log_dir_for` the query's checkpoint, and once the
+batch is **committed** sends them with ``send_values``; a
+:class:`CheckpointCommitter` records each sent (sink, batch, partition), so a
+retry re-sends at most the one segment whose send was not yet recorded, and
+never a recorded one. ``send.connect`` URLs are checked with
+:func:`check_connect_url`.
+"""
+
+from firesteel.sinks.committers import CheckpointCommitter
+from firesteel.sinks.fanout import check_connect_url
+from firesteel.sinks.write_ahead import WriteAheadSink, log_dir_for
+
+__all__ = ["CheckpointCommitter", "WriteAheadSink", "check_connect_url", "log_dir_for"]
