@@ -39,9 +39,12 @@ install: $(BIN)/python
 demo: install
 	$(BIN)/firesteel demo
 
+# lint-imports: the import contract of pyproject.toml ([tool.importlinter]): a separately
+# installed distribution imports firesteel only through the SPI and the public user API.
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 # The folders to check and where each package lives are in pyproject.toml ([tool.mypy]).
 typecheck: install
