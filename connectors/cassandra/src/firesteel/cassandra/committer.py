@@ -72,7 +72,7 @@ class CassandraCommitter(CheckpointCommitter):
             return False
         Ownership(
             subject=f"firesteel.cassandra: sink.id {sink_id!r} is recorded in "
-            f"{self.keyspace}.{self.table} and",
+            f"{self.keyspace}.{self.table} by query {row.owner}: the id",
             query_id=self.owner,
             remedy="Two queries must not share a sink.id: choose another 'sink.id' (or leave "
             "it unset), or delete the old records: "
