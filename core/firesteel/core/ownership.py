@@ -27,10 +27,6 @@ OWNER_KIND = "sink-owner"
 OWNER_FORMAT_VERSION = 1
 
 
-class OwnershipError(ConfigError):
-    """Another Spark query owns the sink id or state this query is about to write."""
-
-
 @dataclass(frozen=True)
 class Ownership:
     """The claim of query ``query_id`` on ``subject``.
@@ -45,7 +41,8 @@ class Ownership:
     remedy: str
 
     def check(self, owner: str | None) -> None:
-        """Accept an unrecorded owner or this query; raise :class:`OwnershipError` otherwise."""
+        """Accept an unrecorded owner or this query; otherwise raise a
+        :class:`~firesteel.core.errors.ConfigError` (the fix is the query's configuration)."""
         if not owner or not self.query_id or owner == self.query_id:
             return
         msg = (
@@ -54,7 +51,7 @@ class Ownership:
             f"batch ids start again at 0, so it would write the owner's batches again or "
             f"skip them. {self.remedy}"
         )
-        raise OwnershipError(msg)
+        raise ConfigError(msg)
 
     def claim(self, record: str | Path, *, owner_committed: Callable[[], bool]) -> None:
         """Own the durable owner record at ``record`` (a local path or a URI).

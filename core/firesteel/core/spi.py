@@ -43,7 +43,7 @@ it does not know (:class:`IncompatibleFormatError`), never misreads either.
 not at all.
 
 **Sink ownership.** :class:`Ownership`: a sink id belongs to the Spark query
-that first wrote it; another query is refused with an :class:`OwnershipError`
+that first wrote it; another query is refused with a :class:`ConfigError`
 naming the fix.
 
 **Per-worker cache.** :class:`WorkerCache`: what a Python worker keeps between
@@ -91,7 +91,7 @@ from firesteel.core.errors import (
 from firesteel.core.faults import fault_point
 from firesteel.core.guarantee import Guarantee, Replay, SinkKind
 from firesteel.core.options import option, parse_options, require_absolute
-from firesteel.core.ownership import Ownership, OwnershipError
+from firesteel.core.ownership import Ownership
 from firesteel.core.sink import (
     Committable,
     Committer,
@@ -127,7 +127,6 @@ __all__ = [
     "MissingDependencyError",
     "Offset",
     "Ownership",
-    "OwnershipError",
     "PlainSink",
     "ReadLimit",
     "RecordError",

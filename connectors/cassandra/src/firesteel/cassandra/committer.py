@@ -12,7 +12,7 @@ The rows live outside the checkpoint, so they outlive it. A query whose
 checkpoint was deleted and recreated starts again at batch 0 under a new
 Spark query id; had it kept an explicit ``sink.id``, the old rows would mark
 every one of its batches as sent and its data would silently never arrive.
-``owner`` (Spark's query id) makes that an :class:`OwnershipError` instead, as
+``owner`` (Spark's query id) makes that a :class:`ConfigError` instead, as
 the Kafka sink's markers do; with ``sink.id`` unset the id is derived from
 the query and never collides.
 """

@@ -46,9 +46,9 @@ from pathlib import Path
 import pyarrow as pa
 
 from firesteel.core.context import TaskScope
-from firesteel.core.durable import create_record, read_record, write_record
 from firesteel.core.errors import ConfigError
 from firesteel.core.faults import fault_point
+from firesteel.core.ownership import Ownership
 from firesteel.core.sink import TwoPhaseCommitSink
 from firesteel.files.sink.manifest import (
     COMPACT_EVERY,
@@ -71,8 +71,6 @@ from firesteel.files.sink.paths import (
 from firesteel.files.sink.writer import TaskWriter, WriterConfig
 
 logger = logging.getLogger(__name__)
-
-OWNER_KIND = "sink-owner"
 
 
 class FilesSink(TwoPhaseCommitSink[TaskWriter, FileCommittable]):
@@ -114,50 +112,25 @@ class FilesSink(TwoPhaseCommitSink[TaskWriter, FileCommittable]):
     def _claim(self) -> None:
         """Refuse a sink id whose committed batches another query (checkpoint) wrote.
 
-        The first query to write records itself as the id's owner
-        (``_firesteel/owners/<id>.json``, one small read per start). Another
-        Spark query id means another checkpoint, or a deleted and recreated
-        one: its batch ids start again at 0, so it would skip the owner's
-        batches (their manifests) or, under a new id, write them all again.
-        It is refused before it writes anything, naming the fix, once the
-        owner has a manifest; an owner that never committed a batch is
-        replaced. The default id follows the output path (see
-        :func:`firesteel.core.spark.datasource.default_sink_id`), so this
-        also catches the same job restarted on a new checkpoint.
+        The id's owner record is ``_firesteel/owners/<id>.json``
+        (:meth:`~firesteel.core.spi.Ownership.claim`); the owner has committed
+        once it has a manifest. The default id follows the output path (see
+        :func:`firesteel.core.spi.default_sink_id`), so this also catches the
+        same job restarted on a new checkpoint.
         """
-        if self.config.query_id is None:
-            return
-        path = self.out / FIRESTEEL_DIR / "owners" / f"{self.sink_id}.json"
-        # Spark builds the writer twice per batch (planning the write, committing it):
-        # once the record exists, reading it is enough; creating one costs two fsyncs.
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            create_record(path, OWNER_KIND, 1, {"query_id": self.config.query_id})
-        owner = read_record(path, OWNER_KIND, (1,))["query_id"]
-        if owner == self.config.query_id:
-            return
         manifests = self.out / manifest_dir(self.sink_id)
-        if not manifests.is_dir() or next(manifests.iterdir(), None) is None:
-            logger.warning(
-                "firesteel.files: sink %s in %s: query %s never committed a batch; "
-                "query %s takes the sink over",
-                self.sink_id,
-                self.out,
-                owner,
-                self.config.query_id,
-            )
-            write_record(path, OWNER_KIND, 1, {"query_id": self.config.query_id})
-            return
-        msg = (
-            f"firesteel.files: sink {self.sink_id!r} in {self.out} belongs to Spark query "
-            f"{owner}, which committed batches there, and this is query "
-            f"{self.config.query_id} (another checkpoint, or a deleted and recreated one): "
-            "its batch ids start again at 0, so it would write those batches again or skip "
-            f"them. Restart from query {owner}'s checkpoint; or, if this is a new stream "
-            f"into {self.out} on purpose, set option 'sink.new.stream' to true (with an "
-            "explicit 'sink.id': give it a new one)"
+        Ownership(
+            subject=f"firesteel.files: sink {self.sink_id!r} in {self.out}",
+            query_id=self.config.query_id,
+            remedy="Restart from the owner's checkpoint; or, if this is a new stream into "
+            f"{self.out} on purpose, set option 'sink.new.stream' to true (with an "
+            "explicit 'sink.id': give it a new one)",
+        ).claim(
+            self.out / FIRESTEEL_DIR / "owners" / f"{self.sink_id}.json",
+            owner_committed=lambda: (
+                manifests.is_dir() and next(manifests.iterdir(), None) is not None
+            ),
         )
-        raise ConfigError(msg)
 
     def recover(self) -> None:
         """Roll forward committed batches; drop pending files nobody will commit.
