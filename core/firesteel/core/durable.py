@@ -34,6 +34,7 @@ from typing import Any
 from pyarrow import NativeFile, fs
 
 from firesteel.core.errors import CheckpointCorruptError, IncompatibleFormatError
+from firesteel.core.storage import resolve
 
 OBJECT_STORES = frozenset({"s3", "gcs", "abfs"})
 """pyarrow filesystem types whose uploads are atomic and which have no rename."""
@@ -110,12 +111,10 @@ def encode_record(kind: str, version: int, content: Any) -> bytes:
 
 
 def _resolve(location: str | Path) -> tuple[fs.FileSystem, str]:
-    """The pyarrow filesystem and path of a local path or a URI (``s3://``, ``hdfs://``...)."""
-    text = str(location)
-    if "://" not in text:
-        local = fs.LocalFileSystem()
-        return local, local.normalize_path(text)
-    return fs.FileSystem.from_uri(text)
+    """The filesystem and path of a local path or a URI, as :mod:`firesteel.core.storage`
+    resolves every location."""
+    resolved = resolve(str(location))
+    return resolved.filesystem, resolved.path
 
 
 def _parent(fsys: fs.FileSystem, path: str) -> None:

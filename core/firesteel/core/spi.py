@@ -2,7 +2,8 @@
 
 A separately installed distribution (``firesteel-kafka``, ``firesteel-cassandra``,
 a copy of ``connectors/_template``) imports firesteel only from this module,
-from the layer interfaces built on it (:mod:`firesteel.sinks.spi` for the
+from the layer interfaces built on it (:mod:`firesteel.sources.spi` for a
+source's records beside the checkpoint, :mod:`firesteel.sinks.spi` for the
 write-ahead-log framework, :mod:`firesteel.backends.spi` for state backends)
 and from the public user API (the packages ``firesteel.core``,
 ``firesteel.state`` and ``firesteel.backends``). ``make lint`` enforces it; the

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from firesteel.core.errors import ConfigError
+from firesteel.core import ConfigError
 
 
 class ConfigurationError(ConfigError):
