@@ -20,6 +20,7 @@ from firesteel.core.errors import (
 from firesteel.core.guarantee import Guarantee, Replay, SinkKind, end_to_end
 from firesteel.core.registry import register
 from firesteel.core.spark.foreach import foreach_batch
+from firesteel.core.spark.session import local_session
 
 __all__ = [
     "CheckpointCorruptError",
@@ -33,6 +34,7 @@ __all__ = [
     "SinkKind",
     "end_to_end",
     "foreach_batch",
+    "local_session",
     "read_guarantee",
     "register",
 ]

@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     verified, config = load(Path(args.blueprint), args.conf, args.settings)
     resolved = config.streamlet(args.streamlet)
-    from firesteel.core.spark.session import local_session
+    from firesteel.core import local_session
 
     spark = local_session(
         f"{verified.blueprint.name}.{args.streamlet}",
