@@ -26,7 +26,7 @@ from firesteel.testing.points import UnknownFaultPointError, registered
 from firesteel.testing.soak import PATHS
 
 ROOT = Path(__file__).resolve().parents[1]
-LIBRARY = ["core", "sources", "sinks", "state", "backends", "connectors"]
+LIBRARY = ["core", "sources", "sinks", "state", "backends", "connectors", "pipelines"]
 """Folders holding library code (the connectors' tests and tooling are not library code)."""
 
 SCRIPT = """
