@@ -57,8 +57,10 @@ Every error derives from :class:`FiresteelError` and names the option,
 record, file or batch at fault. Bad records go to the configured
 :class:`ErrorPolicy` through an :class:`ErrorHandler`.
 
-**Fault points.** :func:`fault_point` marks a place the crash tests kill the
-job; it costs nothing unless a test arms it.
+**Fault points.** :func:`fault_point` declares, at module level, a named
+:class:`FaultPoint` where the crash tests kill the job (its module is listed
+under the entry point group ``firesteel.fault_points``); ``POINT.fire(batch,
+partition)`` costs nothing unless a test arms it.
 """
 
 from firesteel.core.checkpoint import FIRESTEEL_DIR, filesystem, normalize_location, read_query_id
@@ -89,7 +91,7 @@ from firesteel.core.errors import (
     SinkError,
     SourceChangedError,
 )
-from firesteel.core.faults import fault_point
+from firesteel.core.faults import FaultPoint, fault_point
 from firesteel.core.guarantee import Guarantee, Replay, SinkKind
 from firesteel.core.options import option, parse_options, require_absolute
 from firesteel.core.ownership import Ownership
@@ -119,6 +121,7 @@ __all__ = [
     "DeadLetterWriter",
     "ErrorHandler",
     "ErrorPolicy",
+    "FaultPoint",
     "FiresteelDataSource",
     "FiresteelError",
     "Guarantee",

@@ -74,10 +74,12 @@ from firesteel.rocksdb.storage import CheckpointStorage
 logger = logging.getLogger(__name__)
 
 BACKEND = "rocksdb"
-MID_UPLOAD = "rocksdb.mid_upload"
-"""Fault point: after the first file of a snapshot is uploaded, before its manifest."""
-MID_RESTORE = "rocksdb.mid_restore"
-"""Fault point: after the first file of a restore is downloaded, before the instance opens."""
+MID_UPLOAD = fault_point(
+    "rocksdb.mid_upload", "the first file of a snapshot was uploaded, before its manifest"
+)
+MID_RESTORE = fault_point(
+    "rocksdb.mid_restore", "the first file of a restore was downloaded, before the instance opens"
+)
 _MERGE_CHUNK = 10_000
 SWEEP_ROUNDS = 8
 """Batches in which every TTL entry is checked once (see ``_sweep_expired``)."""
@@ -221,7 +223,7 @@ class RocksDBKeyedStore(TaskStore):
         def downloaded() -> None:
             if first[0]:
                 first[0] = False
-                fault_point(MID_RESTORE, task.scope.batch_id, task.scope.partition_id)
+                MID_RESTORE.fire(task.scope.batch_id, task.scope.partition_id)
 
         exact = len(manifests) == 1 and primary.key_groups == wanted
         previous = self.base
@@ -524,7 +526,7 @@ class RocksDBKeyedStore(TaskStore):
             uploaded += 1
             bytes_uploaded += stored.size
             if uploaded == 1:
-                fault_point(MID_UPLOAD, task.scope.batch_id, task.scope.partition_id)
+                MID_UPLOAD.fire(task.scope.batch_id, task.scope.partition_id)
         manifest = dataclasses.replace(manifest, files=tuple(files))
         self.storage.write_manifest(manifest)
         self.storage.remove_stale(manifest)
