@@ -20,29 +20,7 @@ from firesteel.kafka.sink import KafkaCommittable, KafkaExactlyOnceSink, exactly
 from firesteel.kafka.sink.marker import committed_marker
 from firesteel.kafka.testing import create_topic, produce, read_log
 
-
-@pytest.fixture
-def new_worker(monkeypatch):
-    """Makes the test's code run as a new Python worker (its own kept producers); every
-    producer kept by such a worker is closed after the test."""
-    pools: list[TransactionalPool] = []
-
-    def worker() -> TransactionalPool:
-        pools.append(TransactionalPool())
-        return pools[-1]
-
-    yield worker
-    for pool in pools:
-        for client in pool.idle.values():
-            client.close()
-
-
-@pytest.fixture(autouse=True)
-def worker_pool(new_worker, monkeypatch) -> TransactionalPool:
-    """Each test starts as a fresh Python worker: no producer kept from another test."""
-    pool = new_worker()
-    monkeypatch.setattr(exactly_once, "_TRANSACTIONAL", pool)
-    return pool
+pytestmark = pytest.mark.usefixtures("worker_pool")
 
 
 def _write(spark, bootstrap: str, tmp_path: Path, df_sql: str, **options: str) -> None:
