@@ -1,4 +1,4 @@
-"""The Kafka sinks: at-least-once (a plain sink) and exactly-once (transactions).
+"""The exactly-once Kafka sink: one transaction per write task, committed in the task.
 
 Exactly-once, per write task of batch N and Spark partition p (sink S):
 
