@@ -14,7 +14,7 @@ import pytest
 
 from firesteel.kafka.pool import TransactionalPool
 from firesteel.kafka.sink import exactly_once
-from firesteel.kafka.testing import kafka_cluster
+from firesteel.testing.kafka import kafka_cluster
 from firesteel.testing.workerpython import use_worker_python
 
 # Spark starts its Python processes with PYSPARK_PYTHON / PYSPARK_DRIVER_PYTHON: this

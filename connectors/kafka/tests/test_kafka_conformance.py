@@ -11,7 +11,7 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 
 from firesteel.core.guarantee import Guarantee
 from firesteel.kafka.connector import KafkaConnector
-from firesteel.kafka.testing import create_topic, read_committed
+from firesteel.testing.kafka import create_topic, read_committed
 from firesteel.testing.sink_suite import SinkCase, SinkSuite
 
 README = Path(__file__).parents[3] / "README.md"

@@ -18,7 +18,7 @@ from firesteel.kafka.options import PASSTHROUGH, KafkaSinkOptions
 from firesteel.kafka.pool import TransactionalPool
 from firesteel.kafka.sink import KafkaCommittable, KafkaExactlyOnceSink, exactly_once
 from firesteel.kafka.sink.marker import committed_marker
-from firesteel.kafka.testing import create_topic, produce, read_log
+from firesteel.testing.kafka import create_topic, produce, read_log
 
 pytestmark = pytest.mark.usefixtures("worker_pool")
 
@@ -258,7 +258,7 @@ def test_init_transactions_retries_are_bounded_and_name_the_transactional_id():
     task fails with an error naming its transactional id instead of hanging."""
     import time
 
-    from firesteel.kafka.testing import free_port
+    from firesteel.testing.kafka import free_port
 
     sink = _sink(f"127.0.0.1:{free_port()}", "t", **{"retry.timeout.ms": "3000"})
     scope = TaskScope(query_id="q", batch_id=2, partition_id=1, attempt=0)
@@ -420,7 +420,7 @@ def test_a_recreated_checkpoint_is_refused_unless_declared_a_new_stream(spark, b
     of writing every record again; counted by a plain read_committed consumer."""
     from pyspark.errors import StreamingQueryException
 
-    from firesteel.kafka.testing import read_committed
+    from firesteel.testing.kafka import read_committed
 
     source = create_topic(bootstrap, partitions=1)
     out = create_topic(bootstrap, partitions=1)
@@ -480,7 +480,7 @@ def test_the_runtime_needs_no_second_kafka_client():
     code = (
         "import sys; sys.modules['kafka'] = None\n"
         "import firesteel.kafka, firesteel.kafka.sink.markerlog\n"
-        "assert 'firesteel.kafka.rawlog' not in sys.modules"
+        "assert 'firesteel.testing.kafka.rawlog' not in sys.modules"
     )
     done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

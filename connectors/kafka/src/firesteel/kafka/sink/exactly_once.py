@@ -55,7 +55,6 @@ import pyarrow as pa
 
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import ConfigError, SinkError
-from firesteel.core.faults import fault_point
 from firesteel.core.sink import TwoPhaseCommitSink
 from firesteel.kafka.config import (
     client_config,
@@ -79,6 +78,12 @@ from firesteel.kafka.sink.marker import (
 )
 from firesteel.kafka.sink.markerlog import MarkerLog
 from firesteel.kafka.sink.naming import TransactionNames
+from firesteel.kafka.sink.points import (
+    AFTER_COMMIT_TRANSACTION,
+    AFTER_FLUSH,
+    AFTER_PRODUCE,
+    BEFORE_COMMIT_TRANSACTION,
+)
 from firesteel.kafka.sink.retry import TransactionalRetry, retries_ran_out
 from firesteel.kafka.sink.transaction import KafkaCommittable, KafkaTransaction, TxnState
 
@@ -357,20 +362,20 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable
         if txn.state is not TxnState.OPEN:
             self._release(txn)
             return handle
-        fault_point("kafka.after_produce", scope.batch_id, scope.partition_id)
+        AFTER_PRODUCE.fire(scope.batch_id, scope.partition_id)
         assert txn.tracker is not None
         flush(txn.producer, txn.tracker, self.options.flush_timeout_ms, txn.transactional_id)
-        fault_point("kafka.after_flush", scope.batch_id, scope.partition_id)
+        AFTER_FLUSH.fire(scope.batch_id, scope.partition_id)
         if self.marker_log is not None:
             # Same transaction as the data: visible exactly when the data is.
             self.marker_log.append(
                 txn.producer, self.names.marker_log_key(scope.partition_id), scope.batch_id
             )
         self._check_age(txn)
-        fault_point("kafka.before_commit_transaction", scope.batch_id, scope.partition_id)
+        BEFORE_COMMIT_TRANSACTION.fire(scope.batch_id, scope.partition_id)
         self._transactional(txn, "commit_transaction", txn.producer.commit_transaction)
         txn.state = TxnState.COMMITTED
-        fault_point("kafka.after_commit_transaction", scope.batch_id, scope.partition_id)
+        AFTER_COMMIT_TRANSACTION.fire(scope.batch_id, scope.partition_id)
         self._release(txn)
         return handle
 

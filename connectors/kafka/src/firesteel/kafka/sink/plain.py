@@ -9,7 +9,6 @@ from typing import ClassVar
 import pyarrow as pa
 
 from firesteel.core.context import TaskScope
-from firesteel.core.faults import fault_point
 from firesteel.core.sink import PlainSink
 from firesteel.kafka.config import client_config, redact
 from firesteel.kafka.options import KafkaSinkOptions
@@ -17,6 +16,7 @@ from firesteel.kafka.pool import SharedProducers
 from firesteel.kafka.producing import flush, produce_all
 from firesteel.kafka.rows import sink_extractor
 from firesteel.kafka.sink import brokers
+from firesteel.kafka.sink.points import AFTER_FLUSH, AFTER_PRODUCE
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class KafkaSink(PlainSink):
             args = extractor.extract(batch)
             produce_all(producer, args)
             rows += len(args)
-        fault_point("kafka.after_produce", scope.batch_id, scope.partition_id)
+        AFTER_PRODUCE.fire(scope.batch_id, scope.partition_id)
         what = f"batch {scope.batch_id} partition {scope.partition_id}"
         if self.checked:
             flush(producer, tracker, self.options.flush_timeout_ms, what)
@@ -67,5 +67,5 @@ class KafkaSink(PlainSink):
                     what,
                     tracker.failed + remaining,
                 )
-        fault_point("kafka.after_flush", scope.batch_id, scope.partition_id)
+        AFTER_FLUSH.fire(scope.batch_id, scope.partition_id)
         return rows
