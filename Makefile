@@ -30,10 +30,10 @@ $(BIN)/python:
 # is set (these machines) Python never caches their bytecode: every Python process Spark
 # starts for a query compiled them again (~30 ms each, ~80 ms for a job's driver). Compile
 # them once here; a module edited afterwards is compiled in memory as before.
-SOURCES := core sources sinks state backends testing examples cli connectors/*/src
+SOURCES := core sources sinks state backends testing examples cli connectors/*/src pipelines/src
 install: $(BIN)/python
 	$(BIN)/pip install -q -e ".[dev,test,connect]" -e "./connectors/kafka[test]" -e "./connectors/_template[test]" \
-		-e "./connectors/cassandra[test]" -e "./backends/rocksdb[test]"
+		-e "./connectors/cassandra[test]" -e "./backends/rocksdb[test]" -e "./pipelines[test]"
 	$(BIN)/python -m compileall -q $(wildcard $(SOURCES))
 
 demo: install

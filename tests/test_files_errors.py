@@ -14,8 +14,8 @@ from firesteel.core.errors import ConfigError, RecordError
 from firesteel.core.options import parse_options
 from firesteel.core.source import UNBOUNDED
 from firesteel.files import read_committed
-from firesteel.sources.filesource import FilesSource
-from firesteel.sources.filesource.options import FilesSourceOptions
+from firesteel.files.source import FilesSource
+from firesteel.files.source.options import FilesSourceOptions
 
 CSV_WITH_BAD_LINES = "seq,key\n1,a\n2,b\noops,c\n4,d\n5\n6,f\n"
 JSON_WITH_BAD_LINES = '{"seq": 1}\n{"seq": 2}\nnot json\n{"seq": "x"}\n{"seq": 5}\n'
@@ -176,7 +176,7 @@ def test_csv_header_unrelated_to_schema_is_bad_input(tmp_path):
 @pytest.mark.parametrize("key", ["path", "archive.path", "quarantine.path", "log.path"])
 def test_relative_source_paths_are_refused(key: str) -> None:
     from firesteel.core.options import parse_options
-    from firesteel.sources.filesource.options import FilesSourceOptions
+    from firesteel.files.source.options import FilesSourceOptions
 
     raw = {"path": "/abs/in", "cleanup": "archive", "archive.path": "/abs/a", key: "rel/dir"}
     with pytest.raises(ConfigError, match=f"option '{key}' must be an absolute path"):
@@ -185,7 +185,7 @@ def test_relative_source_paths_are_refused(key: str) -> None:
 
 def test_relative_or_remote_sink_path_is_refused() -> None:
     from firesteel.core.options import parse_options
-    from firesteel.sinks.filesink.options import FilesSinkOptions
+    from firesteel.files.sink.options import FilesSinkOptions
 
     with pytest.raises(ConfigError, match="option 'path' must be an absolute path"):
         parse_options(FilesSinkOptions, {"path": "out"})

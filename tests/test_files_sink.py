@@ -16,14 +16,14 @@ from firesteel.core.checkpoint import read_guarantee
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import CheckpointCorruptError, ConfigError
 from firesteel.files import committed_files, read_committed
-from firesteel.sinks.filesink import FilesSink, WriterConfig
-from firesteel.sinks.filesink.manifest import (
+from firesteel.files.sink import FilesSink, WriterConfig
+from firesteel.files.sink.manifest import (
     FileCommittable,
     finalize,
     manifest_path,
     read_manifest,
 )
-from firesteel.sinks.filesink.paths import encode_value
+from firesteel.files.sink.paths import encode_value
 
 
 def make_sink(out: Path, **overrides) -> FilesSink:
@@ -195,7 +195,7 @@ def test_recovery_rolls_a_half_renamed_batch_forward(tmp_path):
     votes = [vote(sink, 0, p, rows(p * 10, 10)) for p in range(3)]
     handles = [v.committable(FileCommittable) for v in votes]
     # Crash simulation: the manifest is written and one rename done, then the driver dies.
-    from firesteel.sinks.filesink.manifest import Manifest, write_manifest
+    from firesteel.files.sink.manifest import Manifest, write_manifest
 
     files = tuple(f for h in handles for f in h.files)
     write_manifest(out, Manifest("s1", 0, files))
@@ -286,7 +286,7 @@ def test_unknown_sink_option_lists_valid_ones(spark, tmp_path):
 
 def test_a_misspelled_new_stream_option_is_refused():
     from firesteel.core.options import parse_options
-    from firesteel.sinks.filesink.options import FilesSinkOptions
+    from firesteel.files.sink.options import FilesSinkOptions
 
     options = {"path": "/out", "sink.new.streams": "true"}
     with pytest.raises(ConfigError, match=r"Did you mean 'sink\.new\.stream'"):
@@ -411,7 +411,7 @@ def test_overlong_bucket_value_fails_the_task_and_leaves_the_query_restartable(s
 
 def test_bucket_folder_names_are_bounded() -> None:
     from firesteel.core.errors import RecordError
-    from firesteel.sinks.filesink.paths import MAX_NAME_BYTES, bucket_dir
+    from firesteel.files.sink.paths import MAX_NAME_BYTES, bucket_dir
 
     fits = "é" * ((MAX_NAME_BYTES - len("tag=")) // 2)
     assert bucket_dir(("tag",), (fits,)) == f"tag={fits}"
@@ -455,7 +455,7 @@ def test_two_queries_sharing_an_explicit_sink_id_through_spark(spark, tmp_path):
 
 
 def test_manifests_are_compacted_and_compacted_batches_stay_committed(tmp_path):
-    from firesteel.sinks.filesink.manifest import COMPACT_EVERY, committed_through
+    from firesteel.files.sink.manifest import COMPACT_EVERY, committed_through
 
     out = tmp_path / "out"
     sink = make_sink(out)

@@ -14,8 +14,8 @@ from firesteel.core.errors import ConfigError, SourceChangedError
 from firesteel.core.options import parse_options
 from firesteel.core.source import UNBOUNDED, ReadLimit
 from firesteel.files import read_committed
-from firesteel.sources.filesource import FilesSource
-from firesteel.sources.filesource.options import FilesSourceOptions
+from firesteel.files.source import FilesSource
+from firesteel.files.source.options import FilesSourceOptions
 
 
 def make_source(folder: Path, **options: str) -> FilesSource:

@@ -93,6 +93,18 @@ class ReportsTimerClock(KeyedProcessor):
         return [{"sensor": key[0], "now": state.processing_time_ms}]
 
 
+class RecordsCallOrder(KeyedProcessor):
+    """Emits, per key, its position among this task's ``process`` calls and its rows' seqs."""
+
+    def open(self, ctx: Any) -> None:
+        self.calls = 0
+
+    def process(self, key: Any, rows: Any, state: KeyState) -> Any:
+        seqs = ",".join(str(s) for s in rows.column("seq").to_pylist())
+        yield {"sensor": key[0], "call": self.calls, "seqs": seqs}
+        self.calls += 1
+
+
 def write_inputs(folder: Path, files: list[list[tuple[str, float]]], start: int = 0) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     seq = start
@@ -193,6 +205,19 @@ def test_running_count_restart_and_rescale(spark: Any, tmp_path: Path) -> None:
     assert {
         json.loads(k)[0]: int(v) for k, v in zip(counts["key"], counts["value"], strict=True)
     } == {sensor: count for sensor, (count, _) in expected_counts(first + second + third).items()}
+
+
+def test_keys_come_in_order_of_first_appearance_and_rows_in_input_order(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Pins the call order documented in :mod:`firesteel.state.processor`."""
+    src = tmp_path / "in"
+    write_inputs(src, [[("c", 1.0), ("a", 1.0), ("b", 1.0), ("a", 1.0), ("c", 1.0)]])
+    schema = "sensor string, call long, seqs string"
+    run_query(spark, src, tmp_path, RecordsCallOrder(), parallelism=1, schema=schema)
+    table = ds.dataset(tmp_path / "out", format="parquet", partitioning="hive").to_table()
+    calls = sorted((r["call"], r["sensor"], r["seqs"]) for r in table.to_pylist())
+    assert calls == [(0, "c", "0,4"), (1, "a", "1,3"), (2, "b", "2")]
 
 
 def test_default_parallelism_follows_the_state_not_a_changed_session(

@@ -1,10 +1,15 @@
 """The ``firesteel`` command: ``firesteel demo`` runs the main example job,
-``firesteel state <location>`` prints a state checkpoint."""
+``firesteel state <location>`` prints a state checkpoint. Separately installed
+distributions add commands through the entry point group ``firesteel.commands``
+(``firesteel pipeline`` comes with ``firesteel-pipelines``): each entry point is a
+``main(argv) -> exit code`` function."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from importlib.metadata import EntryPoint, entry_points
 
 
 def _state(argv: list[str]) -> int:
@@ -28,15 +33,26 @@ def _state(argv: list[str]) -> int:
     return 0
 
 
+def _installed_commands() -> dict[str, EntryPoint]:
+    return {ep.name: ep for ep in entry_points(group="firesteel.commands")}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Dispatch ``firesteel <command> ...``."""
     arguments = list(sys.argv[1:] if argv is None else argv)
+    installed = _installed_commands()
     commands = {"demo": "run the main example job", "state": "print a state checkpoint"}
+    commands.update(
+        {name: f"(from {ep.dist.name if ep.dist else ep.value})" for name, ep in installed.items()}
+    )
     if not arguments or arguments[0] not in commands:
         usage = "\n".join(f"  {name:8} {text}" for name, text in commands.items())
         sys.stderr.write(f"usage: firesteel <command> [options]\n\ncommands:\n{usage}\n")
         return 0 if arguments[:1] in (["-h"], ["--help"]) else 2
     command, rest = arguments[0], arguments[1:]
+    if command in installed:
+        run: Callable[[list[str]], int] = installed[command].load()
+        return run(rest)
     if command == "demo":
         from firesteel.examples.demo import main as demo
 

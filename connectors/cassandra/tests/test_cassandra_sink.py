@@ -9,6 +9,30 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from firesteel.cassandra.errors import (
+    CassandraLookupError,
+    CassandraRecordError,
+    CassandraSchemaError,
+    CassandraUnreachableError,
+)
+from firesteel.core.errors import ConfigError, FiresteelError, RecordError
+
+
+@pytest.mark.parametrize(
+    ("error", "bases"),
+    [
+        (CassandraSchemaError, (ConfigError, ValueError)),
+        (CassandraUnreachableError, (ConnectionError,)),
+        (CassandraRecordError, (RecordError, ValueError)),
+        (CassandraLookupError, (RuntimeError,)),
+    ],
+)
+def test_every_error_is_a_firesteel_error(
+    error: type[Exception], bases: tuple[type[Exception], ...]
+) -> None:
+    assert issubclass(error, FiresteelError)
+    assert all(issubclass(error, base) for base in bases)
+
 
 def _start(spark: Any, source: Path, ck: Path, options: dict[str, str], schema: str) -> Any:
     writer = (

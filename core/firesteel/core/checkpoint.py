@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +20,7 @@ from firesteel.core.durable import write_atomically
 from firesteel.core.errors import CheckpointCorruptError
 from firesteel.core.guarantee import Guarantee, Part
 from firesteel.core.spark.offsets import classify
+from firesteel.core.storage import StorageConfig, canonical, resolve
 
 logger = logging.getLogger(__name__)
 
@@ -28,22 +28,16 @@ FIRESTEEL_DIR = "firesteel"
 """Sub-folder of a Spark checkpoint holding firesteel's own records."""
 
 
-def filesystem(uri: str) -> tuple[fs.FileSystem, str]:
-    """A pyarrow filesystem and path for a local path or a URI (``s3://``, ``hdfs://``...)."""
-    if "://" not in uri:
-        return fs.LocalFileSystem(), fs.LocalFileSystem().normalize_path(uri)
-    return fs.FileSystem.from_uri(uri)
+def filesystem(uri: str, config: StorageConfig | None = None) -> tuple[fs.FileSystem, str]:
+    """A pyarrow filesystem and path for a location (see :mod:`firesteel.core.storage`)."""
+    location = resolve(uri, config)
+    return location.filesystem, location.path
 
 
 def normalize_location(location: str) -> str:
     """One spelling per checkpoint: ``/chk``, ``/chk/``, ``file:/chk`` and ``file:///chk``
-    (and a symlink to it) give the same string."""
-    if location.startswith("file:"):
-        location = "/" + location[len("file:") :].lstrip("/")
-    if "://" not in location:
-        return os.path.realpath(location)
-    fsys, path = fs.FileSystem.from_uri(location)
-    return f"{fsys.type_name}://{path.rstrip('/')}"
+    (and a symlink to it) give the same string, as do ``s3a://b/chk`` and ``s3://b/chk``."""
+    return canonical(location)
 
 
 def read_query_id(checkpoint: str) -> str | None:

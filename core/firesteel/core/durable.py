@@ -33,7 +33,7 @@ from pyarrow import NativeFile, fs
 
 from firesteel.core.errors import CheckpointCorruptError, IncompatibleFormatError
 
-OBJECT_STORES = frozenset({"s3", "gcs"})
+OBJECT_STORES = frozenset({"s3", "gcs", "abfs"})
 """pyarrow filesystem types whose uploads are atomic and which have no rename."""
 
 

@@ -167,13 +167,6 @@ class FolderDeadLetter(DeadLetter):
         return final
 
 
-def check_policy(policy: ErrorPolicy, dead_letter: object | None, option: str) -> None:
-    """Refuse ``quarantine`` without a destination (``option`` names the option to set)."""
-    if policy is ErrorPolicy.QUARANTINE and not dead_letter:
-        msg = f"option 'errors' is 'quarantine' but option '{option}' is not set; set it"
-        raise ConfigError(msg)
-
-
 class ErrorHandler:
     """Applies an :class:`ErrorPolicy` to the bad records of one unit of work.
 

@@ -31,6 +31,13 @@ class SourceChangedError(FiresteelError):
     """Input that a committed batch already read has changed since (size or mtime differ)."""
 
 
+class StorageError(FiresteelError, OSError):
+    """A store cannot be used (missing bucket, refused credentials, unreachable endpoint).
+
+    The message names the location and the setting to fix, never a secret's value.
+    """
+
+
 class SinkError(FiresteelError):
     """A sink could not write or commit; the message names the sink and batch."""
 

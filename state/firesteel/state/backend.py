@@ -17,8 +17,9 @@ key groups of that task. The protocol, per task of batch N (see
 4. On any failure :meth:`KeyedStateStore.discard` forgets in-memory changes.
 
 The heap and filesystem backends keep state in Python dicts
-(:mod:`firesteel.backends.heap.states`); a RocksDB backend would implement the same
-two classes over a local RocksDB and its checkpoints.
+(:mod:`firesteel.backends.heap.states`); the RocksDB backend (distribution
+``firesteel-rocksdb``) implements the same two classes over a local RocksDB and
+its checkpoints.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ One operator task (one partition of micro-batch N), in order:
 1. read N and the query id from ``TaskContext`` (``streaming.sql.batchId``);
 2. ``processor.open``; restore the task's key groups to version N-1 (see
    :mod:`firesteel.backends.heap.store` for why that is exactly the committed state);
-3. fire due timers, then call ``process`` per key (keys sorted), turning
+3. fire due timers, then call ``process`` per key (keys in order of first appearance), turning
    output into Arrow batches of the output schema as it goes;
 4. snapshot version N in a background thread while the last output batches
    are handed to Spark, and return only once the snapshot is durable, so batch

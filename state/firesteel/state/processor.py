@@ -18,7 +18,8 @@ Call order, per task (one operator partition of one micro-batch):
    processing time, oldest first -- before new input, because the time passed
    before the input was processed.
 3. ``process(key, rows, state)`` once per key present in the batch, keys in
-   ascending order; ``rows`` holds all of the key's rows of this batch (a
+   order of first appearance in the task's input (grouped by hash, not sorted);
+   ``rows`` holds all of the key's rows of this batch in input order (a
    ``pyarrow.Table``, or a ``pandas.DataFrame`` with ``input_format = "pandas"``).
 4. ``close()`` -- also after a failure.
 

@@ -11,6 +11,8 @@ In a ``conftest.py``::
   (master + two 1-core workers), started once per test session on first use and
   stopped by PID at the end.
 * ``cluster_harness``: a harness whose jobs run on ``spark_cluster``.
+* ``s3_server``: an S3 API server process (:class:`~firesteel.testing.s3.S3Server`),
+  started once per test session on first use and stopped by PID at the end.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import pytest
 
 from firesteel.testing.cluster import StandaloneCluster
 from firesteel.testing.harness import CrashHarness
+from firesteel.testing.s3 import S3Server
 
 
 @pytest.fixture
@@ -53,3 +56,13 @@ def cluster_harness(spark_cluster: StandaloneCluster, tmp_path: Path) -> Iterato
         yield harness
     finally:
         harness.close()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """An S3 API server for the session (moto's server mode); stopped by PID at the end."""
+    server = S3Server(tmp_path_factory.mktemp("s3-server")).start()
+    try:
+        yield server
+    finally:
+        server.stop()

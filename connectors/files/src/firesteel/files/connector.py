@@ -12,21 +12,21 @@ from firesteel.core.options import parse_options
 from firesteel.core.sink import Sink
 from firesteel.core.source import ResettableSource
 from firesteel.core.spark.datasource import FiresteelDataSource, default_sink_id
-from firesteel.sinks.filesink.options import FilesSinkOptions
-from firesteel.sources.filesource.options import FilesSourceOptions
+from firesteel.files.sink.options import FilesSinkOptions
+from firesteel.files.source.options import FilesSourceOptions
 
 
 class FilesDataSource(FiresteelDataSource):
     """``spark.readStream.format("firesteel.files")`` / ``df.writeStream.format(...)``.
 
-    Options: :class:`~firesteel.sources.filesource.options.FilesSourceOptions` for reading,
-    :class:`~firesteel.sinks.filesink.options.FilesSinkOptions` for writing.
+    Options: :class:`~firesteel.files.source.options.FilesSourceOptions` for reading,
+    :class:`~firesteel.files.sink.options.FilesSinkOptions` for writing.
     """
 
     connector = "files"
 
     def create_source(self, schema: StructType | None) -> ResettableSource:
-        from firesteel.sources.filesource import FilesSource
+        from firesteel.files.source import FilesSource
 
         opts = parse_options(FilesSourceOptions, self.options, connector=self.name())
         # Spark's TimestampType is an instant: Arrow needs a zone to spell it (UTC).
@@ -36,7 +36,7 @@ class FilesDataSource(FiresteelDataSource):
         return FilesSource(opts, arrow_schema)
 
     def create_sink(self, schema: StructType) -> tuple[Sink, Guarantee | None]:
-        from firesteel.sinks.filesink import FilesSink, WriterConfig
+        from firesteel.files.sink import FilesSink, WriterConfig
 
         opts = parse_options(FilesSinkOptions, self.options, connector=self.name())
         names = set(schema.names)

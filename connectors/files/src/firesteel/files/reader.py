@@ -15,8 +15,8 @@ import pyarrow as pa
 
 def committed_files(path: str) -> list[str]:
     """Absolute paths of every file the manifests under ``path`` list, in commit order."""
-    # Imported here: firesteel.sinks.filesink imports this package (firesteel.core.durable).
-    from firesteel.sinks.filesink.manifest import committed_manifests
+    # Imported here: firesteel.files.sink imports this package (firesteel.core.durable).
+    from firesteel.files.sink.manifest import committed_manifests
 
     out = Path(path)
     return [str(out / f.path) for m in committed_manifests(out) for f in m.files]
@@ -34,7 +34,7 @@ def _read_one(path: Path) -> pa.Table:
 
 def read_committed(path: str) -> pa.Table:
     """All committed rows under ``path`` as one table (empty table if nothing is committed)."""
-    from firesteel.sinks.filesink.manifest import committed_manifests
+    from firesteel.files.sink.manifest import committed_manifests
 
     out = Path(path)
     tables = []

@@ -24,7 +24,7 @@ from firesteel.kafka.config import safe_error
 from firesteel.kafka.discovery import consumer_config
 from firesteel.kafka.errors import DataLossError, KafkaSourceError
 from firesteel.kafka.options import KafkaSourceOptions
-from firesteel.kafka.sourcefolder import SourceFolder
+from firesteel.kafka.sourcefolder import source_folder
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class RangeReader:
         self.decoder = decoder
         self.dead_letter = dead_letter
         self.schema = schema
-        self.folder = SourceFolder.of(options)
+        self.folder = source_folder(options)
 
     def read(self, offsets: OffsetRange) -> Iterator[pa.RecordBatch]:
         """Yield the records of ``offsets`` (runs on an executor)."""

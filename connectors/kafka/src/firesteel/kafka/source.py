@@ -39,7 +39,7 @@ from firesteel.kafka.discovery import Discovery, TopicPartitionKey, parse_partit
 from firesteel.kafka.errors import DataLossError
 from firesteel.kafka.options import KafkaSourceOptions
 from firesteel.kafka.reader import OffsetRange, RangeReader, output_schema
-from firesteel.kafka.sourcefolder import SourceFolder
+from firesteel.kafka.sourcefolder import source_folder
 
 logger = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ class KafkaSource(ResettableSource):
                 f"column ({', '.join(self._schema.names)}); rename it"
             )
             raise ConfigError(msg)
-        self.folder = SourceFolder.of(options)
+        self.folder = source_folder(options)
         self._folder_checked = False
         self._discovery: Discovery | None = None
         self._available_now: dict[TopicPartitionKey, int] | None = None

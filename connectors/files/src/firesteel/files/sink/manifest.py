@@ -29,7 +29,7 @@ from typing import Any
 from firesteel.core.durable import create_record, fsync_dir, read_record
 from firesteel.core.errors import CheckpointCorruptError
 from firesteel.core.sink import Committable
-from firesteel.sinks.filesink.paths import FIRESTEEL_DIR, manifest_dir
+from firesteel.files.sink.paths import FIRESTEEL_DIR, manifest_dir
 
 logger = logging.getLogger(__name__)
 

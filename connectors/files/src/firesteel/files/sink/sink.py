@@ -17,7 +17,7 @@ Protocol for micro-batch N (Flink's TwoPhaseCommitSinkFunction, Beam's finalize)
    c. rename each pending file to its final name (idempotent finalize);
    d. delete whatever else is left in ``pending/<sink>/<N>/`` (other attempts);
    e. every ``COMPACT_EVERY`` batches, fold the manifests so far into one
-      compact record (:func:`~firesteel.sinks.filesink.manifest.compact`); a
+      compact record (:func:`~firesteel.files.sink.manifest.compact`); a
       batch a compact record covers counts as committed like one with a
       manifest.
 
@@ -50,7 +50,7 @@ from firesteel.core.durable import create_record, read_record, write_record
 from firesteel.core.errors import ConfigError
 from firesteel.core.faults import fault_point
 from firesteel.core.sink import TwoPhaseCommitSink
-from firesteel.sinks.filesink.manifest import (
+from firesteel.files.sink.manifest import (
     COMPACT_EVERY,
     CommittedFile,
     FileCommittable,
@@ -62,13 +62,13 @@ from firesteel.sinks.filesink.manifest import (
     read_manifest,
     write_manifest,
 )
-from firesteel.sinks.filesink.paths import (
+from firesteel.files.sink.paths import (
     FIRESTEEL_DIR,
     manifest_dir,
     pending_dir,
     valid_sink_id,
 )
-from firesteel.sinks.filesink.writer import TaskWriter, WriterConfig
+from firesteel.files.sink.writer import TaskWriter, WriterConfig
 
 logger = logging.getLogger(__name__)
 

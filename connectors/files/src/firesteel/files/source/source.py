@@ -3,7 +3,7 @@
 Where positions live
 --------------------
 The source does not know Spark's checkpoint location, so it keeps its own
-durable **discovered-file log** (:mod:`firesteel.sources.filesource.log`), by
+durable **discovered-file log** (:mod:`firesteel.files.source.log`), by
 default in ``<path>/_firesteel/source-<digest>/`` (hidden from listings and
 from Spark/pyarrow readers by its ``_`` prefix; the digest covers format,
 ``files.pattern`` and ``recursive``, so sources with different options never
@@ -64,9 +64,9 @@ from firesteel.core.durable import read_record, write_record
 from firesteel.core.error_policy import ErrorHandler, ErrorPolicy, FolderDeadLetter
 from firesteel.core.errors import ConfigError, SourceChangedError
 from firesteel.core.source import Offset, ReadLimit, ResettableSource
-from firesteel.sources.filesource.formats import FormatSpec, infer_schema, read_file
-from firesteel.sources.filesource.log import LOG_FORMAT_VERSION, FileEntry, FileLog
-from firesteel.sources.filesource.options import FilesSourceOptions
+from firesteel.files.source.formats import FormatSpec, infer_schema, read_file
+from firesteel.files.source.log import LOG_FORMAT_VERSION, FileEntry, FileLog
+from firesteel.files.source.options import FilesSourceOptions
 
 logger = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ import pyarrow as pa
 
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import SinkError
-from firesteel.sinks.filesink.manifest import CommittedFile
-from firesteel.sinks.filesink.paths import bucket_dir, final_name, pending_dir
+from firesteel.files.sink.manifest import CommittedFile
+from firesteel.files.sink.paths import bucket_dir, final_name, pending_dir
 
 FLUSH_BYTES = 32 * 1024 * 1024
 """Buffer this much per open file before writing a Parquet row group / JSON chunk."""

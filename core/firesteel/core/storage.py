@@ -1,0 +1,343 @@
+"""Where firesteel's paths live: a location URI as a pyarrow filesystem and a path.
+
+Every path firesteel touches (records beside Spark's checkpoint, file source
+and sink folders, write-ahead segments, state snapshots) is resolved here, so a
+location is spelled the way Spark users spell it and reaches the same object:
+
+===========================  ==========================================
+location                     filesystem
+===========================  ==========================================
+``/data/x``, ``file:/data/x`` the local filesystem
+``s3://b/x``, ``s3a://b/x``  ``pyarrow.fs.S3FileSystem``, bucket ``b`` (``s3a``
+                             and ``s3n`` are Hadoop's spellings of one object)
+``gs://b/x``, ``gcs://b/x``  ``pyarrow.fs.GcsFileSystem``
+``abfs[s]://c@acct.dfs...``  ``pyarrow.fs.AzureFileSystem``, container ``c``
+``hdfs://``, ``viewfs://``   ``pyarrow.fs.HadoopFileSystem`` (needs libhdfs)
+===========================  ==========================================
+
+Settings use Hadoop's own names, so one configuration serves Spark and
+firesteel: a sink or source option ``fs.s3a.endpoint`` and the session setting
+``spark.hadoop.fs.s3a.endpoint`` mean the same, and Hadoop's per-bucket form
+``fs.s3a.bucket.<bucket>.<setting>`` wins for that bucket. Read for S3:
+``endpoint`` (``http://host:port`` or ``host:port``), ``endpoint.region``,
+``access.key``, ``secret.key``, ``session.token``,
+``connection.ssl.enabled``, ``connection.establish.timeout`` and
+``connection.timeout`` (milliseconds), ``attempts.maximum``; without keys the
+AWS SDK's own chain applies (``AWS_*`` variables, profiles, instance roles).
+GCS: ``fs.gs.storage.root.url`` (an emulator's endpoint),
+``fs.gs.auth.type=UNAUTHENTICATED``, ``fs.gs.project.id``. Azure:
+``fs.azure.account.key.<account>.dfs.core.windows.net`` and, for an emulator,
+``fs.azure.endpoint`` (``http://host:port``).
+
+Secrets (keys, tokens) never leave :class:`StorageConfig`: its ``repr`` hides
+them, and :class:`~firesteel.core.errors.StorageError` messages name the
+setting to fix, never its value.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from pyarrow import fs
+
+from firesteel.core.errors import ConfigError, StorageError
+
+HADOOP_PREFIX = "spark.hadoop."
+S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
+GCS_SCHEMES = frozenset({"gs", "gcs"})
+AZURE_SCHEMES = frozenset({"abfs", "abfss"})
+HDFS_SCHEMES = frozenset({"hdfs", "viewfs"})
+SCHEMES = ("file", *sorted(S3_SCHEMES | GCS_SCHEMES | AZURE_SCHEMES | HDFS_SCHEMES))
+"""Every scheme a location may have (a path without one is local)."""
+
+SECRET_MARKERS = ("secret", "key", "token", "password", "sas")
+CONNECT_TIMEOUT_S = 5.0
+"""Default time to open a connection: an unreachable endpoint fails within seconds."""
+REQUEST_TIMEOUT_S = 20.0
+ATTEMPTS = 3
+
+
+def _is_secret(name: str) -> bool:
+    return any(part in SECRET_MARKERS for part in name.split("."))
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    """Object-store settings, by Hadoop name (``fs.s3a.endpoint``). Hashable, picklable.
+
+    Build it with :meth:`of` from sink or source options and the session's
+    ``spark.hadoop.fs.*`` settings; a sink carries it to its tasks.
+    """
+
+    settings: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(cls, *sources: Mapping[str, str]) -> StorageConfig:
+        """The ``fs.*`` settings of ``sources``; a later source wins over an earlier one.
+
+        Keys may carry Spark's ``spark.hadoop.`` prefix; other keys are ignored,
+        so sink options and a whole Spark configuration can be passed as they are.
+        """
+        merged: dict[str, str] = {}
+        for source in sources:
+            for key, value in source.items():
+                name = key[len(HADOOP_PREFIX) :] if key.startswith(HADOOP_PREFIX) else key
+                if name.startswith("fs."):
+                    merged[name] = str(value)
+        return cls(tuple(sorted(merged.items())))
+
+    def get(self, name: str, bucket: str = "") -> str | None:
+        """Setting ``name`` (``fs.s3a.endpoint``), Hadoop's per-bucket form first."""
+        values = dict(self.settings)
+        if bucket:
+            scheme, _, rest = name[len("fs.") :].partition(".")
+            specific = values.get(f"fs.{scheme}.bucket.{bucket}.{rest}")
+            if specific is not None:
+                return specific
+        return values.get(name)
+
+    def __repr__(self) -> str:
+        shown = ", ".join(
+            f"{key}={'***' if _is_secret(key) else value}" for key, value in self.settings
+        )
+        return f"StorageConfig({shown})"
+
+
+@dataclass(frozen=True)
+class Location:
+    """A resolved location: its filesystem, its path there, and how to name it to a user."""
+
+    filesystem: fs.FileSystem
+    path: str
+    uri: str
+    """The location as the user spelled it (no secrets: URIs carry none)."""
+    setting_prefix: str
+    """The settings that reach this store (``fs.s3a``), named in errors."""
+
+
+def canonical(location: str) -> str:
+    """One spelling per location: ``s3a://b/x/`` and ``s3://b/x`` give ``s3://b/x``.
+
+    Local paths become absolute and symlink-free (``file:/chk``, ``/chk/`` and a
+    link to it are one checkpoint).
+    """
+    scheme, rest = _split(location)
+    if scheme in ("", "file"):
+        return os.path.realpath(rest)
+    if scheme in S3_SCHEMES:
+        scheme = "s3"
+    elif scheme in GCS_SCHEMES:
+        scheme = "gs"
+    elif scheme == "abfss":
+        scheme = "abfs"
+    return f"{scheme}://{rest.rstrip('/')}"
+
+
+def resolve(location: str, config: StorageConfig | None = None) -> Location:
+    """The filesystem and path of ``location``; raises ConfigError for an unknown scheme."""
+    config = config or StorageConfig()
+    scheme, rest = _split(location)
+    if scheme in ("", "file"):
+        local = fs.LocalFileSystem()
+        return Location(local, local.normalize_path(rest), location, "")
+    netloc, _, key = rest.partition("/")
+    if not netloc:
+        msg = f"storage location {location!r} names no bucket or host after '{scheme}://'"
+        raise ConfigError(msg)
+    path = f"{netloc}/{key}".rstrip("/")
+    if scheme in S3_SCHEMES:
+        return Location(_s3(netloc, config), path, location, "fs.s3a")
+    if scheme in GCS_SCHEMES:
+        return Location(_gcs(config), path, location, "fs.gs")
+    if scheme in AZURE_SCHEMES:
+        container, _, account_host = netloc.partition("@")
+        filesystem = _azure(account_host, config)
+        return Location(filesystem, f"{container}/{key}".rstrip("/"), location, "fs.azure")
+    filesystem, hdfs_path = fs.FileSystem.from_uri(location)
+    return Location(filesystem, hdfs_path, location, "fs.defaultFS")
+
+
+def _split(location: str) -> tuple[str, str]:
+    if location.startswith("file:"):
+        return "file", "/" + location[len("file:") :].lstrip("/")
+    if "://" not in location:
+        return "", location
+    scheme = urlsplit(location).scheme.lower()
+    if scheme not in SCHEMES:
+        msg = (
+            f"storage location {location!r}: unknown scheme '{scheme}://'; firesteel reads and "
+            f"writes local paths and {', '.join(s + '://' for s in SCHEMES)}"
+        )
+        raise ConfigError(msg)
+    return scheme, location.split("://", 1)[1]
+
+
+def _seconds(config: StorageConfig, name: str, bucket: str, default: float) -> float:
+    value = config.get(name, bucket)
+    if value is None:
+        return default
+    try:
+        return float(value) / 1000
+    except ValueError:
+        msg = f"setting {name!r} must be a number of milliseconds, got {value!r}"
+        raise ConfigError(msg) from None
+
+
+@functools.lru_cache(maxsize=64)
+def _s3(bucket: str, config: StorageConfig) -> fs.S3FileSystem:
+    kwargs: dict[str, object] = {}
+    endpoint = config.get("fs.s3a.endpoint", bucket)
+    if endpoint:
+        parsed = urlsplit(endpoint if "://" in endpoint else f"//{endpoint}")
+        ssl = config.get("fs.s3a.connection.ssl.enabled", bucket)
+        kwargs["endpoint_override"] = parsed.netloc
+        kwargs["scheme"] = parsed.scheme or ("http" if ssl == "false" else "https")
+    region = config.get("fs.s3a.endpoint.region", bucket) or config.get("fs.s3a.region", bucket)
+    if region:
+        kwargs["region"] = region
+    access = config.get("fs.s3a.access.key", bucket)
+    secret = config.get("fs.s3a.secret.key", bucket)
+    if access or secret:
+        if not (access and secret):
+            msg = (
+                f"bucket {bucket!r}: set both fs.s3a.access.key and fs.s3a.secret.key "
+                "(options or spark.hadoop.fs.s3a.*), or neither to use the AWS credential chain"
+            )
+            raise ConfigError(msg)
+        kwargs["access_key"] = access
+        kwargs["secret_key"] = secret
+        token = config.get("fs.s3a.session.token", bucket)
+        if token:
+            kwargs["session_token"] = token
+    attempts = config.get("fs.s3a.attempts.maximum", bucket)
+    return fs.S3FileSystem(
+        connect_timeout=_seconds(
+            config, "fs.s3a.connection.establish.timeout", bucket, CONNECT_TIMEOUT_S
+        ),
+        request_timeout=_seconds(config, "fs.s3a.connection.timeout", bucket, REQUEST_TIMEOUT_S),
+        retry_strategy=fs.AwsStandardS3RetryStrategy(
+            max_attempts=int(attempts) if attempts else ATTEMPTS
+        ),
+        **kwargs,
+    )
+
+
+@functools.lru_cache(maxsize=16)
+def _gcs(config: StorageConfig) -> fs.GcsFileSystem:
+    kwargs: dict[str, object] = {}
+    endpoint = config.get("fs.gs.storage.root.url")
+    if endpoint:
+        parsed = urlsplit(endpoint)
+        kwargs["endpoint_override"] = parsed.netloc
+        kwargs["scheme"] = parsed.scheme or "https"
+    if (config.get("fs.gs.auth.type") or "").upper() == "UNAUTHENTICATED":
+        kwargs["anonymous"] = True
+    project = config.get("fs.gs.project.id")
+    if project:
+        kwargs["project_id"] = project
+    return fs.GcsFileSystem(
+        retry_time_limit=datetime.timedelta(seconds=REQUEST_TIMEOUT_S), **kwargs
+    )
+
+
+@functools.lru_cache(maxsize=16)
+def _azure(account_host: str, config: StorageConfig) -> fs.AzureFileSystem:
+    account = account_host.split(".", 1)[0]
+    if not account:
+        msg = (
+            f"an abfs location needs 'container@account.dfs.core.windows.net', got {account_host!r}"
+        )
+        raise ConfigError(msg)
+    kwargs: dict[str, object] = {"account_name": account}
+    key = config.get(f"fs.azure.account.key.{account_host}") or config.get(
+        f"fs.azure.account.key.{account}.dfs.core.windows.net"
+    )
+    if key:
+        kwargs["account_key"] = key
+    endpoint = config.get("fs.azure.endpoint")
+    if endpoint:
+        parsed = urlsplit(endpoint)
+        authority = f"{parsed.netloc}{parsed.path}".rstrip("/")
+        kwargs["blob_storage_authority"] = authority
+        kwargs["dfs_storage_authority"] = authority
+        kwargs["blob_storage_scheme"] = parsed.scheme or "https"
+        kwargs["dfs_storage_scheme"] = parsed.scheme or "https"
+    return fs.AzureFileSystem(**kwargs)
+
+
+def check_location(location: Location, config: StorageConfig | None = None) -> None:
+    """Fail fast, naming the culprit, when ``location``'s store cannot be used.
+
+    Reaches the store once (the bucket or container of an object-store
+    location): a missing bucket, refused credentials or an unreachable endpoint
+    raise :class:`StorageError` naming the URI and the setting to fix. Local
+    and HDFS locations are not checked here (their errors already name the path).
+    """
+    if not location.setting_prefix.startswith("fs.") or location.setting_prefix == "fs.defaultFS":
+        return
+    bucket = location.path.split("/", 1)[0]
+    try:
+        info = location.filesystem.get_file_info(bucket)
+    except OSError as exc:
+        raise storage_error(exc, location, "reach", config) from None
+    if info.type == fs.FileType.NotFound:
+        msg = (
+            f"storage location {location.uri!r}: bucket {bucket!r} does not exist at "
+            f"{_endpoint(location, config)}: create it, or fix the location or "
+            f"{location.setting_prefix}.endpoint"
+        )
+        raise StorageError(msg)
+
+
+def _endpoint(location: Location, config: StorageConfig | None) -> str:
+    bucket = location.path.split("/", 1)[0]
+    setting = {"fs.s3a": "fs.s3a.endpoint", "fs.gs": "fs.gs.storage.root.url"}.get(
+        location.setting_prefix, "fs.azure.endpoint"
+    )
+    value = (config or StorageConfig()).get(setting, bucket)
+    return f"endpoint {value}" if value else "the store's default endpoint"
+
+
+REFUSED_CREDENTIALS = (
+    "ACCESS_DENIED",
+    "INVALID_ACCESS_KEY_ID",
+    "SIGNATURE_DOES_NOT_MATCH",
+    "AccessDenied",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "403",
+)
+UNREACHABLE = ("NETWORK_CONNECTION", "curlCode", "Could not connect", "Couldn't connect")
+
+
+def storage_error(
+    exc: OSError, location: Location, action: str, config: StorageConfig | None = None
+) -> StorageError:
+    """``exc`` (from pyarrow) as a StorageError naming the location and the setting to fix."""
+    text = str(exc)
+    prefix = location.setting_prefix
+    if "NO_SUCH_BUCKET" in text or "NoSuchBucket" in text:
+        hint = f"the bucket does not exist: create it, or fix the location or {prefix}.endpoint"
+    elif any(marker in text for marker in REFUSED_CREDENTIALS):
+        hint = (
+            f"the store refused the credentials: check {prefix}.access.key and "
+            f"{prefix}.secret.key (options or spark.hadoop.{prefix}.*)"
+            if prefix == "fs.s3a"
+            else f"the store refused the credentials: check the {prefix}.* settings"
+        )
+    elif any(marker in text for marker in UNREACHABLE):
+        hint = f"cannot reach {_endpoint(location, config)}: check {prefix}.endpoint"
+    else:
+        hint = first_line(text)
+    return StorageError(f"storage location {location.uri!r}: cannot {action}: {hint}")
+
+
+def first_line(text: str) -> str:
+    """The first line of a pyarrow error, without its request id."""
+    line = text.splitlines()[0] if text else ""
+    return line.split(" (Request ID")[0]

@@ -1,0 +1,142 @@
+"""Blueprints: which streamlets run, and which topics connect their ports, in HOCON.
+
+The structure Cloudflow users know::
+
+    blueprint {
+      streamlets {
+        readings = my_pipeline.streamlets.SensorIngress
+        metrics = my_pipeline.streamlets.Metrics
+      }
+      topics {
+        sensor-readings {
+          producers = [readings.out]
+          consumers = [metrics.in]
+        }
+      }
+    }
+
+A topic may also say ``topic.name`` (the Kafka topic or local topic folder,
+default: its key) and ``partitions``. :func:`load_blueprint` only parses;
+:func:`firesteel.pipelines.verify.verify` checks everything at once. pyhocon
+keeps no positions, so a problem's line is the first line of the file where
+its key appears (good enough to jump to; said here so nobody trusts it more).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyhocon import ConfigFactory, ConfigTree
+from pyhocon.exceptions import ConfigException
+from pyparsing import ParseBaseException
+
+from firesteel.pipelines.errors import BlueprintError, Problem
+
+
+@dataclass(frozen=True)
+class TopicBinding:
+    """One topic of a blueprint: who writes it, who reads it."""
+
+    key: str
+    name: str
+    producers: tuple[str, ...]
+    consumers: tuple[str, ...]
+    partitions: int | None
+    unknown_keys: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Blueprint:
+    """A parsed (not yet verified) blueprint."""
+
+    name: str
+    streamlets: dict[str, str]
+    """Streamlet name -> ``module.Class`` reference."""
+    topics: dict[str, TopicBinding]
+    config: ConfigTree
+    """The whole parsed file: the ``firesteel { ... }`` section configures the pipeline."""
+    source: str
+    """The file's text (for line numbers)."""
+    file: str | None = None
+
+    def line_of(self, *keys: str) -> int | None:
+        """The first line where ``keys`` appear in order as HOCON keys (see module docs)."""
+        lines = self.source.splitlines()
+        position = 0
+        for key in keys:
+            pattern = re.compile(rf'(^|[\s{{,."]){re.escape(key)}"?\s*([=:{{.]|$)')
+            found = next((i for i in range(position, len(lines)) if pattern.search(lines[i])), None)
+            if found is None:
+                return position + 1 if position else None
+            position = found
+        return position + 1
+
+    def problem(self, message: str, *keys: str) -> Problem:
+        """A problem located at ``keys``."""
+        return Problem(message, self.file, self.line_of(*keys) if keys else None)
+
+
+TOPIC_KEYS = ("producers", "consumers", "topic", "partitions")
+
+
+def load_blueprint(path: str | Path) -> Blueprint:
+    """Parse the blueprint file at ``path``; a syntax error is a BlueprintError with its line."""
+    file = str(path)
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        msg = f"cannot read the blueprint: {exc.strerror}"
+        raise BlueprintError([Problem(msg, file)]) from None
+    return parse_blueprint(text, file, Path(path).stem)
+
+
+def parse_blueprint(text: str, file: str | None = None, name: str = "pipeline") -> Blueprint:
+    """Parse blueprint text; ``name`` names the pipeline (default: the file's stem)."""
+    try:
+        tree = ConfigFactory.parse_string(text)
+    except (ParseBaseException, ConfigException) as exc:
+        line = getattr(exc, "lineno", None)
+        raise BlueprintError([Problem(f"not valid HOCON: {exc}", file, line)]) from None
+    section = tree.get("blueprint", None)
+    if not isinstance(section, ConfigTree):
+        problem = Problem("no 'blueprint { ... }' section", file, None)
+        raise BlueprintError([problem])
+    streamlets_tree = section.get("streamlets", ConfigTree())
+    topics_tree = section.get("topics", ConfigTree())
+    streamlets = {str(k): str(v) for k, v in _items(streamlets_tree)}
+    topics = {}
+    for key, value in _items(topics_tree):
+        binding = value if isinstance(value, ConfigTree) else ConfigTree()
+        topics[str(key)] = TopicBinding(
+            key=str(key),
+            name=str(binding.get("topic.name", key)),
+            producers=tuple(str(p) for p in _as_list(binding.get("producers", []))),
+            consumers=tuple(str(c) for c in _as_list(binding.get("consumers", []))),
+            partitions=_int_or_none(binding.get("partitions", None)),
+            unknown_keys=tuple(str(k) for k in binding if k not in TOPIC_KEYS),
+        )
+    return Blueprint(
+        name=str(tree.get("firesteel.blueprint-name", name)),
+        streamlets=streamlets,
+        topics=topics,
+        config=tree,
+        source=text,
+        file=file,
+    )
+
+
+def _items(tree: Any) -> list[tuple[str, Any]]:
+    if not isinstance(tree, ConfigTree):
+        return []
+    return [(str(key).strip('"'), tree[key]) for key in tree]
+
+
+def _as_list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list) else [value]
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)

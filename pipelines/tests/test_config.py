@@ -1,0 +1,145 @@
+"""The configuration model: precedence, typed parameters, checkpoint defaults, masking."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+
+import pytest
+from test_blueprint import GOOD
+
+from firesteel.cli.main import main as firesteel
+from firesteel.pipelines import ConfigurationError, PipelineConfig, parse_blueprint, verify
+from firesteel.pipelines.parameters import parse_duration, parse_memory_size
+
+REQUIRED = "firesteel.streamlets.metrics.config-parameters.required-count=3"
+
+
+def _config(*arguments: str, files: tuple[Path, ...] = (), extra: str = "") -> PipelineConfig:
+    verified = verify(parse_blueprint(GOOD + extra, "good.conf"))
+    return PipelineConfig.load(verified, files, [REQUIRED, *arguments])
+
+
+def test_defaults_blueprint_files_then_arguments_each_win_over_the_one_before(
+    tmp_path: Path,
+) -> None:
+    in_blueprint = """
+firesteel.streamlets.readings.config-parameters { records-per-second = 20, sensor-prefix = "b-" }
+firesteel.runtimes.spark.config { "spark.sql.shuffle.partitions" = 8 }
+"""
+    first = tmp_path / "first.conf"
+    first.write_text(
+        "firesteel.streamlets.readings.config-parameters.records-per-second = 30\n"
+        'firesteel.streamlets.readings.config { "spark.sql.shuffle.partitions" = 3 }\n'
+    )
+    second = tmp_path / "second.conf"
+    second.write_text("firesteel.streamlets.readings.config-parameters.records-per-second = 40\n")
+    config = _config(
+        "firesteel.streamlets.readings.config-parameters.sensor-prefix = a-",
+        files=(first, second),
+        extra=in_blueprint,
+    )
+    readings = config.streamlet("readings")
+    assert readings.parameters == {"records-per-second": 40, "sensor-prefix": "a-"}
+    assert readings.spark_conf == {"spark.sql.shuffle.partitions": 3}
+    assert config.streamlet("sink").spark_conf == {"spark.sql.shuffle.partitions": 8}
+    metrics = config.streamlet("metrics").parameters
+    assert metrics["window"] == datetime.timedelta(minutes=1)
+    assert metrics["buffer"] == 1024 * 1024
+    assert metrics["required-count"] == 3
+
+
+def test_checkpoint_defaults_are_cloudflows_mapped_to_spark() -> None:
+    checkpointing = _config().streamlet("metrics").checkpointing
+    assert checkpointing.enabled
+    assert checkpointing.trigger == {"processingTime": "10000 milliseconds"}
+    assert checkpointing.timeout == datetime.timedelta(seconds=60)
+    assert checkpointing.retain_on_stop
+    assert checkpointing.retained_batches == 100
+    assert checkpointing.guarantee == "exactly-once"
+    assert any("min-pause" in note for note in _config().streamlet("metrics").not_applied)
+
+    flink = _config(
+        "firesteel.runtimes.spark.checkpointing.execution.checkpointing.interval = 2s",
+        "firesteel.streamlets.sink.checkpointing.execution.checkpointing.externalized-checkpoint-"
+        "retention = DELETE_ON_CANCELLATION",
+        "firesteel.streamlets.sink.checkpointing.default = off",
+    )
+    assert flink.streamlet("metrics").checkpointing.interval == datetime.timedelta(seconds=2)
+    sink = flink.streamlet("sink").checkpointing
+    assert not sink.retain_on_stop
+    assert not sink.enabled
+    assert sink.guarantee == "none"
+
+
+def test_every_bad_key_and_value_is_refused_at_once_with_suggestions() -> None:
+    with pytest.raises(ConfigurationError) as failure:
+        _config(
+            "firesteel.streamlets.metric.config-parameters.window = 5s",
+            "firesteel.streamlets.readings.config-parameters.records-per-secnd = 5",
+            "firesteel.streamlets.readings.config-parameters.sensor-prefix = BAD",
+            "firesteel.streamlets.metrics.config-parameters.threshold = high",
+            "firesteel.streamlets.sink.checkpointing.intervall = 5s",
+            "firesteel.runtimes.spark.checkpointing.execution.checkpointing.unaligned = true",
+            "firesteel.streamlts.x = 1",
+        )
+    message = str(failure.value)
+    for text in (
+        "firesteel.streamlets.metric: no streamlet 'metric' in the blueprint (did you mean "
+        "'metrics'?)",
+        "declares no parameter 'records-per-secnd' (did you mean 'records-per-second'?)",
+        "streamlet 'readings': parameter 'sensor-prefix': 'BAD' does not match '[a-z]+-'",
+        "streamlet 'metrics': parameter 'threshold': 'high' is not a number",
+        "unknown checkpointing key 'intervall' (did you mean 'interval'?)",
+        "'execution.checkpointing.unaligned' is a Flink setting with no meaning in Spark",
+        "firesteel.streamlts: unknown key (did you mean 'streamlets'?)",
+    ):
+        assert text in message, (text, message)
+
+
+def test_a_required_parameter_without_a_value_is_named() -> None:
+    verified = verify(parse_blueprint(GOOD))
+    with pytest.raises(ConfigurationError, match=r"'required-count' \(integer\) has no default"):
+        PipelineConfig.load(verified)
+
+
+def test_effective_configuration_masks_secrets() -> None:
+    config = _config(
+        'firesteel.kafka { bootstrap.servers = "127.0.0.1:9092", sasl.password = hush }',
+        'firesteel.runtimes.spark.config { "spark.hadoop.fs.s3a.secret.key" = hush2 }',
+    )
+    shown = json.dumps(config.effective("metrics"), default=str)
+    assert "hush" not in shown
+    assert "127.0.0.1:9092" in shown
+    assert '"spark.hadoop.fs.s3a.secret.key": "***"' in shown
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [("10s", 10.0), ("500 ms", 0.5), ("2 minutes", 120.0), (250, 0.25), ("1h", 3600.0)],
+)
+def test_durations_use_hocon_units(raw: object, expected: float) -> None:
+    assert parse_duration(raw).total_seconds() == expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [("512M", 512 * 1024**2), ("1 GiB", 1024**3), ("100k", 102400), ("2MB", 2_000_000), (42, 42)],
+)
+def test_memory_sizes_use_hocon_units(raw: object, expected: int) -> None:
+    assert parse_memory_size(raw) == expected
+
+
+def test_the_cli_verifies_and_prints_the_topology_or_every_problem(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blueprint = tmp_path / "sensors.conf"
+    blueprint.write_text(GOOD)
+    assert firesteel(["pipeline", "verify", str(blueprint), REQUIRED, "--show", "metrics"]) == 0
+    out = capsys.readouterr().out
+    assert "blueprint sensors: 3 streamlets" in out
+    assert "<- in [avro] from topic sensor-readings" in out
+    assert '"required-count": 3' in out
+    assert firesteel(["pipeline", "verify", str(blueprint)]) == 1
+    assert "'required-count' (integer) has no default" in capsys.readouterr().err
