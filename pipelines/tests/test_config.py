@@ -136,7 +136,8 @@ def test_the_cli_verifies_and_prints_the_topology_or_every_problem(
 ) -> None:
     blueprint = tmp_path / "sensors.conf"
     blueprint.write_text(GOOD)
-    assert firesteel(["pipeline", "verify", str(blueprint), REQUIRED, "--show", "metrics"]) == 0
+    verify = ["pipeline", "verify", str(blueprint), "--show", "metrics", REQUIRED]
+    assert firesteel(verify) == 0
     out = capsys.readouterr().out
     assert "blueprint sensors: 3 streamlets" in out
     assert "<- in [avro] from topic sensor-readings" in out

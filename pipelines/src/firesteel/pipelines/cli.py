@@ -1,19 +1,27 @@
-"""``firesteel pipeline verify BLUEPRINT [--conf FILE]... [key=value]... [--show STREAMLET]``.
+"""The pipeline commands.
 
-Verifies the blueprint and its configuration, reporting every problem at once,
+``firesteel pipeline verify BLUEPRINT [--conf FILE]... [key=value]... [--show STREAMLET]``
+verifies the blueprint and its configuration, reporting every problem at once,
 then prints each streamlet with its ports, topics and guarantee (and, with
 ``--show``, one streamlet's effective configuration, secrets masked).
+
+``firesteel run-local BLUEPRINT [--conf FILE]... [--work DIR] [key=value]...``
+verifies, prints the topology, and runs every streamlet on local topics
+(:mod:`firesteel.pipelines.runner`) until Ctrl-C.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
+from pathlib import Path
 
 from firesteel.pipelines.blueprint import load_blueprint
 from firesteel.pipelines.config import PipelineConfig
 from firesteel.pipelines.errors import BlueprintError, ConfigurationError
+from firesteel.pipelines.runner import LocalRunner, blueprint_on_path
 from firesteel.pipelines.verify import VerifiedBlueprint, verify
 
 
@@ -35,15 +43,22 @@ def _topology(verified: VerifiedBlueprint, config: PipelineConfig) -> str:
 
 def main(argv: list[str]) -> int:
     """Run ``firesteel pipeline ...``; returns the exit code."""
-    parser = argparse.ArgumentParser(prog="firesteel pipeline")
-    commands = parser.add_subparsers(dest="command", required=True)
-    check = commands.add_parser("verify", help="verify a blueprint and its configuration")
+    if argv[:1] != ["verify"]:
+        sys.stderr.write(
+            "usage: firesteel pipeline verify BLUEPRINT [--conf FILE]... [--show STREAMLET] "
+            "[key=value]...\n"
+        )
+        return 0 if argv[:1] in (["-h"], ["--help"]) else 2
+    check = argparse.ArgumentParser(
+        prog="firesteel pipeline verify", description="verify a blueprint and its configuration"
+    )
     check.add_argument("blueprint", help="the blueprint file (HOCON)")
     check.add_argument("--conf", action="append", default=[], help="a configuration file")
     check.add_argument("--show", help="print this streamlet's effective configuration")
     check.add_argument("settings", nargs="*", help="key=value settings (win over files)")
-    args = parser.parse_args(argv)
+    args = check.parse_intermixed_args(argv[1:])
     try:
+        blueprint_on_path(Path(args.blueprint))
         verified = verify(load_blueprint(args.blueprint))
         config = PipelineConfig.load(verified, args.conf, args.settings)
     except (BlueprintError, ConfigurationError) as exc:
@@ -56,3 +71,32 @@ def main(argv: list[str]) -> int:
             return 1
         sys.stdout.write(json.dumps(config.effective(args.show), indent=2, default=str) + "\n")
     return 0
+
+
+def run_local(argv: list[str]) -> int:
+    """Run ``firesteel run-local ...``; returns the exit code."""
+    parser = argparse.ArgumentParser(prog="firesteel run-local")
+    parser.add_argument("blueprint", help="the blueprint file (HOCON)")
+    parser.add_argument("--conf", action="append", default=[], help="a configuration file")
+    parser.add_argument(
+        "--work",
+        help="topics, checkpoints and logs (default: ./.firesteel/<blueprint file name>)",
+    )
+    parser.add_argument("settings", nargs="*", help="key=value settings (win over files)")
+    args = parser.parse_intermixed_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    blueprint = Path(args.blueprint)
+    work = Path(args.work) if args.work else Path(".firesteel") / blueprint.stem
+    try:
+        runner = LocalRunner(blueprint, work, args.conf, args.settings)
+    except (BlueprintError, ConfigurationError) as exc:
+        sys.stderr.write(f"{exc}\n")
+        return 1
+    sys.stdout.write(_topology(runner.verified, runner.config) + "\n")
+    sys.stdout.write(
+        f"topics: {runner.work / 'topics'}\nlogs: {runner.work / 'logs'}\n"
+        "stop with Ctrl-C; a restart resumes where this run stopped\n"
+    )
+    sys.stdout.flush()
+    runner.start()
+    return runner.wait()

@@ -46,6 +46,10 @@ class StreamletContext(Protocol):
     def config(self) -> Mapping[str, Any]:
         """The streamlet's parameter values, parsed (key -> value)."""
 
+    @property
+    def trigger(self) -> Mapping[str, Any]:
+        """Keyword arguments of ``DataStreamWriter.trigger`` for this streamlet's queries."""
+
     def checkpoint_location(self, outlet: str) -> str:
         """Where the query writing ``outlet`` keeps its checkpoint."""
 

@@ -1,0 +1,80 @@
+"""One streamlet's process in a local run: ``python -m firesteel.pipelines.process``.
+
+Started by :class:`firesteel.pipelines.runner.LocalRunner`; builds the
+streamlet's SparkSession (its Spark configuration applied), runs its logic on
+local topics, and stops its queries on SIGTERM. Exits 1 naming the failure if a
+query fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from firesteel.pipelines.local import LocalContext
+from firesteel.pipelines.runner import load
+
+logger = logging.getLogger("firesteel.pipelines.process")
+
+POLL_S = 1.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one streamlet until SIGTERM or a failure."""
+    parser = argparse.ArgumentParser(prog="python -m firesteel.pipelines.process")
+    parser.add_argument("blueprint")
+    parser.add_argument("streamlet")
+    parser.add_argument("--work", required=True)
+    parser.add_argument("--conf", action="append", default=[])
+    parser.add_argument("settings", nargs="*")
+    args = parser.parse_intermixed_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    verified, config = load(Path(args.blueprint), args.conf, args.settings)
+    resolved = config.streamlet(args.streamlet)
+    from firesteel.core.spark.session import local_session
+
+    spark = local_session(
+        f"{verified.blueprint.name}.{args.streamlet}",
+        config={"spark.ui.showConsoleProgress": "false", **resolved.spark_conf},
+        log_level="WARN",
+    )
+    context = LocalContext(spark, verified, config, args.streamlet, Path(args.work))
+    stopping = threading.Event()
+    # Only a flag here: a Py4J call from a signal handler would interrupt the main
+    # thread's own call on the same connection.
+    signal.signal(signal.SIGTERM, lambda signum, frame: stopping.set())
+    queries = verified.streamlets[args.streamlet]().create_logic(context).run()
+    logger.info("streamlet %s running %d queries", args.streamlet, len(queries))
+    return _watch(args.streamlet, queries, stopping)
+
+
+def _watch(streamlet: str, queries: Sequence[Any], stopping: threading.Event) -> int:
+    """Wait for SIGTERM (stop every query: 0), a failed query (1) or all finished (0)."""
+    while not stopping.wait(POLL_S):
+        failed = [q for q in queries if not q.isActive and q.exception() is not None]
+        if failed:
+            logger.error(
+                "streamlet %s: query %s failed: %s",
+                streamlet,
+                failed[0].name,
+                failed[0].exception(),
+            )
+            for query in queries:
+                query.stop()
+            return 1
+        if not any(q.isActive for q in queries):
+            return 0
+    logger.info("stopping streamlet %s", streamlet)
+    for query in queries:
+        query.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
