@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 from pyspark import cloudpickle
 
 from benchmarks import spark
-from benchmarks.framework import Workload
+from benchmarks.framework import Measure, Workload, measured_once
 from firesteel.core.errors import MissingDependencyError
 from firesteel.state import KeyedProcessor, KeyState, ValueStateDescriptor, stateful
 from firesteel.state.backend import StateBackend
@@ -269,9 +269,9 @@ def keyed_count_workloads(
     result = []
     for events, keys, files in sizes:
         per_batch = max(1, files // BATCHES)
-        ours: Callable[[], float] = partial(_firesteel_count, scratch, per_batch, backend)
+        ours: Measure = partial(_firesteel_count, scratch, per_batch, backend)
         if quick:
-            ours = _first_figure(ours)
+            ours = measured_once(ours)
         for side in sides:
             result.append(
                 Workload(
@@ -293,15 +293,3 @@ def keyed_count_workloads(
                 )
             )
     return result
-
-
-def _first_figure(measure: Callable[[], float]) -> Callable[[], float]:
-    """``measure`` run on the first call only; later calls return its first figure."""
-    figures: list[float] = []
-
-    def first() -> float:
-        if not figures:
-            figures.append(measure())
-        return figures[0]
-
-    return first
