@@ -30,9 +30,12 @@ $(BIN)/python:
 # is set (these machines) Python never caches their bytecode: every Python process Spark
 # starts for a query compiled them again (~30 ms each, ~80 ms for a job's driver). Compile
 # them once here; a module edited afterwards is compiled in memory as before.
-SOURCES := core sources sinks state backends testing examples cli connectors/*/src pipelines/src
+SOURCES := core sources sinks state backends testing/src examples cli connectors/*/src pipelines/src
+# firesteel-testing (./testing) is the test tooling of every distribution: the main
+# distribution's and each connector's `test` extra depend on it.
 install: $(BIN)/python
-	$(BIN)/pip install -q -e ".[dev,test,connect]" -e "./connectors/kafka[test]" -e "./connectors/_template[test]" \
+	$(BIN)/pip install -q -e ".[dev,test,connect]" -e "./testing[kafka,cassandra]" \
+		-e "./connectors/kafka[test]" -e "./connectors/_template[test]" \
 		-e "./connectors/cassandra[test]" -e "./backends/rocksdb[test]" -e "./pipelines[test]"
 	$(BIN)/python -m compileall -q $(wildcard $(SOURCES))
 

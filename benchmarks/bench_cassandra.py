@@ -1,7 +1,7 @@
 """Cassandra sinks and lookups beside raw cassandra-driver ``execute_concurrent_with_args``.
 
 Every side runs in this one process against the same CQL test server
-(:mod:`firesteel.cassandra.testing`, its own process on 127.0.0.1), on the
+(:mod:`firesteel.testing.cassandra`, its own process on 127.0.0.1), on the
 same rows (bigint key, text, double) in fresh tables of one keyspace:
 
 - upsert sink: ``CassandraUpsertSink.write`` for one task (prepare, the Arrow
@@ -69,7 +69,7 @@ _STATE = _Server()
 @contextmanager
 def setup(quick: bool) -> Iterator[None]:
     """One test server (or ``FIRESTEEL_CASSANDRA_HOSTS``) and a keyspace for the group."""
-    from firesteel.cassandra.testing import cassandra_cluster, connect
+    from firesteel.testing.cassandra import cassandra_cluster, connect
 
     with cassandra_cluster() as (host, port):
         session: Any = connect(host, port)

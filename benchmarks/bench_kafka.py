@@ -3,7 +3,7 @@
 Goals (issues 5 and 12): source >= 0.8x raw ``consume()``, at-least-once sink
 >= 0.8x raw ``produce()``, exactly-once >= 0.9x at-least-once at 1 s
 triggers. 100-byte and 1 KB records, 4 partitions, the same broker for every
-side (:func:`firesteel.kafka.testing.kafka_cluster`: a real Apache Kafka from
+side (:func:`firesteel.testing.kafka.kafka_cluster`: a real Apache Kafka from
 ``KAFKA_HOME``, else ``FIRESTEEL_KAFKA_BOOTSTRAP``, else tansu). Raw sides run
 in :data:`TASKS` processes, as many as Spark runs tasks at once (``local[2]``),
 started before the timing.
@@ -131,7 +131,7 @@ def _ready() -> int:
 @contextmanager
 def setup(quick: bool) -> Iterator[None]:
     """Start the broker, the Spark session and the raw sides' processes; fill the inputs."""
-    from firesteel.kafka.testing import create_topic, kafka_cluster
+    from firesteel.testing.kafka import create_topic, kafka_cluster
 
     counts = QUICK_RECORDS if quick else FULL_RECORDS
     spark.session()
@@ -163,7 +163,7 @@ def setup(quick: bool) -> Iterator[None]:
 
 
 def _check(topic: str, expected: int, side: str) -> None:
-    from firesteel.kafka.testing import read_log
+    from firesteel.testing.kafka import read_log
 
     got = len(read_log(_STATE.bootstrap, topic).committed)
     if got < expected:
@@ -343,7 +343,7 @@ def reader_alone(label: str) -> Callable[[], float]:
 
 
 def _fresh_topic() -> str:
-    from firesteel.kafka.testing import create_topic
+    from firesteel.testing.kafka import create_topic
 
     return create_topic(_STATE.bootstrap, PARTITIONS)
 

@@ -1,8 +1,10 @@
-"""The fault hook fires exactly where and as often as FIRESTEEL_FAULT says, and kills hard."""
+"""The fault hook fires exactly where and as often as FIRESTEEL_FAULT says, and kills hard;
+only declared points can be armed."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -10,14 +12,29 @@ from pathlib import Path
 
 import pytest
 
-from firesteel.core.faults import FAULT_ENV, KILL_ENV, MARKER_DIR_ENV
+from firesteel.core.faults import (
+    FAULT_ENV,
+    KILL_ENV,
+    MARKER_DIR_ENV,
+    REGISTRY,
+    FaultPointError,
+    fault_point,
+)
+from firesteel.core.sink import AFTER_WRITE
+from firesteel.testing import at_point, task_kills
+from firesteel.testing.points import UnknownFaultPointError, registered
+from firesteel.testing.soak import PATHS
+
+ROOT = Path(__file__).resolve().parents[1]
+LIBRARY = ["core", "sources", "sinks", "state", "backends", "connectors", "pipelines"]
+"""Folders holding library code (the connectors' tests and tooling are not library code)."""
 
 SCRIPT = """
 import sys
-from firesteel.core.faults import fault_point
+from firesteel.core.sink import AFTER_WRITE
 for batch in range(5):
     for partition in range(2):
-        fault_point("sink.after_write", batch, partition)
+        AFTER_WRITE.fire(batch, partition)
         print(batch, partition, flush=True)
 """
 
@@ -67,3 +84,43 @@ def test_noop_without_environment(tmp_path: Path) -> None:
     assert result.returncode == 0
     assert len(result.stdout.splitlines()) == 10
     assert not any(tmp_path.iterdir()), "no fault fired, so no marker may be written"
+
+
+def test_arming_an_undeclared_point_names_it_and_its_close_matches() -> None:
+    with pytest.raises(UnknownFaultPointError, match=r"'sink\.after_wrte'") as error:
+        at_point("sink.after_wrte", batch=1)
+    assert error.value.close_matches[0] == "sink.after_write"
+    assert "close matches: sink.after_write" in str(error.value)
+    with pytest.raises(UnknownFaultPointError, match=r"kafka\.after_flsh"):
+        task_kills(["sink.after_write", "kafka.after_flsh"], [1])
+
+
+def test_declared_points_arm_by_name_or_by_object() -> None:
+    assert at_point("sink.after_write", batch=2, partition=1).specs == ("sink.after_write@2:1",)
+    assert at_point(AFTER_WRITE, batch=2).specs == ("sink.after_write@2",)
+
+
+def test_a_point_declared_twice_must_mean_the_same() -> None:
+    again = fault_point(AFTER_WRITE.name, AFTER_WRITE.meaning)
+    assert again is AFTER_WRITE
+    with pytest.raises(FaultPointError, match="already declared"):
+        fault_point(AFTER_WRITE.name, "something else")
+    assert REGISTRY[AFTER_WRITE.name] is AFTER_WRITE
+
+
+def test_every_point_the_library_declares_is_found_through_the_entry_points() -> None:
+    """A module declaring points but missing from ``firesteel.fault_points`` could not be armed."""
+    declared = set()
+    for folder in LIBRARY:
+        for path in (ROOT / folder).rglob("*.py"):
+            if "tests" in path.relative_to(ROOT).parts:
+                continue
+            declared.update(re.findall(r'fault_point\(\s*"([^"]+)"', path.read_text()))
+    assert len(declared) >= 16, declared
+    assert declared <= set(registered()), declared - set(registered())
+
+
+def test_every_soak_point_is_declared() -> None:
+    points = {point for path in PATHS.values() for point in path.points}
+    assert points
+    assert points <= set(registered()), points - set(registered())

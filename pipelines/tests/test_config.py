@@ -144,3 +144,17 @@ def test_the_cli_verifies_and_prints_the_topology_or_every_problem(
     assert '"required-count": 3' in out
     assert firesteel(["pipeline", "verify", str(blueprint)]) == 1
     assert "'required-count' (integer) has no default" in capsys.readouterr().err
+
+
+def test_a_pipeline_asking_more_than_its_streamlets_give_is_refused() -> None:
+    assert _config("firesteel.guarantee = exactly-once").guarantee() == "exactly-once"
+    with pytest.raises(ConfigurationError, match=r"must be exactly-once, but sink \(none\)"):
+        _config(
+            "firesteel.guarantee = exactly-once",
+            "firesteel.streamlets.sink.checkpointing.default = off",
+        )
+    lowered = _config(
+        "firesteel.guarantee = at-least-once",
+        "firesteel.streamlets.metrics.checkpointing.mode = at-least-once",
+    )
+    assert lowered.guarantee() == "at-least-once"

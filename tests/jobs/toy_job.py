@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from firesteel.core.faults import fault_point
+from firesteel.core.sink import MID_COMMIT
 
 
 def main() -> None:
@@ -35,7 +35,7 @@ def main() -> None:
         if marker.exists():
             continue
         time.sleep(pause)
-        fault_point("driver.mid_commit", step)
+        MID_COMMIT.fire(step)
         marker.touch()
     helper.kill()
     helper.wait()

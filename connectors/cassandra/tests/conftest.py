@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from firesteel.cassandra.testing import cassandra_cluster, connect
+from firesteel.testing.cassandra import cassandra_cluster, connect
 from firesteel.testing.workerpython import use_worker_python
 
 # Spark starts its Python processes with PYSPARK_PYTHON / PYSPARK_DRIVER_PYTHON: this

@@ -20,12 +20,12 @@ from cassandra_support import write_seq_files
 
 from firesteel.cassandra.options import CassandraSinkOptions
 from firesteel.cassandra.statement import RowStatement
-from firesteel.cassandra.testing.soak import SINK_JOB
 from firesteel.core.checkpoint import read_guarantee
 from firesteel.core.errors import ConfigError
 from firesteel.core.options import parse_options
 from firesteel.sinks.write_ahead import AFTER_SEND
 from firesteel.testing import CrashHarness, Spellings, at_point, at_random, batch_started
+from firesteel.testing.cassandra.soak import SINK_JOB
 
 pytest_plugins = ["firesteel.testing.fixtures"]
 
@@ -232,7 +232,7 @@ def test_kills_lose_nothing_and_add_at_most_the_segment_of_a_resend_window_twice
         at_point("driver.after_commit", batch=4),
     ]
     result, table = _run(crash_harness, session, cluster_address, tmp_path, mode, kills, "kills")
-    assert result.kills == 4 and f"{AFTER_SEND}@3:0" in result.fired, result.summary()
+    assert result.kills == 4 and f"{AFTER_SEND.name}@3:0" in result.fired, result.summary()
     excess = _excess(session, mode, table)
     assert all(n >= 0 for n in excess.values()), f"lost: {excess}"
     assert 0 < sum(excess.values()) <= FILES_PER_BATCH * ROWS_PER_FILE, excess

@@ -19,11 +19,11 @@ from cassandra.policies import WriteType
 from firesteel.cassandra.client import MAX_ATTEMPTS
 from firesteel.cassandra.options import CassandraSinkOptions
 from firesteel.cassandra.sink import CassandraUpsertSink
-from firesteel.cassandra.testing import HOSTS_ENV, clear, inject
 from firesteel.cassandra.wal import CassandraWalSink
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import ConfigError
 from firesteel.core.options import parse_options
+from firesteel.testing.cassandra import HOSTS_ENV, clear, inject
 
 COUNTER = 1_000_000
 SERIES = {"a": 50, "b": 40, "c": 3}

@@ -4,7 +4,7 @@ The CQL server is its own process (started by the ``cluster_address``
 fixture), so it outlives every killed job, as a real cluster would. Every
 restart spells the checkpoint otherwise than the run it recovers and writes
 with another partition count; the run that completes loses tasks, which
-Spark retries. ``python -m firesteel.cassandra.testing.soak upsert`` runs the
+Spark retries. ``python -m firesteel.testing.cassandra.soak upsert`` runs the
 same path for as many cycles as wanted.
 """
 
@@ -17,7 +17,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from firesteel.cassandra.testing.soak import SINK_JOB, SINK_TABLE, row_is_right
 from firesteel.testing import (
     CrashHarness,
     Spellings,
@@ -27,6 +26,7 @@ from firesteel.testing import (
     batch_started,
     task_kills,
 )
+from firesteel.testing.cassandra.soak import SINK_JOB, SINK_TABLE, row_is_right
 
 pytest_plugins = ["firesteel.testing.fixtures"]
 

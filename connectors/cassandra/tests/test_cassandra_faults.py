@@ -1,6 +1,6 @@
 """The sinks under faults injected into the CQL test server, and the retry policy behind them.
 
-Faults are armed over the protocol (:func:`firesteel.cassandra.testing.inject`),
+Faults are armed over the protocol (:func:`firesteel.testing.cassandra.inject`),
 so they reach Spark's workers too. The tables are read back through
 cassandra-driver, never through the sinks.
 """
@@ -35,9 +35,9 @@ from firesteel.cassandra.lookups import Lookups, LookupSpec
 from firesteel.cassandra.options import CassandraSinkOptions
 from firesteel.cassandra.sink import CassandraUpsertSink
 from firesteel.cassandra.statement import RowStatement
-from firesteel.cassandra.testing import HOSTS_ENV, clear, inject
 from firesteel.cassandra.wal import CassandraWalSink
 from firesteel.core.context import TaskScope
+from firesteel.testing.cassandra import HOSTS_ENV, clear, inject
 
 ROWS = 200
 

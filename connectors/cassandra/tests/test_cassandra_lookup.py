@@ -22,8 +22,8 @@ from firesteel.cassandra.errors import (
     CassandraUnreachableError,
 )
 from firesteel.cassandra.lookups import Lookups, LookupSpec
-from firesteel.cassandra.testing import connect, start_server
 from firesteel.core.errors import ConfigError
+from firesteel.testing.cassandra import connect, start_server
 
 UID = uuid.UUID("12345678-1234-5678-1234-567812345678")
 SEEN = dt.datetime(2026, 11, 23, 8, 30, tzinfo=dt.timezone.utc)

@@ -2,7 +2,7 @@
 
 The kills CI gives the Cassandra paths are in ``test_cassandra_crash.py`` (upsert)
 and ``test_cassandra_wal.py`` (write-ahead log), each with eight SIGKILLs of the
-whole job and twelve task kills; ``python -m firesteel.cassandra.testing.soak``
+whole job and twelve task kills; ``python -m firesteel.testing.cassandra.soak``
 runs either path for as many cycles as wanted, with a new partition count (1-4)
 and the checkpoint spelled otherwise at every restart.
 """
@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from firesteel.cassandra.testing import HOSTS_ENV
-from firesteel.cassandra.testing.soak import FILES_PER_CYCLE, ROWS_PER_FILE, main
+from firesteel.testing.cassandra import HOSTS_ENV
+from firesteel.testing.cassandra.soak import FILES_PER_CYCLE, ROWS_PER_FILE, main
 
 
 @pytest.mark.crash

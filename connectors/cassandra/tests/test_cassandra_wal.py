@@ -15,9 +15,6 @@ from typing import Any
 import pytest
 from cassandra_support import write_seq_files
 
-from firesteel.cassandra.testing import HOSTS_ENV
-from firesteel.cassandra.testing.soak import SINK_JOB, SINK_TABLE, row_is_right
-from firesteel.cassandra.testing.tally import write_counts
 from firesteel.cassandra.wal import MID_SEND
 from firesteel.core.checkpoint import read_guarantee
 from firesteel.core.logs import LEVEL_ENV
@@ -31,6 +28,9 @@ from firesteel.testing import (
     batch_started,
     task_kills,
 )
+from firesteel.testing.cassandra import HOSTS_ENV
+from firesteel.testing.cassandra.soak import SINK_JOB, SINK_TABLE, row_is_right
+from firesteel.testing.cassandra.tally import write_counts
 from firesteel.testing.clock import clock_offset
 
 pytest_plugins = ["firesteel.testing.fixtures"]
@@ -200,9 +200,11 @@ def test_killed_inside_both_resend_windows_and_at_random(
     result = crash_harness.run(
         JOB, args, kills, env=lambda run: clock_offset(-3600) if run >= 2 else {}
     )
-    assert result.fired[:3] == [f"{MID_SEND}@1:0", f"{AFTER_SEND}@2:1", "driver.mid_commit@3"], (
-        result.summary()
-    )
+    assert result.fired[:3] == [
+        f"{MID_SEND.name}@1:0",
+        f"{AFTER_SEND.name}@2:1",
+        "driver.mid_commit@3",
+    ], result.summary()
     assert result.all_fired, result.summary()
     assert result.kills == 20
     assert result.exit_codes == [-9] * 8 + [0]
@@ -250,9 +252,11 @@ def test_send_on_the_executors_of_a_standalone_cluster_survives_kills_in_both_wi
         return [*where, str(FILES_PER_BATCH), "wal", "2", "executors"]
 
     result = cluster_harness.run(JOB, args, kills, env=lambda run: {LEVEL_ENV: "INFO"})
-    assert result.fired == [f"{MID_SEND}@1:0", f"{AFTER_SEND}@2:1", f"{AFTER_SEND}@3:0"], (
-        result.summary()
-    )
+    assert result.fired == [
+        f"{MID_SEND.name}@1:0",
+        f"{AFTER_SEND.name}@2:1",
+        f"{AFTER_SEND.name}@3:0",
+    ], result.summary()
     assert result.exit_codes[-1] == 0, result.summary()
     rows = list(session.execute("SELECT seq, body, attrs FROM walfan"))
     assert_exactly_once([r.seq for r in rows], range(FILES * ROWS_PER_FILE))

@@ -27,7 +27,7 @@ from cassandra.policies import FallthroughRetryPolicy, RoundRobinPolicy
 from cassandra.protocol import OverloadedErrorMessage
 from cassandra.query import BatchStatement, BatchType, SimpleStatement
 
-from firesteel.cassandra.testing import (
+from firesteel.testing.cassandra import (
     HOSTS_ENV,
     FaultKind,
     clear,
@@ -35,8 +35,8 @@ from firesteel.cassandra.testing import (
     inject,
     start_server,
 )
-from firesteel.cassandra.testing.faults import KINDS
-from firesteel.cassandra.testing.server import serve
+from firesteel.testing.cassandra.faults import KINDS
+from firesteel.testing.cassandra.server import serve
 from firesteel.testing.ports import free_port
 
 
@@ -126,7 +126,7 @@ def test_errors_are_the_drivers_exceptions(session: Any) -> None:
 
 
 def test_server_runs_as_its_own_process() -> None:
-    """``python -m firesteel.cassandra.testing PORT`` serves until killed by PID."""
+    """``python -m firesteel.testing.cassandra PORT`` serves until killed by PID."""
     proc, port = start_server()
     try:
         sess: Any = connect("127.0.0.1", port)
@@ -144,7 +144,7 @@ def test_server_runs_as_its_own_process() -> None:
         proc.wait()
 
 
-# Injected faults (firesteel.cassandra.testing.faults), seen through the real driver.
+# Injected faults (firesteel.testing.cassandra.faults), seen through the real driver.
 
 
 @pytest.fixture

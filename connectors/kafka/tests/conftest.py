@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from firesteel.kafka.testing import kafka_cluster
+from firesteel.testing.kafka import kafka_cluster
 from firesteel.testing.workerpython import use_worker_python
 
 # Spark starts its Python processes with PYSPARK_PYTHON / PYSPARK_DRIVER_PYTHON: this

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from firesteel.kafka.testing import KAFKA_HOME_ENV, broker_kind, read_committed
+from firesteel.testing.kafka import KAFKA_HOME_ENV, broker_kind, read_committed
 
 ON_REAL_KAFKA = broker_kind() == "kafka"
 needs_real_kafka = pytest.mark.skipif(

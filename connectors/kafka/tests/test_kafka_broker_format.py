@@ -5,7 +5,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from firesteel.kafka import testing
+from firesteel.testing import kafka as kafka_testing
 
 
 def test_a_cluster_id_never_starts_with_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -13,6 +13,6 @@ def test_a_cluster_id_never_starts_with_a_dash(monkeypatch: pytest.MonkeyPatch) 
     drawn: Iterator[uuid.UUID] = iter(
         [uuid.UUID(bytes=b"\xf8" + bytes(15)), uuid.UUID(bytes=b"\x10" + bytes(15))]
     )
-    monkeypatch.setattr(testing.uuid, "uuid4", lambda: next(drawn))
-    cluster_id = testing._cluster_id()
+    monkeypatch.setattr(kafka_testing.uuid, "uuid4", lambda: next(drawn))
+    cluster_id = kafka_testing._cluster_id()
     assert cluster_id == "EAAAAAAAAAAAAAAAAAAAAA"

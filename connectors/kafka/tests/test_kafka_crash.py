@@ -3,7 +3,7 @@
 On Apache Kafka the jobs run in the documented default configuration (the
 consumer-group marker only) and the output is judged twice: by a plain
 ``read_committed`` consumer (the broker's own isolation) and from the raw log
-(:func:`firesteel.kafka.testing.read_log`, which applies commit/abort markers
+(:func:`firesteel.testing.kafka.read_log`, which applies commit/abort markers
 itself); both must agree. On tansu 0.6, whose read_committed shows aborted data
 and which can lose a transaction's group offsets, the jobs also set
 ``marker.log.topic`` and only the raw-log checker counts. One raw-log checker
@@ -22,8 +22,6 @@ from pathlib import Path
 import pytest
 from kafka_support import check_with_read_committed
 
-from firesteel.kafka.testing import broker_kind, create_topic, produce, read_committed, read_log
-from firesteel.kafka.testing.scripts import script
 from firesteel.testing import (
     CrashHarness,
     HarnessError,
@@ -35,6 +33,8 @@ from firesteel.testing import (
     batch_started,
     task_kills,
 )
+from firesteel.testing.kafka import broker_kind, create_topic, produce, read_committed, read_log
+from firesteel.testing.kafka.scripts import script
 
 JOBS = Path(__file__).parent / "jobs"
 JOB = script("map_job")
@@ -315,7 +315,7 @@ def test_latest_start_survives_a_crash_before_offsets_0_is_written(bootstrap, tm
 
 
 def test_the_state_soak_ranks_follow_each_input_partition_not_the_global_order() -> None:
-    from firesteel.kafka.testing.soak import misranked_per_partition
+    from firesteel.testing.kafka.soak import misranked_per_partition
 
     # Key k0 gets seqs 0, 5, 10, 15, 20, 25 (partitions 0, 2, 1, 0, 2, 1): one batch read
     # 0, 15 and 5 first, the next the rest, so ranks follow each partition, not seq order.
@@ -333,7 +333,7 @@ def test_the_state_soak_ranks_follow_each_input_partition_not_the_global_order()
 def test_soak_command_counts_a_killed_and_restarted_kafka_pipeline(
     bootstrap, tmp_path, monkeypatch, capsys
 ):
-    from firesteel.kafka.testing.soak import main
+    from firesteel.testing.kafka.soak import main
 
     monkeypatch.setenv("FIRESTEEL_KAFKA_BOOTSTRAP", bootstrap)
     code = main(["map", "--cycles", "1", "--seed", "2", "--workdir", str(tmp_path / "soak")])

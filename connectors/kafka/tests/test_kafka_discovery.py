@@ -17,7 +17,7 @@ from firesteel.core.source import ReadLimit
 from firesteel.kafka.options import PASSTHROUGH, KafkaSourceOptions
 from firesteel.kafka.reader import OffsetRange
 from firesteel.kafka.source import KafkaSource
-from firesteel.kafka.testing import create_topic
+from firesteel.testing.kafka import create_topic
 
 
 @pytest.fixture
@@ -131,7 +131,7 @@ def test_a_deleted_and_recreated_topic_is_data_loss_not_a_stall(bootstrap, check
     """The new log ends before the query's position: failOnDataLoss fires; with it off the
     query continues from the new log's start. (tansu 0.6 lacks DeleteTopics.)"""
     from firesteel.kafka.errors import DataLossError
-    from firesteel.kafka.testing import delete_topic
+    from firesteel.testing.kafka import delete_topic
 
     topic = create_topic(bootstrap, partitions=1)
     _produce_one_batch(bootstrap, topic, 5)

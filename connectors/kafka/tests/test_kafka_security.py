@@ -14,7 +14,7 @@ from firesteel.core.errors import ConfigError
 from firesteel.core.options import parse_options
 from firesteel.kafka.config import client_config, consumer_config, redact, safe_error
 from firesteel.kafka.options import PASSTHROUGH, KafkaSinkOptions, KafkaSourceOptions
-from firesteel.kafka.testing import create_topic, produce, read_log
+from firesteel.testing.kafka import create_topic, produce, read_log
 
 JOB = Path(__file__).parent / "jobs" / "secrets_job.py"
 

@@ -18,7 +18,7 @@ from firesteel.kafka import sink as sink_module
 from firesteel.kafka.options import PASSTHROUGH, KafkaSinkOptions
 from firesteel.kafka.pool import TransactionalPool
 from firesteel.kafka.sink import KafkaCommittable, KafkaExactlyOnceSink
-from firesteel.kafka.testing import create_topic, produce, read_log
+from firesteel.testing.kafka import create_topic, produce, read_log
 
 
 @pytest.fixture
@@ -278,7 +278,7 @@ def test_init_transactions_retries_are_bounded_and_name_the_transactional_id():
     task fails with an error naming its transactional id instead of hanging."""
     import time
 
-    from firesteel.kafka.testing import free_port
+    from firesteel.testing.kafka import free_port
 
     sink = _sink(f"127.0.0.1:{free_port()}", "t", **{"retry.timeout.ms": "3000"})
     scope = TaskScope(query_id="q", batch_id=2, partition_id=1, attempt=0)
@@ -440,7 +440,7 @@ def test_a_recreated_checkpoint_is_refused_unless_declared_a_new_stream(spark, b
     of writing every record again; counted by a plain read_committed consumer."""
     from pyspark.errors import StreamingQueryException
 
-    from firesteel.kafka.testing import read_committed
+    from firesteel.testing.kafka import read_committed
 
     source = create_topic(bootstrap, partitions=1)
     out = create_topic(bootstrap, partitions=1)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from firesteel.kafka.testing import BOOTSTRAP_ENV, KAFKA_HOME_ENV
+from firesteel.testing.kafka import BOOTSTRAP_ENV, KAFKA_HOME_ENV
 
 pytestmark = [pytest.mark.crash, pytest.mark.soak, pytest.mark.timeout(900)]
 
@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.crash, pytest.mark.soak, pytest.mark.timeout(900)]
 def test_a_paused_soak_resumes_on_its_restarted_broker(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from firesteel.kafka.testing.soak import RECORDS_PER_CYCLE, main
+    from firesteel.testing.kafka.soak import RECORDS_PER_CYCLE, main
 
     # The soak starts (and restarts) its own broker, not the suite's.
     monkeypatch.delenv(BOOTSTRAP_ENV, raising=False)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from kafka_support import needs_real_kafka
 
-from firesteel.kafka.testing import create_topic, produce, read_committed, read_log
+from firesteel.testing.kafka import create_topic, produce, read_committed, read_log
 
 
 def _reader(spark, bootstrap, checkpoint: Path, options: dict[str, str]):

@@ -11,7 +11,7 @@ from firesteel.core.errors import FiresteelError
 from firesteel.core.options import parse_options
 from firesteel.kafka.options import PASSTHROUGH, KafkaSinkOptions
 from firesteel.kafka.sink import KafkaExactlyOnceSink, KafkaSink
-from firesteel.kafka.testing import free_port
+from firesteel.testing.kafka import free_port
 
 WITHIN = 30.0
 

@@ -1,9 +1,21 @@
 """Fault injection points, used by the crash-test harness to kill a job at an exact step.
 
-Library code calls :func:`fault_point` at each step of the commit protocol. It
-does nothing unless the environment variable ``FIRESTEEL_FAULT`` names that
-point, as ``point``, ``point@batch`` or ``point@batch:partition`` (several,
-comma-separated). A matching point kills with SIGKILL, as a crash would:
+Each point is declared once, by the module that fires it, at import::
+
+    AFTER_SEND = fault_point("wal.after_send", "a WAL segment was sent, before its commit record")
+    ...
+    AFTER_SEND.fire(batch_id, partition)
+
+and recorded in :data:`REGISTRY`, which the arming side
+(``firesteel.testing``, a separate distribution) checks every name it arms
+against, so a misspelled point is an error instead of a kill that never comes.
+A distribution lists its declaring modules under the entry point group
+:data:`ENTRY_POINT_GROUP` so the arming side can import them first.
+
+Firing does nothing unless the environment variable ``FIRESTEEL_FAULT`` names
+that point, as ``point``, ``point@batch`` or ``point@batch:partition`` (several,
+comma-separated); unarmed, it costs one environment lookup. A matching point
+kills with SIGKILL, as a crash would:
 
 * ``FIRESTEEL_FAULT_KILL=job`` (default): the process group in
   ``FIRESTEEL_FAULT_PGID`` (the job the harness started: driver and JVM) and
@@ -13,8 +25,6 @@ comma-separated). A matching point kills with SIGKILL, as a crash would:
 
 ``FIRESTEEL_FAULT_DIR`` names a folder of markers so each point fires once,
 even when Spark retries the task that hit it.
-
-The named points are listed in :data:`POINTS`.
 """
 
 from __future__ import annotations
@@ -22,7 +32,10 @@ from __future__ import annotations
 import logging
 import os
 import signal
+from dataclasses import dataclass
 from pathlib import Path
+
+from firesteel.core.errors import FiresteelError
 
 logger = logging.getLogger(__name__)
 
@@ -31,19 +44,46 @@ KILL_ENV = "FIRESTEEL_FAULT_KILL"
 PGID_ENV = "FIRESTEEL_FAULT_PGID"
 MARKER_DIR_ENV = "FIRESTEEL_FAULT_DIR"
 
-POINTS = (
-    "source.after_read",
-    "sink.after_write",
-    "sink.after_pre_commit",
-    "driver.before_commit",
-    "driver.mid_commit",
-    "driver.after_commit",
-    "state.after_snapshot",
-)
-"""Protocol points library code announces. Connectors may add their own (``kafka.*``).
+ENTRY_POINT_GROUP = "firesteel.fault_points"
+"""Entry point group naming the modules of a distribution that declare fault points."""
 
-``driver.after_commit`` is the last step before Spark writes ``commits/N``.
-"""
+
+class FaultPointError(FiresteelError, ValueError):
+    """A fault point is declared twice with different meanings, or armed but never declared."""
+
+
+@dataclass(frozen=True)
+class FaultPoint:
+    """A named step at which the crash-test harness may kill the job (see module docs)."""
+
+    name: str
+    meaning: str
+
+    def fire(self, batch_id: int | None = None, partition: int | None = None) -> None:
+        """Kill this job here if ``FIRESTEEL_FAULT`` arms this point for this batch/partition."""
+        specs = os.environ.get(FAULT_ENV)
+        if specs:
+            _fire(specs, self.name, batch_id, partition)
+
+
+REGISTRY: dict[str, FaultPoint] = {}
+"""Every fault point declared by a module imported so far, by name."""
+
+
+def fault_point(name: str, meaning: str) -> FaultPoint:
+    """Declare the fault point ``name`` (what has happened when it fires: ``meaning``).
+
+    Called once at import by the module that fires it. Two modules firing the
+    same step share one declaration; declaring a name again with another
+    meaning is a :class:`FaultPointError`.
+    """
+    known = REGISTRY.get(name)
+    if known is not None and known.meaning != meaning:
+        msg = f"fault point {name!r} is already declared as {known.meaning!r}"
+        raise FaultPointError(msg)
+    point = known or FaultPoint(name, meaning)
+    REGISTRY[name] = point
+    return point
 
 
 def _matches(spec: str, point: str, batch_id: int | None, partition: int | None) -> bool:
@@ -73,11 +113,7 @@ def _claim(spec: str) -> bool:
     return True
 
 
-def fault_point(point: str, batch_id: int | None = None, partition: int | None = None) -> None:
-    """Kill this job here if ``FIRESTEEL_FAULT`` asks for ``point`` (see module docs)."""
-    specs = os.environ.get(FAULT_ENV)
-    if not specs:
-        return
+def _fire(specs: str, point: str, batch_id: int | None, partition: int | None) -> None:
     for spec in specs.split(","):
         if _matches(spec, point, batch_id, partition) and _claim(spec.strip()):
             logger.warning("fault injection: killing at %s (batch %s)", spec, batch_id)

@@ -32,6 +32,23 @@ from firesteel.core.guarantee import SinkKind
 
 logger = logging.getLogger(__name__)
 
+# The protocol's fault points, fired by every sink framework (see firesteel.core.faults).
+AFTER_WRITE = fault_point(
+    "sink.after_write", "a task wrote its records, before it prepared its commit and voted"
+)
+AFTER_PRE_COMMIT = fault_point(
+    "sink.after_pre_commit", "a task prepared its commit durably, before its vote reached Spark"
+)
+BEFORE_COMMIT = fault_point(
+    "driver.before_commit", "every task voted, before the driver commits the batch"
+)
+MID_COMMIT = fault_point(
+    "driver.mid_commit", "inside the driver's commit: some of its durable steps done, not all"
+)
+AFTER_COMMIT = fault_point(
+    "driver.after_commit", "the driver committed the batch, before Spark writes commits/N"
+)
+
 VOTE_FORMAT_VERSION = 1
 
 C = TypeVar("C", bound="Committable")
@@ -172,12 +189,12 @@ class PlainSink(Sink):
 
     def write_partition(self, scope: TaskScope, batches: Iterator[pa.RecordBatch]) -> Vote:
         rows = self.write(scope, batches)
-        fault_point("sink.after_write", scope.batch_id, scope.partition_id)
+        AFTER_WRITE.fire(scope.batch_id, scope.partition_id)
         return self.vote(scope, rows)
 
     def commit_batch(self, batch_id: int, votes: Sequence[Vote]) -> None:
-        fault_point("driver.before_commit", batch_id)
-        fault_point("driver.after_commit", batch_id)
+        BEFORE_COMMIT.fire(batch_id)
+        AFTER_COMMIT.fire(batch_id)
 
 
 class IdempotentSink(PlainSink):
@@ -256,20 +273,20 @@ class TwoPhaseCommitSink(Sink, Generic[Txn, C]):
             for batch in batches:
                 self.write(txn, batch)
                 rows += batch.num_rows
-            fault_point("sink.after_write", scope.batch_id, scope.partition_id)
+            AFTER_WRITE.fire(scope.batch_id, scope.partition_id)
             handle = self.pre_commit(txn)
         except BaseException:
             self.abort_transaction(txn)
             raise
-        fault_point("sink.after_pre_commit", scope.batch_id, scope.partition_id)
+        AFTER_PRE_COMMIT.fire(scope.batch_id, scope.partition_id)
         return self.vote(scope, rows, handle)
 
     def commit_batch(self, batch_id: int, votes: Sequence[Vote]) -> None:
-        fault_point("driver.before_commit", batch_id)
+        BEFORE_COMMIT.fire(batch_id)
         kind = cast("type[C]", self.committable_type)
         ordered = sorted(votes, key=_partition)
         self.commit(batch_id, [vote.committable(kind) for vote in ordered])
-        fault_point("driver.after_commit", batch_id)
+        AFTER_COMMIT.fire(batch_id)
 
     def abort_batch(self, batch_id: int, votes: Sequence[Vote | None]) -> None:
         kind = cast("type[C]", self.committable_type)

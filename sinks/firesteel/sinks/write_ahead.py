@@ -59,7 +59,16 @@ from firesteel.core.durable import atomic_output, write_atomically
 from firesteel.core.errors import CheckpointCorruptError, IncompatibleFormatError, SinkError
 from firesteel.core.faults import fault_point
 from firesteel.core.guarantee import SinkKind
-from firesteel.core.sink import Committable, Sink, Vote
+from firesteel.core.sink import (
+    AFTER_COMMIT,
+    AFTER_PRE_COMMIT,
+    AFTER_WRITE,
+    BEFORE_COMMIT,
+    MID_COMMIT,
+    Committable,
+    Sink,
+    Vote,
+)
 from firesteel.sinks.committers import CheckpointCommitter
 from firesteel.sinks.fanout import run_on_executors
 
@@ -75,8 +84,9 @@ _HASH_CHUNK = 1 << 20
 _META_VERSION = b"firesteel.wal.version"
 _META_KEY = b"firesteel.wal.key"
 
-AFTER_SEND = "wal.after_send"
-"""Fault point between sending a segment and recording it: the one re-send window."""
+AFTER_SEND = fault_point(
+    "wal.after_send", "a segment was sent, before the committer recorded it (the re-send window)"
+)
 
 
 @dataclass(frozen=True)
@@ -206,7 +216,7 @@ class WriteAheadSink(Sink):
         iterator = iter(batches)
         first = next(iterator, None)
         if first is None:
-            fault_point("sink.after_write", scope.batch_id, scope.partition_id)
+            AFTER_WRITE.fire(scope.batch_id, scope.partition_id)
             return self.vote(scope, 0, SegmentCommittable(None))
         path = self.segment_path(scope.batch_id, scope.partition_id, uuid.uuid4().hex)
         fsys, final = filesystem(path)
@@ -226,10 +236,10 @@ class WriteAheadSink(Sink):
                 for batch in _chain(first, iterator):
                     writer.write_batch(batch)
                     rows += batch.num_rows
-        fault_point("sink.after_write", scope.batch_id, scope.partition_id)
+        AFTER_WRITE.fire(scope.batch_id, scope.partition_id)
         payload = SegmentCommittable(path, rows, hashing.size, hashing.digest.hexdigest())
         vote = self.vote(scope, rows, payload)
-        fault_point("sink.after_pre_commit", scope.batch_id, scope.partition_id)
+        AFTER_PRE_COMMIT.fire(scope.batch_id, scope.partition_id)
         return vote
 
     def read_segment(self, vote: Vote) -> Iterator[pa.RecordBatch]:
@@ -284,7 +294,7 @@ class WriteAheadSink(Sink):
         return size, digest.hexdigest()
 
     def commit_batch(self, batch_id: int, votes: Sequence[Vote]) -> None:
-        fault_point("driver.before_commit", batch_id)
+        BEFORE_COMMIT.fire(batch_id)
         pending = [vote for vote in self._plan(batch_id, votes) if self._unsent(vote)]
         if self.send_connect and pending:
             sends = [_SegmentSend(self, vote) for vote in pending]
@@ -293,10 +303,10 @@ class WriteAheadSink(Sink):
             for position, vote in enumerate(pending):
                 self.send_segment(vote)
                 if position < len(pending) - 1:
-                    fault_point("driver.mid_commit", batch_id)
+                    MID_COMMIT.fire(batch_id)
         self._delete_through(batch_id)
         self.committer.forget(self.sink_id, batch_id)
-        fault_point("driver.after_commit", batch_id)
+        AFTER_COMMIT.fire(batch_id)
 
     def _unsent(self, vote: Vote) -> bool:
         """Whether ``vote`` has a segment the committer does not record as sent."""
@@ -315,7 +325,7 @@ class WriteAheadSink(Sink):
     def send_segment(self, vote: Vote) -> None:
         """Send one voted segment, then record it: where it runs, the driver or an executor."""
         self.send_values(self.read_segment(vote), vote.batch_id, vote.partition_id)
-        fault_point(AFTER_SEND, vote.batch_id, vote.partition_id)
+        AFTER_SEND.fire(vote.batch_id, vote.partition_id)
         self.committer.commit(self.sink_id, vote.batch_id, vote.partition_id)
 
     def _plan(self, batch_id: int, votes: Sequence[Vote]) -> list[Vote]:

@@ -70,6 +70,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+AFTER_SNAPSHOT = fault_point(
+    "state.after_snapshot", "a task wrote its keyed-state snapshot, before the batch committed"
+)
+
 KEY_GROUP_COLUMN = "__firesteel_key_group"
 ROUTE_COLUMN = "__firesteel_route"
 BATCH_TIME_COLUMN = "__firesteel_batch_time"
@@ -323,7 +327,7 @@ def run_task(
         yield from builder.drain()
         pending.wait()
         pending = None
-        fault_point("state.after_snapshot", task.batch_id, task.partition)
+        AFTER_SNAPSHOT.fire(task.batch_id, task.partition)
         logger.debug(
             "state: operator %s batch %d partition %d emitted %d rows",
             spec.name,

@@ -21,6 +21,10 @@ from firesteel.core.faults import fault_point
 from firesteel.core.source import UNBOUNDED, Offset, ReadLimit, ResettableSource
 from firesteel.core.spark.offsets import SOURCE_TAG
 
+AFTER_READ = fault_point(
+    "source.after_read", "a task read its input partition, before the batch committed"
+)
+
 OFFSET_KEY = "offset"
 
 
@@ -83,11 +87,7 @@ class SparkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         yield from self.source.read(partition.value)
         scope = TaskScope.running()
-        fault_point(
-            "source.after_read",
-            scope.batch_id if scope else None,
-            scope.partition_id if scope else None,
-        )
+        AFTER_READ.fire(scope.batch_id if scope else None, scope.partition_id if scope else None)
 
     def commit(self, end: dict[str, Any]) -> None:
         self.source.commit(self._unwrap(end))

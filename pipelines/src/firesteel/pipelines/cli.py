@@ -26,7 +26,10 @@ from firesteel.pipelines.verify import VerifiedBlueprint, verify
 
 
 def _topology(verified: VerifiedBlueprint, config: PipelineConfig) -> str:
-    lines = [f"blueprint {verified.blueprint.name}: {len(verified.streamlets)} streamlets"]
+    lines = [
+        f"blueprint {verified.blueprint.name}: {len(verified.streamlets)} streamlets, "
+        f"{config.guarantee()} end to end"
+    ]
     for name, cls in verified.streamlets.items():
         guarantee = config.streamlet(name).checkpointing.guarantee
         lines.append(f"  {name} ({verified.blueprint.streamlets[name]}), {guarantee}")

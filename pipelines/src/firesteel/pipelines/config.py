@@ -65,7 +65,17 @@ from firesteel.pipelines.errors import ConfigurationError
 from firesteel.pipelines.parameters import parse_duration
 from firesteel.pipelines.verify import VerifiedBlueprint
 
-ROOT_KEYS = ("streamlets", "runtimes", "kafka", "local-topics", "checkpoints", "blueprint-name")
+ROOT_KEYS = (
+    "streamlets",
+    "runtimes",
+    "kafka",
+    "local-topics",
+    "checkpoints",
+    "blueprint-name",
+    "guarantee",
+)
+GUARANTEES = ("none", "at-least-once", "exactly-once")
+"""Weakest first: a pipeline gives the weakest of its streamlets' guarantees."""
 STREAMLET_KEYS = ("config-parameters", "config", "checkpointing")
 RUNTIME_KEYS = ("config", "checkpointing")
 
@@ -181,13 +191,46 @@ class PipelineConfig:
         _unknown(_child(self.tree, "runtimes"), ("spark",), "firesteel.runtimes", problems)
         runtime = _child(self.tree, "runtimes", "spark")
         _unknown(runtime, RUNTIME_KEYS, "firesteel.runtimes.spark", problems)
+        resolved = {}
         for name in self.verified.streamlets:
-            problems.extend(self._resolve(name)[1])
+            config, found = self._resolve(name)
+            problems.extend(found)
+            if config is not None:
+                resolved[name] = config.checkpointing.guarantee
+        problems.extend(self._guarantee_problems(resolved))
         problems = list(dict.fromkeys(problems))
         if problems:
             listed = "\n".join(f"  - {p}" for p in problems)
             msg = f"the pipeline configuration has {len(problems)} problem(s):\n{listed}"
             raise ConfigurationError(msg)
+
+    @property
+    def required_guarantee(self) -> str | None:
+        """The guarantee ``firesteel.guarantee`` asks of the whole pipeline, if any."""
+        value = self.tree.get("guarantee", None)
+        return None if value is None else str(value).lower().replace("_", "-")
+
+    def guarantee(self) -> str:
+        """What the pipeline gives end to end: the weakest of its streamlets' guarantees."""
+        given = [self.streamlet(n).checkpointing.guarantee for n in self.verified.streamlets]
+        return min(given, key=GUARANTEES.index, default="exactly-once")
+
+    def _guarantee_problems(self, given: dict[str, str]) -> list[str]:
+        required = self.required_guarantee
+        if required is None:
+            return []
+        if required not in GUARANTEES:
+            return [f"firesteel.guarantee: {required!r} is not one of {', '.join(GUARANTEES)}"]
+        short = sorted(
+            n for n, g in given.items() if GUARANTEES.index(g) < GUARANTEES.index(required)
+        )
+        if not short:
+            return []
+        listed = ", ".join(f"{n} ({given[n]})" for n in short)
+        return [
+            f"firesteel.guarantee: the pipeline must be {required}, but {listed} give less: "
+            "turn their checkpointing on and set its mode, or lower the requirement"
+        ]
 
     def streamlet(self, name: str) -> StreamletConfig:
         """The resolved configuration of streamlet ``name``."""

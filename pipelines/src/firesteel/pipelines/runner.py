@@ -6,8 +6,10 @@ anything is wrong), then starts one Python process per streamlet
 to ``<work>/logs/<streamlet>.log``. Topics are folders under
 ``<work>/topics`` (:mod:`firesteel.pipelines.local`), checkpoints under
 ``<work>/checkpoints``, so a restart resumes exactly where the last run
-stopped. The blueprint's folder is put on the processes' ``PYTHONPATH`` (Spark's
-Python workers inherit it), so ``module.Class`` references resolve next to it.
+stopped; a redeployment whose consumers cannot read what earlier ones wrote is
+refused (:mod:`firesteel.pipelines.redeploy`). The blueprint's folder is put on
+the processes' ``PYTHONPATH`` (Spark's Python workers inherit it), so
+``module.Class`` references resolve next to it.
 
 Ctrl-C (or SIGTERM) stops every streamlet: each stops its queries, waiting for
 a running batch to end; one still running after :data:`STOP_TIMEOUT_S` is
@@ -29,6 +31,7 @@ from types import FrameType
 
 from firesteel.pipelines.blueprint import load_blueprint
 from firesteel.pipelines.config import PipelineConfig
+from firesteel.pipelines.redeploy import check_recorded_schemas, record_schemas
 from firesteel.pipelines.verify import VerifiedBlueprint, verify
 
 logger = logging.getLogger(__name__)
@@ -68,6 +71,7 @@ class LocalRunner:
         self.files = [str(Path(f).resolve()) for f in files]
         self.settings = list(settings)
         self.verified, self.config = load(self.blueprint, self.files, self.settings)
+        check_recorded_schemas(self.verified, self.work)
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self._stopping = False
 
@@ -78,6 +82,7 @@ class LocalRunner:
     def start(self) -> None:
         """Start every streamlet's process."""
         (self.work / "logs").mkdir(parents=True, exist_ok=True)
+        record_schemas(self.verified, self.work)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(self.blueprint.parent), env.get("PYTHONPATH", "")) if p

@@ -67,10 +67,12 @@ from firesteel.state.serializers import key_packer, unpack_key
 logger = logging.getLogger(__name__)
 
 BACKEND = "rocksdb"
-MID_UPLOAD = "rocksdb.mid_upload"
-"""Fault point: after the first file of a snapshot is uploaded, before its manifest."""
-MID_RESTORE = "rocksdb.mid_restore"
-"""Fault point: after the first file of a restore is downloaded, before the instance opens."""
+MID_UPLOAD = fault_point(
+    "rocksdb.mid_upload", "the first file of a snapshot was uploaded, before its manifest"
+)
+MID_RESTORE = fault_point(
+    "rocksdb.mid_restore", "the first file of a restore was downloaded, before the instance opens"
+)
 _MERGE_CHUNK = 10_000
 SWEEP_ROUNDS = 8
 """Batches in which every TTL entry is checked once (see ``_sweep_expired``)."""
@@ -214,7 +216,7 @@ class RocksDBKeyedStore(TaskStore):
         def downloaded() -> None:
             if first[0]:
                 first[0] = False
-                fault_point(MID_RESTORE, task.batch_id, task.partition)
+                MID_RESTORE.fire(task.batch_id, task.partition)
 
         exact = len(manifests) == 1 and primary.key_groups == wanted
         previous = self.base
@@ -517,7 +519,7 @@ class RocksDBKeyedStore(TaskStore):
             uploaded += 1
             bytes_uploaded += stored.size
             if uploaded == 1:
-                fault_point(MID_UPLOAD, task.batch_id, task.partition)
+                MID_UPLOAD.fire(task.batch_id, task.partition)
         manifest = dataclasses.replace(manifest, files=tuple(files))
         self.storage.write_manifest(manifest)
         self.storage.remove_stale(manifest)

@@ -72,8 +72,9 @@ from firesteel.sinks.write_ahead import WriteAheadSink, log_dir_for
 
 logger = logging.getLogger(__name__)
 
-MID_SEND = "cassandra.mid_send"
-"""Fault point after the first chunk of a segment was written, before the rest."""
+MID_SEND = fault_point(
+    "cassandra.mid_send", "the first chunk of a segment was written to Cassandra, not the rest"
+)
 SEND_CHUNK_PER_REQUEST = 8
 """Rows bound per call, per allowed in-flight request: bounds the memory of one send."""
 
@@ -118,7 +119,7 @@ class CassandraWalSink(WriteAheadSink):
                     session, prepared, [batch.slice(start, chunk)], where, stamp
                 )
                 if sent == min(chunk, batch.num_rows):
-                    fault_point(MID_SEND, batch_id, partition)
+                    MID_SEND.fire(batch_id, partition)
         logger.info("firesteel.cassandra sink %s: %s sent %d rows", self.sink_id, where, sent)
 
 

@@ -88,6 +88,17 @@ from firesteel.kafka.rows import RowExtractor, load_partitioner
 
 logger = logging.getLogger(__name__)
 
+AFTER_PRODUCE = fault_point(
+    "kafka.after_produce", "a task handed its records to the producer, before the flush"
+)
+AFTER_FLUSH = fault_point("kafka.after_flush", "the broker acknowledged a task's records")
+BEFORE_COMMIT_TRANSACTION = fault_point(
+    "kafka.before_commit_transaction", "a task's transaction is flushed, before its commit"
+)
+AFTER_COMMIT_TRANSACTION = fault_point(
+    "kafka.after_commit_transaction", "a task's transaction committed, before its vote"
+)
+
 TIMEOUT_MARGIN = 0.8
 """A task aborts its transaction once it has been open this fraction of the timeout."""
 NO_MARKER = -1
@@ -246,7 +257,7 @@ class KafkaSink(PlainSink):
             args = extractor.extract(batch)
             produce_all(producer, args)
             rows += len(args)
-        fault_point("kafka.after_produce", scope.batch_id, scope.partition_id)
+        AFTER_PRODUCE.fire(scope.batch_id, scope.partition_id)
         what = f"batch {scope.batch_id} partition {scope.partition_id}"
         if self.checked:
             flush(producer, tracker, self.options.flush_timeout_ms, what)
@@ -258,7 +269,7 @@ class KafkaSink(PlainSink):
                     what,
                     tracker.failed + remaining,
                 )
-        fault_point("kafka.after_flush", scope.batch_id, scope.partition_id)
+        AFTER_FLUSH.fire(scope.batch_id, scope.partition_id)
         return rows
 
 
@@ -562,7 +573,7 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable
         """
         from confluent_kafka import Consumer, TopicPartition
 
-        from firesteel.kafka.rawlog import read_log
+        from firesteel.testing.kafka.rawlog import read_log
 
         topic = self.options.marker_log_topic
         if not topic:
@@ -664,10 +675,10 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable
         if txn.state is not TxnState.OPEN:
             self._release(txn)
             return handle
-        fault_point("kafka.after_produce", scope.batch_id, scope.partition_id)
+        AFTER_PRODUCE.fire(scope.batch_id, scope.partition_id)
         assert txn.tracker is not None
         flush(txn.producer, txn.tracker, self.options.flush_timeout_ms, txn.transactional_id)
-        fault_point("kafka.after_flush", scope.batch_id, scope.partition_id)
+        AFTER_FLUSH.fire(scope.batch_id, scope.partition_id)
         if self.options.marker_log_topic:
             # Same transaction as the data: visible exactly when the data is.
             txn.producer.produce(
@@ -677,10 +688,10 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable
                 0,
             )
         self._check_age(txn)
-        fault_point("kafka.before_commit_transaction", scope.batch_id, scope.partition_id)
+        BEFORE_COMMIT_TRANSACTION.fire(scope.batch_id, scope.partition_id)
         self._transactional(txn, "commit_transaction", txn.producer.commit_transaction)
         txn.state = TxnState.COMMITTED
-        fault_point("kafka.after_commit_transaction", scope.batch_id, scope.partition_id)
+        AFTER_COMMIT_TRANSACTION.fire(scope.batch_id, scope.partition_id)
         self._release(txn)
         return handle
 

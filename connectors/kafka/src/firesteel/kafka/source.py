@@ -43,6 +43,10 @@ from firesteel.kafka.sourcefolder import source_folder
 
 logger = logging.getLogger(__name__)
 
+AFTER_INITIAL_OFFSET = fault_point(
+    "kafka.after_initial_offset", "the start offsets are known (and pinned), before offsets/0"
+)
+
 EARLIEST = -2
 LATEST = -1
 
@@ -148,7 +152,7 @@ class KafkaSource(ResettableSource):
         """
         if self._initial is None:
             self._initial = self._pinned_or_resolved()
-            fault_point("kafka.after_initial_offset")
+            AFTER_INITIAL_OFFSET.fire()
         return self._initial
 
     def _check_folder(self) -> None:

@@ -48,8 +48,7 @@ import pyarrow as pa
 from firesteel.core.context import TaskScope
 from firesteel.core.durable import create_record, read_record, write_record
 from firesteel.core.errors import ConfigError
-from firesteel.core.faults import fault_point
-from firesteel.core.sink import TwoPhaseCommitSink
+from firesteel.core.sink import MID_COMMIT, TwoPhaseCommitSink
 from firesteel.files.sink.manifest import (
     COMPACT_EVERY,
     CommittedFile,
@@ -237,7 +236,7 @@ class FilesSink(TwoPhaseCommitSink[TaskWriter, FileCommittable]):
         if not write_manifest(self.out, manifest):
             self._roll_forward(batch_id, read_manifest(path), files)
             return
-        fault_point("driver.mid_commit", batch_id)
+        MID_COMMIT.fire(batch_id)
         finalize(self.out, manifest)
         self._drop_pending(batch_id)
         if (batch_id + 1) % COMPACT_EVERY == 0:

@@ -2,14 +2,14 @@
 
 Usage::
 
-    python -m firesteel.cassandra.testing.soak {upsert,wal} --cycles N [--workdir DIR] [--seed S]
+    python -m firesteel.testing.cassandra.soak {upsert,wal} --cycles N [--workdir DIR] [--seed S]
 
 Both paths run :data:`SINK_JOB` (firesteel.files -> firesteel.cassandra, the
 table :data:`SINK_TABLE`) in ``mode=upsert`` or
 ``mode=wal``, with a new random partition count (1-4) and another spelling of
 the checkpoint folder (:class:`~firesteel.testing.spellings.Spellings`) on
 every restart. The
-cluster is :func:`~firesteel.cassandra.testing.cassandra_cluster`'s: the one
+cluster is :func:`~firesteel.testing.cassandra.cassandra_cluster`'s: the one
 ``FIRESTEEL_CASSANDRA_HOSTS`` names, else the test server in its own process.
 
 Every cycle adds :data:`FILES_PER_CYCLE` Parquet files of sequence numbers
@@ -34,9 +34,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from firesteel.cassandra.testing import HOSTS_ENV, cassandra_cluster, connect
 from firesteel.cassandra.wal import MID_SEND
 from firesteel.sinks.write_ahead import AFTER_SEND
+from firesteel.testing.cassandra import HOSTS_ENV, cassandra_cluster, connect
 from firesteel.testing.soak import (
     SavedRun,
     SoakError,
@@ -65,7 +65,7 @@ KEYSPACE = "firesteel_soak"
 
 POINTS = {
     "upsert": ("sink.after_write", "driver.before_commit", "driver.after_commit"),
-    "wal": (MID_SEND, AFTER_SEND, "driver.mid_commit", "driver.after_commit"),
+    "wal": (MID_SEND.name, AFTER_SEND.name, "driver.mid_commit", "driver.after_commit"),
 }
 """Protocol points a cycle of each path may kill at."""
 
@@ -175,7 +175,7 @@ def _cassandra_run(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line (see the module docs)."""
-    return run_cli("python -m firesteel.cassandra.testing.soak", list(POINTS), _cassandra_run, argv)
+    return run_cli("python -m firesteel.testing.cassandra.soak", list(POINTS), _cassandra_run, argv)
 
 
 if __name__ == "__main__":

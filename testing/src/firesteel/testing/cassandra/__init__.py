@@ -3,14 +3,14 @@
 :func:`cassandra_cluster` yields ``(host, port)``, first match wins:
 
 1. ``FIRESTEEL_CASSANDRA_HOSTS`` (``host[:port],...``): an existing cluster;
-2. otherwise a :mod:`firesteel.cassandra.testing.server` process on a free
-   port of 127.0.0.1 (``python -m firesteel.cassandra.testing PORT``), so the
+2. otherwise a :mod:`firesteel.testing.cassandra.server` process on a free
+   port of 127.0.0.1 (``python -m firesteel.testing.cassandra PORT``), so the
    server outlives a job the crash tests kill; stopped by PID.
 
 The server is small and honest about what it is: rows in dicts keyed by primary
 key, last write wins by the client's write timestamp, TTLs, counters, PREPARE /
 EXECUTE / BATCH; no replication, no paging, no LWT. It counts the statements and
-rows it executed (:class:`~firesteel.cassandra.testing.store.Store`).
+rows it executed (:class:`~firesteel.testing.cassandra.store.Store`).
 
 Faults are injected over the protocol, so they reach every process that talks
 to the server (Spark's workers too): :func:`inject` inserts a rule into the
@@ -32,7 +32,7 @@ through:
 - ``slow``: executed, the reply held back ``delay_ms`` (and with it every later
   reply on that connection: one connection is one thread).
 
-See :mod:`firesteel.cassandra.testing.faults` for the table and the rules.
+See :mod:`firesteel.testing.cassandra.faults` for the table and the rules.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def start_server(timeout: float = 20.0) -> tuple[subprocess.Popen[bytes], int]:
     for _ in range(5):
         port = free_port()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "firesteel.cassandra.testing", str(port)],
+            [sys.executable, "-m", "firesteel.testing.cassandra", str(port)],
             stdout=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + timeout

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from firesteel.kafka.rawlog import LogRecord, LogView, read_log
+from firesteel.testing.kafka.rawlog import LogRecord, LogView, read_log
 from firesteel.testing.ports import free_port
 
 __all__ = [

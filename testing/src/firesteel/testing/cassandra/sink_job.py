@@ -4,7 +4,7 @@ Usage: sink_job.py <input dir> <checkpoint> <host> <port> <keyspace> <table>
 <max files per batch> [<mode> [<partitions> [<send>]]]
 
 ``mode`` is ``upsert`` or ``wal`` (the table
-:data:`~firesteel.cassandra.testing.soak.SINK_TABLE`: ``body`` is ``body-<seq>``,
+:data:`~firesteel.testing.cassandra.soak.SINK_TABLE`: ``body`` is ``body-<seq>``,
 the map ``attrs`` is ``{seq: <seq>, mod: <seq % 7>}``, written whole by the
 INSERT; exactly-once); ``counter``: ``mode=wal`` with ``write=increment``
 into ``(k bigint PRIMARY KEY, hits counter, total counter)``, adding 1 and

@@ -14,12 +14,12 @@ A table's final contents cannot show that an idempotent write was sent
 twice; this can. The write-ahead-log crash tests read it with
 :func:`write_counts` to prove that a segment recorded as sent is never sent
 again. Faulted statements that did not run (see
-:mod:`~firesteel.cassandra.testing.faults`) are not counted.
+:mod:`~firesteel.testing.cassandra.faults`) are not counted.
 """
 
 from __future__ import annotations
 
-from firesteel.cassandra.testing.store import Store, Table
+from firesteel.testing.cassandra.store import Store, Table
 
 KEYSPACE = "firesteel_tally"
 TABLE = "writes"

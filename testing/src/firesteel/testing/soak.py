@@ -41,7 +41,7 @@ writing a cycle's input (then resuming is refused: that input is partial).
 The report's ``legs`` counts the sittings and ``seconds`` adds them up.
 
 The Kafka pipelines are soak paths of the Kafka distribution
-(``python -m firesteel.kafka.testing.soak``), built on :func:`soak` and
+(``python -m firesteel.testing.kafka.soak``), built on :func:`soak` and
 :func:`run_cli` with their own :class:`SoakRun`.
 """
 

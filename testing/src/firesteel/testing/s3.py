@@ -59,7 +59,7 @@ class S3Server:
         """Start the server on a free port and wait until it answers."""
         command = shutil.which("moto_server", path=str(Path(sys.executable).parent))
         if command is None:
-            package, distribution = "moto", "firesteel[test]"
+            package, distribution = "moto", "firesteel-testing"
             raise MissingDependencyError(package, distribution)
         self.workdir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)

@@ -55,9 +55,10 @@ from typing import Literal
 import psutil
 
 from firesteel.core.errors import FiresteelError
-from firesteel.core.faults import FAULT_ENV, KILL_ENV, MARKER_DIR_ENV, PGID_ENV
+from firesteel.core.faults import FAULT_ENV, KILL_ENV, MARKER_DIR_ENV, PGID_ENV, FaultPoint
 from firesteel.testing.jobs import DEFAULT_MASTER, MASTER_ENV
 from firesteel.testing.jvm import ARCHIVE_ENV, driver_archive
+from firesteel.testing.points import check_point
 from firesteel.testing.processes import (
     TOKEN_ENV,
     ProcessTracker,
@@ -121,13 +122,13 @@ Kill = AtPoints | AtRandom
 
 
 def at_point(
-    point: str,
+    point: str | FaultPoint,
     batch: int | None = None,
     partition: int | None = None,
     mode: Literal["job", "process"] = "job",
 ) -> AtPoints:
-    """Arm one named point (see :data:`firesteel.core.faults.POINTS`) for one run."""
-    spec = point
+    """Arm one declared fault point (see :mod:`firesteel.testing.points`) for one run."""
+    spec = check_point(point)
     if batch is not None:
         spec += f"@{batch}"
         if partition is not None:
@@ -136,7 +137,7 @@ def at_point(
 
 
 def task_kills(
-    points: Sequence[str], batches: Sequence[int], partitions: Sequence[int] = ()
+    points: Sequence[str | FaultPoint], batches: Sequence[int], partitions: Sequence[int] = ()
 ) -> AtPoints:
     """Kill a task at each of ``points`` in each of ``batches`` (``mode="process"``).
 
@@ -152,8 +153,9 @@ def task_kills(
     if len(points) > 3:
         msg = f"{len(points)} kills per task outlive its four attempts: give at most three"
         raise HarnessError(msg)
+    names = [check_point(point) for point in points]
     where = [f":{partition}" for partition in partitions] or [""]
-    specs = tuple(f"{point}@{batch}{at}" for batch in batches for at in where for point in points)
+    specs = tuple(f"{name}@{batch}{at}" for batch in batches for at in where for name in names)
     return AtPoints(specs, mode="process")
 
 

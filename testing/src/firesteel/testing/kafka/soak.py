@@ -2,14 +2,14 @@
 
 Usage::
 
-    python -m firesteel.kafka.testing.soak {map,state} --cycles N [--workdir DIR] [--seed S]
-    python -m firesteel.kafka.testing.soak {map,state} --resume --workdir DIR  # a paused run
+    python -m firesteel.testing.kafka.soak {map,state} --cycles N [--workdir DIR] [--seed S]
+    python -m firesteel.testing.kafka.soak {map,state} --resume --workdir DIR  # a paused run
 
 - ``map``: Kafka -> map -> Kafka exactly-once (``scripts/map_job.py``);
 - ``state``: Kafka -> keyed rank per key (filesystem backend) -> Kafka
   exactly-once (``scripts/state_job.py``).
 
-The broker is :func:`~firesteel.kafka.testing.kafka_cluster`'s: the cluster
+The broker is :func:`~firesteel.testing.kafka.kafka_cluster`'s: the cluster
 ``FIRESTEEL_KAFKA_BOOTSTRAP`` names, else a real broker from ``KAFKA_HOME``
 (its data in ``WORKDIR/broker``, so a paused run resumes on a restarted
 broker with its topics and transactions: see ``--pause`` in
@@ -41,14 +41,14 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from firesteel.kafka.testing import (
+from firesteel.testing.kafka import (
     broker_kind,
     create_topic,
     kafka_cluster,
     produce,
     read_committed,
 )
-from firesteel.kafka.testing.scripts import script
+from firesteel.testing.kafka.scripts import script
 from firesteel.testing.soak import (
     SavedRun,
     SoakError,
@@ -199,7 +199,7 @@ def _kafka_run(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line (see the module docs)."""
-    return run_cli("python -m firesteel.kafka.testing.soak", list(POINTS), _kafka_run, argv)
+    return run_cli("python -m firesteel.testing.kafka.soak", list(POINTS), _kafka_run, argv)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
-"""``python -m firesteel.cassandra.testing PORT``: run the CQL test server until killed."""
+"""``python -m firesteel.testing.cassandra PORT``: run the CQL test server until killed."""
 
 from __future__ import annotations
 
 import sys
 
-from firesteel.cassandra.testing.server import CqlServer
+from firesteel.testing.cassandra.server import CqlServer
 
 
 def main(argv: list[str]) -> None:

@@ -7,8 +7,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from firesteel.cassandra.testing.cql import CqlError
-from firesteel.cassandra.testing.wire import ALREADY_EXISTS, INVALID, string
+from firesteel.testing.cassandra.cql import CqlError
+from firesteel.testing.cassandra.wire import ALREADY_EXISTS, INVALID, string
 
 ROW_MARKER = ""
 """The pseudo-column an INSERT writes so a row with only key columns exists."""

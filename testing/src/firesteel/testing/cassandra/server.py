@@ -7,7 +7,7 @@ the driver skips the 4.x virtual schema) and empty schema tables, so the
 driver's metadata stays empty and statement metadata comes from PREPARE.
 Other protocol versions get the "unsupported protocol version" error the
 driver downgrades on. Requests may be faulted on purpose: see
-:mod:`~firesteel.cassandra.testing.faults`.
+:mod:`~firesteel.testing.cassandra.faults`.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from firesteel.cassandra.testing import faults, tally, wire
-from firesteel.cassandra.testing.cql import (
+from firesteel.testing.cassandra import faults, tally, wire
+from firesteel.testing.cassandra.cql import (
     CqlError,
     Literal,
     Marker,
@@ -34,7 +34,7 @@ from firesteel.cassandra.testing.cql import (
     encode_literal,
     parse,
 )
-from firesteel.cassandra.testing.store import ROW_MARKER, Store, Table
+from firesteel.testing.cassandra.store import ROW_MARKER, Store, Table
 
 _log = logging.getLogger(__name__)
 

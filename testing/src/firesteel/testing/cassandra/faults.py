@@ -40,9 +40,9 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from firesteel.cassandra.testing import wire
-from firesteel.cassandra.testing.cql import CqlError
-from firesteel.cassandra.testing.store import Store, Table
+from firesteel.testing.cassandra import wire
+from firesteel.testing.cassandra.cql import CqlError
+from firesteel.testing.cassandra.store import Store, Table
 
 KEYSPACE = "firesteel_faults"
 TABLE = "rules"

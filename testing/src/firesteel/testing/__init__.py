@@ -1,9 +1,9 @@
 """The crash-test harness every firesteel connector's tests reuse.
 
 * :class:`CrashHarness` runs a job script in a child process (its own session),
-  kills it with SIGKILL at named protocol points (:func:`at_point`, see
-  :mod:`firesteel.core.faults`) or at random times (:func:`at_random`), and
-  restarts it from its checkpoint until a run completes; :func:`task_kills`
+  kills it with SIGKILL at named protocol points (:func:`at_point`, which refuses
+  a name no module declares: :mod:`firesteel.testing.points`) or at random times
+  (:func:`at_random`), and restarts it from its checkpoint until a run completes; :func:`task_kills`
   kills tasks that Spark retries inside one run, at no JVM start each.
 * :func:`assert_exactly_once` / :func:`assert_at_least_once` count
   sequence-numbered records in the output against the input.
@@ -15,7 +15,8 @@
 * :mod:`firesteel.testing.jobs` helps write job scripts;
   :mod:`firesteel.testing.fixtures` holds the pytest fixtures.
 
-Needs ``psutil`` (``pip install firesteel[test]``).
+Ships in the distribution ``firesteel-testing`` (``pip install -e ./testing``, or the
+``test`` extra of ``firesteel`` and of each connector); library code never imports it.
 """
 
 from firesteel.testing.cluster import StandaloneCluster

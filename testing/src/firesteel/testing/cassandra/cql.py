@@ -17,7 +17,7 @@ import struct
 import uuid
 from dataclasses import dataclass, field
 
-from firesteel.cassandra.testing.wire import SYNTAX_ERROR
+from firesteel.testing.cassandra.wire import SYNTAX_ERROR
 
 
 class CqlError(Exception):
