@@ -32,7 +32,7 @@ from benchmarks import spark
 from benchmarks.framework import Figure, Workload
 
 FULL = (2_000, 100)
-QUICK = (12, 4)
+QUICK = (4, 2)
 """(batches, window): how many batches run, and how many at each end are averaged."""
 
 

@@ -412,6 +412,7 @@ def workloads(quick: bool) -> list[Workload]:
                 rocksdb=True,
                 goals={"applyInPandasWithState": (10.0, "issue 11"), "count": (0.5, "issue 11")},
             ),
+            quick=quick,
         )
     )
     return result

@@ -39,6 +39,23 @@ Measure = Callable[[], "float | Figure"]
 """Runs one side once and returns its figure (a bare float or a :class:`Figure`)."""
 
 
+def measured_once(measure: Measure) -> Measure:
+    """``measure`` run on the first call only; later calls return that first figure.
+
+    For quick runs, which prove that each path runs and measure nothing: a side
+    that several workloads share then runs once, and its figure stands beside
+    each of their baselines.
+    """
+    figures: list[float | Figure] = []
+
+    def first() -> float | Figure:
+        if not figures:
+            figures.append(measure())
+        return figures[0]
+
+    return first
+
+
 @dataclass(frozen=True)
 class Workload:
     """One measured task, done by firesteel and by its baseline on the same data.

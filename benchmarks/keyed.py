@@ -22,6 +22,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ import pyarrow.parquet as pq
 from pyspark import cloudpickle
 
 from benchmarks import spark
-from benchmarks.framework import Workload
+from benchmarks.framework import Measure, Workload, measured_once
 from firesteel.core.errors import MissingDependencyError
 from firesteel.state import KeyedProcessor, KeyState, ValueStateDescriptor, stateful
 from firesteel.state.backend import StateBackend
@@ -257,14 +258,20 @@ def keyed_count_workloads(
     sizes: list[tuple[int, int, int]],
     backend: Callable[[Path], StateBackend],
     sides: list[Alternative],
+    quick: bool = False,
 ) -> list[Workload]:
     """One workload per (events, keys, files) size and Spark side, one run per side.
 
     One run each: Spark's Python stateful operators need minutes for 5M events.
+    A ``quick`` run proves each path runs and measures nothing, so firesteel's
+    side runs once per size and its figure stands beside every Spark side.
     """
     result = []
     for events, keys, files in sizes:
         per_batch = max(1, files // BATCHES)
+        ours: Measure = partial(_firesteel_count, scratch, per_batch, backend)
+        if quick:
+            ours = measured_once(ours)
         for side in sides:
             result.append(
                 Workload(
@@ -274,9 +281,7 @@ def keyed_count_workloads(
                     baseline_name=side.name,
                     goal=side.goal,
                     issue=side.issue,
-                    firesteel=lambda per_batch=per_batch: _firesteel_count(
-                        scratch, per_batch, backend
-                    ),
+                    firesteel=ours,
                     baseline=lambda side=side, per_batch=per_batch: _on_provider(
                         scratch, per_batch, side.build, side.provider
                     ),

@@ -8,10 +8,12 @@ cluster named by ``FIRESTEEL_KAFKA_BOOTSTRAP`` wins over both.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
+from firesteel.kafka.pool import TransactionalPool
+from firesteel.kafka.sink import exactly_once
 from firesteel.testing.kafka import kafka_cluster
 from firesteel.testing.workerpython import use_worker_python
 
@@ -44,3 +46,30 @@ def spark() -> Iterator[object]:
     )
     yield session
     session.stop()
+
+
+@pytest.fixture
+def new_worker() -> Iterator[Callable[[], TransactionalPool]]:
+    """Makes the test's code run as a new Python worker (its own kept producers); every
+    producer kept by such a worker is closed after the test."""
+    pools: list[TransactionalPool] = []
+
+    def worker() -> TransactionalPool:
+        pools.append(TransactionalPool())
+        return pools[-1]
+
+    yield worker
+    for pool in pools:
+        for client in pool.idle.values():
+            client.close()
+
+
+@pytest.fixture
+def worker_pool(
+    new_worker: Callable[[], TransactionalPool], monkeypatch: pytest.MonkeyPatch
+) -> TransactionalPool:
+    """The test starts as a fresh Python worker: no producer kept from another test (the
+    sink tests use it for every test, ``pytestmark``)."""
+    pool = new_worker()
+    monkeypatch.setattr(exactly_once, "_TRANSACTIONAL", pool)
+    return pool

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from test_kafka_crash import EXACTLY_ONCE_POINTS, EXACTLY_ONCE_TASK_POINTS
 
-from firesteel.kafka.sink import AFTER_FLUSH, AFTER_PRODUCE
+from firesteel.kafka.sink.points import AFTER_FLUSH, AFTER_PRODUCE
 from firesteel.kafka.source import AFTER_INITIAL_OFFSET
 from firesteel.testing.kafka.soak import POINTS
 from firesteel.testing.points import registered

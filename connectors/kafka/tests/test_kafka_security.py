@@ -94,11 +94,10 @@ def test_only_allow_listed_properties_reach_the_logs(caplog, monkeypatch):
     and OAuth extensions never appear, by name or by value, in any log record."""
     import logging
 
-    from firesteel.kafka import sink as sink_module
-    from firesteel.kafka.sink import KafkaSink
+    from firesteel.kafka.sink import KafkaSink, brokers
 
     # The logs are the subject here, not the cluster (127.0.0.1:1 answers nothing).
-    monkeypatch.setattr(sink_module, "_reach", lambda config: None)
+    monkeypatch.setattr(brokers, "reach", lambda config: None)
 
     raw = {
         "kafka.bootstrap.servers": "127.0.0.1:1",

@@ -14,35 +14,13 @@ from firesteel.core.checkpoint import read_guarantee
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import ConfigError, SinkError
 from firesteel.core.options import parse_options
-from firesteel.kafka import sink as sink_module
 from firesteel.kafka.options import PASSTHROUGH, KafkaSinkOptions
 from firesteel.kafka.pool import TransactionalPool
-from firesteel.kafka.sink import KafkaCommittable, KafkaExactlyOnceSink
+from firesteel.kafka.sink import KafkaCommittable, KafkaExactlyOnceSink, exactly_once
+from firesteel.kafka.sink.marker import committed_marker
 from firesteel.testing.kafka import create_topic, produce, read_log
 
-
-@pytest.fixture
-def new_worker(monkeypatch):
-    """Makes the test's code run as a new Python worker (its own kept producers); every
-    producer kept by such a worker is closed after the test."""
-    pools: list[TransactionalPool] = []
-
-    def worker() -> TransactionalPool:
-        pools.append(TransactionalPool())
-        return pools[-1]
-
-    yield worker
-    for pool in pools:
-        for client in pool.idle.values():
-            client.close()
-
-
-@pytest.fixture(autouse=True)
-def worker_pool(new_worker, monkeypatch) -> TransactionalPool:
-    """Each test starts as a fresh Python worker: no producer kept from another test."""
-    pool = new_worker()
-    monkeypatch.setattr(sink_module, "_TRANSACTIONAL", pool)
-    return pool
+pytestmark = pytest.mark.usefixtures("worker_pool")
 
 
 def _write(spark, bootstrap: str, tmp_path: Path, df_sql: str, **options: str) -> None:
@@ -235,16 +213,18 @@ def test_a_transaction_near_its_timeout_is_aborted_not_left_to_the_broker(bootst
     assert view.values == [] and not view.pending and len(view.aborted) == 5
 
 
-def test_the_marker_log_covers_a_group_marker_the_broker_lost(bootstrap):
+@pytest.mark.parametrize("reader", ["read_committed", "raw"])
+def test_the_marker_log_covers_a_group_marker_the_broker_lost(bootstrap, reader):
     """tansu 0.6 can commit a transaction's data yet lose its group offsets when the
     client dies inside EndTxn (reproduced here by a SIGKILL during commit_transaction).
     Rewinding the group marker by hand stands in for that loss: the re-run must
-    still skip, because the marker record committed with the data."""
+    still skip, because the marker record committed with the data. Both readers of
+    the marker log: the broker's read_committed and the raw one."""
     from confluent_kafka import Consumer, TopicPartition
 
     topic = create_topic(bootstrap, partitions=1)
     marker_log = create_topic(bootstrap, partitions=1)
-    sink = _sink(bootstrap, topic, **{"marker.log.topic": marker_log})
+    sink = _sink(bootstrap, topic, **{"marker.log.topic": marker_log, "marker.log.reader": reader})
     scope = TaskScope(query_id="q", batch_id=4, partition_id=1, attempt=0)
     assert (
         not sink.write_partition(scope, iter([_batch("once")]))
@@ -254,7 +234,7 @@ def test_the_marker_log_covers_a_group_marker_the_broker_lost(bootstrap):
     lost = Consumer(
         {
             "bootstrap.servers": bootstrap,
-            "group.id": sink.marker_group(1),
+            "group.id": sink.names.marker_group(1),
             "enable.auto.commit": False,
         }
     )
@@ -308,10 +288,10 @@ def test_a_marker_read_with_a_partition_error_is_never_taken_for_no_marker():
 
     partition = TopicPartition("t", 0)
     loading = _MarkerReads(KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS))
-    assert sink_module._committed_marker(loading, partition, 10).offset == 4
+    assert committed_marker(loading, partition, 10).offset == 4
     denied = _MarkerReads(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED))
     with pytest.raises(KafkaException, match="GROUP_AUTHORIZATION_FAILED"):
-        sink_module._committed_marker(denied, partition, 10)
+        committed_marker(denied, partition, 10)
 
 
 def test_a_sink_id_shared_by_two_queries_is_refused(bootstrap):
@@ -384,7 +364,7 @@ def test_a_kept_producer_fenced_in_another_worker_starts_over_without_failing(
     workers = [new_worker(), new_worker()]
 
     def on(worker: TransactionalPool, batch_id: int, prefix: str) -> bool:
-        monkeypatch.setattr(sink_module, "_TRANSACTIONAL", worker)
+        monkeypatch.setattr(exactly_once, "_TRANSACTIONAL", worker)
         before = [c.producer for c in worker.idle.values()]
         skipped = _write_batch(sink, batch_id, prefix).skipped
         (client,) = worker.idle.values()
@@ -411,16 +391,16 @@ def test_a_zombie_holding_the_marker_sends_a_kept_producer_to_a_new_one(
     topic = create_topic(bootstrap, partitions=1)
     sink = _sink(bootstrap, topic)
     worker = new_worker()
-    monkeypatch.setattr(sink_module, "_TRANSACTIONAL", worker)
+    monkeypatch.setattr(exactly_once, "_TRANSACTIONAL", worker)
     _write_batch(sink, 0, "first")
     (kept,) = worker.idle.values()
 
-    monkeypatch.setattr(sink_module, "_TRANSACTIONAL", new_worker())
+    monkeypatch.setattr(exactly_once, "_TRANSACTIONAL", new_worker())
     zombie = sink.begin_transaction(TaskScope(query_id="q", batch_id=1, partition_id=0, attempt=0))
     sink.write(zombie, _batch("zombie"))
     zombie.producer.flush(30)
 
-    monkeypatch.setattr(sink_module, "_TRANSACTIONAL", worker)
+    monkeypatch.setattr(exactly_once, "_TRANSACTIONAL", worker)
     assert not _write_batch(sink, 1, "live").skipped
     (client,) = worker.idle.values()
     assert client.producer is not kept.producer
@@ -485,3 +465,36 @@ def test_a_recreated_checkpoint_is_refused_unless_declared_a_new_stream(spark, b
     shutil.rmtree(checkpoint)
     run(**{"sink.new.stream": "true"})
     assert committed() == sorted(once * 2)
+
+
+def test_the_runtime_needs_no_second_kafka_client():
+    """``pip install firesteel-kafka`` pulls in no test-only client: kafka-python is only in
+    the ``tansu`` and ``test`` extras, and the sinks import and run their default marker-log
+    reader without it."""
+    import importlib.metadata
+    import subprocess
+    import sys
+
+    runtime = [r for r in importlib.metadata.requires("firesteel-kafka") or [] if "extra" not in r]
+    assert runtime and not any(r.startswith("kafka-python") for r in runtime), runtime
+    code = (
+        "import sys; sys.modules['kafka'] = None\n"
+        "import firesteel.kafka, firesteel.kafka.sink.markerlog\n"
+        "assert 'firesteel.testing.kafka.rawlog' not in sys.modules"
+    )
+    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_raw_marker_log_reader_names_its_extra_when_missing(monkeypatch):
+    import importlib.util
+
+    from firesteel.kafka.sink.markerlog import MarkerLog
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "kafka" else found(name, *a)
+    )
+    with pytest.raises(ConfigError, match=r"marker\.log\.reader.*firesteel-kafka\[tansu\]"):
+        MarkerLog("log", "raw", {}, 1000).check_reader()
+    MarkerLog("log", "read_committed", {}, 1000).check_reader()

@@ -21,6 +21,7 @@ CONNECTOR = "firesteel.kafka"
 PASSTHROUGH = (PREFIX,)
 
 ValueFormat = Literal["binary", "json", "avro"]
+MarkerLogReader = Literal["read_committed", "raw"]
 
 MAX_TRANSACTION_TIMEOUT_MS = 900_000
 """Apache Kafka's default broker cap ``transaction.max.timeout.ms`` (15 minutes)."""
@@ -201,6 +202,13 @@ class KafkaSinkOptions:
         name="marker.log.topic",
         doc="exactly-once: a dedicated topic that also receives a marker record per task "
         "transaction, for brokers that can lose a transaction's group offsets (tansu 0.6)",
+    )
+    marker_log_reader: MarkerLogReader = option(
+        "read_committed",
+        name="marker.log.reader",
+        doc="exactly-once: how the marker log is read: read_committed (a consumer, the "
+        "broker's own isolation) or raw (applies commit/abort markers itself, for brokers "
+        "whose read_committed shows aborted data; needs firesteel-kafka[tansu])",
     )
     flush_timeout_ms: int = option(
         300_000,

@@ -18,7 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from firesteel.core.errors import ConfigError, SinkError
-from firesteel.kafka.codec import ValueEncoder
+from firesteel.kafka.codec import ValueEncoder, schema_text
+from firesteel.kafka.options import KafkaSinkOptions
 
 KAFKA_COLUMNS = frozenset({"key", "topic", "partition", "timestamp", "headers"})
 UNASSIGNED = -1
@@ -172,3 +173,25 @@ class RowExtractor:
             _timestamps(_column(batch, "timestamp")),
             _headers(_column(batch, "headers")),
         )
+
+
+def sink_extractor(options: KafkaSinkOptions, producer: Any) -> RowExtractor:
+    """The :class:`RowExtractor` a sink with ``options`` uses, asking ``producer`` for
+    partition counts (once per topic) when a custom partitioner needs them."""
+    encoder = None
+    if options.value_format != "binary":
+        encoder = ValueEncoder(
+            options.value_format,
+            schema_text(options.value_schema, options.value_schema_file, "value.schema")
+            if options.value_format == "avro"
+            else None,
+        )
+    partitioner = load_partitioner(options.partitioner) if options.partitioner else None
+    counts: dict[str, int] = {}
+
+    def partition_count(topic: str) -> int:
+        if topic not in counts:
+            counts[topic] = len(producer.list_topics(topic, timeout=30).topics[topic].partitions)
+        return counts[topic]
+
+    return RowExtractor(options.topic, encoder, partitioner, partition_count)

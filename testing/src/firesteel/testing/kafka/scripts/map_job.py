@@ -38,7 +38,7 @@ def main() -> None:
         .trigger(availableNow=True)
     )
     if marker_log:
-        writer = writer.option("marker.log.topic", marker_log)
+        writer = writer.option("marker.log.topic", marker_log).option("marker.log.reader", "raw")
     query = writer.start()
     query.awaitTermination()
     spark.stop()

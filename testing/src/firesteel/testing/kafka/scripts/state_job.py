@@ -62,7 +62,7 @@ def main() -> None:
     )
     if marker_log:
         # tansu 0.6 only: Apache Kafka runs the default configuration.
-        writer = writer.option("marker.log.topic", marker_log)
+        writer = writer.option("marker.log.topic", marker_log).option("marker.log.reader", "raw")
     query = writer.start()
     query.awaitTermination()
     spark.stop()

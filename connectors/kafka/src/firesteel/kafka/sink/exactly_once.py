@@ -1,4 +1,4 @@
-"""The Kafka sinks: at-least-once (a plain sink) and exactly-once (transactions).
+"""The exactly-once Kafka sink: one transaction per write task, committed in the task.
 
 Exactly-once, per write task of batch N and Spark partition p (sink S):
 
@@ -46,21 +46,16 @@ skips. Transactions live only for the length of a task; a task that nears
 
 from __future__ import annotations
 
-import enum
-import json
 import logging
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import pyarrow as pa
 
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import ConfigError, SinkError
-from firesteel.core.faults import fault_point
-from firesteel.core.sink import Committable, PlainSink, TwoPhaseCommitSink
-from firesteel.kafka.codec import ValueEncoder, schema_text
+from firesteel.core.sink import TwoPhaseCommitSink
 from firesteel.kafka.config import (
     client_config,
     consumer_config,
@@ -70,65 +65,34 @@ from firesteel.kafka.config import (
     secrets_of,
 )
 from firesteel.kafka.options import KafkaSinkOptions
-from firesteel.kafka.pool import (
-    SharedProducers,
-    TransactionalClient,
-    TransactionalPool,
-    config_key,
+from firesteel.kafka.pool import TransactionalClient, TransactionalPool, config_key
+from firesteel.kafka.producing import DeliveryTracker, flush, produce_all, tracked_config
+from firesteel.kafka.rows import sink_extractor
+from firesteel.kafka.sink import brokers
+from firesteel.kafka.sink.marker import (
+    committed_batch,
+    committed_marker,
+    marker_metadata,
+    marker_owner,
+    marker_writer,
 )
-from firesteel.kafka.producing import (
-    DeliveryTracker,
-    flush,
-    is_fencing,
-    produce_all,
-    tracked_config,
+from firesteel.kafka.sink.markerlog import MarkerLog
+from firesteel.kafka.sink.naming import TransactionNames
+from firesteel.kafka.sink.points import (
+    AFTER_COMMIT_TRANSACTION,
+    AFTER_FLUSH,
+    AFTER_PRODUCE,
+    BEFORE_COMMIT_TRANSACTION,
 )
-from firesteel.kafka.reach import first_contact
-from firesteel.kafka.rows import RowExtractor, load_partitioner
+from firesteel.kafka.sink.retry import TransactionalRetry, retries_ran_out
+from firesteel.kafka.sink.transaction import KafkaCommittable, KafkaTransaction, TxnState
 
 logger = logging.getLogger(__name__)
 
-AFTER_PRODUCE = fault_point(
-    "kafka.after_produce", "a task handed its records to the producer, before the flush"
-)
-AFTER_FLUSH = fault_point("kafka.after_flush", "the broker acknowledged a task's records")
-BEFORE_COMMIT_TRANSACTION = fault_point(
-    "kafka.before_commit_transaction", "a task's transaction is flushed, before its commit"
-)
-AFTER_COMMIT_TRANSACTION = fault_point(
-    "kafka.after_commit_transaction", "a task's transaction committed, before its vote"
-)
-
 TIMEOUT_MARGIN = 0.8
 """A task aborts its transaction once it has been open this fraction of the timeout."""
-NO_MARKER = -1
 ABORT_TIMEOUT = 30
-CALL_TIMEOUT = 60.0
-"""Longest single attempt of a transactional call (retries continue until retry.timeout.ms)."""
-MARKER_LOG_TAIL = 2_000
-"""Offsets of the marker log read back: two per task transaction, so ~1000 tasks."""
-
-
-def _extractor(options: KafkaSinkOptions, producer: Any) -> RowExtractor:
-    encoder = None
-    if options.value_format != "binary":
-        encoder = ValueEncoder(
-            options.value_format,
-            schema_text(options.value_schema, options.value_schema_file, "value.schema")
-            if options.value_format == "avro"
-            else None,
-        )
-    partitioner = load_partitioner(options.partitioner) if options.partitioner else None
-    counts: dict[str, int] = {}
-
-    def partition_count(topic: str) -> int:
-        if topic not in counts:
-            counts[topic] = len(producer.list_topics(topic, timeout=30).topics[topic].partitions)
-        return counts[topic]
-
-    return RowExtractor(options.topic, encoder, partitioner, partition_count)
-
-
+"""Seconds an ``abort_transaction`` may take."""
 MARKER_READ_TIMEOUT = 60.0
 """How long reading a commit marker may retry while the group coordinator is not ready."""
 KEPT_MARKER_TIMEOUT = 5.0
@@ -139,193 +103,9 @@ user sets it: librdkafka's 100 ms default delays the connection to the broker a 
 learns from the bootstrap reply, which cost a new producer 60 ms before ``init_transactions``
 returned and a marker read 58 ms (20 and 18 ms with 10). Repeated failures still back off
 exponentially up to ``reconnect.backoff.max.ms``."""
-_COORDINATOR_NOT_READY = frozenset(
-    {"NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE"}
-)
 
-
-def _committed_marker(consumer: Any, partition: Any, timeout: float) -> Any:
-    """The marker group's committed offset, retried while its coordinator is not ready.
-
-    librdkafka returns ``NOT_COORDINATOR`` from ``committed()`` instead of
-    retrying it while a fresh broker is still creating ``__consumer_offsets``
-    or a coordinator moves; those are waited out, anything else is raised.
-    An error the broker gives for the partition alone comes back on the
-    returned partition, whose offset then says nothing: it is raised (or
-    waited out) the same way, never read as "no marker", which would write a
-    committed batch again.
-    """
-    from confluent_kafka import KafkaException
-
-    deadline = time.monotonic() + timeout
-    while True:
-        left = deadline - time.monotonic()
-        try:
-            (marker,) = consumer.committed([partition], timeout=max(left, 0.5))
-            if marker.error is not None:
-                raise KafkaException(marker.error)
-            return marker
-        except KafkaException as exc:
-            error = exc.args[0]
-            not_ready = error.retriable() or error.name() in _COORDINATOR_NOT_READY
-            if not not_ready or left <= 0:
-                raise
-            logger.info("firesteel.kafka sink: marker group not ready (%s); retrying", error)
-            time.sleep(0.2)
-
-
-MARKER_METADATA_VERSION = 1
-"""Version of the JSON a commit marker carries in its offset metadata."""
-
-
-def marker_metadata(query_id: str, producer_token: str) -> str:
-    """The offset metadata of a commit marker: the query and the producer instance that
-    committed it (``by``: :attr:`~firesteel.kafka.pool.TransactionalClient.token`)."""
-    fields = {"v": MARKER_METADATA_VERSION, "query": query_id, "by": producer_token}
-    return json.dumps(fields, separators=(",", ":"))
-
-
-def _marker_field(metadata: str | None, name: str) -> str | None:
-    if not metadata:
-        return None
-    try:
-        parsed = json.loads(metadata)
-    except ValueError:
-        return None
-    value = parsed.get(name) if isinstance(parsed, dict) else None
-    return value if isinstance(value, str) else None
-
-
-def marker_owner(metadata: str | None) -> str | None:
-    """The query id a marker's metadata names; ``None`` for markers without one."""
-    return _marker_field(metadata, "query")
-
-
-def marker_writer(metadata: str | None) -> str | None:
-    """The token of the producer instance that committed a marker, if it says."""
-    return _marker_field(metadata, "by")
-
-
-_PRODUCERS = SharedProducers()
 _TRANSACTIONAL = TransactionalPool()
-
-_PREPARED: set[tuple[str, str, int]] = set()
-"""(bootstrap servers, marker topic, timeout) whose checks passed in this process."""
-_REACHED: set[str] = set()
-"""Bootstrap servers that answered in this process."""
-
-
-def _reach(config: dict[str, Any]) -> None:
-    """Fail the query before its first task unless the cluster answers (once per process:
-    Spark rebuilds a sink's driver half for every batch)."""
-    from confluent_kafka.admin import AdminClient
-
-    servers = str(config.get("bootstrap.servers"))
-    if servers not in _REACHED:
-        first_contact(AdminClient(config), config, "firesteel.kafka sink")
-        _REACHED.add(servers)
-
-
-class KafkaSink(PlainSink):
-    """``guarantee`` none / at-least-once: produce and (at-least-once) confirm every record.
-
-    With at-least-once the task returns only after every record's delivery
-    report came back without error (``acks=all`` and idempotence by default),
-    so a resettable source makes the query at-least-once. ``none`` flushes but
-    only logs failed deliveries.
-    """
-
-    name: ClassVar[str] = "firesteel.kafka"
-
-    def __init__(self, options: KafkaSinkOptions, sink_id: str) -> None:
-        self.options = options
-        self.sink_id = sink_id
-        self.checked = options.guarantee is None or options.guarantee.value > 0
-        self.config = client_config(options.passthrough)
-        if self.checked:
-            self.config = {"acks": "all", "enable.idempotence": True, **self.config}
-
-    def prepare(self) -> None:
-        _reach(self.config)
-        logger.info("firesteel.kafka sink %s: producer %s", self.sink_id, redact(self.config))
-
-    def write(self, scope: TaskScope, batches: Iterator[pa.RecordBatch]) -> int:
-        producer, tracker = _PRODUCERS.get(self.config)
-        extractor = _extractor(self.options, producer)
-        rows = 0
-        for batch in batches:
-            args = extractor.extract(batch)
-            produce_all(producer, args)
-            rows += len(args)
-        AFTER_PRODUCE.fire(scope.batch_id, scope.partition_id)
-        what = f"batch {scope.batch_id} partition {scope.partition_id}"
-        if self.checked:
-            flush(producer, tracker, self.options.flush_timeout_ms, what)
-        else:
-            remaining = producer.flush(self.options.flush_timeout_ms / 1000)
-            if tracker.failed or remaining:
-                logger.warning(
-                    "firesteel.kafka sink (guarantee none): %s: %d records not delivered",
-                    what,
-                    tracker.failed + remaining,
-                )
-        AFTER_FLUSH.fire(scope.batch_id, scope.partition_id)
-        return rows
-
-
-class TxnState(enum.Enum):
-    """Where one task's transaction is: NEW -> OPEN | SKIPPED; OPEN -> COMMITTED | ABORTED."""
-
-    NEW = "new"
-    """Nothing produced yet; opened lazily on the first non-empty batch."""
-    OPEN = "open"
-    SKIPPED = "skipped"
-    """The marker says an earlier attempt committed this (batch, partition)."""
-    COMMITTED = "committed"
-    ABORTED = "aborted"
-
-
-@dataclass(frozen=True)
-class KafkaCommittable(Committable):
-    """A task's vote: its transaction (already committed in the task) and its rows."""
-
-    transactional_id: str
-    rows: int
-    skipped: bool
-    """The marker said an earlier attempt had committed this (batch, partition)."""
-
-
-@dataclass
-class KafkaTransaction:
-    """One task's transaction: opened lazily, on the first non-empty batch."""
-
-    scope: TaskScope
-    transactional_id: str
-    client: TransactionalClient | None = None
-    extractor: RowExtractor | None = None
-    state: TxnState = TxnState.NEW
-    opened_at: float = 0.0
-    rows: int = 0
-    committed_batch: int = NO_MARKER
-
-    @property
-    def producer(self) -> Any:
-        """The transaction's producer (``None`` before it is opened)."""
-        return self.client.producer if self.client is not None else None
-
-    @property
-    def tracker(self) -> DeliveryTracker | None:
-        """The producer's delivery and error tracker."""
-        return self.client.tracker if self.client is not None else None
-
-
-def _retries_ran_out(exc: SinkError) -> bool:
-    """Whether a transactional call failed only because its retriable errors outlasted the
-    deadline (a new producer would wait as long again), not because it was refused."""
-    from confluent_kafka import KafkaException
-
-    cause = exc.__cause__
-    return isinstance(cause, KafkaException) and bool(cause.args[0].retriable())
+"""This worker's transactional producers kept between tasks, by transactional id."""
 
 
 class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable]):
@@ -343,65 +123,35 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable
             "reconnect.backoff.ms": FIRST_RECONNECT_MS,
             **client_config(options.passthrough),
         }
-
-    def transactional_id(self, partition: int) -> str:
-        """Stable per (sink, Spark partition): the same id fences earlier attempts."""
-        return f"{self.options.transactional_id_prefix}-{self.sink_id}-{partition}"
-
-    def marker_group(self, partition: int) -> str:
-        """The consumer group whose committed offset is partition ``partition``'s marker."""
-        return f"{self.options.transactional_id_prefix}-{self.sink_id}-marker-{partition}"
+        self.names = TransactionNames(options.transactional_id_prefix, sink_id)
+        self.retry = TransactionalRetry(options.retry_timeout_ms, self.config)
+        self.marker_log = (
+            MarkerLog(
+                options.marker_log_topic,
+                options.marker_log_reader,
+                self.config,
+                options.retry_timeout_ms,
+            )
+            if options.marker_log_topic
+            else None
+        )
 
     def prepare(self) -> None:
-        """Check the marker topic exists and the timeout fits the broker's cap.
-
-        Spark rebuilds the sink's driver half for every batch, often in a reused
-        Python process: a check that passed there is not repeated.
-        """
-        from confluent_kafka import KafkaException
-        from confluent_kafka.admin import AdminClient, ConfigResource
-
-        checked = (str(self.config.get("bootstrap.servers")), self.marker_topic, self.timeout_ms)
-        if checked in _PREPARED:
-            super().prepare()
-            return
-        admin = AdminClient(self.config)
-        metadata = first_contact(admin, self.config, "firesteel.kafka sink", self.marker_topic)
-        topic = metadata.topics.get(self.marker_topic)
-        if topic is None or topic.error is not None or not topic.partitions:
-            msg = (
-                f"firesteel.kafka sink: marker topic {self.marker_topic!r} (option 'marker.topic' "
-                "or 'topic') does not exist; create it before starting the query"
+        """Check the marker topic exists and the timeout fits the broker's cap
+        (:func:`~firesteel.kafka.sink.brokers.check_transactional_target`), and that the
+        marker log's reader is installed."""
+        if self.marker_log is not None:
+            self.marker_log.check_reader()
+        if brokers.check_transactional_target(self.config, self.marker_topic, self.timeout_ms):
+            logger.info(
+                "firesteel.kafka sink %s: exactly-once, producer %s",
+                self.sink_id,
+                redact(self.config),
             )
-            raise ConfigError(msg)
-        self._check_broker_timeout(admin, list(metadata.brokers), ConfigResource, KafkaException)
-        logger.info(
-            "firesteel.kafka sink %s: exactly-once, producer %s", self.sink_id, redact(self.config)
-        )
-        _PREPARED.add(checked)
         super().prepare()
 
-    def _check_broker_timeout(
-        self, admin: Any, brokers: list[int], resource_cls: Any, error_cls: Any
-    ) -> None:
-        if not brokers:
-            return
-        resource = resource_cls("broker", str(brokers[0]))
-        try:
-            configs = admin.describe_configs([resource])[resource].result(timeout=10)
-        except (error_cls, TimeoutError, ValueError) as exc:
-            logger.info("firesteel.kafka sink: broker config not readable (%s); skipping", exc)
-            return
-        entry = configs.get("transaction.max.timeout.ms")
-        if entry is not None and entry.value and self.timeout_ms > int(entry.value):
-            msg = (
-                f"firesteel.kafka sink: kafka.transaction.timeout.ms={self.timeout_ms} exceeds "
-                f"the broker's transaction.max.timeout.ms={entry.value}; lower it"
-            )
-            raise ConfigError(msg)
-
     def begin_transaction(self, scope: TaskScope) -> KafkaTransaction:
-        return KafkaTransaction(scope, self.transactional_id(scope.partition_id))
+        return KafkaTransaction(scope, self.names.transactional_id(scope.partition_id))
 
     def _producer_config(self, transactional_id: str) -> dict[str, Any]:
         config = {**self.config, "transactional.id": transactional_id}
@@ -438,7 +188,7 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable
             consumer = Consumer(
                 {
                     **consumer_config(self.config),
-                    "group.id": self.marker_group(txn.scope.partition_id),
+                    "group.id": self.names.marker_group(txn.scope.partition_id),
                     "isolation.level": "read_committed",
                     "enable.auto.commit": False,
                 }
@@ -455,9 +205,9 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable
 
         assert txn.client is not None
         scope = txn.scope
-        group = self.marker_group(scope.partition_id)
+        group = self.names.marker_group(scope.partition_id)
         try:
-            marker = _committed_marker(
+            marker = committed_marker(
                 txn.client.marker_consumer,
                 TopicPartition(self.marker_topic, 0),
                 KEPT_MARKER_TIMEOUT if kept else MARKER_READ_TIMEOUT,
@@ -472,7 +222,7 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable
             raise SinkError(msg) from exc
         if marker.offset >= 0:
             self._check_owner(scope, marker.metadata)
-        txn.committed_batch = marker.offset - 1 if marker.offset >= 0 else NO_MARKER
+        txn.committed_batch = committed_batch(marker.offset)
         if txn.committed_batch < scope.batch_id and self._logged_as_committed(scope):
             txn.committed_batch = scope.batch_id
         if txn.committed_batch >= scope.batch_id:
@@ -497,10 +247,10 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable
                 return self._cannot_continue(txn, exc.args[0].str())
             raise
         except SinkError as exc:
-            if kept and not _retries_ran_out(exc):
+            if kept and not retries_ran_out(exc):
                 return self._cannot_continue(txn, str(exc))
             raise
-        txn.extractor = _extractor(self.options, txn.producer)
+        txn.extractor = sink_extractor(self.options, txn.producer)
         txn.opened_at = time.monotonic()
         txn.state = TxnState.OPEN
         return True
@@ -550,10 +300,11 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable
         owner = marker_owner(metadata)
         if owner and scope.query_id and owner != scope.query_id:
             output = self.options.topic or self.marker_topic
+            group = self.names.marker_group(scope.partition_id)
             msg = (
                 f"firesteel.kafka sink: sink {self.sink_id!r} (topic {output!r}) belongs to "
                 f"Spark query {owner}, which committed batches there (commit marker, group "
-                f"{self.marker_group(scope.partition_id)}), and this is query {scope.query_id} "
+                f"{group}), and this is query {scope.query_id} "
                 "(another checkpoint, or a deleted and recreated one): its batch ids start "
                 "again at 0, so it would write those batches again or skip them. Restart from "
                 f"query {owner}'s checkpoint; or, if this is a new stream into {output!r} on "
@@ -562,33 +313,12 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable
             )
             raise ConfigError(msg)
 
-    def _marker_key(self, partition: int) -> bytes:
-        return f"{self.sink_id}/{partition}".encode()
-
     def _logged_as_committed(self, scope: TaskScope) -> bool:
-        """Whether the marker log holds a committed marker for this task's batch.
-
-        Reads the tail of the marker log (:data:`MARKER_LOG_TAIL` offsets): an
-        earlier attempt of this batch wrote its marker after every older batch.
-        """
-        from confluent_kafka import Consumer, TopicPartition
-
-        from firesteel.testing.kafka.rawlog import read_log
-
-        topic = self.options.marker_log_topic
-        if not topic:
+        """Whether the marker log (if any) holds a committed marker for this task's batch."""
+        if self.marker_log is None:
             return False
-        probe = Consumer({**consumer_config(self.config), "group.id": "firesteel-marker-log"})
-        try:
-            _low, high = probe.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
-        finally:
-            probe.close()
-        key = self._marker_key(scope.partition_id)
-        bootstrap = str(self.config.get("bootstrap.servers", ""))
-        view = read_log(bootstrap, topic, [0], {0: max(0, high - MARKER_LOG_TAIL)})
-        found = any(
-            r.key == key and int(r.value or b"-1") >= scope.batch_id for r in view.committed
-        )
+        key = self.names.marker_log_key(scope.partition_id)
+        found = self.marker_log.covers(key, scope.batch_id)
         if found:
             logger.warning(
                 "firesteel.kafka sink: batch %d partition %d committed earlier but the broker "
@@ -623,51 +353,8 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable
             raise SinkError(msg)
 
     def _transactional(self, txn: KafkaTransaction, what: str, call: Any) -> None:
-        """Run ``call(timeout_seconds)``, retrying retriable errors until ``retry.timeout.ms``.
-
-        librdkafka's rules: retriable errors are retried (each attempt gets the
-        time left, at most :data:`CALL_TIMEOUT` seconds), abortable and fatal
-        ones fail the task at once. A producer already fenced or fatal is not
-        called at all. Past the deadline the task fails with :class:`SinkError`
-        naming the transactional id, instead of hanging.
-        """
-        from confluent_kafka import KafkaException
-
-        deadline = time.monotonic() + self.options.retry_timeout_ms / 1000
-        attempts = 0
-        while True:
-            if txn.tracker is not None:
-                txn.tracker.check_usable(f"{txn.transactional_id} batch {txn.scope.batch_id}")
-            left = deadline - time.monotonic()
-            try:
-                attempts += 1
-                call(max(1.0, min(CALL_TIMEOUT, left)))
-                return
-            except KafkaException as exc:
-                error = exc.args[0]
-                text = safe_error(exc, self.config)
-                if error.retriable() and time.monotonic() < deadline:
-                    logger.info("firesteel.kafka sink: %s: %s (retrying)", what, text)
-                    time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
-                    continue
-                if error.retriable():
-                    msg = (
-                        f"firesteel.kafka sink: {txn.transactional_id} batch "
-                        f"{txn.scope.batch_id}: {what} still failed after {attempts} attempts "
-                        f"within retry.timeout.ms={self.options.retry_timeout_ms}: {text}. Is the "
-                        "cluster reachable and its transaction coordinator available?"
-                    )
-                    raise SinkError(msg) from exc
-                if txn.tracker is not None:
-                    txn.tracker.fenced = txn.tracker.fenced or is_fencing(error)
-                    if error.fatal():
-                        txn.tracker.fatal = txn.tracker.fatal or error.str()
-                kind = "abortable" if error.txn_requires_abort() else "fatal"
-                msg = (
-                    f"firesteel.kafka sink: {txn.transactional_id} batch {txn.scope.batch_id}: "
-                    f"{what} failed ({kind}): {text}"
-                )
-                raise SinkError(msg) from exc
+        """Run ``call(timeout_seconds)`` under the sink's :class:`TransactionalRetry`."""
+        self.retry.run(call, what, txn.transactional_id, txn.scope.batch_id, txn.tracker)
 
     def pre_commit(self, txn: KafkaTransaction) -> KafkaCommittable:
         scope = txn.scope
@@ -679,13 +366,10 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable
         assert txn.tracker is not None
         flush(txn.producer, txn.tracker, self.options.flush_timeout_ms, txn.transactional_id)
         AFTER_FLUSH.fire(scope.batch_id, scope.partition_id)
-        if self.options.marker_log_topic:
+        if self.marker_log is not None:
             # Same transaction as the data: visible exactly when the data is.
-            txn.producer.produce(
-                self.options.marker_log_topic,
-                str(scope.batch_id).encode(),
-                self._marker_key(scope.partition_id),
-                0,
+            self.marker_log.append(
+                txn.producer, self.names.marker_log_key(scope.partition_id), scope.batch_id
             )
         self._check_age(txn)
         BEFORE_COMMIT_TRANSACTION.fire(scope.batch_id, scope.partition_id)

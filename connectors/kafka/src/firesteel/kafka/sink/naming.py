@@ -1,0 +1,32 @@
+"""The names the exactly-once sink gives its transactions and commit markers.
+
+Every name is derived from (prefix, sink id, Spark partition) alone, never
+from the attempt or the batch, so a retried or re-run task of the same
+partition reuses them: the same transactional id fences the earlier attempt,
+and the same marker group holds the marker the re-run must find.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TransactionNames:
+    """Names of one exactly-once sink: ``<prefix>-<sink id>-...`` per Spark partition."""
+
+    prefix: str
+    """Option ``transactional.id.prefix``."""
+    sink_id: str
+
+    def transactional_id(self, partition: int) -> str:
+        """Stable per (sink, Spark partition): the same id fences earlier attempts."""
+        return f"{self.prefix}-{self.sink_id}-{partition}"
+
+    def marker_group(self, partition: int) -> str:
+        """The consumer group whose committed offset is partition ``partition``'s marker."""
+        return f"{self.prefix}-{self.sink_id}-marker-{partition}"
+
+    def marker_log_key(self, partition: int) -> bytes:
+        """The key of partition ``partition``'s records in the marker log."""
+        return f"{self.sink_id}/{partition}".encode()
