@@ -37,7 +37,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from firesteel.core.errors import ConfigError, MissingDependencyError
+from firesteel.core.spi import ConfigError, MissingDependencyError
 
 _DDL_TYPES: dict[str, pa.DataType] = {
     "string": pa.string(),

@@ -17,7 +17,7 @@ import functools
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from firesteel.core.errors import ConfigError
+from firesteel.core.spi import ConfigError
 
 PREFIX = "kafka."
 

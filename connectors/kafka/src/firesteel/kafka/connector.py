@@ -6,11 +6,14 @@ from typing import ClassVar
 
 from pyspark.sql.types import StructType
 
-from firesteel.core.guarantee import Guarantee
-from firesteel.core.options import parse_options
-from firesteel.core.sink import Sink
-from firesteel.core.source import ResettableSource
-from firesteel.core.spark.datasource import FiresteelDataSource, default_sink_id
+from firesteel.core.spi import (
+    FiresteelDataSource,
+    Guarantee,
+    ResettableSource,
+    Sink,
+    default_sink_id,
+    parse_options,
+)
 from firesteel.kafka.options import (
     CONNECTOR,
     PASSTHROUGH,

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from firesteel.core.error_policy import BadRecord, DeadLetter, DeadLetterWriter
-from firesteel.core.errors import SinkError
+from firesteel.core.spi import BadRecord, DeadLetter, DeadLetterWriter, SinkError
 from firesteel.kafka.config import client_config, safe_error
 
 

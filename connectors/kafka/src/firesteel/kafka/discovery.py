@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from firesteel.core.errors import ConfigError
+from firesteel.core.spi import ConfigError
 from firesteel.kafka.config import client_config, safe_error
 from firesteel.kafka.errors import KafkaSourceError
 from firesteel.kafka.options import KafkaSourceOptions

@@ -1,7 +1,7 @@
 """The errors of the Kafka connector, most specific last; sink failures raise
 :class:`firesteel.core.errors.SinkError`."""
 
-from firesteel.core.errors import FiresteelError
+from firesteel.core.spi import FiresteelError
 
 
 class UnreachableError(FiresteelError):

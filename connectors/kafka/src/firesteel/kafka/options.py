@@ -11,10 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from firesteel.core.error_policy import ErrorPolicy
-from firesteel.core.errors import ConfigError
-from firesteel.core.guarantee import Guarantee
-from firesteel.core.options import option, require_absolute
+from firesteel.core.spi import ConfigError, ErrorPolicy, Guarantee, option, require_absolute
 from firesteel.kafka.config import PREFIX, validate_client_config
 
 CONNECTOR = "firesteel.kafka"

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from firesteel.core.errors import SinkError
+from firesteel.core.spi import SinkError
 from firesteel.kafka.config import safe_error, scrub, secrets_of
 from firesteel.kafka.rows import ProduceArgs
 

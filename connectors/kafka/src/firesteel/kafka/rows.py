@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from firesteel.core.errors import ConfigError, SinkError
+from firesteel.core.spi import ConfigError, SinkError
 from firesteel.kafka.codec import ValueEncoder, schema_text
 from firesteel.kafka.options import KafkaSinkOptions
 

@@ -30,9 +30,7 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from firesteel.core.errors import ConfigError
-from firesteel.core.faults import fault_point
-from firesteel.core.source import Offset, ReadLimit, ResettableSource
+from firesteel.core.spi import ConfigError, Offset, ReadLimit, ResettableSource, fault_point
 from firesteel.kafka.codec import ValueDecoder, schema_text
 from firesteel.kafka.deadletter import TopicDeadLetter
 from firesteel.kafka.discovery import Discovery, TopicPartitionKey, parse_partition_offsets

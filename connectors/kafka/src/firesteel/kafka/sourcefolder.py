@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from firesteel.kafka.options import KafkaSourceOptions
-from firesteel.sources.folder import SourceFolder
+from firesteel.sources.spi import SourceFolder
 
 
 def source_folder(options: KafkaSourceOptions) -> SourceFolder:

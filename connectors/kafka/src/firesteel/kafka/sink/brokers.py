@@ -9,14 +9,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from firesteel.core.errors import ConfigError
+from firesteel.core.spi import ConfigError, WorkerCache
 from firesteel.kafka.reach import first_contact
 
 logger = logging.getLogger(__name__)
 
-_REACHED: set[str] = set()
+_REACHED: WorkerCache[str, bool] = WorkerCache()
 """Bootstrap servers that answered in this process."""
-_PREPARED: set[tuple[str, str, int]] = set()
+_PREPARED: WorkerCache[tuple[str, str, int], bool] = WorkerCache()
 """(bootstrap servers, marker topic, timeout) whose exactly-once checks passed here."""
 
 
@@ -24,10 +24,11 @@ def reach(config: dict[str, Any]) -> None:
     """Fail the query before its first task unless the cluster answers."""
     from confluent_kafka.admin import AdminClient
 
-    servers = str(config.get("bootstrap.servers"))
-    if servers not in _REACHED:
+    def contact() -> bool:
         first_contact(AdminClient(config), config, "firesteel.kafka sink")
-        _REACHED.add(servers)
+        return True
+
+    _REACHED.get(str(config.get("bootstrap.servers")), contact)
 
 
 def check_transactional_target(config: dict[str, Any], marker_topic: str, timeout_ms: int) -> bool:
@@ -36,13 +37,24 @@ def check_transactional_target(config: dict[str, Any], marker_topic: str, timeou
     Raises :class:`ConfigError` naming the option otherwise; ``False`` if the
     checks had already passed in this process (nothing was asked).
     """
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient, ConfigResource
+    from confluent_kafka.admin import AdminClient
 
-    checked = (str(config.get("bootstrap.servers")), marker_topic, timeout_ms)
-    if checked in _PREPARED:
-        return False
-    admin = AdminClient(config)
+    asked = False
+
+    def check() -> bool:
+        nonlocal asked
+        asked = True
+        _check_target(AdminClient(config), config, marker_topic, timeout_ms)
+        return True
+
+    _PREPARED.get((str(config.get("bootstrap.servers")), marker_topic, timeout_ms), check)
+    return asked
+
+
+def _check_target(admin: Any, config: dict[str, Any], marker_topic: str, timeout_ms: int) -> None:
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import ConfigResource
+
     metadata = first_contact(admin, config, "firesteel.kafka sink", marker_topic)
     topic = metadata.topics.get(marker_topic)
     if topic is None or topic.error is not None or not topic.partitions:
@@ -54,8 +66,6 @@ def check_transactional_target(config: dict[str, Any], marker_topic: str, timeou
     brokers = list(metadata.brokers)
     if brokers:
         _check_broker_timeout(admin, brokers[0], timeout_ms, ConfigResource, KafkaException)
-    _PREPARED.add(checked)
-    return True
 
 
 def _check_broker_timeout(

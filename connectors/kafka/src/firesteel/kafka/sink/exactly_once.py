@@ -53,9 +53,7 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from firesteel.core.context import TaskScope
-from firesteel.core.errors import ConfigError, SinkError
-from firesteel.core.sink import TwoPhaseCommitSink
+from firesteel.core.spi import InTaskCommitSink, Ownership, SinkError, TaskScope
 from firesteel.kafka.config import (
     client_config,
     consumer_config,
@@ -108,7 +106,7 @@ _TRANSACTIONAL = TransactionalPool()
 """This worker's transactional producers kept between tasks, by transactional id."""
 
 
-class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable]):
+class KafkaExactlyOnceSink(InTaskCommitSink[KafkaTransaction, KafkaCommittable]):
     """``guarantee=exactly-once``: one Kafka transaction per task (see the module docs)."""
 
     name: ClassVar[str] = "firesteel.kafka"
@@ -297,21 +295,15 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable
         The read is the marker read every task does anyway. Markers without
         an owner (older firesteel) are accepted.
         """
-        owner = marker_owner(metadata)
-        if owner and scope.query_id and owner != scope.query_id:
-            output = self.options.topic or self.marker_topic
-            group = self.names.marker_group(scope.partition_id)
-            msg = (
-                f"firesteel.kafka sink: sink {self.sink_id!r} (topic {output!r}) belongs to "
-                f"Spark query {owner}, which committed batches there (commit marker, group "
-                f"{group}), and this is query {scope.query_id} "
-                "(another checkpoint, or a deleted and recreated one): its batch ids start "
-                "again at 0, so it would write those batches again or skip them. Restart from "
-                f"query {owner}'s checkpoint; or, if this is a new stream into {output!r} on "
-                "purpose, set option 'sink.new.stream' to true (with an explicit 'sink.id': "
-                "give it a new one)"
-            )
-            raise ConfigError(msg)
+        output = self.options.topic or self.marker_topic
+        Ownership(
+            subject=f"firesteel.kafka sink: sink {self.sink_id!r} (topic {output!r}, commit "
+            f"marker group {self.names.marker_group(scope.partition_id)})",
+            query_id=scope.query_id or None,
+            remedy=f"Restart from the owner's checkpoint; or, if this is a new stream into "
+            f"{output!r} on purpose, set option 'sink.new.stream' to true (with an explicit "
+            "'sink.id': give it a new one)",
+        ).check(marker_owner(metadata))
 
     def _logged_as_committed(self, scope: TaskScope) -> bool:
         """Whether the marker log (if any) holds a committed marker for this task's batch."""
@@ -430,7 +422,8 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable
             txn.client = None
 
     def commit(self, batch_id: int, handles: Sequence[KafkaCommittable]) -> None:
-        """Nothing to do: every task committed its own transaction and marker."""
+        """Nothing to commit (:class:`InTaskCommitSink`): every task committed its own
+        transaction and marker; log what they did."""
         rows = sum(h.rows for h in handles if not h.skipped)
         skipped = sum(1 for h in handles if h.skipped)
         logger.info(
@@ -440,7 +433,3 @@ class KafkaExactlyOnceSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable
             rows,
             skipped,
         )
-
-    def abort(self, batch_id: int, handles: Sequence[KafkaCommittable]) -> None:
-        """Nothing to do: a failed task aborted its transaction; a zombie's is fenced on re-run."""
-        logger.warning("firesteel.kafka sink %s: batch %d aborted", self.sink_id, batch_id)

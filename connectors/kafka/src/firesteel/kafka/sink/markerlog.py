@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from firesteel.core.errors import ConfigError, SinkError
+from firesteel.core.spi import ConfigError, SinkError
 from firesteel.kafka.config import consumer_config
 from firesteel.kafka.options import MarkerLogReader
 

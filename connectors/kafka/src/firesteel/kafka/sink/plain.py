@@ -8,8 +8,7 @@ from typing import ClassVar
 
 import pyarrow as pa
 
-from firesteel.core.context import TaskScope
-from firesteel.core.sink import PlainSink
+from firesteel.core.spi import PlainSink, TaskScope
 from firesteel.kafka.config import client_config, redact
 from firesteel.kafka.options import KafkaSinkOptions
 from firesteel.kafka.pool import SharedProducers

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from firesteel.core.errors import SinkError
+from firesteel.core.spi import SinkError
 from firesteel.kafka.config import safe_error
 from firesteel.kafka.producing import DeliveryTracker, is_fencing
 

@@ -6,8 +6,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
-from firesteel.core.context import TaskScope
-from firesteel.core.sink import Committable
+from firesteel.core.spi import Committable, TaskScope
 from firesteel.kafka.pool import TransactionalClient
 from firesteel.kafka.producing import DeliveryTracker
 from firesteel.kafka.rows import RowExtractor
