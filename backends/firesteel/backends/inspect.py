@@ -32,6 +32,7 @@ from firesteel.backends import format as fmt
 from firesteel.backends.storage import SnapshotStorage, plan_restore
 from firesteel.core.checkpoint import filesystem
 from firesteel.core.errors import ConfigError, MissingDependencyError
+from firesteel.core.storage import StorageConfig
 from firesteel.state.backend import StateBackend
 from firesteel.state.clock import CLOCK, CLOCK_KEY
 from firesteel.state.keygroups import KeyGroupRange
@@ -93,9 +94,9 @@ def backend_class(name: str) -> Callable[..., StateBackend]:
     return loaded
 
 
-def list_operators(location: str) -> list[str]:
+def list_operators(location: str, storage: StorageConfig | None = None) -> list[str]:
     """The operators that have state under ``location``."""
-    fsys, base = filesystem(location)
+    fsys, base = filesystem(location, storage)
     infos = fsys.get_file_info(fs.FileSelector(base, allow_not_found=True))
     return sorted(
         info.base_name
@@ -105,7 +106,12 @@ def list_operators(location: str) -> list[str]:
     )
 
 
-def read_state(location: str, operator: str | None = None, batch: int | None = None) -> pa.Table:
+def read_state(
+    location: str,
+    operator: str | None = None,
+    batch: int | None = None,
+    storage: StorageConfig | None = None,
+) -> pa.Table:
     """The state under ``location`` (a path or URI) as an Arrow table (see module docs).
 
     ``operator``: one operator (default: all). ``batch``: the version to read
@@ -113,8 +119,8 @@ def read_state(location: str, operator: str | None = None, batch: int | None = N
     a batch still running or never committed; pass the last committed batch id
     from the query's checkpoint to be sure).
     """
-    operators = [operator] if operator else list_operators(location)
-    tables = [_read_operator(location, name, batch) for name in operators]
+    operators = [operator] if operator else list_operators(location, storage)
+    tables = [_read_operator(location, name, batch, storage) for name in operators]
     if not tables:
         return SCHEMA.empty_table()
     return pa.concat_tables(tables)
@@ -130,8 +136,10 @@ def _complete(files: list[Any], max_parallelism: int) -> bool:
     return position >= max_parallelism
 
 
-def _read_operator(location: str, operator: str, batch: int | None) -> pa.Table:
-    storage = SnapshotStorage(location, operator)
+def _read_operator(
+    location: str, operator: str, batch: int | None, config: StorageConfig | None
+) -> pa.Table:
+    storage = SnapshotStorage(location, operator, config=config)
     meta = storage.read_metadata()
     if meta is None:
         msg = f"no state of operator '{operator}' under {location}"

@@ -33,6 +33,7 @@ from firesteel.backends import format as snapshot_format
 from firesteel.core.checkpoint import filesystem
 from firesteel.core.durable import write_atomically
 from firesteel.core.errors import CheckpointCorruptError, IncompatibleFormatError
+from firesteel.core.storage import StorageConfig
 from firesteel.state.keygroups import KeyGroupRange
 
 logger = logging.getLogger(__name__)
@@ -75,24 +76,39 @@ class SnapshotStorage:
     Picklable (the filesystem is created lazily), so it travels to executors.
     """
 
-    def __init__(self, location: str, operator: str, *, durable: bool = True) -> None:
+    def __init__(
+        self,
+        location: str,
+        operator: str,
+        *,
+        durable: bool = True,
+        config: StorageConfig | None = None,
+    ) -> None:
         self.location = location
         self.operator = operator
         self.durable = durable
+        self.config = config
         self._fs: fs.FileSystem | None = None
         self._base = ""
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"location": self.location, "operator": self.operator, "durable": self.durable}
+        return {
+            "location": self.location,
+            "operator": self.operator,
+            "durable": self.durable,
+            "config": self.config,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["location"], state["operator"], durable=state["durable"])  # type: ignore[misc]
+        self.__init__(  # type: ignore[misc]
+            state["location"], state["operator"], durable=state["durable"], config=state["config"]
+        )
 
     @property
     def fs(self) -> fs.FileSystem:
         """The pyarrow filesystem (created on first use)."""
         if self._fs is None:
-            self._fs, root = filesystem(self.location)
+            self._fs, root = filesystem(self.location, self.config)
             self._base = f"{root.rstrip('/')}/{self.operator}"
         return self._fs
 

@@ -17,7 +17,8 @@ import pytest
 
 from firesteel.examples.demo import generate_readings, latest_per_sensor
 
-pytestmark = pytest.mark.timeout(600)
+# Minutes each (a whole demo job twice): handed out first, left out of `make test-fast`.
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
 
 def _run(*args: str) -> str:

@@ -143,6 +143,7 @@ def test_a_worker_keeps_a_bounded_number_of_stores_open(tmp_path: Path) -> None:
     assert again.state(COUNT).value() == 0
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_state_several_times_the_budget_keeps_memory_within_budget_plus_a_constant(
     tmp_path: Path,

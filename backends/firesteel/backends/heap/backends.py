@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,8 +27,8 @@ import pyarrow as pa
 
 from firesteel.backends.heap.store import worker_store
 from firesteel.backends.storage import SnapshotStorage
-from firesteel.core.checkpoint import filesystem
 from firesteel.core.errors import ConfigError
+from firesteel.core.storage import StorageConfig, check_location, resolve
 from firesteel.state.backend import (
     KeyedStateStore,
     KeyedTask,
@@ -49,6 +49,10 @@ class FilesystemBackend(StateBackend):
     snapshot every this many batches, deltas in between (1 = always full).
     ``cache``: keep state in the Python worker between batches (reloading only
     when another worker wrote the latest version); turn off to bound memory.
+    ``storage_options``: how to reach an object store, by Hadoop's setting names
+    (``{"fs.s3a.endpoint": ..., "fs.s3a.access.key": ...}``, see
+    :mod:`firesteel.core.storage`); without it the store's own defaults apply
+    (for S3, the AWS credential chain).
     """
 
     path: str
@@ -56,8 +60,12 @@ class FilesystemBackend(StateBackend):
     full_snapshot_every: int = 10
     cache: bool = True
     name: str = "filesystem"
+    storage_options: StorageConfig | Mapping[str, str] = field(default_factory=StorageConfig)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.storage_options, StorageConfig):
+            # A frozen dataclass: the settings become their hashable, secret-hiding form.
+            object.__setattr__(self, "storage_options", StorageConfig.of(self.storage_options))
         if self.retain < 1:
             msg = f"{self.name} backend: retain must be >= 1, got {self.retain}"
             raise ConfigError(msg)
@@ -82,7 +90,14 @@ class FilesystemBackend(StateBackend):
 
     def storage(self, operator: str) -> SnapshotStorage:
         """The snapshot files of ``operator``."""
-        return SnapshotStorage(self.location, operator, durable=self.durable)
+        return SnapshotStorage(
+            self.location, operator, durable=self.durable, config=self._storage_config
+        )
+
+    @property
+    def _storage_config(self) -> StorageConfig:
+        assert isinstance(self.storage_options, StorageConfig)
+        return self.storage_options
 
     def recorded_parallelism(self, operator: str) -> int | None:
         """How many files the newest version has: one per task that wrote it.
@@ -97,9 +112,10 @@ class FilesystemBackend(StateBackend):
         return len({(f.key_groups.start, f.key_groups.end) for f in newest})
 
     def validate(self) -> None:
+        location = resolve(self.location, self._storage_config)
+        check_location(location, self._storage_config)
         try:
-            fsys, root = filesystem(self.location)
-            fsys.create_dir(root, recursive=True)
+            location.filesystem.create_dir(location.path, recursive=True)
         except (OSError, pa.ArrowException) as exc:
             msg = f"{self.name} backend: cannot use snapshot location {self.location!r}: {exc}"
             raise ConfigError(msg) from exc
@@ -125,7 +141,9 @@ class FilesystemBackend(StateBackend):
     def inspect(self, operator: str | None = None, batch: int | None = None) -> pa.Table:
         from firesteel.backends.inspect import read_state
 
-        return read_state(self.location, operator=operator, batch=batch)
+        return read_state(
+            self.location, operator=operator, batch=batch, storage=self._storage_config
+        )
 
 
 def _default_path() -> str:
