@@ -84,6 +84,18 @@ def parse_memory_size(raw: Any) -> int:
     raise ValueError(msg)
 
 
+def _number(raw: Any, what: str, convert: type[int] | type[float]) -> int | float:
+    """``raw`` as a number (text stripped); booleans are not numbers here, though Python's are."""
+    if isinstance(raw, bool):
+        msg = f"{raw!r} is not {what}"
+        raise ValueError(msg)
+    try:
+        return convert(raw) if isinstance(raw, int | float) else convert(str(raw).strip())
+    except ValueError:
+        msg = f"{raw!r} is not {what}"
+        raise ValueError(msg) from None
+
+
 @dataclass(frozen=True)
 class ConfigParameter:
     """One parameter: its key, what it means, and its default (None: required)."""
@@ -133,14 +145,10 @@ class IntegerParameter(ConfigParameter):
     kind: ClassVar[str] = "integer"
 
     def parse(self, raw: Any) -> int:
-        if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+        if isinstance(raw, float) and not raw.is_integer():
             msg = f"{raw!r} is not an integer"
             raise ValueError(msg)
-        try:
-            return int(str(raw).strip()) if not isinstance(raw, int | float) else int(raw)
-        except ValueError:
-            msg = f"{raw!r} is not an integer"
-            raise ValueError(msg) from None
+        return int(_number(raw, "an integer", int))
 
 
 @dataclass(frozen=True)
@@ -150,14 +158,7 @@ class DoubleParameter(ConfigParameter):
     kind: ClassVar[str] = "double"
 
     def parse(self, raw: Any) -> float:
-        if isinstance(raw, bool):
-            msg = f"{raw!r} is not a number"
-            raise ValueError(msg)
-        try:
-            return float(raw)
-        except (TypeError, ValueError):
-            msg = f"{raw!r} is not a number"
-            raise ValueError(msg) from None
+        return float(_number(raw, "a number", float))
 
 
 @dataclass(frozen=True)
