@@ -34,10 +34,7 @@ from typing import Any
 from pyarrow import NativeFile, fs
 
 from firesteel.core.errors import CheckpointCorruptError, IncompatibleFormatError
-from firesteel.core.storage import resolve
-
-OBJECT_STORES = frozenset({"s3", "gcs", "abfs"})
-"""pyarrow filesystem types whose uploads are atomic and which have no rename."""
+from firesteel.core.storage import OBJECT_STORES, resolve
 
 
 def fsync_dir(folder: Path) -> None:

@@ -54,6 +54,8 @@ AZURE_SCHEMES = frozenset({"abfs", "abfss"})
 HDFS_SCHEMES = frozenset({"hdfs", "viewfs"})
 SCHEMES = ("file", *sorted(S3_SCHEMES | GCS_SCHEMES | AZURE_SCHEMES | HDFS_SCHEMES))
 """Every scheme a location may have (a path without one is local)."""
+OBJECT_STORES = frozenset({"s3", "gcs", "abfs"})
+"""pyarrow filesystem types whose uploads are atomic and which have no rename."""
 
 SECRET_MARKERS = ("secret", "key", "token", "password", "sas")
 CONNECT_TIMEOUT_S = 5.0
@@ -278,7 +280,7 @@ def check_location(location: Location, config: StorageConfig | None = None) -> N
     raise :class:`StorageError` naming the URI and the setting to fix. Local
     and HDFS locations are not checked here (their errors already name the path).
     """
-    if not location.setting_prefix.startswith("fs.") or location.setting_prefix == "fs.defaultFS":
+    if location.filesystem.type_name not in OBJECT_STORES:
         return
     bucket = location.path.split("/", 1)[0]
     try:
@@ -333,11 +335,6 @@ def storage_error(
     elif any(marker in text for marker in UNREACHABLE):
         hint = f"cannot reach {_endpoint(location, config)}: check {prefix}.endpoint"
     else:
-        hint = first_line(text)
+        # The first line of pyarrow's error, without its request id.
+        hint = (text.splitlines()[0] if text else "").split(" (Request ID")[0]
     return StorageError(f"storage location {location.uri!r}: cannot {action}: {hint}")
-
-
-def first_line(text: str) -> str:
-    """The first line of a pyarrow error, without its request id."""
-    line = text.splitlines()[0] if text else ""
-    return line.split(" (Request ID")[0]
