@@ -51,7 +51,6 @@ than silently ignored; a misspelled key is refused with a suggestion.
 from __future__ import annotations
 
 import datetime
-import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,7 +60,7 @@ from pyhocon import ConfigFactory, ConfigTree
 from pyhocon.exceptions import ConfigException
 from pyparsing import ParseBaseException
 
-from firesteel.pipelines.errors import ConfigurationError
+from firesteel.pipelines.errors import ConfigurationError, did_you_mean
 from firesteel.pipelines.parameters import parse_duration
 from firesteel.pipelines.verify import VerifiedBlueprint
 
@@ -174,7 +173,7 @@ class PipelineConfig:
             if name not in known:
                 problems.append(
                     f"firesteel.streamlets.{name}: no streamlet {name!r} in the blueprint"
-                    f"{_suggest(name, known)}"
+                    f"{did_you_mean(name, known)}"
                 )
                 continue
             scope = _child(streamlets, name)
@@ -185,7 +184,7 @@ class PipelineConfig:
                 if key not in declared:
                     problems.append(
                         f"firesteel.streamlets.{name}.config-parameters.{key}: streamlet "
-                        f"{name!r} declares no parameter {key!r}{_suggest(key, declared)}"
+                        f"{name!r} declares no parameter {key!r}{did_you_mean(key, declared)}"
                         f" (it declares: {', '.join(declared) or 'none'})"
                     )
         _unknown(_child(self.tree, "runtimes"), ("spark",), "firesteel.runtimes", problems)
@@ -329,15 +328,10 @@ def _keys(tree: Any) -> list[str]:
     return [str(k).strip('"') for k in tree] if isinstance(tree, ConfigTree) else []
 
 
-def _suggest(word: str, choices: Sequence[str]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
 def _unknown(tree: Any, allowed: Sequence[str], where: str, problems: list[str]) -> None:
     for key in _keys(tree):
         if key not in allowed:
-            problems.append(f"{where}.{key}: unknown key{_suggest(key, allowed)}")
+            problems.append(f"{where}.{key}: unknown key{did_you_mean(key, allowed)}")
 
 
 def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -372,7 +366,7 @@ def _checkpoint_keys(
         else:
             problems.append(
                 f"{where}.{key}: unknown checkpointing key {key!r}"
-                f"{_suggest(key, list(CHECKPOINT_DEFAULTS))}"
+                f"{did_you_mean(key, list(CHECKPOINT_DEFAULTS))}"
             )
     return resolved
 

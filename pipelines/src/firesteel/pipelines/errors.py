@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from firesteel.core import ConfigError
+
+
+def did_you_mean(word: str, choices: Sequence[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``choices``, or nothing when none is close."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 class ConfigurationError(ConfigError):

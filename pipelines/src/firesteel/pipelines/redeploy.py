@@ -14,11 +14,9 @@ import json
 from pathlib import Path
 
 import avro.errors
-import avro.schema
-from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
 
 from firesteel.pipelines.errors import BlueprintError, Problem
-from firesteel.pipelines.verify import VerifiedBlueprint
+from firesteel.pipelines.verify import VerifiedBlueprint, avro_schema, cannot_read
 
 
 def _folder(work: Path, topic: str) -> Path:
@@ -28,25 +26,27 @@ def _folder(work: Path, topic: str) -> Path:
 def check_recorded_schemas(verified: VerifiedBlueprint, work: Path) -> None:
     """Refuse consumers that cannot read what earlier deployments wrote (every problem at once)."""
     problems = []
-    checker = ReaderWriterCompatibilityChecker()
     for key, consumers in verified.consumers.items():
         folder = _folder(work, verified.blueprint.topics[key].name)
-        for recorded in sorted(folder.glob("*.avsc")) if folder.is_dir() else []:
+        recorded = sorted(folder.glob("*.avsc")) if folder.is_dir() else []
+        readers = (
+            [(c, avro_schema(c.port.codec.avro_schema())) for c in consumers] if recorded else []
+        )
+        for path in recorded:
             try:
-                writer = avro.schema.make_avsc_object(json.loads(recorded.read_text()))
+                writer = avro_schema(json.loads(path.read_text()))
             except (ValueError, avro.errors.AvroException) as exc:
-                problems.append(Problem(f"recorded schema {recorded} is unreadable: {exc}"))
+                problems.append(Problem(f"recorded schema {path} is unreadable: {exc}"))
                 continue
-            for consumer in consumers:
-                reader = avro.schema.make_avsc_object(consumer.port.codec.avro_schema())
-                result = checker.get_compatibility(reader, writer)
-                if result.compatibility is not SchemaCompatibilityType.compatible:
+            for consumer, reader in readers:
+                why = cannot_read(reader, writer)
+                if why is not None:
                     problems.append(
                         verified.blueprint.problem(
                             f"topic {key!r}: {consumer.streamlet}.{consumer.port.name} cannot "
-                            f"read the records {recorded.stem} wrote in an earlier deployment "
-                            f"({'; '.join(sorted(result.messages))}); keep the change "
-                            "compatible (add fields with defaults) or use a new topic",
+                            f"read the records {path.stem} wrote in an earlier deployment "
+                            f"({why}); keep the change compatible (add fields with defaults) "
+                            "or use a new topic",
                             "topics",
                             key,
                         )

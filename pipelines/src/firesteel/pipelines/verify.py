@@ -18,18 +18,18 @@ Checked, in Cloudflow's terms and beyond:
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import inspect
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import avro.errors
 import avro.schema
 from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
 
 from firesteel.pipelines.blueprint import TOPIC_KEYS, Blueprint
-from firesteel.pipelines.errors import BlueprintError, ConfigurationError, Problem
+from firesteel.pipelines.errors import BlueprintError, ConfigurationError, Problem, did_you_mean
 from firesteel.pipelines.ports import Inlet, Outlet
 from firesteel.pipelines.streamlet import Streamlet
 
@@ -64,11 +64,6 @@ class VerifiedBlueprint:
                 if any(c.streamlet == streamlet and c.port.name == port for c in connections):
                     return topic
         return None
-
-
-def _suggest(word: str, choices: list[str]) -> str:
-    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def verify(blueprint: Blueprint) -> VerifiedBlueprint:
@@ -108,7 +103,7 @@ def verify(blueprint: Blueprint) -> VerifiedBlueprint:
         for unknown in topic.unknown_keys:
             problems.append(
                 blueprint.problem(
-                    f"topic {key!r}: unknown key {unknown!r}{_suggest(unknown, list(TOPIC_KEYS))}",
+                    f"topic {key!r}: unknown key {unknown!r}{did_you_mean(unknown, TOPIC_KEYS)}",
                     "topics",
                     key,
                     unknown,
@@ -181,9 +176,8 @@ def _resolve(reference: str) -> type[Streamlet] | str:
             for n, v in vars(module).items()
             if inspect.isclass(v) and issubclass(v, Streamlet) and v is not Streamlet
         ]
-        return (
-            f"module {module_name!r} has no class {class_name!r}{_suggest(class_name, candidates)}"
-        )
+        suggestion = did_you_mean(class_name, candidates)
+        return f"module {module_name!r} has no class {class_name!r}{suggestion}"
     if not (inspect.isclass(found) and issubclass(found, Streamlet)):
         return f"{reference!r} is not a Streamlet subclass"
     if inspect.isabstract(found):
@@ -215,7 +209,7 @@ def _port(
         )
         return None
     if streamlet not in blueprint.streamlets:
-        suggestion = _suggest(streamlet, list(blueprint.streamlets))
+        suggestion = did_you_mean(streamlet, list(blueprint.streamlets))
         problems.append(
             blueprint.problem(
                 f"topic {topic!r}: {role} {reference!r} names unknown streamlet "
@@ -243,24 +237,36 @@ def _port(
         message = (
             f"topic {topic!r}: streamlet {streamlet!r} has no "
             f"{'outlet' if role == 'producer' else 'inlet'} {port_name!r}"
-            f"{_suggest(port_name, names)} (it has: {', '.join(names) or 'none'})"
+            f"{did_you_mean(port_name, names)} (it has: {', '.join(names) or 'none'})"
         )
     problems.append(blueprint.problem(message, *where))
     return None
 
 
-def _incompatible(reader: Connection, writer: Connection) -> str | None:
-    try:
-        reader_schema = avro.schema.make_avsc_object(reader.port.codec.avro_schema())
-        writer_schema = avro.schema.make_avsc_object(writer.port.codec.avro_schema())
-    except (avro.errors.AvroException, ConfigurationError) as exc:
-        return f"topic {reader.topic!r}: a port's schema is not valid Avro: {exc}"
-    result = ReaderWriterCompatibilityChecker().get_compatibility(reader_schema, writer_schema)
+def avro_schema(schema: dict[str, Any]) -> avro.schema.Schema:
+    """``schema`` parsed by the ``avro`` package (raises its AvroException when invalid)."""
+    return avro.schema.make_avsc_object(schema)
+
+
+def cannot_read(reader: avro.schema.Schema, writer: avro.schema.Schema) -> str | None:
+    """Why ``reader`` cannot read what ``writer`` wrote, by Avro's rules; None if it can."""
+    result = ReaderWriterCompatibilityChecker().get_compatibility(reader, writer)
     if result.compatibility is SchemaCompatibilityType.compatible:
         return None
-    details = "; ".join(sorted(result.messages))
-    locations = ", ".join(sorted(result.locations))
+    return f"{'; '.join(sorted(result.messages))}; at {', '.join(sorted(result.locations))}"
+
+
+def _incompatible(reader: Connection, writer: Connection) -> str | None:
+    try:
+        why = cannot_read(
+            avro_schema(reader.port.codec.avro_schema()),
+            avro_schema(writer.port.codec.avro_schema()),
+        )
+    except (avro.errors.AvroException, ConfigurationError) as exc:
+        return f"topic {reader.topic!r}: a port's schema is not valid Avro: {exc}"
+    if why is None:
+        return None
     return (
         f"topic {reader.topic!r}: {reader.streamlet}.{reader.port.name} cannot read what "
-        f"{writer.streamlet}.{writer.port.name} writes ({details}; at {locations})"
+        f"{writer.streamlet}.{writer.port.name} writes ({why})"
     )
