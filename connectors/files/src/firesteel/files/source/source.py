@@ -31,8 +31,9 @@ Per micro-batch (driver unless noted):
    are never listed. So the bound is ``ceil(entries / 1000)`` per listed
    prefix: it stays flat when ``cleanup`` is ``delete`` or ``archive`` (the
    prefix holds the files not yet consumed) and grows by one request per
-   1,000 files kept with ``cleanup=none``. The log adds one existence check,
-   and one PUT plus one GET when the round found new files; it is never listed.
+   1,000 files kept with ``cleanup=none``. The log adds a constant few: an
+   existence check per refresh, and a create and a read of one segment when
+   the round found new files; it is never listed.
 2. :meth:`FilesSource.partitions` groups consecutive files, a few per Spark
    partition, deterministically: the plan of a logged batch ``[start, end)``
    is a function of the log alone, never of a new listing.
