@@ -292,3 +292,15 @@ def test_s3_prefix_to_s3_output_archives_only_committed_files(
     # pyarrow keeps a deleted file's folder as a zero-byte "in/" marker: not data.
     left = [k for k in keys(s3_server, bucket, "in/") if "/_firesteel/" not in k and k != "in/"]
     assert left == ["in/f2.parquet", "in/f3.parquet"]
+
+
+def test_source_on_a_missing_bucket_is_named_within_30_seconds(s3_server: S3Server) -> None:
+    opts = parse_options(
+        FilesSourceOptions,
+        {"path": "s3a://no-such-input-bucket/in", **s3_server.settings()},
+        passthrough_prefixes=("fs.",),
+    )
+    started = time.monotonic()
+    with pytest.raises(StorageError, match=r"'s3a://no-such-input-bucket/in'.*does not exist"):
+        FilesSource(opts, storage=StorageConfig.of(opts.passthrough))
+    assert time.monotonic() - started < FAIL_WITHIN_S
