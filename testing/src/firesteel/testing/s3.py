@@ -107,9 +107,10 @@ class S3Server:
         moto keeps its state in memory and has no on-disk mode (its request
         recorder replays requests, but not multipart uploads, whose ids are
         random, and pyarrow uploads every object that way). So the objects are
-        saved with boto3, the process killed, and they are put back before the
-        new process answers anyone else: what a durable store's outage looks
-        like to a client. Every acknowledged object survives; uploads in
+        saved with boto3, the process killed, and they are put back into the
+        new one; call it while no client is writing (between a job's kill and
+        its restart). To the restarted job this is what a durable store's
+        outage looks like. Every acknowledged object survives; uploads in
         flight do not; LastModified times change.
         """
         client = self.client()
