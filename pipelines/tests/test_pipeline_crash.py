@@ -1,12 +1,14 @@
 """The example pipeline on local and on Kafka topics, killed and restarted: every reading
 counted once.
 
-Three runs of ``LocalRunner`` (one process and SparkSession per streamlet):
-the first loses its stateful streamlet to a SIGKILL at a random moment once
-it has published a batch (the runner notices and stops the others); the
-second is SIGKILLed whole (every streamlet at once) once the egress has
-output; the third runs with another trigger interval and another Spark
-shuffle-partition count until every reading is counted. The egress output is
+Four runs of ``LocalRunner`` (one process and SparkSession per streamlet):
+the first loses its stateful streamlet at a protocol point of its outlet's
+sink (a fault point armed in that streamlet's process only); the second
+loses it to a SIGKILL at a random moment once it has published a batch (the
+runner notices and stops the others); the third is SIGKILLed whole (every
+streamlet at once) once the egress has output; the fourth runs with another
+trigger interval and another Spark shuffle-partition count until every
+reading is counted. The egress output is
 read with pyarrow's dataset reader, not firesteel's: each sensor's final count
 is its number of readings, and no (sensor, count) row appears twice.
 
@@ -18,92 +20,35 @@ readings cross two Kafka hops.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
-import pyarrow.dataset as ds
 import pytest
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from sensors_run import (
+    EXAMPLE,
+    PER_FILE,
+    SENSORS,
+    kafka_example,
+    kafka_published,
+    output_rows,
+    wait,
+    wait_for_exit,
+    write_inputs,
+)
 
 from firesteel.pipelines.runner import LocalRunner
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pipelines" / "sensors"
-SENSORS = 3
-PER_FILE = 10
-TIMEOUT_S = 420.0
-
 pytestmark = pytest.mark.crash
-
-
-def _write_inputs(folder: Path, first: int, count: int) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    for index in range(first, first + count):
-        lines = [
-            json.dumps({"sensor": f"s{seq % SENSORS}", "seq": seq, "value": float(seq)})
-            for seq in range(index * PER_FILE, (index + 1) * PER_FILE)
-        ]
-        hidden = folder / f".part-{index:04d}.json"
-        hidden.write_text("\n".join(lines) + "\n")
-        hidden.rename(folder / f"part-{index:04d}.json")
-
-
-def _rows(folder: Path) -> list[dict[str, object]]:
-    if not any(folder.glob("*.parquet")):
-        return []
-    return ds.dataset(folder, format="parquet").to_table().to_pylist()
-
-
-def _wait(runner: LocalRunner, done: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + TIMEOUT_S
-    while not done():
-        for name, process in runner.processes.items():
-            code = process.poll()
-            assert code is None, f"streamlet {name} exited with {code}: {runner.log_path(name)}"
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
 
 
 def _kill(runner: LocalRunner, *names: str) -> None:
     for name in names:
         os.killpg(runner.processes[name].pid, signal.SIGKILL)
         runner.processes[name].wait()
-
-
-def _kafka_published(
-    bootstrap: str, topic: str, request: pytest.FixtureRequest
-) -> Callable[[], bool]:
-    """Whether a transaction has committed on ``topic`` (its log has grown)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "pipeline-crash-test"})
-    request.addfinalizer(consumer.close)
-
-    def published() -> bool:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        try:
-            return any(
-                consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] > 0
-                for p in partitions
-            )
-        except KafkaException:  # a new topic's leaders are still being elected
-            return False
-
-    return published
-
-
-def _kafka_example(folder: Path, suffix: str) -> Path:
-    """A copy of the example whose blueprint puts its topics at names of this run's own."""
-    folder.mkdir()
-    (folder / "sensors.py").write_text((EXAMPLE / "sensors.py").read_text())
-    blueprint = (EXAMPLE / "blueprint.conf").read_text()
-    for key in ("sensor-readings", "sensor-metrics"):
-        blueprint += f'blueprint.topics.{key}.topic.name = "{key}-{suffix}"\n'
-    (folder / "blueprint.conf").write_text(blueprint)
-    return folder / "blueprint.conf"
 
 
 @pytest.mark.parametrize("topics", ["local", "kafka"])
@@ -119,9 +64,9 @@ def test_every_reading_counted_once_across_kills_and_a_changed_configuration(
     if topics == "kafka":
         bootstrap = request.getfixturevalue("bootstrap")
         suffix = tmp_path.name
-        blueprint = _kafka_example(tmp_path / "example", suffix)
+        blueprint = kafka_example(tmp_path / "example", suffix)
         settings.append(f'firesteel.kafka.bootstrap.servers = "{bootstrap}"')
-        published = _kafka_published(bootstrap, f"sensor-metrics-{suffix}", request)
+        published = kafka_published(bootstrap, f"sensor-metrics-{suffix}", request)
     else:
         blueprint = EXAMPLE / "blueprint.conf"
         metrics_topic = work / "topics" / "sensor-metrics"
@@ -129,24 +74,39 @@ def test_every_reading_counted_once_across_kills_and_a_changed_configuration(
         def published() -> bool:
             return any(metrics_topic.glob("*.parquet"))
 
-    _write_inputs(inputs, 0, 6)
+    write_inputs(inputs, 0, 3)
+    # The stateful streamlet dies at a protocol point of its outlet's sink: on Kafka once a
+    # task's transaction committed, before its vote (the batch is downstream, not in Spark's
+    # commit log); on local topics inside the driver's commit, its manifest written, its
+    # files not yet all published. The fault kills the streamlet's own process group.
+    point = "kafka.after_commit_transaction" if topics == "kafka" else "driver.mid_commit"
+    armed = {"FIRESTEEL_FAULT": point, "FIRESTEEL_FAULT_DIR": str(tmp_path / "faults")}
+    at_point = LocalRunner(blueprint, work, settings=settings, environment={"metrics": armed})
+    at_point.start()
+    try:
+        wait_for_exit(at_point, "metrics")
+        assert at_point.wait() == 1
+    finally:
+        at_point.stop()
+    assert (tmp_path / "faults" / point).exists()
 
+    write_inputs(inputs, 3, 3)
     first = LocalRunner(blueprint, work, settings=settings)
     first.start()
     try:
-        _wait(first, published, "metrics to publish")
+        wait(first, published, "metrics to publish")
         time.sleep(random.uniform(0, 3))
         _kill(first, "metrics")
         assert first.wait() == 1
     finally:
         first.stop()
 
-    _write_inputs(inputs, 6, 3)
+    write_inputs(inputs, 6, 3)
     second = LocalRunner(blueprint, work, settings=settings)
     second.start()
     try:
-        seen = len(_rows(output))
-        _wait(second, lambda: len(_rows(output)) > seen, "the egress to write")
+        seen = len(output_rows(output))
+        wait(second, lambda: len(output_rows(output)) > seen, "the egress to write")
         _kill(second, *second.processes)
     finally:
         second.stop()
@@ -162,7 +122,7 @@ def test_every_reading_counted_once_across_kills_and_a_changed_configuration(
     try:
 
         def counted() -> bool:
-            rows = _rows(output)
+            rows = output_rows(output)
             return (
                 sum(
                     max((r["count"] for r in rows if r["sensor"] == s), default=0)
@@ -171,11 +131,11 @@ def test_every_reading_counted_once_across_kills_and_a_changed_configuration(
                 >= readings
             )
 
-        _wait(third, counted, "every reading to be counted")
+        wait(third, counted, "every reading to be counted")
     finally:
         third.stop()
 
-    rows = _rows(output)
+    rows = output_rows(output)
     final = {
         s: max(r["count"] for r in rows if r["sensor"] == s) for s in {r["sensor"] for r in rows}
     }

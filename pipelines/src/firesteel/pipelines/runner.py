@@ -1,4 +1,5 @@
-"""``firesteel run-local``: every streamlet of a blueprint in its own process.
+"""``firesteel run-local`` / ``firesteel run --master``: every streamlet of a blueprint in its
+own process (on a cluster: its own Spark application).
 
 The runner verifies the blueprint and its configuration (nothing starts if
 anything is wrong), then starts one Python process per streamlet
@@ -26,7 +27,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -59,7 +60,15 @@ def load(
 
 
 class LocalRunner:
-    """The processes of one local run of a pipeline."""
+    """The processes of one run of a pipeline: each streamlet's driver runs here.
+
+    With ``master`` (``spark://host:7077``) each streamlet is its own Spark
+    application on that cluster, its driver a process of this runner (client
+    mode: Spark's standalone master cannot run a Python driver in the cluster).
+    The work folder (checkpoints, state, local topics) and the blueprint's
+    folder must then be at the same path on every worker host (a shared mount);
+    the executors import the blueprint's modules from there.
+    """
 
     def __init__(
         self,
@@ -67,8 +76,14 @@ class LocalRunner:
         work: Path,
         files: Sequence[str] = (),
         settings: Sequence[str] = (),
+        *,
+        master: str | None = None,
+        environment: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         self.blueprint = blueprint.resolve()
+        self.master = master
+        self.environment = {name: dict(env) for name, env in (environment or {}).items()}
+        """Extra environment variables of one streamlet's process, by streamlet name."""
         self.work = work.resolve()
         self.files = [str(Path(f).resolve()) for f in files]
         self.settings = list(settings)
@@ -101,6 +116,8 @@ class LocalRunner:
                 "--work",
                 str(self.work),
             ]
+            if self.master:
+                command += ["--master", self.master]
             for path in self.files:
                 command += ["--conf", path]
             command += self.settings
@@ -110,7 +127,7 @@ class LocalRunner:
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
-                    env=env,
+                    env={**env, **self.environment.get(name, {})},
                     start_new_session=True,
                 )
             logger.info("streamlet %s started (pid %d)", name, self.processes[name].pid)
