@@ -41,6 +41,7 @@ import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from pyarrow import fs
@@ -93,6 +94,18 @@ class StorageConfig:
                     merged[name] = str(value)
         return cls(tuple(sorted(merged.items())))
 
+    @classmethod
+    def given(cls, settings: StorageConfig | Mapping[str, str] | None) -> StorageConfig:
+        """``settings`` as a StorageConfig: a mapping is read by :meth:`of`, None is empty."""
+        if isinstance(settings, StorageConfig):
+            return settings
+        return cls.of(settings or {})
+
+    def under(self, session: Mapping[str, str]) -> StorageConfig:
+        """These settings over ``session``'s (``spark.hadoop.fs.*``): where both set one,
+        this one wins, as an option wins over a session setting."""
+        return StorageConfig.of(session, dict(self.settings))
+
     def get(self, name: str, bucket: str = "") -> str | None:
         """Setting ``name`` (``fs.s3a.endpoint``), Hadoop's per-bucket form first."""
         values = dict(self.settings)
@@ -108,6 +121,16 @@ class StorageConfig:
             f"{key}={'***' if _is_secret(key) else value}" for key, value in self.settings
         )
         return f"StorageConfig({shown})"
+
+
+def session_settings(spark: Any) -> dict[str, str]:
+    """The ``spark.hadoop.fs.*`` settings of a SparkSession, so one configuration serves
+    Spark's own S3A connector and firesteel (read them with :meth:`StorageConfig.of`)."""
+    return {
+        key: str(value)
+        for key, value in spark.conf.getAll.items()
+        if key.startswith(f"{HADOOP_PREFIX}fs.")
+    }
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,23 @@
 Real parts only: firesteel reaches it through ``pyarrow.fs.S3FileSystem``, the
 tests read back with boto3, both over HTTP to a separate process that speaks the
 S3 REST protocol (conditional PUT included).
+
+moto keeps objects in memory. ``persist=True`` turns on moto's request
+recorder (every request but reads appended to ``recording.jsonl`` in the
+workdir as it is served), and :meth:`S3Server.restart` kills the server by PID,
+starts a new one on the same port and has it replay the recording: the store
+comes back as it was, as a restarted S3-compatible store with disks would.
+
+The server logs one line per request (method, path and query);
+:class:`RequestLog` counts them by kind, so request economy is measured at the
+server, not by the code under test.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -15,6 +27,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,18 +40,23 @@ ACCESS_KEY = "firesteel-test"
 SECRET_KEY = "firesteel-test-secret"
 REGION = "us-east-1"
 START_TIMEOUT_S = 30.0
+SETTINGS_ENV = "FIRESTEEL_TEST_S3_SETTINGS"
+"""A harness job's S3 settings (JSON of ``fs.s3a.*``), set by :meth:`S3Server.job_env`;
+:func:`firesteel.testing.jobs.job_session` makes them the session's ``spark.hadoop.*``."""
 
 
 class S3Server:
     """One moto S3 server process; :meth:`settings` are the ``fs.s3a.*`` options reaching it.
 
     ``authenticate=True`` makes the server check credentials (moto's IAM mode), so
-    wrong keys are refused as S3 refuses them.
+    wrong keys are refused as S3 refuses them. ``persist=True`` records every
+    request so that :meth:`restart` brings the objects back (see module docs).
     """
 
-    def __init__(self, workdir: Path, *, authenticate: bool = False) -> None:
+    def __init__(self, workdir: Path, *, authenticate: bool = False, persist: bool = False) -> None:
         self.workdir = workdir
         self.authenticate = authenticate
+        self.persist = persist
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -55,8 +74,19 @@ class S3Server:
             "fs.s3a.secret.key": SECRET_KEY,
         }
 
+    def job_env(self) -> dict[str, str]:
+        """Environment for a harness job whose session should reach this server through
+        ``spark.hadoop.fs.s3a.*`` (see :data:`SETTINGS_ENV`)."""
+        return {SETTINGS_ENV: json.dumps(self.settings())}
+
+    @property
+    def log(self) -> Path:
+        """The server's log: one line per request."""
+        return self.workdir / "moto.log"
+
     def start(self) -> S3Server:
-        """Start the server on a free port and wait until it answers."""
+        """Start the server (on a free port the first time, then on the same one) and wait
+        until it answers."""
         command = shutil.which("moto_server", path=str(Path(sys.executable).parent))
         if command is None:
             package, distribution = "moto", "firesteel-testing"
@@ -65,9 +95,12 @@ class S3Server:
         env = dict(os.environ)
         if self.authenticate:
             env["INITIAL_NO_AUTH_ACTION_COUNT"] = "0"
-        self.port = free_port()
+        if self.persist:
+            env["MOTO_ENABLE_RECORDING"] = "true"
+            env["MOTO_RECORDER_FILEPATH"] = str(self.workdir / "recording.jsonl")
+        self.port = self.port or free_port()
         self.process = spawn_logged(
-            [command, "-H", "127.0.0.1", "-p", str(self.port)], self.workdir / "moto.log", env
+            [command, "-H", "127.0.0.1", "-p", str(self.port)], self.log, env
         )
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
@@ -83,6 +116,20 @@ class S3Server:
         self.stop()
         msg = f"the S3 server did not answer on {self.endpoint} within {START_TIMEOUT_S:.0f} s"
         raise RuntimeError(msg)
+
+    def restart(self) -> None:
+        """Kill the server by PID and start it again on the same port with the objects it
+        held (needs ``persist=True``): moto replays its recording of every request."""
+        if not self.persist:
+            msg = "S3Server.restart() needs persist=True: moto keeps objects in memory"
+            raise RuntimeError(msg)
+        self.stop()
+        self.start()
+        request = urllib.request.Request(
+            f"{self.endpoint}/moto-api/recorder/replay-recording", method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=120):
+            pass
 
     def client(self) -> Any:
         """A boto3 S3 client of this server: the reader that is not firesteel's."""
@@ -107,3 +154,49 @@ class S3Server:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=30)
         self.process = None
+
+
+_REQUEST = re.compile(r'"(GET|PUT|POST|DELETE|HEAD) (/[^ ?]*)(\?[^ ]*)? HTTP/[0-9.]+" (\d{3})')
+KINDS = ("LIST", "GET", "HEAD", "PUT", "DELETE", "POST")
+
+
+@dataclass
+class RequestLog:
+    """Counts the requests an :class:`S3Server` served, from its log, by kind.
+
+    ``LIST`` is a GET of a bucket with a listing query (``list-type``,
+    ``prefix``, ``delimiter``); ``DELETE`` counts single deletes and multi-object
+    delete POSTs (``?delete``) alike; ``POST`` is the rest (multipart uploads).
+    Only requests to ``bucket`` count (the server's own ``/moto-api`` never does).
+    """
+
+    server: S3Server
+    bucket: str
+    offset: int = 0
+
+    def mark(self) -> None:
+        """Count from now on."""
+        self.offset = self.server.log.stat().st_size
+
+    def take(self) -> Counter[str]:
+        """The requests since the last mark, by kind; marks again."""
+        with self.server.log.open("rb") as log:
+            log.seek(self.offset)
+            data = log.read()
+        complete = data[: data.rfind(b"\n") + 1]  # a line still being written waits
+        self.offset += len(complete)
+        counts: Counter[str] = Counter()
+        for match in _REQUEST.finditer(complete.decode("utf-8", errors="replace")):
+            method, path, query, _status = match.groups()
+            if path.strip("/").split("/", 1)[0] != self.bucket:
+                continue
+            counts[_kind(method, path, query or "")] += 1
+        return counts
+
+
+def _kind(method: str, path: str, query: str) -> str:
+    if method == "GET" and "/" not in path.strip("/") and query:
+        return "LIST"
+    if method == "POST" and "delete" in query:
+        return "DELETE"
+    return method

@@ -9,7 +9,14 @@ from pyspark.sql.types import StructType
 from firesteel.cassandra.options import CONNECTOR, PASSTHROUGH, CassandraSinkOptions
 from firesteel.cassandra.sink import CassandraUpsertSink
 from firesteel.cassandra.wal import CassandraAdditiveWalSink, CassandraWalSink
-from firesteel.core.spi import FiresteelDataSource, Guarantee, Sink, default_sink_id, parse_options
+from firesteel.core.spi import (
+    FiresteelDataSource,
+    Guarantee,
+    Sink,
+    StorageConfig,
+    default_sink_id,
+    parse_options,
+)
 
 
 class CassandraConnector(FiresteelDataSource):
@@ -20,9 +27,12 @@ class CassandraConnector(FiresteelDataSource):
     def create_sink(self, schema: StructType) -> tuple[Sink, Guarantee | None]:
         from pyspark.sql.pandas.types import to_arrow_schema
 
+        given = dict(self.options)
+        # fs.* options reach the write-ahead log's store (log.location), not Cassandra.
+        storage = StorageConfig.of(given)
         options = parse_options(
             CassandraSinkOptions,
-            dict(self.options),
+            {key: value for key, value in given.items() if not key.startswith("fs.")},
             connector=CONNECTOR,
             passthrough_prefixes=PASSTHROUGH,
         )
@@ -32,7 +42,7 @@ class CassandraConnector(FiresteelDataSource):
         if options.mode == "wal":
             checkpoint = str(dict(self.options).get("checkpointlocation", ""))
             wal = CassandraWalSink if options.write == "insert" else CassandraAdditiveWalSink
-            sink = wal(options, arrow_schema, sink_id, checkpoint)
+            sink = wal(options, arrow_schema, sink_id, checkpoint, storage)
         else:
             sink = CassandraUpsertSink(options, arrow_schema, sink_id)
         return sink, options.guarantee

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import pyarrow as pa
 
@@ -33,9 +33,14 @@ class _TargetWalSink(WriteAheadSink):
     """A write-ahead-log sink that sends to the local file ``target``."""
 
     def __init__(
-        self, sink_id: str, log_dir: str, committer: CheckpointCommitter, target: str
+        self,
+        sink_id: str,
+        log_dir: str,
+        committer: CheckpointCommitter,
+        target: str,
+        storage_options: Mapping[str, str] | None = None,
     ) -> None:
-        super().__init__(sink_id, log_dir, committer)
+        super().__init__(sink_id, log_dir, committer, storage_options=storage_options)
         self.target = target
 
 
