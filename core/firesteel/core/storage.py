@@ -240,7 +240,10 @@ def _s3(bucket: str, config: StorageConfig) -> fs.S3FileSystem:
         if token:
             kwargs["session_token"] = token
     attempts = config.get("fs.s3a.attempts.maximum", bucket)
+    # allow_delayed_open: an upload smaller than a part is one PUT, not the three
+    # requests of a multipart upload (object stores bill per request).
     return fs.S3FileSystem(
+        allow_delayed_open=True,
         connect_timeout=_seconds(
             config, "fs.s3a.connection.establish.timeout", bucket, CONNECT_TIMEOUT_S
         ),

@@ -73,7 +73,7 @@ class FileCheckpointCommitter(CheckpointCommitter):
     complete: on a local filesystem or HDFS it is written under a unique
     temporary name and renamed into place; on an object store it is one PUT
     under its final name, visible whole or not at all. :meth:`is_committed` is
-    one request (a HEAD) and :meth:`forget` lists the sink's folder only, which
+    one request (a HEAD) for a segment not yet sent, and :meth:`forget` lists the sink's folder only, which
     holds the batches not yet forgotten (one or two). A SIGKILL never
     loses a marker whose :meth:`commit` returned (the data sits in the OS page
     cache); surviving power loss additionally needs storage that syncs on close.
@@ -104,8 +104,13 @@ class FileCheckpointCommitter(CheckpointCommitter):
 
     def is_committed(self, sink_id: str, batch_id: int, partition_id: int) -> bool:
         fsys, base = self._fs()
-        info = fsys.get_file_info(self._marker(base, sink_id, batch_id, partition_id))
-        return info.type == fs.FileType.File
+        # Opening, not get_file_info: on an object store a missing key costs one HEAD
+        # that way, where get_file_info also lists the key as a folder prefix.
+        try:
+            with fsys.open_input_stream(self._marker(base, sink_id, batch_id, partition_id)):
+                return True
+        except FileNotFoundError:
+            return False
 
     def commit(self, sink_id: str, batch_id: int, partition_id: int) -> None:
         fsys, base = self._fs()

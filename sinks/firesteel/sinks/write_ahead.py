@@ -95,6 +95,8 @@ PLAN_FORMAT_VERSION = 3
 since version 3); readers refuse other versions."""
 
 _HASH_CHUNK = 1 << 20
+SMALL_SEGMENT = 8 << 20
+"""Segments up to this size (bytes) are read whole, once; larger ones are streamed."""
 _META_VERSION = b"firesteel.wal.version"
 _META_KEY = b"firesteel.wal.key"
 
@@ -266,9 +268,12 @@ class WriteAheadSink(Sink):
     def read_segment(self, vote: Vote) -> Iterator[pa.RecordBatch]:
         """The records of a voted segment, streamed, after checking its checksum and format.
 
-        The whole file is hashed in chunks before the first record is yielded
-        (nothing unverified reaches the target), then read one record batch at
-        a time, so memory stays bounded by a batch, not a segment. Raises
+        The whole file is hashed before the first record is yielded (nothing
+        unverified reaches the target). A segment of up to
+        :data:`SMALL_SEGMENT` bytes is read once, into memory, and parsed from
+        there (on an object store: one GET instead of one per IPC structure);
+        a larger one is hashed in chunks and then read one record batch at a
+        time, so memory stays bounded by a batch, not a segment. Raises
         :class:`~firesteel.core.errors.CheckpointCorruptError` naming the file
         when it is missing, truncated or altered, and
         :class:`~firesteel.core.errors.IncompatibleFormatError` when a newer
@@ -278,7 +283,11 @@ class WriteAheadSink(Sink):
         payload = vote.committable(SegmentCommittable)
         path = str(payload.segment)
         fsys, local = filesystem(path, self.storage)
-        size, digest = self._digest(fsys, local, vote)
+        whole = self._read_whole(fsys, local, vote) if payload.bytes <= SMALL_SEGMENT else None
+        if whole is not None:
+            size, digest = whole.size, hashlib.sha256(whole).hexdigest()
+        else:
+            size, digest = self._digest(fsys, local, vote)
         if digest != payload.sha256 or size != payload.bytes:
             msg = (
                 f"{path}: write-ahead-log segment checksum mismatch ({size} bytes, "
@@ -286,7 +295,7 @@ class WriteAheadSink(Sink):
                 f"{payload.sha256}): the file was truncated or altered"
             )
             raise CheckpointCorruptError(msg)
-        with fsys.open_input_file(local) as source:
+        with pa.BufferReader(whole) if whole is not None else fsys.open_input_file(local) as source:
             reader = pa.ipc.open_file(source)
             stored = (reader.schema.metadata or {}).get(_META_VERSION, b"0")
             if int(stored) > SEGMENT_FORMAT_VERSION:
@@ -295,6 +304,14 @@ class WriteAheadSink(Sink):
             logger.debug("%s: streaming segment %s", where, path)
             for index in range(reader.num_record_batches):
                 yield reader.get_batch(index)
+
+    def _read_whole(self, fsys: fs.FileSystem, local: str, vote: Vote) -> pa.Buffer:
+        """A small segment's bytes, in one read."""
+        try:
+            with fsys.open_input_stream(local) as stream:
+                return stream.read_buffer()
+        except FileNotFoundError as exc:
+            raise self._missing(local, vote) from exc
 
     def _digest(self, fsys: fs.FileSystem, local: str, vote: Vote) -> tuple[int, str]:
         """Size and SHA-256 of a segment, read in chunks."""
@@ -306,13 +323,16 @@ class WriteAheadSink(Sink):
                     digest.update(chunk)
                     size += len(chunk)
         except FileNotFoundError as exc:
-            msg = (
-                f"{local}: write-ahead-log segment of {self.sink_id} batch {vote.batch_id} "
-                f"partition {vote.partition_id} is missing, although its task voted and it "
-                "is not recorded as sent; the checkpoint storage lost it"
-            )
-            raise CheckpointCorruptError(msg) from exc
+            raise self._missing(local, vote) from exc
         return size, digest.hexdigest()
+
+    def _missing(self, local: str, vote: Vote) -> CheckpointCorruptError:
+        msg = (
+            f"{local}: write-ahead-log segment of {self.sink_id} batch {vote.batch_id} "
+            f"partition {vote.partition_id} is missing, although its task voted and it "
+            "is not recorded as sent; the checkpoint storage lost it"
+        )
+        return CheckpointCorruptError(msg)
 
     def commit_batch(self, batch_id: int, votes: Sequence[Vote]) -> None:
         BEFORE_COMMIT.fire(batch_id)

@@ -157,6 +157,8 @@ class S3Server:
 
 
 _REQUEST = re.compile(r'"(GET|PUT|POST|DELETE|HEAD) (/[^ ?]*)(\?[^ ]*)? HTTP/[0-9.]+" (\d{3})')
+_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+"""The terminal colours the server's log gives some lines."""
 KINDS = ("LIST", "GET", "HEAD", "PUT", "DELETE", "POST")
 
 
@@ -186,7 +188,8 @@ class RequestLog:
         complete = data[: data.rfind(b"\n") + 1]  # a line still being written waits
         self.offset += len(complete)
         counts: Counter[str] = Counter()
-        for match in _REQUEST.finditer(complete.decode("utf-8", errors="replace")):
+        text = _COLOUR.sub("", complete.decode("utf-8", errors="replace"))
+        for match in _REQUEST.finditer(text):
             method, path, query, _status = match.groups()
             if path.strip("/").split("/", 1)[0] != self.bucket:
                 continue
