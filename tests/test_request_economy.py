@@ -1,4 +1,4 @@
-"""Requests per micro-batch on an object store stay flat: counted at the S3 server, not by firesteel.
+"""Requests per micro-batch on an object store stay flat, counted at the S3 server.
 
 Thirty-six tiny batches of the write-ahead-log sink (segments, plans and commit
 markers on S3) and of keyed-state snapshots (filesystem and RocksDB backends)

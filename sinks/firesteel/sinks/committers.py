@@ -73,8 +73,9 @@ class FileCheckpointCommitter(CheckpointCommitter):
     complete: on a local filesystem or HDFS it is written under a unique
     temporary name and renamed into place; on an object store it is one PUT
     under its final name, visible whole or not at all. :meth:`is_committed` is
-    one request (a HEAD) for a segment not yet sent, and :meth:`forget` lists the sink's folder only, which
-    holds the batches not yet forgotten (one or two). A SIGKILL never
+    one request (a HEAD) for a segment not yet sent, and :meth:`forget` lists
+    the sink's folder only, which holds the batches not yet forgotten (one or
+    two). A SIGKILL never
     loses a marker whose :meth:`commit` returned (the data sits in the OS page
     cache); surviving power loss additionally needs storage that syncs on close.
     """

@@ -24,12 +24,13 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 
 from firesteel.core.context import TaskScope
 from firesteel.sinks.committers import FileCheckpointCommitter
+from firesteel.state.api import ValueState
 from firesteel.state.backend import KeyedTask, OperatorSpec, StateBackend
 from firesteel.state.descriptors import ValueStateDescriptor
 from firesteel.state.keygroups import KeyGroupRange, operator_index
@@ -98,7 +99,7 @@ def state_batches(
                 group = key % MAX_PARALLELISM
                 if operator_index(group, PARTITIONS, MAX_PARALLELISM) == partition:
                     store.set_current_key((key,), group)
-                    count = store.state(COUNT)
+                    count = cast(ValueState, store.state(COUNT))
                     count.update((count.value() or 0) + 1)
             store.snapshot().wait()
 

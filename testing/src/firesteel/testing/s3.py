@@ -4,11 +4,13 @@ Real parts only: firesteel reaches it through ``pyarrow.fs.S3FileSystem``, the
 tests read back with boto3, both over HTTP to a separate process that speaks the
 S3 REST protocol (conditional PUT included).
 
-moto keeps objects in memory. ``persist=True`` turns on moto's request
-recorder (every request but reads appended to ``recording.jsonl`` in the
-workdir as it is served), and :meth:`S3Server.restart` kills the server by PID,
-starts a new one on the same port and has it replay the recording: the store
-comes back as it was, as a restarted S3-compatible store with disks would.
+moto keeps objects in memory only, and its request recorder cannot bring them
+back (it records a request's body by ``Content-Length``, and pyarrow's AWS SDK
+uploads with ``aws-chunked`` transfer encoding, which has none: the replayed
+objects are empty). :meth:`S3Server.restart` therefore reads every bucket and
+object out with boto3, kills the server by PID, starts a new one on the same
+port and writes them back, while no job runs: to a client, a store restarted
+with its disks (only the objects' modification times are new).
 
 The server logs one line per request (method, path and query);
 :class:`RequestLog` counts them by kind, so request economy is measured at the
@@ -49,14 +51,12 @@ class S3Server:
     """One moto S3 server process; :meth:`settings` are the ``fs.s3a.*`` options reaching it.
 
     ``authenticate=True`` makes the server check credentials (moto's IAM mode), so
-    wrong keys are refused as S3 refuses them. ``persist=True`` records every
-    request so that :meth:`restart` brings the objects back (see module docs).
+    wrong keys are refused as S3 refuses them.
     """
 
-    def __init__(self, workdir: Path, *, authenticate: bool = False, persist: bool = False) -> None:
+    def __init__(self, workdir: Path, *, authenticate: bool = False) -> None:
         self.workdir = workdir
         self.authenticate = authenticate
-        self.persist = persist
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -95,9 +95,6 @@ class S3Server:
         env = dict(os.environ)
         if self.authenticate:
             env["INITIAL_NO_AUTH_ACTION_COUNT"] = "0"
-        if self.persist:
-            env["MOTO_ENABLE_RECORDING"] = "true"
-            env["MOTO_RECORDER_FILEPATH"] = str(self.workdir / "recording.jsonl")
         self.port = self.port or free_port()
         self.process = spawn_logged(
             [command, "-H", "127.0.0.1", "-p", str(self.port)], self.log, env
@@ -118,18 +115,25 @@ class S3Server:
         raise RuntimeError(msg)
 
     def restart(self) -> None:
-        """Kill the server by PID and start it again on the same port with the objects it
-        held (needs ``persist=True``): moto replays its recording of every request."""
-        if not self.persist:
-            msg = "S3Server.restart() needs persist=True: moto keeps objects in memory"
-            raise RuntimeError(msg)
+        """Kill the server by PID and start it again on the same port, holding the buckets
+        and objects it held (see module docs; call it while no job uses the server)."""
+        client = self.client()
+        saved: dict[str, dict[str, bytes]] = {}
+        for bucket in client.list_buckets()["Buckets"]:
+            name = bucket["Name"]
+            pages = client.get_paginator("list_objects_v2").paginate(Bucket=name)
+            saved[name] = {
+                item["Key"]: client.get_object(Bucket=name, Key=item["Key"])["Body"].read()
+                for page in pages
+                for item in page.get("Contents", [])
+            }
         self.stop()
         self.start()
-        request = urllib.request.Request(
-            f"{self.endpoint}/moto-api/recorder/replay-recording", method="POST"
-        )
-        with urllib.request.urlopen(request, timeout=120):
-            pass
+        client = self.client()
+        for name, objects in saved.items():
+            client.create_bucket(Bucket=name)
+            for key, body in objects.items():
+                client.put_object(Bucket=name, Key=key, Body=body)
 
     def client(self) -> Any:
         """A boto3 S3 client of this server: the reader that is not firesteel's."""

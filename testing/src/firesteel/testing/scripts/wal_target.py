@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 
 import pyarrow as pa
 
+from firesteel.core.storage import StorageConfig
 from firesteel.sinks.committers import CheckpointCommitter
 from firesteel.sinks.write_ahead import WriteAheadSink
 
@@ -38,7 +39,7 @@ class _TargetWalSink(WriteAheadSink):
         log_dir: str,
         committer: CheckpointCommitter,
         target: str,
-        storage_options: Mapping[str, str] | None = None,
+        storage_options: StorageConfig | Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(sink_id, log_dir, committer, storage_options=storage_options)
         self.target = target
