@@ -68,11 +68,7 @@ class StateJob:
         self.checkpoints = Spellings(self.checkpoint)
         self.s3 = s3
         self.bucket = s3.create_bucket(f"state-crash-{uuid.uuid4().hex[:8]}") if s3 else ""
-        self.states = (
-            (lambda run: f"{('s3a', 's3')[run % 2]}://{self.bucket}/state")
-            if s3
-            else Spellings(self.state)
-        )
+        self.states = s3.spellings(self.bucket, "state") if s3 else Spellings(self.state)
         self.expected = write_sequence_files(
             self.source, FILES, ROWS_PER_FILE, lambda seqs: {"key": [key_of(s) for s in seqs]}
         )

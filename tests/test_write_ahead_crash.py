@@ -117,7 +117,7 @@ def test_upsert_target_is_exactly_once_under_kills_that_change_the_partitions(
     bucket = server.create_bucket("wal-crash") if server else ""
 
     def args(run: int) -> list[object]:
-        location = [f"{('s3a', 's3')[run % 2]}://{bucket}/chk"] if server else []
+        location = [S3Server.spellings(bucket, "chk")(run)] if server else []
         return [
             source,
             target,

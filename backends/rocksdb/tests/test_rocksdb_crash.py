@@ -73,11 +73,7 @@ class RocksJob:
         self.checkpoints = Spellings(self.checkpoint)
         self.s3 = s3
         self.bucket = s3.create_bucket(f"rocksdb-crash-{uuid.uuid4().hex[:8]}") if s3 else ""
-        self.states = (
-            (lambda run: f"{('s3a', 's3')[run % 2]}://{self.bucket}/state")
-            if s3
-            else Spellings(self.state)
-        )
+        self.states = s3.spellings(self.bucket, "state") if s3 else Spellings(self.state)
         self.source.mkdir(parents=True)
         for index in range(FILES):
             seqs = list(range(index * ROWS_PER_FILE, (index + 1) * ROWS_PER_FILE))

@@ -30,6 +30,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,13 @@ class S3Server:
             "fs.s3a.access.key": ACCESS_KEY,
             "fs.s3a.secret.key": SECRET_KEY,
         }
+
+    @staticmethod
+    def spellings(bucket: str, path: str) -> Callable[[int], str]:
+        """Restart ``run``'s spelling of ``s3://<bucket>/<path>``: ``s3a://`` and ``s3://``
+        alternate (one object), as :class:`~firesteel.testing.spellings.Spellings` varies
+        a local folder's."""
+        return lambda run: f"{('s3a', 's3')[run % 2]}://{bucket}/{path}"
 
     def job_env(self) -> dict[str, str]:
         """Environment for a harness job whose session should reach this server through
