@@ -16,7 +16,8 @@ requests at the server, from its request log, not in firesteel
 For each path it prints the mean requests per batch by kind (LIST, GET, HEAD,
 PUT, DELETE, POST) over the first and the last 100 batches (``--quick``: 60
 batches, first and last 20), and writes them to ``benchmarks/results/requests.json``
-(``--quick``: to the system temp folder, so a smoke run never replaces a real one).
+(``--quick``: to the system temp folder, so a smoke run never replaces a real one),
+keeping the figures of paths not run this time.
 Counts are deterministic: the same code gives the same figures on any machine.
 """
 
@@ -80,7 +81,10 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             server.stop()
     out.mkdir(parents=True, exist_ok=True)
-    (out / "requests.json").write_text(json.dumps(results, indent=2) + "\n")
+    # Paths run separately (in parallel, or on another day) keep each other's figures.
+    target = out / "requests.json"
+    earlier = json.loads(target.read_text()) if target.exists() else {}
+    target.write_text(json.dumps({**earlier, **results}, indent=2, sort_keys=True) + "\n")
     sys.stdout.write(f"requests per batch, first {window} -> last {window} of {batches}\n")
     return 0
 

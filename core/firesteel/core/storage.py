@@ -317,17 +317,21 @@ def check_location(location: Location, config: StorageConfig | None = None) -> N
         msg = (
             f"storage location {location.uri!r}: bucket {bucket!r} does not exist at "
             f"{_endpoint(location, config)}: create it, or fix the location or "
-            f"{location.setting_prefix}.endpoint"
+            f"{_endpoint_setting(location)}"
         )
         raise StorageError(msg)
 
 
-def _endpoint(location: Location, config: StorageConfig | None) -> str:
-    bucket = location.path.split("/", 1)[0]
-    setting = {"fs.s3a": "fs.s3a.endpoint", "fs.gs": "fs.gs.storage.root.url"}.get(
+def _endpoint_setting(location: Location) -> str:
+    """The setting naming the endpoint of ``location``'s store (``fs.s3a.endpoint``)."""
+    return {"fs.s3a": "fs.s3a.endpoint", "fs.gs": "fs.gs.storage.root.url"}.get(
         location.setting_prefix, "fs.azure.endpoint"
     )
-    value = (config or StorageConfig()).get(setting, bucket)
+
+
+def _endpoint(location: Location, config: StorageConfig | None) -> str:
+    bucket = location.path.split("/", 1)[0]
+    value = (config or StorageConfig()).get(_endpoint_setting(location), bucket)
     return f"endpoint {value}" if value else "the store's default endpoint"
 
 
@@ -350,7 +354,10 @@ def storage_error(
     text = str(exc)
     prefix = location.setting_prefix
     if "NO_SUCH_BUCKET" in text or "NoSuchBucket" in text:
-        hint = f"the bucket does not exist: create it, or fix the location or {prefix}.endpoint"
+        hint = (
+            "the bucket does not exist: create it, or fix the location or "
+            f"{_endpoint_setting(location)}"
+        )
     elif any(marker in text for marker in REFUSED_CREDENTIALS):
         hint = (
             f"the store refused the credentials: check {prefix}.access.key and "
@@ -359,7 +366,8 @@ def storage_error(
             else f"the store refused the credentials: check the {prefix}.* settings"
         )
     elif any(marker in text for marker in UNREACHABLE):
-        hint = f"cannot reach {_endpoint(location, config)}: check {prefix}.endpoint"
+        setting = _endpoint_setting(location)
+        hint = f"cannot reach {_endpoint(location, config)}: check {setting}"
     else:
         # The first line of pyarrow's error, without its request id.
         hint = (text.splitlines()[0] if text else "").split(" (Request ID")[0]

@@ -13,6 +13,10 @@ In a ``conftest.py``::
 * ``cluster_harness``: a harness whose jobs run on ``spark_cluster``.
 * ``s3_server``: an S3 API server process (:class:`~firesteel.testing.s3.S3Server`),
   started once per test session on first use and stopped by PID at the end.
+* ``gcs_emulator`` and ``azurite``: the Google Cloud Storage and Azure Blob
+  emulators (:mod:`firesteel.testing.emulators`), likewise; a test using
+  ``azurite`` is skipped, saying how to install it, where npm was not there to
+  install it.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from firesteel.testing.cluster import StandaloneCluster
+from firesteel.testing.emulators import Azurite, EmulatorNotInstalledError, GcsEmulator
 from firesteel.testing.harness import CrashHarness
 from firesteel.testing.s3 import S3Server
 
@@ -66,3 +71,28 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GcsEmulator]:
+    """A GCS emulator for the session; stopped by PID at the end."""
+    emulator = GcsEmulator(tmp_path_factory.mktemp("gcs-emulator"))
+    emulator.start()
+    try:
+        yield emulator
+    finally:
+        emulator.stop()
+
+
+@pytest.fixture(scope="session")
+def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite]:
+    """Azurite's Blob service for the session; stopped by PID at the end."""
+    emulator = Azurite(tmp_path_factory.mktemp("azurite"))
+    try:
+        emulator.start()
+    except EmulatorNotInstalledError as exc:
+        pytest.skip(str(exc))
+    try:
+        yield emulator
+    finally:
+        emulator.stop()

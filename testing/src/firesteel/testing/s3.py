@@ -20,15 +20,9 @@ server, not by the code under test.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,35 +30,30 @@ from pathlib import Path
 from typing import Any
 
 from firesteel.core.errors import MissingDependencyError
-from firesteel.testing.ports import free_port
-from firesteel.testing.processes import spawn_logged
+from firesteel.testing.servers import ServerProcess
 
 ACCESS_KEY = "firesteel-test"
 SECRET_KEY = "firesteel-test-secret"
 REGION = "us-east-1"
-START_TIMEOUT_S = 30.0
 SETTINGS_ENV = "FIRESTEEL_TEST_S3_SETTINGS"
 """A harness job's S3 settings (JSON of ``fs.s3a.*``), set by :meth:`S3Server.job_env`;
 :func:`firesteel.testing.jobs.job_session` makes them the session's ``spark.hadoop.*``."""
 
 
-class S3Server:
+class S3Server(ServerProcess):
     """One moto S3 server process; :meth:`settings` are the ``fs.s3a.*`` options reaching it.
 
     ``authenticate=True`` makes the server check credentials (moto's IAM mode), so
     wrong keys are refused as S3 refuses them.
     """
 
-    def __init__(self, workdir: Path, *, authenticate: bool = False) -> None:
-        self.workdir = workdir
-        self.authenticate = authenticate
-        self.port = 0
-        self.process: subprocess.Popen[bytes] | None = None
+    name = "S3 server"
+    log_name = "moto.log"
+    probe = "/moto-api/"
 
-    @property
-    def endpoint(self) -> str:
-        """``http://127.0.0.1:<port>``."""
-        return f"http://127.0.0.1:{self.port}"
+    def __init__(self, workdir: Path, *, authenticate: bool = False) -> None:
+        super().__init__(workdir)
+        self.authenticate = authenticate
 
     def settings(self) -> dict[str, str]:
         """Sink/source options (Hadoop's names) that reach this server."""
@@ -87,40 +76,22 @@ class S3Server:
         ``spark.hadoop.fs.s3a.*`` (see :data:`SETTINGS_ENV`)."""
         return {SETTINGS_ENV: json.dumps(self.settings())}
 
-    @property
-    def log(self) -> Path:
-        """The server's log: one line per request."""
-        return self.workdir / "moto.log"
-
-    def start(self) -> S3Server:
-        """Start the server (on a free port the first time, then on the same one) and wait
-        until it answers."""
+    def command(self) -> list[str]:
         command = shutil.which("moto_server", path=str(Path(sys.executable).parent))
         if command is None:
             package, distribution = "moto", "firesteel-testing"
             raise MissingDependencyError(package, distribution)
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ)
+        return [command, "-H", "127.0.0.1", "-p", str(self.port)]
+
+    def environment(self) -> dict[str, str]:
+        env = super().environment()
         if self.authenticate:
             env["INITIAL_NO_AUTH_ACTION_COUNT"] = "0"
-        self.port = self.port or free_port()
-        self.process = spawn_logged(
-            [command, "-H", "127.0.0.1", "-p", str(self.port)], self.log, env
-        )
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                log = (self.workdir / "moto.log").read_text(errors="replace")[-2000:]
-                msg = f"the S3 server exited with {self.process.returncode}: {log}"
-                raise RuntimeError(msg)
-            try:
-                with urllib.request.urlopen(f"{self.endpoint}/moto-api/", timeout=2):
-                    return self
-            except (urllib.error.URLError, OSError):
-                time.sleep(0.1)
-        self.stop()
-        msg = f"the S3 server did not answer on {self.endpoint} within {START_TIMEOUT_S:.0f} s"
-        raise RuntimeError(msg)
+        return env
+
+    def start(self) -> S3Server:
+        super().start()
+        return self
 
     def restart(self) -> None:
         """Kill the server by PID and start it again on the same port, holding the buckets
@@ -159,13 +130,6 @@ class S3Server:
         """Create bucket ``name``; returns it."""
         self.client().create_bucket(Bucket=name)
         return name
-
-    def stop(self) -> None:
-        """Kill the server by PID and reap it."""
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=30)
-        self.process = None
 
 
 _REQUEST = re.compile(r'"(GET|PUT|POST|DELETE|HEAD) (/[^ ?]*)(\?[^ ]*)? HTTP/[0-9.]+" (\d{3})')
