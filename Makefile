@@ -39,7 +39,7 @@ AZURITE := azurite@3.37.0
 install: $(BIN)/python
 	$(BIN)/pip install -q -e ".[dev,test,connect]" -e "./testing[kafka,cassandra]" \
 		-e "./connectors/kafka[test]" -e "./connectors/_template[test]" \
-		-e "./connectors/cassandra[test]" -e "./backends/rocksdb[test]" -e "./pipelines[test]"
+		-e "./connectors/cassandra[test]" -e "./backends/rocksdb[test]" -e "./pipelines[test,kafka]"
 	$(BIN)/python -m compileall -q $(wildcard $(SOURCES))
 	@if [ -x .azurite/node_modules/.bin/azurite-blob ]; then :; \
 	elif command -v npm >/dev/null; then npm install -s --no-audit --no-fund --prefix .azurite $(AZURITE); \
