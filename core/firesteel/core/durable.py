@@ -131,7 +131,6 @@ def write_record(
     kind: str,
     version: int,
     content: Any,
-    *,
     config: StorageConfig | None = None,
 ) -> None:
     """Atomically write (or replace) the record at ``location`` (a local path or a URI;
@@ -146,7 +145,6 @@ def create_record(
     kind: str,
     version: int,
     content: Any,
-    *,
     config: StorageConfig | None = None,
 ) -> bool:
     """Atomically create the record at ``location`` unless one exists; False if it did.
@@ -190,7 +188,6 @@ def read_record(
     location: str | Path,
     kind: str,
     versions: tuple[int, ...],
-    *,
     config: StorageConfig | None = None,
 ) -> Any:
     """The content of the record at ``location``, checked; raises if corrupt or unknown.

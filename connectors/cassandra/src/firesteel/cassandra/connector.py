@@ -13,7 +13,6 @@ from firesteel.core.spi import (
     FiresteelDataSource,
     Guarantee,
     Sink,
-    StorageConfig,
     default_sink_id,
     parse_options,
 )
@@ -28,8 +27,9 @@ class CassandraConnector(FiresteelDataSource):
         from pyspark.sql.pandas.types import to_arrow_schema
 
         given = dict(self.options)
-        # fs.* options reach the write-ahead log's store (log.location), not Cassandra.
-        storage = StorageConfig.of(given)
+        # fs.* options (over the session's spark.hadoop.fs.*) reach the write-ahead log's
+        # store (log.location), not Cassandra.
+        storage = self.storage_config()
         options = parse_options(
             CassandraSinkOptions,
             {key: value for key, value in given.items() if not key.startswith("fs.")},
