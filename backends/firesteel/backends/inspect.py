@@ -145,7 +145,9 @@ def _read_operator(
         msg = f"no state of operator '{operator}' under {location}"
         raise ConfigError(msg)
     if meta.get("backend") is not None:
-        backend = backend_class(str(meta["backend"]))(location)
+        backend = backend_class(str(meta["backend"]))(
+            location, storage_options=config or StorageConfig()
+        )
         return backend.inspect(operator=operator, batch=batch)
     max_parallelism = int(meta["max_parallelism"])
     listing = storage.list_versions()

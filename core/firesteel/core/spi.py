@@ -41,7 +41,15 @@ bytes a caller stores itself, :func:`encode_record` / :func:`decode_record`. A
 reader refuses a damaged record (:class:`CheckpointCorruptError`) and a format
 it does not know (:class:`IncompatibleFormatError`), never misreads either.
 :func:`write_atomically` / :func:`atomic_output` write any other file whole or
-not at all.
+not at all; :func:`make_parent` creates a file's folder where folders exist
+(not on object stores, where it would cost requests for nothing).
+
+**Storage.** :func:`resolve` turns a location as Spark users write it (a local
+path, ``s3a://``, ``gs://``, ``abfs://``, ``hdfs://``) and a
+:class:`StorageConfig` (Hadoop-named settings from options and
+``spark.hadoop.fs.*``) into a pyarrow filesystem and path;
+:func:`check_location` names a missing bucket, refused credentials or an
+unreachable endpoint before the first batch.
 
 **Sink ownership.** :class:`Ownership`: a sink id belongs to the Spark query
 that first wrote it; another query is refused with a :class:`ConfigError`
@@ -70,6 +78,7 @@ from firesteel.core.durable import (
     create_record,
     decode_record,
     encode_record,
+    make_parent,
     read_record,
     write_atomically,
     write_record,
@@ -108,6 +117,7 @@ from firesteel.core.sink import (
 )
 from firesteel.core.source import Offset, ReadLimit, ResettableSource
 from firesteel.core.spark.datasource import FiresteelDataSource, SinkOptions, default_sink_id
+from firesteel.core.storage import StorageConfig, check_location, resolve
 from firesteel.core.worker_cache import WorkerCache
 
 __all__ = [
@@ -142,23 +152,27 @@ __all__ = [
     "SinkOptions",
     "SinkWriter",
     "SourceChangedError",
+    "StorageConfig",
     "TaskScope",
     "TwoPhaseCommitSink",
     "Vote",
     "WorkerCache",
     "atomic_output",
+    "check_location",
     "create_record",
     "decode_record",
     "default_sink_id",
     "encode_record",
     "fault_point",
     "filesystem",
+    "make_parent",
     "normalize_location",
     "option",
     "parse_options",
     "read_query_id",
     "read_record",
     "require_absolute",
+    "resolve",
     "write_atomically",
     "write_record",
 ]

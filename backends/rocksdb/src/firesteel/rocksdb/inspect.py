@@ -18,7 +18,7 @@ import msgpack
 import pyarrow as pa
 
 from firesteel.backends.spi import KeyGroupRange, pack
-from firesteel.core.spi import ConfigError
+from firesteel.core.spi import ConfigError, StorageConfig
 from firesteel.rocksdb import keys
 from firesteel.rocksdb.local import LocalFolder, open_instance
 from firesteel.rocksdb.manifest import Manifest, ManifestRef
@@ -29,9 +29,9 @@ from firesteel.rocksdb.store import BACKEND
 Entries = dict[tuple[int, str], dict[Any, Any]]
 
 
-def is_rocksdb_operator(location: str, operator: str) -> bool:
+def is_rocksdb_operator(location: str, operator: str, storage: StorageConfig | None = None) -> bool:
     """Whether ``operator``'s state under ``location`` was written by this backend."""
-    meta = CheckpointStorage(location, operator).metadata.read_metadata()
+    meta = CheckpointStorage(location, operator, storage).metadata.read_metadata()
     return meta is not None and meta.get("backend") == BACKEND
 
 
@@ -40,6 +40,7 @@ def read_state(
     operator: str | None = None,
     batch: int | None = None,
     options: RocksDBOptions | None = None,
+    storage: StorageConfig | None = None,
 ) -> pa.Table:
     """The RocksDB state under ``location`` as the table of
     :data:`firesteel.backends.inspect.SCHEMA` (arguments as in
@@ -49,9 +50,15 @@ def read_state(
     names = (
         [operator]
         if operator
-        else [name for name in list_operators(location) if is_rocksdb_operator(location, name)]
+        else [
+            name
+            for name in list_operators(location, storage)
+            if is_rocksdb_operator(location, name, storage)
+        ]
     )
-    tables = [read_operator(location, name, batch, options or RocksDBOptions()) for name in names]
+    tables = [
+        read_operator(location, name, batch, options or RocksDBOptions(), storage) for name in names
+    ]
     return pa.concat_tables(tables) if tables else SCHEMA.empty_table()
 
 
@@ -66,12 +73,16 @@ def _complete(refs: list[ManifestRef], max_parallelism: int) -> bool:
 
 
 def read_operator(
-    location: str, operator: str, batch: int | None, options: RocksDBOptions
+    location: str,
+    operator: str,
+    batch: int | None,
+    options: RocksDBOptions,
+    config: StorageConfig | None = None,
 ) -> pa.Table:
     """One operator's state at version ``batch`` (default: the latest complete version)."""
     from firesteel.backends.spi import SCHEMA, to_table
 
-    storage = CheckpointStorage(location, operator)
+    storage = CheckpointStorage(location, operator, config)
     meta = storage.metadata.read_metadata()
     if meta is None:
         msg = f"no state of operator '{operator}' under {location}"
