@@ -108,6 +108,31 @@ def test_two_attempts_finishing_together_never_remove_each_others_manifest(
     assert read(worker(tmp_path, "reader", chosen), 2, range(2)) == {0: 5, 1: 1}
 
 
+def test_a_retry_dated_to_the_same_second_still_removes_the_failed_attempts_manifest(
+    tmp_path: Path,
+) -> None:
+    """Object stores date objects to the second: a killed attempt and its retry often share
+    one, and then the manifests' own write times say which came first."""
+    chosen = backend(tmp_path)
+    run(worker(tmp_path, "first", chosen), 0, MANY)
+    failed = run(worker(tmp_path, "failed", chosen), 1, FEW)
+    retry = run(worker(tmp_path, "retry", chosen), 1, {0: 5})
+    assert failed.base is not None and retry.base is not None
+    assert failed.base.manifest.written_ns < retry.base.manifest.written_ns
+    older = tmp_path / "ck" / "op" / failed.base.manifest.relative_path
+    older.write_bytes(failed.base.manifest.encode())
+    newer = tmp_path / "ck" / "op" / retry.base.manifest.relative_path
+    second = newer.stat().st_mtime_ns // 10**9 * 10**9
+    for path in (older, newer):
+        os.utime(path, ns=(second, second))
+    storage = chosen.storage("op")
+    storage.remove_stale(failed.base.manifest)
+    assert older.exists() and newer.exists(), "an attempt removed a newer attempt's manifest"
+    storage.remove_stale(retry.base.manifest)
+    assert newer.exists() and not older.exists()
+    assert read(worker(tmp_path, "reader", chosen), 2, range(2)) == {0: 5, 1: 1}
+
+
 def test_the_next_checkpoint_uploads_only_new_files(tmp_path: Path) -> None:
     chosen = backend(tmp_path)
     store = run(worker(tmp_path, "w", chosen), 0, MANY)

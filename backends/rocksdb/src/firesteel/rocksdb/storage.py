@@ -242,7 +242,9 @@ class CheckpointStorage:
 
         Only older ones: two attempts running at once (speculation, a zombie) must not
         delete each other's manifest and leave none. A newer overlapping one stays, and
-        restoring the version then reports both by name.
+        restoring the version then reports both by name. Older means an earlier
+        modification time, or the same one and an earlier ``written_ns``: object stores
+        date objects to the second, and a killed task's retry often writes within it.
         """
         listed = self._listed(written.version)
         own = [mtime for ref, mtime in listed if ref.attempt == written.attempt]
@@ -251,7 +253,9 @@ class CheckpointStorage:
         for ref, mtime in listed:
             if ref.attempt == written.attempt or not ref.key_groups.overlaps(written.key_groups):
                 continue
-            if mtime >= own[0]:
+            if mtime > own[0]:
+                continue
+            if mtime == own[0] and self.read_manifest(ref).written_ns >= written.written_ns:
                 continue
             logger.info("state: removing a failed attempt's manifest %s", ref.path)
             self._delete(ref.path)

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -509,6 +510,7 @@ class RocksDBKeyedStore(TaskStore):
             states=states,
             files=(),
             parents=self.parents,
+            written_ns=time.time_ns(),
         )
         private = manifest.private_dir
         for entry in sorted(checkpoint.iterdir()):
