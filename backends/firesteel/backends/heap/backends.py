@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,21 +27,19 @@ import pyarrow as pa
 
 from firesteel.backends.heap.store import worker_store
 from firesteel.backends.storage import SnapshotStorage
+from firesteel.backends.store_base import TaskStore, TaskStoreBackend
 from firesteel.core.errors import ConfigError
 from firesteel.core.storage import StorageConfig, check_location, resolve
 from firesteel.state.backend import (
-    KeyedStateStore,
     KeyedTask,
     OperatorSpec,
-    StateBackend,
 )
-from firesteel.state.descriptors import StateDescriptor
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class FilesystemBackend(StateBackend):
+class FilesystemBackend(TaskStoreBackend):
     """Keyed state in memory, snapshotted to ``location`` (a path or pyarrow filesystem URI).
 
     ``retain``: committed versions kept (at least; older ones are deleted once a
@@ -120,15 +118,8 @@ class FilesystemBackend(StateBackend):
             msg = f"{self.name} backend: cannot use snapshot location {self.location!r}: {exc}"
             raise ConfigError(msg) from exc
 
-    def open_store(
-        self,
-        spec: OperatorSpec,
-        task: KeyedTask,
-        descriptors: Sequence[StateDescriptor],
-        dropped: Sequence[str],
-        now_ms: int,
-    ) -> KeyedStateStore:
-        store = worker_store(
+    def task_store(self, spec: OperatorSpec, task: KeyedTask) -> TaskStore:
+        return worker_store(
             self.storage(spec.name),
             spec,
             task.scope.query_id,
@@ -136,7 +127,6 @@ class FilesystemBackend(StateBackend):
             full_snapshot_every=self.full_snapshot_every,
             cache=self.cache,
         )
-        return store.open_task(task, descriptors, dropped, now_ms)
 
     def inspect(self, operator: str | None = None, batch: int | None = None) -> pa.Table:
         from firesteel.backends.inspect import read_state

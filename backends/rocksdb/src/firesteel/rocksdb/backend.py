@@ -10,17 +10,15 @@ hold. Select it as ``RocksDBBackend("s3://bucket/state")`` or by name
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 
 from firesteel.backends.spi import (
-    KeyedStateStore,
     KeyedTask,
     OperatorSpec,
-    StateBackend,
-    StateDescriptor,
+    TaskStore,
+    TaskStoreBackend,
 )
 from firesteel.core.spi import ConfigError, filesystem
 from firesteel.rocksdb.local import check_writable, default_local_dir, worker_root
@@ -30,7 +28,7 @@ from firesteel.rocksdb.store import worker_store
 
 
 @dataclass(frozen=True)
-class RocksDBBackend(StateBackend):
+class RocksDBBackend(TaskStoreBackend):
     """Keyed state in local RocksDB instances, checkpointed incrementally to ``path``.
 
     ``path``: where checkpoints go (a local path or a pyarrow filesystem URI:
@@ -81,15 +79,8 @@ class RocksDBBackend(StateBackend):
             raise ConfigError(msg) from exc
         check_writable(self.local_dir)
 
-    def open_store(
-        self,
-        spec: OperatorSpec,
-        task: KeyedTask,
-        descriptors: Sequence[StateDescriptor],
-        dropped: Sequence[str],
-        now_ms: int,
-    ) -> KeyedStateStore:
-        store = worker_store(
+    def task_store(self, spec: OperatorSpec, task: KeyedTask) -> TaskStore:
+        return worker_store(
             self.storage(spec.name),
             spec,
             task,
@@ -98,9 +89,8 @@ class RocksDBBackend(StateBackend):
             retain=self.retain,
             cache=self.cache,
         )
-        return store.open_task(task, descriptors, dropped, now_ms)
 
     def inspect(self, operator: str | None = None, batch: int | None = None) -> pa.Table:
         from firesteel.rocksdb.inspect import read_state
 
-        return read_state(self.location, operator=operator, batch=batch, options=self.options)
+        return read_state(self.location, self.options, operator, batch)
