@@ -34,7 +34,6 @@ class SinkOptions:
     )
     sink_id: str | None = option(
         None,
-        name="sink.id",
         doc="stable id of this sink across restarts (default: derived from the output, or "
         "from the query for connectors without one)",
     )
