@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, DataSourceStreamWriter
 from pyspark.sql.pandas.types import from_arrow_schema
@@ -13,7 +13,7 @@ from pyspark.sql.types import StructType
 from firesteel.core.checkpoint import has_guarantee_record, normalize_location, read_query_id
 from firesteel.core.errors import ConfigError
 from firesteel.core.guarantee import Guarantee
-from firesteel.core.options import option
+from firesteel.core.options import option, parse_options
 from firesteel.core.sink import Sink
 from firesteel.core.source import ResettableSource
 from firesteel.core.spark.reader import SparkStreamReader
@@ -87,6 +87,9 @@ def default_sink_id(
     return _digest(f"output:{output}")
 
 
+_Options = TypeVar("_Options")
+
+
 class FiresteelDataSource(DataSource):
     """Registers as ``firesteel.<connector>``; subclasses build the source and the sink.
 
@@ -96,10 +99,22 @@ class FiresteelDataSource(DataSource):
     """
 
     connector: ClassVar[str]
+    passthrough_prefixes: ClassVar[tuple[str, ...]] = ()
+    """Option prefixes the connector hands to its client as they are (``kafka.*``)."""
 
     @classmethod
     def name(cls) -> str:
         return f"firesteel.{cls.connector}"
+
+    def parsed_options(self, cls: type[_Options]) -> _Options:
+        """These options as ``cls`` (:func:`~firesteel.core.options.parse_options`), keys
+        under :attr:`passthrough_prefixes` collected, errors naming the connector."""
+        return parse_options(
+            cls,
+            dict(self.options),
+            passthrough_prefixes=self.passthrough_prefixes,
+            connector=self.name(),
+        )
 
     def create_source(self, schema: StructType | None) -> ResettableSource:
         """The source for these options (``schema`` is the user's, if given)."""

@@ -6,26 +6,22 @@ from typing import ClassVar
 
 from pyspark.sql.types import StructType
 
-from firesteel.cassandra.options import CONNECTOR, PASSTHROUGH, CassandraSinkOptions
+from firesteel.cassandra.options import PASSTHROUGH, CassandraSinkOptions
 from firesteel.cassandra.sink import CassandraUpsertSink
 from firesteel.cassandra.wal import CassandraAdditiveWalSink, CassandraWalSink
-from firesteel.core.spi import FiresteelDataSource, Guarantee, Sink, default_sink_id, parse_options
+from firesteel.core.spi import FiresteelDataSource, Guarantee, Sink, default_sink_id
 
 
 class CassandraConnector(FiresteelDataSource):
     """Registered as ``firesteel.cassandra`` by :func:`firesteel.core.register`."""
 
     connector: ClassVar[str] = "cassandra"
+    passthrough_prefixes: ClassVar[tuple[str, ...]] = PASSTHROUGH
 
     def create_sink(self, schema: StructType) -> tuple[Sink, Guarantee | None]:
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        options = parse_options(
-            CassandraSinkOptions,
-            dict(self.options),
-            connector=CONNECTOR,
-            passthrough_prefixes=PASSTHROUGH,
-        )
+        options = self.parsed_options(CassandraSinkOptions)
         arrow_schema = to_arrow_schema(schema)
         sink_id = default_sink_id(dict(self.options))
         sink: Sink

@@ -8,7 +8,6 @@ from typing import Literal
 from firesteel.core.spi import ConfigError, SinkOptions, option
 from firesteel.sinks.spi import check_connect_url
 
-CONNECTOR = "firesteel.cassandra"
 PASSTHROUGH = ("cassandra.",)
 """``cassandra.username`` / ``cassandra.password`` (plain-text auth), ``cassandra.connect.timeout``.
 
