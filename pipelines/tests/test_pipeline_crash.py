@@ -1,4 +1,5 @@
-"""The example pipeline on local topics, killed and restarted: every reading counted once.
+"""The example pipeline on local and on Kafka topics, killed and restarted: every reading
+counted once.
 
 Three runs of ``LocalRunner`` (one process and SparkSession per streamlet):
 the first loses its stateful streamlet to a SIGKILL at a random moment once
@@ -8,6 +9,11 @@ output; the third runs with another trigger interval and another Spark
 shuffle-partition count until every reading is counted. The egress output is
 read with pyarrow's dataset reader, not firesteel's: each sensor's final count
 is its number of readings, and no (sensor, count) row appears twice.
+
+On Kafka (the suite's broker) the test runs a copy of the example whose
+blueprint names topics of its own, so no earlier run's records are read; a
+streamlet's exactly-once Kafka outlet is then killed mid-transaction, and the
+readings cross two Kafka hops.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 import pytest
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from firesteel.pipelines.runner import LocalRunner
 
@@ -68,8 +75,40 @@ def _kill(runner: LocalRunner, *names: str) -> None:
         runner.processes[name].wait()
 
 
+def _kafka_published(
+    bootstrap: str, topic: str, request: pytest.FixtureRequest
+) -> Callable[[], bool]:
+    """Whether a transaction has committed on ``topic`` (its log has grown)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "pipeline-crash-test"})
+    request.addfinalizer(consumer.close)
+
+    def published() -> bool:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        try:
+            return any(
+                consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] > 0
+                for p in partitions
+            )
+        except KafkaException:  # a new topic's leaders are still being elected
+            return False
+
+    return published
+
+
+def _kafka_example(folder: Path, suffix: str) -> Path:
+    """A copy of the example whose blueprint puts its topics at names of this run's own."""
+    folder.mkdir()
+    (folder / "sensors.py").write_text((EXAMPLE / "sensors.py").read_text())
+    blueprint = (EXAMPLE / "blueprint.conf").read_text()
+    for key in ("sensor-readings", "sensor-metrics"):
+        blueprint += f'blueprint.topics.{key}.topic.name = "{key}-{suffix}"\n'
+    (folder / "blueprint.conf").write_text(blueprint)
+    return folder / "blueprint.conf"
+
+
+@pytest.mark.parametrize("topics", ["local", "kafka"])
 def test_every_reading_counted_once_across_kills_and_a_changed_configuration(
-    tmp_path: Path,
+    tmp_path: Path, topics: str, request: pytest.FixtureRequest
 ) -> None:
     inputs, output, work = tmp_path / "in", tmp_path / "out", tmp_path / "work"
     settings = [
@@ -77,14 +116,25 @@ def test_every_reading_counted_once_across_kills_and_a_changed_configuration(
         f"firesteel.streamlets.store.config-parameters.output-dir = {output}",
         "firesteel.runtimes.spark.checkpointing.interval = 1s",
     ]
-    blueprint = EXAMPLE / "blueprint.conf"
-    metrics_topic = work / "topics" / "sensor-metrics"
+    if topics == "kafka":
+        bootstrap = request.getfixturevalue("bootstrap")
+        suffix = tmp_path.name
+        blueprint = _kafka_example(tmp_path / "example", suffix)
+        settings.append(f'firesteel.kafka.bootstrap.servers = "{bootstrap}"')
+        published = _kafka_published(bootstrap, f"sensor-metrics-{suffix}", request)
+    else:
+        blueprint = EXAMPLE / "blueprint.conf"
+        metrics_topic = work / "topics" / "sensor-metrics"
+
+        def published() -> bool:
+            return any(metrics_topic.glob("*.parquet"))
+
     _write_inputs(inputs, 0, 6)
 
     first = LocalRunner(blueprint, work, settings=settings)
     first.start()
     try:
-        _wait(first, lambda: any(metrics_topic.glob("*.parquet")), "metrics to publish")
+        _wait(first, published, "metrics to publish")
         time.sleep(random.uniform(0, 3))
         _kill(first, "metrics")
         assert first.wait() == 1

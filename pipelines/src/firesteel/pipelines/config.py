@@ -271,6 +271,11 @@ class PipelineConfig:
             return None, [str(exc)]
         return StreamletConfig(name, parameters, spark_conf, checkpointing, not_applied), []
 
+    def kafka_properties(self) -> dict[str, str]:
+        """``firesteel.kafka``'s librdkafka properties (``bootstrap.servers`` and any other);
+        empty when topics are local."""
+        return {k: str(v) for k, v in _flatten(_child(self.tree, "kafka")).items()}
+
     def effective(self, name: str) -> dict[str, Any]:
         """Streamlet ``name``'s effective configuration, secrets masked, for printing."""
         resolved = self.streamlet(name)
@@ -288,7 +293,7 @@ class PipelineConfig:
                 "retained-batches": checkpointing.retained_batches,
                 "guarantee": checkpointing.guarantee,
             },
-            "kafka": {k: mask(k, v) for k, v in _flatten(_child(self.tree, "kafka")).items()},
+            "kafka": {k: mask(k, v) for k, v in self.kafka_properties().items()},
             "not-applied": list(resolved.not_applied),
         }
 

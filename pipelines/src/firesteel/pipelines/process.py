@@ -2,8 +2,8 @@
 
 Started by :class:`firesteel.pipelines.runner.LocalRunner`; builds the
 streamlet's SparkSession (its Spark configuration applied), runs its logic on
-local topics, and stops its queries on SIGTERM. Exits 1 naming the failure if a
-query fails.
+local topics, or on Kafka topics when the configuration names a cluster, and
+stops its queries on SIGTERM. Exits 1 naming the failure if a query fails.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from firesteel.pipelines.kafka import KafkaContext
 from firesteel.pipelines.local import LocalContext
 from firesteel.pipelines.runner import load
 
@@ -44,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
         config={"spark.ui.showConsoleProgress": "false", **resolved.spark_conf},
         log_level="WARN",
     )
-    context = LocalContext(spark, verified, config, args.streamlet, Path(args.work))
+    runtime = KafkaContext if config.kafka_properties() else LocalContext
+    context = runtime(spark, verified, config, args.streamlet, Path(args.work))
     stopping = threading.Event()
     # Only a flag here: a Py4J call from a signal handler would interrupt the main
     # thread's own call on the same connection.

@@ -1,11 +1,12 @@
-"""``firesteel run-local``: every streamlet of a blueprint in its own process, on local topics.
+"""``firesteel run-local``: every streamlet of a blueprint in its own process.
 
 The runner verifies the blueprint and its configuration (nothing starts if
 anything is wrong), then starts one Python process per streamlet
 (:mod:`firesteel.pipelines.process`), each with its own SparkSession, logging
 to ``<work>/logs/<streamlet>.log``. Topics are folders under
-``<work>/topics`` (:mod:`firesteel.pipelines.local`), checkpoints under
-``<work>/checkpoints``, so a restart resumes exactly where the last run
+``<work>/topics`` (:mod:`firesteel.pipelines.local`), or Kafka topics, created
+first, when the configuration names a cluster (:mod:`firesteel.pipelines.kafka`);
+checkpoints are under ``<work>/checkpoints``, so a restart resumes exactly where the last run
 stopped; a redeployment whose consumers cannot read what earlier ones wrote is
 refused (:mod:`firesteel.pipelines.redeploy`). The blueprint's folder is put on
 the processes' ``PYTHONPATH`` (Spark's Python workers inherit it), so
@@ -31,6 +32,7 @@ from types import FrameType
 
 from firesteel.pipelines.blueprint import load_blueprint
 from firesteel.pipelines.config import PipelineConfig
+from firesteel.pipelines.kafka import create_topics
 from firesteel.pipelines.redeploy import check_recorded_schemas, record_schemas
 from firesteel.pipelines.verify import VerifiedBlueprint, verify
 
@@ -83,6 +85,8 @@ class LocalRunner:
         """Start every streamlet's process."""
         (self.work / "logs").mkdir(parents=True, exist_ok=True)
         record_schemas(self.verified, self.work)
+        if self.config.kafka_properties():
+            create_topics(self.verified, self.config)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(self.blueprint.parent), env.get("PYTHONPATH", "")) if p
