@@ -41,7 +41,7 @@ bytes a caller stores itself, :func:`encode_record` / :func:`decode_record`. A
 reader refuses a damaged record (:class:`CheckpointCorruptError`) and a format
 it does not know (:class:`IncompatibleFormatError`), never misreads either.
 :func:`write_atomically` / :func:`atomic_output` write any other file whole or
-not at all.
+not at all; :func:`fsync_dir` makes a local folder's renames durable.
 
 **Sink ownership.** :class:`Ownership`: a sink id belongs to the Spark query
 that first wrote it; another query is refused with a :class:`ConfigError`
@@ -55,12 +55,15 @@ fields (sinks' derive from :class:`SinkOptions`), parsed by
 :func:`parse_options`: unknown or misspelled keys are a :class:`ConfigError`.
 Every error derives from :class:`FiresteelError` and names the option,
 record, file or batch at fault. Bad records go to the configured
-:class:`ErrorPolicy` through an :class:`ErrorHandler`.
+:class:`ErrorPolicy` through an :class:`ErrorHandler` (quarantined, for
+example, into a :class:`FolderDeadLetter`).
 
 **Fault points.** :func:`fault_point` declares, at module level, a named
 :class:`FaultPoint` where the crash tests kill the job (its module is listed
 under the entry point group ``firesteel.fault_points``); ``POINT.fire(batch,
-partition)`` costs nothing unless a test arms it.
+partition)`` costs nothing unless a test arms it. A committer fires
+:data:`MID_COMMIT` between its durable steps (some done, not all), so every
+two-phase sink is killed at the same protocol point.
 """
 
 from firesteel.core.checkpoint import FIRESTEEL_DIR, filesystem, normalize_location, read_query_id
@@ -70,6 +73,7 @@ from firesteel.core.durable import (
     create_record,
     decode_record,
     encode_record,
+    fsync_dir,
     read_record,
     write_atomically,
     write_record,
@@ -80,6 +84,7 @@ from firesteel.core.error_policy import (
     DeadLetterWriter,
     ErrorHandler,
     ErrorPolicy,
+    FolderDeadLetter,
 )
 from firesteel.core.errors import (
     CheckpointCorruptError,
@@ -96,6 +101,7 @@ from firesteel.core.guarantee import Guarantee, Replay, SinkKind
 from firesteel.core.options import option, parse_options, require_absolute
 from firesteel.core.ownership import Ownership
 from firesteel.core.sink import (
+    MID_COMMIT,
     Committable,
     Committer,
     IdempotentSink,
@@ -112,6 +118,7 @@ from firesteel.core.worker_cache import WorkerCache
 
 __all__ = [
     "FIRESTEEL_DIR",
+    "MID_COMMIT",
     "BadRecord",
     "CheckpointCorruptError",
     "Committable",
@@ -124,6 +131,7 @@ __all__ = [
     "FaultPoint",
     "FiresteelDataSource",
     "FiresteelError",
+    "FolderDeadLetter",
     "Guarantee",
     "IdempotentSink",
     "InTaskCommitSink",
@@ -153,6 +161,7 @@ __all__ = [
     "encode_record",
     "fault_point",
     "filesystem",
+    "fsync_dir",
     "normalize_location",
     "option",
     "parse_options",

@@ -26,9 +26,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from firesteel.core.durable import create_record, fsync_dir, read_record
-from firesteel.core.errors import CheckpointCorruptError
-from firesteel.core.sink import Committable
+from firesteel.core.spi import (
+    CheckpointCorruptError,
+    Committable,
+    create_record,
+    fsync_dir,
+    read_record,
+)
 from firesteel.files.sink.paths import FIRESTEEL_DIR, manifest_dir
 
 logger = logging.getLogger(__name__)

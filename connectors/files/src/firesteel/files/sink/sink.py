@@ -45,10 +45,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from firesteel.core.context import TaskScope
-from firesteel.core.errors import ConfigError
-from firesteel.core.ownership import Ownership
-from firesteel.core.sink import MID_COMMIT, TwoPhaseCommitSink
+from firesteel.core.spi import MID_COMMIT, ConfigError, Ownership, TaskScope, TwoPhaseCommitSink
 from firesteel.files.sink.manifest import (
     COMPACT_EVERY,
     CommittedFile,

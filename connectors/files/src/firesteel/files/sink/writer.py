@@ -17,8 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from firesteel.core.context import TaskScope
-from firesteel.core.errors import SinkError
+from firesteel.core.spi import SinkError, TaskScope
 from firesteel.files.sink.manifest import CommittedFile
 from firesteel.files.sink.paths import bucket_dir, final_name, pending_dir
 

@@ -27,8 +27,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from firesteel.core.durable import create_record, read_record, write_record
-from firesteel.core.errors import ConfigError
+from firesteel.core.spi import ConfigError, create_record, read_record, write_record
 
 LOG_FORMAT_VERSION = 1
 

@@ -60,10 +60,18 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from firesteel.core.durable import read_record, write_record
-from firesteel.core.error_policy import ErrorHandler, ErrorPolicy, FolderDeadLetter
-from firesteel.core.errors import ConfigError, SourceChangedError
-from firesteel.core.source import Offset, ReadLimit, ResettableSource
+from firesteel.core.spi import (
+    ConfigError,
+    ErrorHandler,
+    ErrorPolicy,
+    FolderDeadLetter,
+    Offset,
+    ReadLimit,
+    ResettableSource,
+    SourceChangedError,
+    read_record,
+    write_record,
+)
 from firesteel.files.source.formats import FormatSpec, infer_schema, read_file
 from firesteel.files.source.log import LOG_FORMAT_VERSION, FileEntry, FileLog
 from firesteel.files.source.options import FilesSourceOptions
