@@ -14,78 +14,37 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
-from firesteel.backends.inspect import read_state
-from firesteel.files import read_committed
 from firesteel.rocksdb.store import MID_RESTORE, MID_UPLOAD
 from firesteel.testing import (
     CrashHarness,
     CrashResult,
-    Spellings,
     at_point,
     at_random,
     batch_started,
     task_kills,
 )
-from firesteel.testing.ranked import assert_ranked_output, assert_ranked_state
+from firesteel.testing.ranked import BATCHES, RankedJob
 
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(600)]
 
 JOB = Path(__file__).parent / "jobs" / "rocksdb_state_job.py"
-FILES = 60
-ROWS_PER_FILE = 25
-FILES_PER_BATCH = 3
-BATCHES = FILES // FILES_PER_BATCH
-KEYS = 7
 
 
-def key_of(seq: int) -> str:
-    return f"k{(seq * 5) % KEYS}"
+class RocksJob(RankedJob):
+    """The ranking job on the RocksDB backend, with its local working directory."""
 
-
-PARALLELISM = (2, 3, 1, 4, 2, 1, 3, 4, 2)
-"""The operator's parallelism in each run: every restart rescales the key groups."""
-
-
-class RocksJob:
     def __init__(self, root: Path) -> None:
-        self.source = root / "in"
-        self.out = root / "out"
-        self.checkpoint = root / "ck"
-        self.state = root / "state"
+        super().__init__(root)
         self.local = root / "local"
-        self.checkpoints = Spellings(self.checkpoint)
-        self.states = Spellings(self.state)
-        self.source.mkdir(parents=True)
-        for index in range(FILES):
-            seqs = list(range(index * ROWS_PER_FILE, (index + 1) * ROWS_PER_FILE))
-            table = pa.table({"seq": pa.array(seqs, pa.int64()), "key": [key_of(s) for s in seqs]})
-            pq.write_table(table, self.source / f"part-{index:04d}.parquet")
-        self.expected = range(FILES * ROWS_PER_FILE)
 
-    def args(self, run: int) -> list[str]:
-        """Run ``run``'s arguments: each restart spells the checkpoint and state otherwise
-        and runs the operator at another parallelism (a user's rescale)."""
-        return [
-            str(self.source),
-            str(self.out),
-            self.checkpoints(run),
-            self.states(run),
-            str(self.local),
-            str(FILES_PER_BATCH),
-            str(PARALLELISM[run % len(PARALLELISM)]),
-        ]
+    def backend_args(self) -> list[str]:
+        return [str(self.local)]
 
     def check(self, result: CrashResult) -> None:
-        context = f"\n{result.summary()}"
-        committed = read_committed(str(self.out))
-        assert_ranked_output(committed, self.expected, key_of, BATCHES, context)
-        state = read_state(f"file://{self.state}", operator="rank")
-        assert_ranked_state(state, self.expected, key_of, BATCHES, context)
-        self.check_storage(context)
+        super().check(result)
+        self.check_storage(f"\n{result.summary()}")
 
     def check_storage(self, context: str) -> None:
         """Only retained versions remain, and shared/ holds exactly the files they reference
