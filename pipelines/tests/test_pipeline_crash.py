@@ -18,92 +18,34 @@ readings cross two Kafka hops.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
-import pyarrow.dataset as ds
 import pytest
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from sensors_run import (
+    EXAMPLE,
+    PER_FILE,
+    SENSORS,
+    kafka_example,
+    kafka_published,
+    output_rows,
+    wait,
+    write_inputs,
+)
 
 from firesteel.pipelines.runner import LocalRunner
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pipelines" / "sensors"
-SENSORS = 3
-PER_FILE = 10
-TIMEOUT_S = 420.0
-
 pytestmark = pytest.mark.crash
-
-
-def _write_inputs(folder: Path, first: int, count: int) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    for index in range(first, first + count):
-        lines = [
-            json.dumps({"sensor": f"s{seq % SENSORS}", "seq": seq, "value": float(seq)})
-            for seq in range(index * PER_FILE, (index + 1) * PER_FILE)
-        ]
-        hidden = folder / f".part-{index:04d}.json"
-        hidden.write_text("\n".join(lines) + "\n")
-        hidden.rename(folder / f"part-{index:04d}.json")
-
-
-def _rows(folder: Path) -> list[dict[str, object]]:
-    if not any(folder.glob("*.parquet")):
-        return []
-    return ds.dataset(folder, format="parquet").to_table().to_pylist()
-
-
-def _wait(runner: LocalRunner, done: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + TIMEOUT_S
-    while not done():
-        for name, process in runner.processes.items():
-            code = process.poll()
-            assert code is None, f"streamlet {name} exited with {code}: {runner.log_path(name)}"
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
 
 
 def _kill(runner: LocalRunner, *names: str) -> None:
     for name in names:
         os.killpg(runner.processes[name].pid, signal.SIGKILL)
         runner.processes[name].wait()
-
-
-def _kafka_published(
-    bootstrap: str, topic: str, request: pytest.FixtureRequest
-) -> Callable[[], bool]:
-    """Whether a transaction has committed on ``topic`` (its log has grown)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "pipeline-crash-test"})
-    request.addfinalizer(consumer.close)
-
-    def published() -> bool:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        try:
-            return any(
-                consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] > 0
-                for p in partitions
-            )
-        except KafkaException:  # a new topic's leaders are still being elected
-            return False
-
-    return published
-
-
-def _kafka_example(folder: Path, suffix: str) -> Path:
-    """A copy of the example whose blueprint puts its topics at names of this run's own."""
-    folder.mkdir()
-    (folder / "sensors.py").write_text((EXAMPLE / "sensors.py").read_text())
-    blueprint = (EXAMPLE / "blueprint.conf").read_text()
-    for key in ("sensor-readings", "sensor-metrics"):
-        blueprint += f'blueprint.topics.{key}.topic.name = "{key}-{suffix}"\n'
-    (folder / "blueprint.conf").write_text(blueprint)
-    return folder / "blueprint.conf"
 
 
 @pytest.mark.parametrize("topics", ["local", "kafka"])
@@ -119,9 +61,9 @@ def test_every_reading_counted_once_across_kills_and_a_changed_configuration(
     if topics == "kafka":
         bootstrap = request.getfixturevalue("bootstrap")
         suffix = tmp_path.name
-        blueprint = _kafka_example(tmp_path / "example", suffix)
+        blueprint = kafka_example(tmp_path / "example", suffix)
         settings.append(f'firesteel.kafka.bootstrap.servers = "{bootstrap}"')
-        published = _kafka_published(bootstrap, f"sensor-metrics-{suffix}", request)
+        published = kafka_published(bootstrap, f"sensor-metrics-{suffix}", request)
     else:
         blueprint = EXAMPLE / "blueprint.conf"
         metrics_topic = work / "topics" / "sensor-metrics"
@@ -129,24 +71,24 @@ def test_every_reading_counted_once_across_kills_and_a_changed_configuration(
         def published() -> bool:
             return any(metrics_topic.glob("*.parquet"))
 
-    _write_inputs(inputs, 0, 6)
+    write_inputs(inputs, 0, 6)
 
     first = LocalRunner(blueprint, work, settings=settings)
     first.start()
     try:
-        _wait(first, published, "metrics to publish")
+        wait(first, published, "metrics to publish")
         time.sleep(random.uniform(0, 3))
         _kill(first, "metrics")
         assert first.wait() == 1
     finally:
         first.stop()
 
-    _write_inputs(inputs, 6, 3)
+    write_inputs(inputs, 6, 3)
     second = LocalRunner(blueprint, work, settings=settings)
     second.start()
     try:
-        seen = len(_rows(output))
-        _wait(second, lambda: len(_rows(output)) > seen, "the egress to write")
+        seen = len(output_rows(output))
+        wait(second, lambda: len(output_rows(output)) > seen, "the egress to write")
         _kill(second, *second.processes)
     finally:
         second.stop()
@@ -162,7 +104,7 @@ def test_every_reading_counted_once_across_kills_and_a_changed_configuration(
     try:
 
         def counted() -> bool:
-            rows = _rows(output)
+            rows = output_rows(output)
             return (
                 sum(
                     max((r["count"] for r in rows if r["sensor"] == s), default=0)
@@ -171,11 +113,11 @@ def test_every_reading_counted_once_across_kills_and_a_changed_configuration(
                 >= readings
             )
 
-        _wait(third, counted, "every reading to be counted")
+        wait(third, counted, "every reading to be counted")
     finally:
         third.stop()
 
-    rows = _rows(output)
+    rows = output_rows(output)
     final = {
         s: max(r["count"] for r in rows if r["sensor"] == s) for s in {r["sensor"] for r in rows}
     }

@@ -68,8 +68,6 @@ ROOT_KEYS = (
     "streamlets",
     "runtimes",
     "kafka",
-    "local-topics",
-    "checkpoints",
     "blueprint-name",
     "guarantee",
 )
@@ -257,6 +255,13 @@ class PipelineConfig:
             **_flatten(_child(runtime, "config")),
             **_flatten(_child(scope, "config")),
         }
+        for key, value in spark_conf.items():
+            if not isinstance(value, str | int | float | bool):
+                # HOCON reads an unquoted 512m as 512 minutes: the text Spark wanted is lost.
+                problems.append(
+                    f"streamlet {name!r}: Spark setting {key!r} was read as a duration "
+                    f'({value!r}); quote its value (e.g. "512m") so Spark gets it as written'
+                )
         settings = dict(CHECKPOINT_DEFAULTS)
         for where, layer in (
             ("firesteel.runtimes.spark.checkpointing", _child(runtime, "checkpointing")),

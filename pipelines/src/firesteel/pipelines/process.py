@@ -1,4 +1,4 @@
-"""One streamlet's process in a local run: ``python -m firesteel.pipelines.process``.
+"""One streamlet's process (its Spark driver): ``python -m firesteel.pipelines.process``.
 
 Started by :class:`firesteel.pipelines.runner.LocalRunner`; builds the
 streamlet's SparkSession (its Spark configuration applied), runs its logic on
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -32,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("blueprint")
     parser.add_argument("streamlet")
     parser.add_argument("--work", required=True)
+    parser.add_argument("--master", help="a Spark master URL (default: local[2])")
     parser.add_argument("--conf", action="append", default=[])
     parser.add_argument("settings", nargs="*")
     args = parser.parse_intermixed_args(argv)
@@ -40,9 +42,17 @@ def main(argv: list[str] | None = None) -> int:
     resolved = config.streamlet(args.streamlet)
     from firesteel.core import local_session
 
+    conf = {"spark.ui.showConsoleProgress": "false"}
+    if args.master:
+        # Executors unpickle the streamlet's functions by module name: they import the
+        # blueprint's modules from its folder, as this process does.
+        folder = str(Path(args.blueprint).resolve().parent)
+        paths = [folder, *filter(None, [os.environ.get("PYTHONPATH")])]
+        conf["spark.executorEnv.PYTHONPATH"] = os.pathsep.join(paths)
     spark = local_session(
         f"{verified.blueprint.name}.{args.streamlet}",
-        config={"spark.ui.showConsoleProgress": "false", **resolved.spark_conf},
+        master=args.master or "local[2]",
+        config={**conf, **resolved.spark_conf},
         log_level="WARN",
     )
     runtime = KafkaContext if config.kafka_properties() else LocalContext

@@ -1,4 +1,5 @@
-"""``firesteel run-local``: every streamlet of a blueprint in its own process.
+"""``firesteel run-local`` / ``firesteel run --master``: every streamlet of a blueprint in its
+own process (on a cluster: its own Spark application).
 
 The runner verifies the blueprint and its configuration (nothing starts if
 anything is wrong), then starts one Python process per streamlet
@@ -59,7 +60,15 @@ def load(
 
 
 class LocalRunner:
-    """The processes of one local run of a pipeline."""
+    """The processes of one run of a pipeline: each streamlet's driver runs here.
+
+    With ``master`` (``spark://host:7077``) each streamlet is its own Spark
+    application on that cluster, its driver a process of this runner (client
+    mode: Spark's standalone master cannot run a Python driver in the cluster).
+    The work folder (checkpoints, state, local topics) and the blueprint's
+    folder must then be at the same path on every worker host (a shared mount);
+    the executors import the blueprint's modules from there.
+    """
 
     def __init__(
         self,
@@ -67,8 +76,11 @@ class LocalRunner:
         work: Path,
         files: Sequence[str] = (),
         settings: Sequence[str] = (),
+        *,
+        master: str | None = None,
     ) -> None:
         self.blueprint = blueprint.resolve()
+        self.master = master
         self.work = work.resolve()
         self.files = [str(Path(f).resolve()) for f in files]
         self.settings = list(settings)
@@ -101,6 +113,8 @@ class LocalRunner:
                 "--work",
                 str(self.work),
             ]
+            if self.master:
+                command += ["--master", self.master]
             for path in self.files:
                 command += ["--conf", path]
             command += self.settings
