@@ -34,7 +34,7 @@ from typing import Any
 from pyarrow import NativeFile, fs
 
 from firesteel.core.errors import CheckpointCorruptError, IncompatibleFormatError
-from firesteel.core.storage import OBJECT_STORES, resolve
+from firesteel.core.storage import OBJECT_STORES, StorageConfig, resolve
 
 
 def _fsync(path: str | Path) -> None:
@@ -103,27 +103,42 @@ def encode_record(kind: str, version: int, content: Any) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode("utf-8")
 
 
-def _resolve(location: str | Path) -> tuple[fs.FileSystem, str]:
+def _resolve(location: str | Path, config: StorageConfig | None) -> tuple[fs.FileSystem, str]:
     """The filesystem and path of a local path or a URI, as :mod:`firesteel.core.storage`
-    resolves every location."""
-    resolved = resolve(str(location))
+    resolves every location (``config``: the store's settings, e.g. ``fs.s3a.endpoint``)."""
+    resolved = resolve(str(location), config)
     return resolved.filesystem, resolved.path
 
 
 def _parent(fsys: fs.FileSystem, path: str) -> None:
+    if fsys.type_name in OBJECT_STORES:
+        # Keys need no folders; creating them would cost a marker object per level.
+        return
     folder = path.rpartition("/")[0]
     if folder:
         fsys.create_dir(folder, recursive=True)
 
 
-def write_record(location: str | Path, kind: str, version: int, content: Any) -> None:
+def write_record(
+    location: str | Path,
+    kind: str,
+    version: int,
+    content: Any,
+    config: StorageConfig | None = None,
+) -> None:
     """Atomically write (or replace) the record at ``location`` (a local path or a URI)."""
-    fsys, path = _resolve(location)
+    fsys, path = _resolve(location, config)
     _parent(fsys, path)
     write_atomically(fsys, path, encode_record(kind, version, content))
 
 
-def create_record(location: str | Path, kind: str, version: int, content: Any) -> bool:
+def create_record(
+    location: str | Path,
+    kind: str,
+    version: int,
+    content: Any,
+    config: StorageConfig | None = None,
+) -> bool:
     """Atomically create the record at ``location`` unless one exists; False if it did.
 
     Locally a hard link, which fails when the target exists, so two writers
@@ -132,7 +147,7 @@ def create_record(location: str | Path, kind: str, version: int, content: Any) -
     two racing writers may both succeed there (and the later one's record
     stays); callers read the record back after creating it.
     """
-    fsys, path = _resolve(location)
+    fsys, path = _resolve(location, config)
     _parent(fsys, path)
     data = encode_record(kind, version, content)
     if fsys.type_name != "local":
@@ -161,12 +176,17 @@ def _write_tmp(path: Path, data: bytes) -> Path:
     return tmp
 
 
-def read_record(location: str | Path, kind: str, versions: tuple[int, ...]) -> Any:
+def read_record(
+    location: str | Path,
+    kind: str,
+    versions: tuple[int, ...],
+    config: StorageConfig | None = None,
+) -> Any:
     """The content of the record at ``location``, checked; raises if corrupt or unknown.
 
     A missing record raises :class:`FileNotFoundError`.
     """
-    fsys, path = _resolve(location)
+    fsys, path = _resolve(location, config)
     with fsys.open_input_stream(path) as stream:
         data = stream.read()
     return decode_record(data, str(location), kind, versions)

@@ -41,7 +41,16 @@ bytes a caller stores itself, :func:`encode_record` / :func:`decode_record`. A
 reader refuses a damaged record (:class:`CheckpointCorruptError`) and a format
 it does not know (:class:`IncompatibleFormatError`), never misreads either.
 :func:`write_atomically` / :func:`atomic_output` write any other file whole or
-not at all; :func:`fsync_dir` makes a local folder's renames durable.
+not at all.
+
+**Storage.** A location (a local path or a URI: s3, gs, abfs, hdfs) becomes
+a filesystem and a path through :func:`resolve` with a :class:`StorageConfig`
+(Hadoop's ``fs.*`` settings, :data:`SETTING_PREFIX`, from the options and the
+session); :func:`check_location` refuses one that cannot be reached,
+:func:`storage_error` turns a filesystem failure into an error naming the
+setting to fix, :func:`canonical` spells a location one way, and
+:data:`OBJECT_STORES` names the filesystems whose uploads are atomic and which
+have no rename.
 
 **Sink ownership.** :class:`Ownership`: a sink id belongs to the Spark query
 that first wrote it; another query is refused with a :class:`ConfigError`
@@ -73,7 +82,6 @@ from firesteel.core.durable import (
     create_record,
     decode_record,
     encode_record,
-    fsync_dir,
     read_record,
     write_atomically,
     write_record,
@@ -114,11 +122,23 @@ from firesteel.core.sink import (
 )
 from firesteel.core.source import Offset, ReadLimit, ResettableSource
 from firesteel.core.spark.datasource import FiresteelDataSource, SinkOptions, default_sink_id
+from firesteel.core.storage import (
+    OBJECT_STORES,
+    SETTING_PREFIX,
+    Location,
+    StorageConfig,
+    canonical,
+    check_location,
+    resolve,
+    storage_error,
+)
 from firesteel.core.worker_cache import WorkerCache
 
 __all__ = [
     "FIRESTEEL_DIR",
     "MID_COMMIT",
+    "OBJECT_STORES",
+    "SETTING_PREFIX",
     "BadRecord",
     "CheckpointCorruptError",
     "Committable",
@@ -136,6 +156,7 @@ __all__ = [
     "IdempotentSink",
     "InTaskCommitSink",
     "IncompatibleFormatError",
+    "Location",
     "MissingDependencyError",
     "Offset",
     "Ownership",
@@ -150,24 +171,28 @@ __all__ = [
     "SinkOptions",
     "SinkWriter",
     "SourceChangedError",
+    "StorageConfig",
     "TaskScope",
     "TwoPhaseCommitSink",
     "Vote",
     "WorkerCache",
     "atomic_output",
+    "canonical",
+    "check_location",
     "create_record",
     "decode_record",
     "default_sink_id",
     "encode_record",
     "fault_point",
     "filesystem",
-    "fsync_dir",
     "normalize_location",
     "option",
     "parse_options",
     "read_query_id",
     "read_record",
     "require_absolute",
+    "resolve",
+    "storage_error",
     "write_atomically",
     "write_record",
 ]

@@ -48,6 +48,8 @@ from pyarrow import fs
 from firesteel.core.errors import ConfigError, StorageError
 
 HADOOP_PREFIX = "spark.hadoop."
+SETTING_PREFIX = "fs."
+"""Every storage setting's prefix (Hadoop's names): the options that reach a store."""
 S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
 GCS_SCHEMES = frozenset({"gs", "gcs"})
 AZURE_SCHEMES = frozenset({"abfs", "abfss"})
@@ -89,7 +91,7 @@ class StorageConfig:
         for source in sources:
             for key, value in source.items():
                 name = key[len(HADOOP_PREFIX) :] if key.startswith(HADOOP_PREFIX) else key
-                if name.startswith("fs."):
+                if name.startswith(SETTING_PREFIX):
                     merged[name] = str(value)
         return cls(tuple(sorted(merged.items())))
 

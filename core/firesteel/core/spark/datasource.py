@@ -18,6 +18,7 @@ from firesteel.core.sink import Sink
 from firesteel.core.source import ResettableSource
 from firesteel.core.spark.reader import SparkStreamReader
 from firesteel.core.spark.writer import SparkStreamWriter
+from firesteel.core.storage import StorageConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +103,13 @@ class FiresteelDataSource(DataSource):
     passthrough_prefixes: ClassVar[tuple[str, ...]] = ()
     """Option prefixes the connector hands to its client as they are (``kafka.*``)."""
 
+    session_storage: ClassVar[StorageConfig] = StorageConfig()
+    """The session's ``spark.hadoop.fs.*`` settings, as :func:`firesteel.register` saw them.
+
+    Spark builds a Python data source in a worker process without a session,
+    so :func:`~firesteel.core.registry.register` registers a subclass that
+    carries them (a class Spark pickles by value)."""
+
     @classmethod
     def name(cls) -> str:
         return f"firesteel.{cls.connector}"
@@ -115,6 +123,10 @@ class FiresteelDataSource(DataSource):
             passthrough_prefixes=self.passthrough_prefixes,
             connector=self.name(),
         )
+
+    def storage_config(self) -> StorageConfig:
+        """The store's settings: the ``fs.*`` options over the session's ``spark.hadoop.fs.*``."""
+        return StorageConfig.of(dict(self.session_storage.settings), dict(self.options))
 
     def create_source(self, schema: StructType | None) -> ResettableSource:
         """The source for these options (``schema`` is the user's, if given)."""

@@ -55,8 +55,8 @@ class S3Server:
             "fs.s3a.secret.key": SECRET_KEY,
         }
 
-    def start(self) -> S3Server:
-        """Start the server on a free port and wait until it answers."""
+    def start(self, port: int = 0) -> S3Server:
+        """Start the server on ``port`` (default: a free one) and wait until it answers."""
         command = shutil.which("moto_server", path=str(Path(sys.executable).parent))
         if command is None:
             package, distribution = "moto", "firesteel-testing"
@@ -65,7 +65,7 @@ class S3Server:
         env = dict(os.environ)
         if self.authenticate:
             env["INITIAL_NO_AUTH_ACTION_COUNT"] = "0"
-        self.port = free_port()
+        self.port = port or free_port()
         self.process = spawn_logged(
             [command, "-H", "127.0.0.1", "-p", str(self.port)], self.workdir / "moto.log", env
         )
@@ -100,6 +100,37 @@ class S3Server:
         """Create bucket ``name``; returns it."""
         self.client().create_bucket(Bucket=name)
         return name
+
+    def restart(self) -> None:
+        """Kill the server by PID and start a new one on the same port holding the same objects.
+
+        moto keeps its state in memory and has no on-disk mode (its request
+        recorder replays requests, but not multipart uploads, whose ids are
+        random, and pyarrow uploads every object that way). So the objects are
+        saved with boto3, the process killed, and they are put back into the
+        new one; call it while no client is writing (between a job's kill and
+        its restart). To the restarted job this is what a durable store's
+        outage looks like. Every acknowledged object survives; uploads in
+        flight do not; LastModified times change.
+        """
+        client = self.client()
+        saved: dict[str, list[tuple[str, bytes]]] = {}
+        for bucket in client.list_buckets()["Buckets"]:
+            name = bucket["Name"]
+            pages = client.get_paginator("list_objects_v2").paginate(Bucket=name)
+            saved[name] = [
+                (item["Key"], client.get_object(Bucket=name, Key=item["Key"])["Body"].read())
+                for page in pages
+                for item in page.get("Contents", [])
+            ]
+        port = self.port
+        self.stop()
+        self.start(port)
+        client = self.client()
+        for name, objects in saved.items():
+            client.create_bucket(Bucket=name)
+            for key, body in objects:
+                client.put_object(Bucket=name, Key=key, Body=body)
 
     def stop(self) -> None:
         """Kill the server by PID and reap it."""
