@@ -162,11 +162,13 @@ def test_job_killed_at_every_named_point_and_at_random_then_tasks_killed(
 
 @pytest.mark.cluster
 def test_standalone_cluster_loses_its_driver_then_an_executor(
-    cluster_harness: CrashHarness, tmp_path: Path
+    cluster_harness: CrashHarness, tmp_path: Path, s3_server: S3Server
 ) -> None:
     """On two executors of a standalone cluster: the driver killed at a protocol point
-    and at random, then an executor killed in the run that completes (output local)."""
-    files_job = FilesJob(tmp_path / "job")
+    and at random, then an executor killed in the run that completes. The output is on
+    the S3 server, so the executors and the driver share no output folder (Spark's
+    checkpoint stays local: the wheel has no S3A jar)."""
+    files_job = FilesJob(tmp_path / "job", s3_server)
     checkpoint = files_job.checkpoint
     result = cluster_harness.run(
         JOB,

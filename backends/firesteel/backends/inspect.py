@@ -176,7 +176,9 @@ def _read_operator(
     storage = SnapshotStorage(location, operator, config=config)
     meta = recorded_operator(storage.read_metadata(), operator, location)
     if meta.get("backend") is not None:
-        backend = backend_class(str(meta["backend"]))(location)
+        backend = backend_class(str(meta["backend"]))(
+            location, storage_options=config or StorageConfig()
+        )
         return backend.inspect(operator=operator, batch=batch)
     listing = storage.list_versions()
     batch = chosen_version(meta, listing, batch, operator=operator, location=location)

@@ -31,7 +31,7 @@ from pyarrow import fs
 
 from firesteel.backends import format as snapshot_format
 from firesteel.core.checkpoint import filesystem
-from firesteel.core.durable import write_atomically
+from firesteel.core.durable import make_parent, write_atomically
 from firesteel.core.errors import CheckpointCorruptError, IncompatibleFormatError
 from firesteel.core.storage import StorageConfig
 from firesteel.state.keygroups import KeyGroupRange
@@ -162,7 +162,7 @@ class SnapshotStorage:
     def write_metadata(self, meta: dict[str, Any]) -> None:
         """Write ``_operator.json`` atomically (tasks of the first batch all write the same)."""
         body = json.dumps(dict(meta, format=METADATA_FORMAT), indent=2, sort_keys=True)
-        self.fs.create_dir(self.base, recursive=True)
+        make_parent(self.fs, f"{self.base}/{METADATA_FILE}")
         self._write_atomic(self.base, METADATA_FILE, body.encode())
 
     # -- listing ----------------------------------------------------------------------------
@@ -213,7 +213,7 @@ class SnapshotStorage:
         """Write one snapshot file atomically and return it."""
         folder = f"{self.base}/{version_dir_name(version)}"
         name = f"{key_groups.label}-{kind}-{body_digest}.snap"
-        self.fs.create_dir(folder, recursive=True)
+        make_parent(self.fs, f"{folder}/{name}")
         self._write_atomic(folder, name, data)
         return SnapshotFile(version, key_groups, kind, body_digest, f"{folder}/{name}")
 

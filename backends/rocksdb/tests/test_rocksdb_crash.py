@@ -7,6 +7,7 @@ exactly once, every record's rank is its position among its key's records
 (no state update lost or applied twice), timers fired once per batch, the
 checkpoint holds each key's total, and the checkpoint folder holds exactly
 what its retained manifests reference (the killed attempts' uploads are gone).
+The output is read with pyarrow's dataset reader, not firesteel's.
 """
 
 from __future__ import annotations
@@ -14,37 +15,79 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
 
+from firesteel.backends.inspect import read_state
 from firesteel.rocksdb.store import MID_RESTORE, MID_UPLOAD
 from firesteel.testing import (
     CrashHarness,
     CrashResult,
+    Spellings,
     at_point,
     at_random,
     batch_started,
     task_kills,
 )
-from firesteel.testing.ranked import BATCHES, RankedJob
+from firesteel.testing.ranked import assert_ranked_output, assert_ranked_state
 
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(600)]
 
 JOB = Path(__file__).parent / "jobs" / "rocksdb_state_job.py"
+FILES = 60
+ROWS_PER_FILE = 25
+FILES_PER_BATCH = 3
+BATCHES = FILES // FILES_PER_BATCH
+KEYS = 7
 
 
-class RocksJob(RankedJob):
-    """The ranking job on the RocksDB backend, with its local working directory."""
+def key_of(seq: int) -> str:
+    return f"k{(seq * 5) % KEYS}"
 
+
+PARALLELISM = (2, 3, 1, 4, 2, 1, 3, 4, 2)
+"""The operator's parallelism in each run: every restart rescales the key groups."""
+
+
+class RocksJob:
     def __init__(self, root: Path) -> None:
-        super().__init__(root)
+        self.source = root / "in"
+        self.out = root / "out"
+        self.checkpoint = root / "ck"
+        self.state = root / "state"
         self.local = root / "local"
+        self.checkpoints = Spellings(self.checkpoint)
+        self.states = Spellings(self.state)
+        self.source.mkdir(parents=True)
+        for index in range(FILES):
+            seqs = list(range(index * ROWS_PER_FILE, (index + 1) * ROWS_PER_FILE))
+            table = pa.table({"seq": pa.array(seqs, pa.int64()), "key": [key_of(s) for s in seqs]})
+            pq.write_table(table, self.source / f"part-{index:04d}.parquet")
+        self.expected = range(FILES * ROWS_PER_FILE)
 
-    def backend_args(self) -> list[str]:
-        return [str(self.local)]
+    def args(self, run: int) -> list[str]:
+        """Run ``run``'s arguments: each restart spells the checkpoint and state otherwise
+        and runs the operator at another parallelism (a user's rescale)."""
+        return [
+            str(self.source),
+            str(self.out),
+            self.checkpoints(run),
+            self.states(run),
+            str(self.local),
+            str(FILES_PER_BATCH),
+            str(PARALLELISM[run % len(PARALLELISM)]),
+        ]
 
     def check(self, result: CrashResult) -> None:
-        super().check(result)
-        self.check_storage(f"\n{result.summary()}")
+        context = f"\n{result.summary()}"
+        # pyarrow's dataset reader, not firesteel's: it sees every visible file.
+        committed = ds.dataset(str(self.out), format="parquet").to_table()
+        assert_ranked_output(committed, self.expected, key_of, BATCHES, context)
+        state = read_state(f"file://{self.state}", operator="rank")
+        assert_ranked_state(state, self.expected, key_of, BATCHES, context)
+        self.check_storage(context)
 
     def check_storage(self, context: str) -> None:
         """Only retained versions remain, and shared/ holds exactly the files they reference

@@ -105,17 +105,20 @@ def encode_record(kind: str, version: int, content: Any) -> bytes:
 
 def _resolve(location: str | Path, config: StorageConfig | None) -> tuple[fs.FileSystem, str]:
     """The filesystem and path of a local path or a URI, as :mod:`firesteel.core.storage`
-    resolves every location (``config``: the store's settings, e.g. ``fs.s3a.endpoint``)."""
+    resolves every location (``config``: how to reach an object store)."""
     resolved = resolve(str(location), config)
     return resolved.filesystem, resolved.path
 
 
-def _parent(fsys: fs.FileSystem, path: str) -> None:
-    if fsys.type_name in OBJECT_STORES:
-        # Keys need no folders; creating them would cost a marker object per level.
-        return
+def make_parent(fsys: fs.FileSystem, path: str) -> None:
+    """Create the folder of ``path`` where folders exist.
+
+    Object stores have none (a key's prefix needs no object): creating one
+    there would cost a request per level and leave marker objects, so nothing
+    is done.
+    """
     folder = path.rpartition("/")[0]
-    if folder:
+    if folder and fsys.type_name not in OBJECT_STORES:
         fsys.create_dir(folder, recursive=True)
 
 
@@ -126,9 +129,10 @@ def write_record(
     content: Any,
     config: StorageConfig | None = None,
 ) -> None:
-    """Atomically write (or replace) the record at ``location`` (a local path or a URI)."""
+    """Atomically write (or replace) the record at ``location`` (a local path or a URI;
+    ``config``: how to reach an object store)."""
     fsys, path = _resolve(location, config)
-    _parent(fsys, path)
+    make_parent(fsys, path)
     write_atomically(fsys, path, encode_record(kind, version, content))
 
 
@@ -148,7 +152,7 @@ def create_record(
     stays); callers read the record back after creating it.
     """
     fsys, path = _resolve(location, config)
-    _parent(fsys, path)
+    make_parent(fsys, path)
     data = encode_record(kind, version, content)
     if fsys.type_name != "local":
         if fsys.get_file_info(path).type != fs.FileType.NotFound:

@@ -41,16 +41,19 @@ bytes a caller stores itself, :func:`encode_record` / :func:`decode_record`. A
 reader refuses a damaged record (:class:`CheckpointCorruptError`) and a format
 it does not know (:class:`IncompatibleFormatError`), never misreads either.
 :func:`write_atomically` / :func:`atomic_output` write any other file whole or
-not at all.
+not at all; :func:`make_parent` creates a file's folder where folders exist
+(not on object stores, where it would cost requests for nothing).
 
-**Storage.** A location (a local path or a URI: s3, gs, abfs, hdfs) becomes
-a filesystem and a path through :func:`resolve` with a :class:`StorageConfig`
-(Hadoop's ``fs.*`` settings, :data:`SETTING_PREFIX`, from the options and the
-session); :func:`check_location` refuses one that cannot be reached,
-:func:`storage_error` turns a filesystem failure into an error naming the
-setting to fix, :func:`canonical` spells a location one way, and
-:data:`OBJECT_STORES` names the filesystems whose uploads are atomic and which
-have no rename.
+**Storage.** :func:`resolve` turns a location as Spark users write it (a local
+path, ``s3a://``, ``gs://``, ``abfs://``, ``hdfs://``) and a
+:class:`StorageConfig` (Hadoop-named settings from options and
+``spark.hadoop.fs.*``) into a pyarrow filesystem and path;
+:func:`check_location` names a missing bucket, refused credentials or an
+unreachable endpoint before the first batch; :func:`storage_error` turns a
+filesystem failure into an error naming the setting to fix; :class:`Location`
+is a resolved location, :func:`canonical` spells one one way,
+:data:`SETTING_PREFIX` starts every storage option and :data:`OBJECT_STORES`
+names the filesystems whose uploads are atomic and which have no rename.
 
 **Sink ownership.** :class:`Ownership`: a sink id belongs to the Spark query
 that first wrote it; another query is refused with a :class:`ConfigError`
@@ -82,6 +85,7 @@ from firesteel.core.durable import (
     create_record,
     decode_record,
     encode_record,
+    make_parent,
     read_record,
     write_atomically,
     write_record,
@@ -185,6 +189,7 @@ __all__ = [
     "encode_record",
     "fault_point",
     "filesystem",
+    "make_parent",
     "normalize_location",
     "option",
     "parse_options",

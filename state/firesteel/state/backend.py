@@ -25,7 +25,7 @@ its checkpoints.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -135,6 +135,14 @@ class StateBackend(ABC):
 
     def validate(self) -> None:
         """Driver side, when the operator is built: refuse a configuration that cannot work."""
+
+    def with_session(self, settings: Mapping[str, str]) -> StateBackend:
+        """This backend with the session's ``spark.hadoop.fs.*`` ``settings`` beneath its own
+        storage options (driver side, when the operator is built; its own settings win).
+
+        A backend that reaches no object store returns itself.
+        """
+        return self
 
     def recorded_parallelism(self, operator: str) -> int | None:
         """Driver side: the parallelism the newest snapshot of ``operator`` was written with.

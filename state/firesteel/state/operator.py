@@ -58,6 +58,7 @@ import pyarrow.compute as pc
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import ConfigError, FiresteelError, ProcessorError
 from firesteel.core.faults import fault_point
+from firesteel.core.storage import session_settings
 from firesteel.state import clock, keygroups
 from firesteel.state.backend import (
     KeyedStateStore,
@@ -154,6 +155,7 @@ def stateful(
     if not _NAME.match(operator):
         msg = f"stateful(): operator name {operator!r}: use letters, digits, '_', '-' or '.'"
         raise ConfigError(msg)
+    backend = backend.with_session(session_settings(df.sparkSession))
     backend.validate()
     if parallelism is None:
         # Like Spark's own stateful operators, keep the partitioning the state was

@@ -17,6 +17,7 @@ Both keep state in the Python workers' memory
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import tempfile
 from collections.abc import Mapping
@@ -28,6 +29,7 @@ import pyarrow as pa
 from firesteel.backends.heap.store import worker_store
 from firesteel.backends.storage import SnapshotStorage
 from firesteel.backends.store_base import TaskStore, TaskStoreBackend
+from firesteel.core.durable import make_parent
 from firesteel.core.errors import ConfigError
 from firesteel.core.storage import StorageConfig, check_location, resolve
 from firesteel.state.backend import (
@@ -61,9 +63,8 @@ class FilesystemBackend(TaskStoreBackend):
     storage_options: StorageConfig | Mapping[str, str] = field(default_factory=StorageConfig)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.storage_options, StorageConfig):
-            # A frozen dataclass: the settings become their hashable, secret-hiding form.
-            object.__setattr__(self, "storage_options", StorageConfig.of(self.storage_options))
+        # A frozen dataclass: the settings become their hashable, secret-hiding form.
+        object.__setattr__(self, "storage_options", StorageConfig.given(self.storage_options))
         if self.retain < 1:
             msg = f"{self.name} backend: retain must be >= 1, got {self.retain}"
             raise ConfigError(msg)
@@ -85,6 +86,9 @@ class FilesystemBackend(TaskStoreBackend):
     def durable(self) -> bool:
         """Whether local snapshot files are fsynced before they become visible."""
         return True
+
+    def with_session(self, settings: Mapping[str, str]) -> FilesystemBackend:
+        return dataclasses.replace(self, storage_options=self._storage_config.under(settings))
 
     def storage(self, operator: str) -> SnapshotStorage:
         """The snapshot files of ``operator``."""
@@ -113,7 +117,7 @@ class FilesystemBackend(TaskStoreBackend):
         location = resolve(self.location, self._storage_config)
         check_location(location, self._storage_config)
         try:
-            location.filesystem.create_dir(location.path, recursive=True)
+            make_parent(location.filesystem, f"{location.path}/")
         except (OSError, pa.ArrowException) as exc:
             msg = f"{self.name} backend: cannot use snapshot location {self.location!r}: {exc}"
             raise ConfigError(msg) from exc

@@ -10,6 +10,8 @@ hold. Select it as ``RocksDBBackend("s3://bucket/state")`` or by name
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -20,7 +22,7 @@ from firesteel.backends.spi import (
     TaskStore,
     TaskStoreBackend,
 )
-from firesteel.core.spi import ConfigError, filesystem
+from firesteel.core.spi import ConfigError, StorageConfig, check_location, make_parent, resolve
 from firesteel.rocksdb.local import check_writable, default_local_dir, worker_root
 from firesteel.rocksdb.options import RocksDBOptions
 from firesteel.rocksdb.storage import CheckpointStorage
@@ -38,7 +40,10 @@ class RocksDBBackend(TaskStoreBackend):
     worker runs. ``retain``: committed versions kept (at least 1). ``options``:
     RocksDB tuning and the memory budget. ``cache``: keep instances open in the
     worker between batches, so a batch restores nothing when the worker already
-    holds the committed version (turn off only in tests).
+    holds the committed version (turn off only in tests). ``storage_options``:
+    how to reach an object store, by Hadoop's setting names
+    (``{"fs.s3a.endpoint": ..., "fs.s3a.access.key": ...}``, see
+    :mod:`firesteel.core.storage`), over the session's ``spark.hadoop.fs.*``.
     """
 
     path: str
@@ -47,8 +52,11 @@ class RocksDBBackend(TaskStoreBackend):
     options: RocksDBOptions = field(default_factory=RocksDBOptions)
     cache: bool = True
     name: str = "rocksdb"
+    storage_options: StorageConfig | Mapping[str, str] = field(default_factory=StorageConfig)
 
     def __post_init__(self) -> None:
+        # A frozen dataclass: the settings become their hashable, secret-hiding form.
+        object.__setattr__(self, "storage_options", StorageConfig.given(self.storage_options))
         if not self.path:
             msg = "rocksdb backend: a checkpoint location (path or URI) is required"
             raise ConfigError(msg)
@@ -66,14 +74,23 @@ class RocksDBBackend(TaskStoreBackend):
     def location(self) -> str:
         return self.path
 
+    @property
+    def _storage_config(self) -> StorageConfig:
+        assert isinstance(self.storage_options, StorageConfig)
+        return self.storage_options
+
+    def with_session(self, settings: Mapping[str, str]) -> RocksDBBackend:
+        return dataclasses.replace(self, storage_options=self._storage_config.under(settings))
+
     def storage(self, operator: str) -> CheckpointStorage:
         """The checkpoint files of ``operator``."""
-        return CheckpointStorage(self.location, operator)
+        return CheckpointStorage(self.location, operator, self._storage_config)
 
     def validate(self) -> None:
+        location = resolve(self.location, self._storage_config)
+        check_location(location, self._storage_config)
         try:
-            fsys, root = filesystem(self.location)
-            fsys.create_dir(root, recursive=True)
+            make_parent(location.filesystem, f"{location.path}/")
         except (OSError, pa.ArrowException) as exc:
             msg = f"rocksdb backend: cannot use checkpoint location {self.location!r}: {exc}"
             raise ConfigError(msg) from exc
@@ -93,4 +110,10 @@ class RocksDBBackend(TaskStoreBackend):
     def inspect(self, operator: str | None = None, batch: int | None = None) -> pa.Table:
         from firesteel.rocksdb.inspect import read_state
 
-        return read_state(self.location, self.options, operator, batch)
+        return read_state(
+            self.location,
+            operator=operator,
+            batch=batch,
+            options=self.options,
+            storage=self._storage_config,
+        )

@@ -18,7 +18,7 @@ import msgpack
 import pyarrow as pa
 
 from firesteel.backends.spi import KeyGroupRange, pack
-from firesteel.core.spi import ConfigError
+from firesteel.core.spi import ConfigError, StorageConfig
 from firesteel.rocksdb import keys
 from firesteel.rocksdb.local import LocalFolder, open_instance
 from firesteel.rocksdb.manifest import Manifest
@@ -29,14 +29,18 @@ from firesteel.rocksdb.store import BACKEND
 Entries = dict[tuple[int, str], dict[Any, Any]]
 
 
-def is_rocksdb_operator(location: str, operator: str) -> bool:
+def is_rocksdb_operator(location: str, operator: str, storage: StorageConfig | None = None) -> bool:
     """Whether ``operator``'s state under ``location`` was written by this backend."""
-    meta = CheckpointStorage(location, operator).metadata.read_metadata()
+    meta = CheckpointStorage(location, operator, storage).metadata.read_metadata()
     return meta is not None and meta.get("backend") == BACKEND
 
 
 def read_state(
-    location: str, options: RocksDBOptions, operator: str | None, batch: int | None
+    location: str,
+    operator: str | None = None,
+    batch: int | None = None,
+    options: RocksDBOptions | None = None,
+    storage: StorageConfig | None = None,
 ) -> pa.Table:
     """The RocksDB state under ``location`` as the table of
     :data:`firesteel.backends.inspect.SCHEMA` (``operator`` and ``batch`` as in
@@ -46,19 +50,29 @@ def read_state(
     names = (
         [operator]
         if operator
-        else [name for name in list_operators(location) if is_rocksdb_operator(location, name)]
+        else [
+            name
+            for name in list_operators(location, storage)
+            if is_rocksdb_operator(location, name, storage)
+        ]
     )
-    tables = [read_operator(location, name, batch, options) for name in names]
+    tables = [
+        read_operator(location, name, batch, options or RocksDBOptions(), storage) for name in names
+    ]
     return pa.concat_tables(tables) if tables else SCHEMA.empty_table()
 
 
 def read_operator(
-    location: str, operator: str, batch: int | None, options: RocksDBOptions
+    location: str,
+    operator: str,
+    batch: int | None,
+    options: RocksDBOptions,
+    config: StorageConfig | None = None,
 ) -> pa.Table:
     """One operator's state at version ``batch`` (default: the latest complete version)."""
     from firesteel.backends.spi import SCHEMA, chosen_version, recorded_operator, to_table
 
-    storage = CheckpointStorage(location, operator)
+    storage = CheckpointStorage(location, operator, config)
     meta = recorded_operator(storage.metadata.read_metadata(), operator, location)
     if meta.get("backend") != BACKEND:
         msg = f"operator '{operator}' under {location} was not written by the rocksdb backend"

@@ -8,6 +8,7 @@ from typing import Literal
 from firesteel.core.spi import ConfigError, SinkOptions, option
 from firesteel.sinks.spi import check_connect_url
 
+CONNECTOR = "firesteel.cassandra"
 PASSTHROUGH = ("cassandra.",)
 """``cassandra.username`` / ``cassandra.password`` (plain-text auth), ``cassandra.connect.timeout``.
 
@@ -58,7 +59,14 @@ class CassandraSinkOptions(SinkOptions):
         doc="mode=wal: Spark Connect URL of the job's own driver (sc://localhost:15002); the "
         "committed segments are then sent by one Spark task each, across the executors",
     )
-    local_dc: str | None = option(None, doc="data center for DC-aware routing")
+    log_location: str | None = option(
+        None,
+        name="log.location",
+        doc="mode=wal: where the write-ahead segments and plans go (default "
+        "<checkpointLocation>/firesteel/wal): a local path or a URI (s3a://bucket/wal, gs://, "
+        "abfs://), reached with the fs.* options (fs.s3a.endpoint, fs.s3a.access.key, ...)",
+    )
+    local_dc: str | None = option(None, name="local.dc", doc="data center for DC-aware routing")
     consistency: str = option("local_quorum", doc="write consistency level")
     ttl: int | None = option(None, doc="TTL in seconds for every written row")
     ttl_column: str | None = option(None, doc="int column holding a row's TTL (s)")
