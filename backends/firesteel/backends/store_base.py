@@ -15,10 +15,12 @@ changed, the same words on every backend.
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Mapping
 from typing import Any
 
 from firesteel.core.errors import ConfigError
 from firesteel.core.ownership import Ownership
+from firesteel.core.storage import StorageConfig
 from firesteel.state.api import ListState, MapState, ValueState
 from firesteel.state.backend import (
     KeyedStateStore,
@@ -99,7 +101,23 @@ class TaskStore(KeyedStateStore):
 
 class TaskStoreBackend(StateBackend):
     """A backend whose stores are :class:`TaskStore` objects, opened through
-    :meth:`TaskStore.open_task` (so a failed ``begin`` discards the store on every backend)."""
+    :meth:`TaskStore.open_task` (so a failed ``begin`` discards the store on every backend).
+
+    Subclasses are frozen dataclasses with the fields ``path`` (the location) and
+    ``storage_options`` (made a :class:`StorageConfig` when built).
+    """
+
+    path: str
+    storage_options: StorageConfig | Mapping[str, str]
+
+    @property
+    def location(self) -> str:
+        return self.path
+
+    @property
+    def _storage_config(self) -> StorageConfig:
+        assert isinstance(self.storage_options, StorageConfig)
+        return self.storage_options
 
     def open_store(
         self, spec: OperatorSpec, task: KeyedTask, declared: StateDeclarations, now_ms: int

@@ -79,10 +79,6 @@ class FilesystemBackend(TaskStoreBackend):
             raise ConfigError(msg)
 
     @property
-    def location(self) -> str:
-        return self.path
-
-    @property
     def durable(self) -> bool:
         """Whether local snapshot files are fsynced before they become visible."""
         return True
@@ -95,11 +91,6 @@ class FilesystemBackend(TaskStoreBackend):
         return SnapshotStorage(
             self.location, operator, durable=self.durable, config=self._storage_config
         )
-
-    @property
-    def _storage_config(self) -> StorageConfig:
-        assert isinstance(self.storage_options, StorageConfig)
-        return self.storage_options
 
     def recorded_parallelism(self, operator: str) -> int | None:
         """How many files the newest version has: one per task that wrote it.

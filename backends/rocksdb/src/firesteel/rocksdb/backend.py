@@ -70,15 +70,6 @@ class RocksDBBackend(TaskStoreBackend):
             )
             raise ConfigError(msg)
 
-    @property
-    def location(self) -> str:
-        return self.path
-
-    @property
-    def _storage_config(self) -> StorageConfig:
-        assert isinstance(self.storage_options, StorageConfig)
-        return self.storage_options
-
     def with_session(self, settings: Mapping[str, str]) -> RocksDBBackend:
         return dataclasses.replace(self, storage_options=self._storage_config.under(settings))
 
