@@ -47,6 +47,17 @@ FULL = "full"
 DELTA = "delta"
 
 
+def read_stored(filesystem: fs.FileSystem, path: str, what: str) -> bytes:
+    """The whole file at ``path``; a missing one is a :class:`CheckpointCorruptError` naming
+    ``what`` (its kind and where users see it): the restore or read needs it."""
+    try:
+        with filesystem.open_input_stream(path) as stream:
+            return bytes(stream.read())
+    except FileNotFoundError as exc:
+        msg = f"{what} is missing (deleted while in use?)"
+        raise CheckpointCorruptError(msg) from exc
+
+
 def version_dir_name(version: int) -> str:
     """``v000000000007`` for version 7."""
     return f"v{version:012d}"
@@ -186,12 +197,7 @@ class SnapshotStorage:
 
     def read(self, file: SnapshotFile) -> snapshot_format.Snapshot:
         """Read and verify one snapshot file; a missing or damaged file names itself."""
-        try:
-            with self.fs.open_input_stream(file.path) as stream:
-                data = stream.read()
-        except FileNotFoundError as exc:
-            msg = f"state snapshot {self.describe(file.path)} is missing (deleted while in use?)"
-            raise CheckpointCorruptError(msg) from exc
+        data = read_stored(self.fs, file.path, f"state snapshot {self.describe(file.path)}")
         snapshot = snapshot_format.decode(data, self.describe(file.path))
         if snapshot.header.get("body_digest") != file.digest:
             msg = (

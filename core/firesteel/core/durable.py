@@ -37,21 +37,17 @@ from firesteel.core.errors import CheckpointCorruptError, IncompatibleFormatErro
 from firesteel.core.storage import OBJECT_STORES, StorageConfig, resolve
 
 
-def fsync_dir(folder: Path) -> None:
-    """Make renames and creations inside ``folder`` durable."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_file(path: str) -> None:
+def _fsync(path: str | Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_dir(folder: Path) -> None:
+    """Make renames and creations inside ``folder`` durable."""
+    _fsync(folder)
 
 
 @contextlib.contextmanager
@@ -74,7 +70,7 @@ def atomic_output(fsys: fs.FileSystem, path: str, *, sync: bool = True) -> Itera
         with fsys.open_output_stream(temporary) as out:
             yield out
         if local:
-            _fsync_file(temporary)
+            _fsync(temporary)
         fsys.move(temporary, path)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -60,7 +60,13 @@ from firesteel.core.errors import ConfigError, FiresteelError, ProcessorError
 from firesteel.core.faults import fault_point
 from firesteel.core.storage import session_settings
 from firesteel.state import clock, keygroups
-from firesteel.state.backend import KeyedStateStore, KeyedTask, OperatorSpec, StateBackend
+from firesteel.state.backend import (
+    KeyedStateStore,
+    KeyedTask,
+    OperatorSpec,
+    StateBackend,
+    StateDeclarations,
+)
 from firesteel.state.keygroups import KeyGroupRange
 from firesteel.state.output import OutputBuilder
 from firesteel.state.processor import KeyedProcessor, KeyState, OpenContext
@@ -305,9 +311,8 @@ def run_task(
     pending = None
     try:
         processor.open(open_ctx)
-        store = operator.backend.open_store(
-            spec, task, [*declared.values(), clock.CLOCK], open_ctx.dropped, now_ms
-        )
+        states = StateDeclarations([*declared.values(), clock.CLOCK], open_ctx.dropped)
+        store = operator.backend.open_store(spec, task, states, now_ms)
         if batch_time is not None:
             now_ms = clock.advance(store, task.key_groups, batch_time)
         builder = OutputBuilder(operator.schema, spec.name, task.scope.batch_id)

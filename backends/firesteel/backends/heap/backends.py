@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,22 +28,20 @@ import pyarrow as pa
 
 from firesteel.backends.heap.store import worker_store
 from firesteel.backends.storage import SnapshotStorage
+from firesteel.backends.store_base import TaskStore, TaskStoreBackend
 from firesteel.core.durable import make_parent
 from firesteel.core.errors import ConfigError
 from firesteel.core.storage import StorageConfig, check_location, resolve
 from firesteel.state.backend import (
-    KeyedStateStore,
     KeyedTask,
     OperatorSpec,
-    StateBackend,
 )
-from firesteel.state.descriptors import StateDescriptor
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class FilesystemBackend(StateBackend):
+class FilesystemBackend(TaskStoreBackend):
     """Keyed state in memory, snapshotted to ``location`` (a path or pyarrow filesystem URI).
 
     ``retain``: committed versions kept (at least; older ones are deleted once a
@@ -81,10 +79,6 @@ class FilesystemBackend(StateBackend):
             raise ConfigError(msg)
 
     @property
-    def location(self) -> str:
-        return self.path
-
-    @property
     def durable(self) -> bool:
         """Whether local snapshot files are fsynced before they become visible."""
         return True
@@ -97,11 +91,6 @@ class FilesystemBackend(StateBackend):
         return SnapshotStorage(
             self.location, operator, durable=self.durable, config=self._storage_config
         )
-
-    @property
-    def _storage_config(self) -> StorageConfig:
-        assert isinstance(self.storage_options, StorageConfig)
-        return self.storage_options
 
     def recorded_parallelism(self, operator: str) -> int | None:
         """How many files the newest version has: one per task that wrote it.
@@ -124,15 +113,8 @@ class FilesystemBackend(StateBackend):
             msg = f"{self.name} backend: cannot use snapshot location {self.location!r}: {exc}"
             raise ConfigError(msg) from exc
 
-    def open_store(
-        self,
-        spec: OperatorSpec,
-        task: KeyedTask,
-        descriptors: Sequence[StateDescriptor],
-        dropped: Sequence[str],
-        now_ms: int,
-    ) -> KeyedStateStore:
-        store = worker_store(
+    def task_store(self, spec: OperatorSpec, task: KeyedTask) -> TaskStore:
+        return worker_store(
             self.storage(spec.name),
             spec,
             task.scope.query_id,
@@ -140,7 +122,6 @@ class FilesystemBackend(StateBackend):
             full_snapshot_every=self.full_snapshot_every,
             cache=self.cache,
         )
-        return store.open_task(task, descriptors, dropped, now_ms)
 
     def inspect(self, operator: str | None = None, batch: int | None = None) -> pa.Table:
         from firesteel.backends.inspect import read_state

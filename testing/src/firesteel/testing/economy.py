@@ -31,7 +31,7 @@ import pyarrow as pa
 from firesteel.core.context import TaskScope
 from firesteel.sinks.committers import FileCheckpointCommitter
 from firesteel.state.api import ValueState
-from firesteel.state.backend import KeyedTask, OperatorSpec, StateBackend
+from firesteel.state.backend import KeyedTask, OperatorSpec, StateBackend, StateDeclarations
 from firesteel.state.descriptors import ValueStateDescriptor
 from firesteel.state.keygroups import KeyGroupRange, operator_index
 from firesteel.testing.s3 import RequestLog, S3Server
@@ -94,7 +94,7 @@ def state_batches(
         for partition in range(PARTITIONS):
             owned = KeyGroupRange.for_partition(partition, PARTITIONS, MAX_PARALLELISM)
             task = KeyedTask(TaskScope(QUERY, batch_id, partition, 0), owned)
-            store = backend.open_store(spec, task, [COUNT], [], 1_000 + batch_id)
+            store = backend.open_store(spec, task, StateDeclarations([COUNT]), 1_000 + batch_id)
             for key in range(KEYS):
                 group = key % MAX_PARALLELISM
                 if operator_index(group, PARTITIONS, MAX_PARALLELISM) == partition:

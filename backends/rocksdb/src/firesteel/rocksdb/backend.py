@@ -11,17 +11,16 @@ hold. Select it as ``RocksDBBackend("s3://bucket/state")`` or by name
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 
 from firesteel.backends.spi import (
-    KeyedStateStore,
     KeyedTask,
     OperatorSpec,
-    StateBackend,
-    StateDescriptor,
+    TaskStore,
+    TaskStoreBackend,
 )
 from firesteel.core.spi import ConfigError, StorageConfig, check_location, make_parent, resolve
 from firesteel.rocksdb.local import check_writable, default_local_dir, worker_root
@@ -31,7 +30,7 @@ from firesteel.rocksdb.store import worker_store
 
 
 @dataclass(frozen=True)
-class RocksDBBackend(StateBackend):
+class RocksDBBackend(TaskStoreBackend):
     """Keyed state in local RocksDB instances, checkpointed incrementally to ``path``.
 
     ``path``: where checkpoints go (a local path or a pyarrow filesystem URI:
@@ -71,15 +70,6 @@ class RocksDBBackend(StateBackend):
             )
             raise ConfigError(msg)
 
-    @property
-    def location(self) -> str:
-        return self.path
-
-    @property
-    def _storage_config(self) -> StorageConfig:
-        assert isinstance(self.storage_options, StorageConfig)
-        return self.storage_options
-
     def with_session(self, settings: Mapping[str, str]) -> RocksDBBackend:
         return dataclasses.replace(self, storage_options=self._storage_config.under(settings))
 
@@ -97,15 +87,8 @@ class RocksDBBackend(StateBackend):
             raise ConfigError(msg) from exc
         check_writable(self.local_dir)
 
-    def open_store(
-        self,
-        spec: OperatorSpec,
-        task: KeyedTask,
-        descriptors: Sequence[StateDescriptor],
-        dropped: Sequence[str],
-        now_ms: int,
-    ) -> KeyedStateStore:
-        store = worker_store(
+    def task_store(self, spec: OperatorSpec, task: KeyedTask) -> TaskStore:
+        return worker_store(
             self.storage(spec.name),
             spec,
             task,
@@ -114,7 +97,6 @@ class RocksDBBackend(StateBackend):
             retain=self.retain,
             cache=self.cache,
         )
-        return store.open_task(task, descriptors, dropped, now_ms)
 
     def inspect(self, operator: str | None = None, batch: int | None = None) -> pa.Table:
         from firesteel.rocksdb.inspect import read_state

@@ -21,7 +21,7 @@ from firesteel.backends.spi import KeyGroupRange, pack
 from firesteel.core.spi import ConfigError, StorageConfig
 from firesteel.rocksdb import keys
 from firesteel.rocksdb.local import LocalFolder, open_instance
-from firesteel.rocksdb.manifest import Manifest, ManifestRef
+from firesteel.rocksdb.manifest import Manifest
 from firesteel.rocksdb.options import RocksDBOptions
 from firesteel.rocksdb.storage import CheckpointStorage
 from firesteel.rocksdb.store import BACKEND
@@ -43,7 +43,7 @@ def read_state(
     storage: StorageConfig | None = None,
 ) -> pa.Table:
     """The RocksDB state under ``location`` as the table of
-    :data:`firesteel.backends.inspect.SCHEMA` (arguments as in
+    :data:`firesteel.backends.inspect.SCHEMA` (``operator`` and ``batch`` as in
     :func:`firesteel.backends.inspect.read_state`)."""
     from firesteel.backends.spi import SCHEMA, list_operators
 
@@ -62,16 +62,6 @@ def read_state(
     return pa.concat_tables(tables) if tables else SCHEMA.empty_table()
 
 
-def _complete(refs: list[ManifestRef], max_parallelism: int) -> bool:
-    covered = sorted((r.key_groups.start, r.key_groups.end) for r in refs)
-    position = 0
-    for start, end in covered:
-        if start > position:
-            return False
-        position = max(position, end + 1)
-    return position >= max_parallelism
-
-
 def read_operator(
     location: str,
     operator: str,
@@ -80,30 +70,18 @@ def read_operator(
     config: StorageConfig | None = None,
 ) -> pa.Table:
     """One operator's state at version ``batch`` (default: the latest complete version)."""
-    from firesteel.backends.spi import SCHEMA, to_table
+    from firesteel.backends.spi import SCHEMA, chosen_version, recorded_operator, to_table
 
     storage = CheckpointStorage(location, operator, config)
-    meta = storage.metadata.read_metadata()
-    if meta is None:
-        msg = f"no state of operator '{operator}' under {location}"
-        raise ConfigError(msg)
+    meta = recorded_operator(storage.metadata.read_metadata(), operator, location)
     if meta.get("backend") != BACKEND:
         msg = f"operator '{operator}' under {location} was not written by the rocksdb backend"
         raise ConfigError(msg)
-    max_parallelism = int(meta["max_parallelism"])
     listing = storage.list_versions()
+    batch = chosen_version(meta, listing, batch, operator=operator, location=location)
     if batch is None:
-        complete = [v for v, refs in sorted(listing.items()) if _complete(refs, max_parallelism)]
-        if not complete:
-            return SCHEMA.empty_table()
-        batch = complete[-1]
-    elif batch not in listing:
-        msg = (
-            f"operator '{operator}' has no state version {batch} under {location} "
-            f"(available: {sorted(listing)})"
-        )
-        raise ConfigError(msg)
-    manifests = storage.covering(batch, KeyGroupRange(0, max_parallelism - 1))
+        return SCHEMA.empty_table()
+    manifests = storage.covering(batch, KeyGroupRange(0, int(meta["max_parallelism"]) - 1))
     entries: Entries = {}
     kinds: dict[str, dict[str, str]] = {}
     with tempfile.TemporaryDirectory(prefix="firesteel-inspect-") as scratch:

@@ -36,7 +36,7 @@ from typing import Any
 
 from pyarrow import fs
 
-from firesteel.backends.spi import KeyGroupRange, SnapshotStorage
+from firesteel.backends.spi import KeyGroupRange, SnapshotStorage, read_stored
 from firesteel.core.spi import (
     CheckpointCorruptError,
     StorageConfig,
@@ -140,13 +140,7 @@ class CheckpointStorage:
         if cached is not None:
             return cached
         where = self.describe(ref.path)
-        try:
-            with self.fs.open_input_stream(ref.path) as stream:
-                data = stream.read()
-        except FileNotFoundError as exc:
-            msg = f"state manifest {where} is missing (deleted while in use?)"
-            raise CheckpointCorruptError(msg) from exc
-        manifest = decode(data, where, ref)
+        manifest = decode(read_stored(self.fs, ref.path, f"state manifest {where}"), where, ref)
         self._manifests[ref.path] = manifest
         return manifest
 

@@ -5,14 +5,18 @@ from __future__ import annotations
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from firesteel.core.checkpoint import normalize_location, read_query_id
-from firesteel.core.errors import ConfigError
-from firesteel.core.guarantee import Guarantee
-from firesteel.core.options import parse_options
-from firesteel.core.sink import Sink
-from firesteel.core.source import ResettableSource
-from firesteel.core.spark.datasource import FiresteelDataSource, default_sink_id
-from firesteel.core.storage import SETTING_PREFIX
+from firesteel.core.spi import (
+    SETTING_PREFIX,
+    ConfigError,
+    FiresteelDataSource,
+    Guarantee,
+    ResettableSource,
+    Sink,
+    default_sink_id,
+    normalize_location,
+    parse_options,
+    read_query_id,
+)
 from firesteel.files.sink.options import FilesSinkOptions
 from firesteel.files.source.options import FilesSourceOptions
 

@@ -26,7 +26,7 @@ from typing import Any
 from pyarrow import NativeFile, fs
 from pyarrow.fs import FileInfo
 
-from firesteel.core.storage import OBJECT_STORES, Location, StorageConfig, resolve, storage_error
+from firesteel.core.spi import OBJECT_STORES, Location, StorageConfig, resolve, storage_error
 
 
 class Folder:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from firesteel.core.storage import StorageConfig
+from firesteel.core.spi import StorageConfig
 
 if TYPE_CHECKING:
     from firesteel.files.folder import Folder

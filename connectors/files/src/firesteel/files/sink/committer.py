@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from firesteel.core.sink import MID_COMMIT, Committer
+from firesteel.core.spi import MID_COMMIT, Committer
 from firesteel.files.sink.manifest import (
     COMPACT_EVERY,
     CommittedFile,

@@ -26,9 +26,7 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from firesteel.core.durable import create_record, read_record
-from firesteel.core.errors import CheckpointCorruptError
-from firesteel.core.sink import Committable
+from firesteel.core.spi import CheckpointCorruptError, Committable, create_record, read_record
 from firesteel.files.folder import Folder
 from firesteel.files.sink.paths import FIRESTEEL_DIR, manifest_dir
 

@@ -10,9 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from firesteel.core.errors import ConfigError
-from firesteel.core.options import option, require_absolute
-from firesteel.core.spark.datasource import SinkOptions
+from firesteel.core.spi import ConfigError, SinkOptions, option, require_absolute
 
 SinkFormat = Literal["parquet", "json"]
 MAX_ROLL_SIZE_BYTES = 5 * 1024**3

@@ -96,10 +96,7 @@ import uuid
 
 import pyarrow as pa
 
-from firesteel.core.errors import ConfigError
-from firesteel.core.ownership import Ownership
-from firesteel.core.sink import TwoPhaseCommitSink
-from firesteel.core.storage import check_location
+from firesteel.core.spi import ConfigError, Ownership, TwoPhaseCommitSink, check_location
 from firesteel.files.sink.committer import FilesCommitter
 from firesteel.files.sink.manifest import FileCommittable
 from firesteel.files.sink.paths import FIRESTEEL_DIR, manifest_dir, valid_sink_id

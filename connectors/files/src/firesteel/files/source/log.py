@@ -30,9 +30,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from firesteel.core.durable import create_record, read_record, write_record
-from firesteel.core.errors import ConfigError
-from firesteel.core.storage import check_location
+from firesteel.core.spi import ConfigError, check_location, create_record, read_record, write_record
 from firesteel.files.folder import Folder
 
 LOG_FORMAT_VERSION = 1

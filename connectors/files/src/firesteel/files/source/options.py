@@ -10,9 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from firesteel.core.error_policy import ErrorPolicy
-from firesteel.core.errors import ConfigError
-from firesteel.core.options import option, require_absolute
+from firesteel.core.spi import ConfigError, ErrorPolicy, option, require_absolute
 
 SourceFormat = Literal["parquet", "csv", "json", "text"]
 

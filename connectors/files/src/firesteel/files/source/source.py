@@ -75,11 +75,21 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyarrow import fs
 
-from firesteel.core.durable import read_record, write_record
-from firesteel.core.error_policy import ErrorHandler, ErrorPolicy, FolderDeadLetter
-from firesteel.core.errors import ConfigError, SourceChangedError
-from firesteel.core.source import Offset, ReadLimit, ResettableSource
-from firesteel.core.storage import StorageConfig, canonical, check_location
+from firesteel.core.spi import (
+    ConfigError,
+    ErrorHandler,
+    ErrorPolicy,
+    FolderDeadLetter,
+    Offset,
+    ReadLimit,
+    ResettableSource,
+    SourceChangedError,
+    StorageConfig,
+    canonical,
+    check_location,
+    read_record,
+    write_record,
+)
 from firesteel.files.folder import Folder
 from firesteel.files.source.formats import FormatSpec, infer_schema, read_file
 from firesteel.files.source.log import LOG_FORMAT_VERSION, FileEntry, FileLog

@@ -18,6 +18,7 @@ from firesteel.backends import FilesystemBackend
 from firesteel.state import stateful
 from firesteel.testing import processors
 from firesteel.testing.jobs import job_session
+from firesteel.testing.kafka.jobs import KafkaJob
 
 
 class RankPerKey(processors.RankPerKey):
@@ -28,17 +29,10 @@ class RankPerKey(processors.RankPerKey):
 
 
 def main() -> None:
-    bootstrap, source, target, checkpoint, state_uri = sys.argv[1:6]
-    marker_log = sys.argv[6] if len(sys.argv) > 6 else ""
+    job = KafkaJob.parse(sys.argv[1:])
     spark = job_session("kafka-state-job")
     records = (
-        spark.readStream.format("firesteel.kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", source)
-        .option("startingOffsets", "earliest")
-        .option("checkpointLocation", checkpoint)
-        .option("maxOffsetsPerTrigger", "80")
-        .load()
+        job.read(spark, max_offsets=80)
         .selectExpr("CAST(CAST(value AS STRING) AS BIGINT) AS seq")
         .selectExpr("seq", "concat('k', CAST(seq % 5 AS STRING)) AS key")
     )
@@ -47,25 +41,12 @@ def main() -> None:
         key=["key"],
         processor=RankPerKey(),
         output_schema="value binary",
-        backend=FilesystemBackend(state_uri),
+        backend=FilesystemBackend(job.argument),
         name="rank",
         parallelism=2,
         max_parallelism=32,
     )
-    writer = (
-        ranked.writeStream.format("firesteel.kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("topic", target)
-        .option("guarantee", "exactly-once")
-        .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-    )
-    if marker_log:
-        # tansu 0.6 only: Apache Kafka runs the default configuration.
-        writer = writer.option("marker.log.topic", marker_log).option("marker.log.reader", "raw")
-    query = writer.start()
-    query.awaitTermination()
-    spark.stop()
+    job.write(spark, ranked, guarantee="exactly-once")
 
 
 if __name__ == "__main__":
