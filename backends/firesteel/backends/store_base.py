@@ -14,13 +14,17 @@ changed, the same words on every backend.
 
 from __future__ import annotations
 
+import dataclasses
 from abc import abstractmethod
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar, Self, cast
 
+import pyarrow as pa
+
+from firesteel.core.durable import make_parent
 from firesteel.core.errors import ConfigError
 from firesteel.core.ownership import Ownership
-from firesteel.core.storage import StorageConfig
+from firesteel.core.storage import StorageConfig, check_location, resolve
 from firesteel.state.api import ListState, MapState, ValueState
 from firesteel.state.backend import (
     KeyedStateStore,
@@ -114,10 +118,32 @@ class TaskStoreBackend(StateBackend):
     def location(self) -> str:
         return self.path
 
+    location_role: ClassVar[str] = "snapshot"
+    """What the location holds, for error messages ("snapshot", "checkpoint")."""
+
     @property
     def _storage_config(self) -> StorageConfig:
         assert isinstance(self.storage_options, StorageConfig)
         return self.storage_options
+
+    def with_session(self, settings: Mapping[str, str]) -> Self:
+        changed: Any = dataclasses.replace(  # type: ignore[type-var]
+            self, storage_options=self._storage_config.under(settings)
+        )
+        return cast(Self, changed)
+
+    def validate(self) -> None:
+        """The location resolves, its store answers, and its folder can be made."""
+        location = resolve(self.location, self._storage_config)
+        check_location(location, self._storage_config)
+        try:
+            make_parent(location.filesystem, f"{location.path}/")
+        except (OSError, pa.ArrowException) as exc:
+            msg = (
+                f"{self.name} backend: cannot use {self.location_role} location "
+                f"{self.location!r}: {exc}"
+            )
+            raise ConfigError(msg) from exc
 
     def open_store(
         self, spec: OperatorSpec, task: KeyedTask, declared: StateDeclarations, now_ms: int

@@ -17,7 +17,6 @@ Both keep state in the Python workers' memory
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import tempfile
 from collections.abc import Mapping
@@ -29,9 +28,8 @@ import pyarrow as pa
 from firesteel.backends.heap.store import worker_store
 from firesteel.backends.storage import SnapshotStorage
 from firesteel.backends.store_base import TaskStore, TaskStoreBackend
-from firesteel.core.durable import make_parent
 from firesteel.core.errors import ConfigError
-from firesteel.core.storage import StorageConfig, check_location, resolve
+from firesteel.core.storage import StorageConfig
 from firesteel.state.backend import (
     KeyedTask,
     OperatorSpec,
@@ -83,9 +81,6 @@ class FilesystemBackend(TaskStoreBackend):
         """Whether local snapshot files are fsynced before they become visible."""
         return True
 
-    def with_session(self, settings: Mapping[str, str]) -> FilesystemBackend:
-        return dataclasses.replace(self, storage_options=self._storage_config.under(settings))
-
     def storage(self, operator: str) -> SnapshotStorage:
         """The snapshot files of ``operator``."""
         return SnapshotStorage(
@@ -103,15 +98,6 @@ class FilesystemBackend(TaskStoreBackend):
             return None
         newest = versions[max(versions)]
         return len({(f.key_groups.start, f.key_groups.end) for f in newest})
-
-    def validate(self) -> None:
-        location = resolve(self.location, self._storage_config)
-        check_location(location, self._storage_config)
-        try:
-            make_parent(location.filesystem, f"{location.path}/")
-        except (OSError, pa.ArrowException) as exc:
-            msg = f"{self.name} backend: cannot use snapshot location {self.location!r}: {exc}"
-            raise ConfigError(msg) from exc
 
     def task_store(self, spec: OperatorSpec, task: KeyedTask) -> TaskStore:
         return worker_store(

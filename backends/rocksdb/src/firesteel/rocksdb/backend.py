@@ -10,9 +10,9 @@ hold. Select it as ``RocksDBBackend("s3://bucket/state")`` or by name
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import pyarrow as pa
 
@@ -22,7 +22,7 @@ from firesteel.backends.spi import (
     TaskStore,
     TaskStoreBackend,
 )
-from firesteel.core.spi import ConfigError, StorageConfig, check_location, make_parent, resolve
+from firesteel.core.spi import ConfigError, StorageConfig
 from firesteel.rocksdb.local import check_writable, default_local_dir, worker_root
 from firesteel.rocksdb.options import RocksDBOptions
 from firesteel.rocksdb.storage import CheckpointStorage
@@ -52,6 +52,7 @@ class RocksDBBackend(TaskStoreBackend):
     options: RocksDBOptions = field(default_factory=RocksDBOptions)
     cache: bool = True
     name: str = "rocksdb"
+    location_role: ClassVar[str] = "checkpoint"
     storage_options: StorageConfig | Mapping[str, str] = field(default_factory=StorageConfig)
 
     def __post_init__(self) -> None:
@@ -70,21 +71,12 @@ class RocksDBBackend(TaskStoreBackend):
             )
             raise ConfigError(msg)
 
-    def with_session(self, settings: Mapping[str, str]) -> RocksDBBackend:
-        return dataclasses.replace(self, storage_options=self._storage_config.under(settings))
-
     def storage(self, operator: str) -> CheckpointStorage:
         """The checkpoint files of ``operator``."""
         return CheckpointStorage(self.location, operator, self._storage_config)
 
     def validate(self) -> None:
-        location = resolve(self.location, self._storage_config)
-        check_location(location, self._storage_config)
-        try:
-            make_parent(location.filesystem, f"{location.path}/")
-        except (OSError, pa.ArrowException) as exc:
-            msg = f"rocksdb backend: cannot use checkpoint location {self.location!r}: {exc}"
-            raise ConfigError(msg) from exc
+        super().validate()
         check_writable(self.local_dir)
 
     def task_store(self, spec: OperatorSpec, task: KeyedTask) -> TaskStore:
