@@ -1,8 +1,11 @@
 """Crash-test job: Kafka -> map -> Kafka, all available input, from a fixed checkpoint.
 
 Usage: map_job.py <bootstrap> <input topic> <output topic> <checkpoint> <guarantee>
-[<marker log topic>]
-Each input value ``<n>`` becomes ``out-<n>``; the key and partition are kept.
+<exactly-once mode> <partitions> [<marker log topic>]
+Each input value ``<n>`` becomes ``out-<n>``; the key is kept. ``<exactly-once mode>`` is
+the sink's ``exactly.once.mode`` (``write-ahead`` or ``in-task``; ignored by the other
+guarantees); ``<partitions>`` other than 0 repartitions the records into that many
+partitions (round robin) before the sink, as a user's ``repartition(n)`` does.
 """
 
 from __future__ import annotations
@@ -13,8 +16,8 @@ from firesteel.testing.jobs import job_session
 
 
 def main() -> None:
-    bootstrap, source, target, checkpoint, guarantee = sys.argv[1:6]
-    marker_log = sys.argv[6] if len(sys.argv) > 6 else ""
+    bootstrap, source, target, checkpoint, guarantee, mode, partitions = sys.argv[1:8]
+    marker_log = sys.argv[8] if len(sys.argv) > 8 else ""
     spark = job_session("kafka-map-job", shuffle_partitions=2)
     records = (
         spark.readStream.format("firesteel.kafka")
@@ -28,11 +31,14 @@ def main() -> None:
     mapped = records.selectExpr(
         "key", "CAST(concat('out-', CAST(value AS STRING)) AS BINARY) AS value"
     )
+    if int(partitions):
+        mapped = mapped.repartition(int(partitions))
     writer = (
         mapped.writeStream.format("firesteel.kafka")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("topic", target)
         .option("guarantee", guarantee)
+        .option("exactly.once.mode", mode)
         .option("kafka.linger.ms", "5")
         .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)

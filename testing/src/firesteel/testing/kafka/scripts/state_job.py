@@ -1,6 +1,7 @@
 """Crash-test job: Kafka -> stateful rank per key -> Kafka exactly-once.
 
-Usage: state_job.py <bootstrap> <input> <output> <checkpoint> <state uri> [<marker log>]
+Usage: state_job.py <bootstrap> <input> <output> <checkpoint> <state uri> <exactly-once mode>
+[<marker log>]
 
 Input values are sequence numbers ``n`` with key ``k<n % 5>``. The processor
 keeps a per-key count in keyed state and emits ``<n>:<key>:<rank>`` per input
@@ -28,8 +29,8 @@ class RankPerKey(processors.RankPerKey):
 
 
 def main() -> None:
-    bootstrap, source, target, checkpoint, state_uri = sys.argv[1:6]
-    marker_log = sys.argv[6] if len(sys.argv) > 6 else ""
+    bootstrap, source, target, checkpoint, state_uri, mode = sys.argv[1:7]
+    marker_log = sys.argv[7] if len(sys.argv) > 7 else ""
     spark = job_session("kafka-state-job")
     records = (
         spark.readStream.format("firesteel.kafka")
@@ -57,6 +58,7 @@ def main() -> None:
         .option("kafka.bootstrap.servers", bootstrap)
         .option("topic", target)
         .option("guarantee", "exactly-once")
+        .option("exactly.once.mode", mode)
         .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
     )
