@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 from kafka_support import check_with_read_committed
 
+from firesteel.core.logs import LEVEL_ENV
 from firesteel.testing import (
     CrashHarness,
     HarnessError,
@@ -77,10 +78,13 @@ def _marker_log_args(bootstrap: str) -> list[str]:
 class LiveChecker:
     """Reads the raw output log every second while the job runs; records violations."""
 
-    def __init__(self, bootstrap: str, topic: str, exactly_once: bool) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, exactly_once: bool, records: int = RECORDS
+    ) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
         self.exactly_once = exactly_once
+        self.records = records
         self.violations: list[str] = []
         self.checks = 0
         self.retries: list[str] = []
@@ -105,7 +109,7 @@ class LiveChecker:
                 continue
             seen = _sequence(view.values)
             self.checks += 1
-            unexpected = [n for n in seen if not 0 <= n < RECORDS]
+            unexpected = [n for n in seen if not 0 <= n < self.records]
             if unexpected:
                 self.violations.append(f"unexpected values {unexpected[:5]}")
             if self.exactly_once:
@@ -146,21 +150,28 @@ def _kills(
 
 
 def _run(
-    bootstrap: str, tmp_path: Path, guarantee: str, kills_for, partitions=lambda run: 0
+    bootstrap: str,
+    tmp_path: Path,
+    guarantee: str,
+    kills_for,
+    partitions=lambda run: 0,
+    send: str = "driver",
+    records: int = RECORDS,
 ) -> tuple:
-    """Run the map job under ``kills_for(checkpoint)``; ``partitions(run)`` is the
-    ``repartition(n)`` of each run (0: none)."""
+    """Run the map job on ``records`` records under ``kills_for(checkpoint)``;
+    ``partitions(run)`` is the ``repartition(n)`` of each run (0: none), ``send`` where
+    the commit's sends run."""
     source = create_topic(bootstrap, PARTITIONS)
     target = create_topic(bootstrap, PARTITIONS)
     for partition in range(PARTITIONS):
-        values = [str(i).encode() for i in range(partition, RECORDS, PARTITIONS)]
+        values = [str(i).encode() for i in range(partition, records, PARTITIONS)]
         produce(bootstrap, source, values, partition=partition)
     checkpoint = tmp_path / "checkpoint"
     kills = kills_for(checkpoint)
     spelled = Spellings(checkpoint)
     with (
         CrashHarness(tmp_path / "harness", timeout=300) as harness,
-        LiveChecker(bootstrap, target, guarantee == "exactly-once") as live,
+        LiveChecker(bootstrap, target, guarantee == "exactly-once", records) as live,
     ):
         result = harness.run(
             JOB,
@@ -172,10 +183,13 @@ def _run(
                 guarantee,
                 "write-ahead",
                 str(partitions(run)),
+                send,
                 *_marker_log_args(bootstrap),
             ],
             kills,
             max_runs=len(kills) + 3,
+            # The fan-out logs where its tasks ran at INFO.
+            env=(lambda run: {LEVEL_ENV: "INFO"}) if send == "executors" else None,
         )
     return result, live, read_log(bootstrap, target), target
 
@@ -208,6 +222,33 @@ def test_exactly_once_under_kills_that_change_the_partition_count(bootstrap, tmp
     check_with_read_committed(bootstrap, target, view)
     assert not view.pending, f"{len(view.pending)} records in transactions never resolved"
     assert not set(_sequence(r.value for r in view.aborted)) - set(range(RECORDS))
+
+
+FANOUT_RECORDS = 240
+"""Four batches of the map job's 60 records."""
+
+
+def test_sends_on_the_executors_survive_killed_send_tasks(bootstrap, tmp_path):
+    """``send.connect``: each commit sends its segments as a Spark job through the driver's
+    own Spark Connect server, one task per segment. A send task killed before its
+    transaction committed, and one killed after, in each of batches 1 and 2: Spark retries
+    each in a new Python worker, which fences the killed producer and reads its marker."""
+    result, live, view, target = _run(
+        bootstrap,
+        tmp_path,
+        "exactly-once",
+        lambda ck: [task_kills(["kafka.after_produce", "kafka.after_commit_transaction"], [1, 2])],
+        partitions=lambda run: 2,
+        send="executors",
+        records=FANOUT_RECORDS,
+    )
+    assert result.all_fired and result.kills == 4, result.summary()
+    assert not live.violations, live.violations
+    assert_exactly_once(_sequence(view.values), range(FANOUT_RECORDS), "committed output")
+    check_with_read_committed(bootstrap, target, view)
+    assert not view.pending
+    log = "\n".join(path.read_text() for path in result.logs)
+    assert "tasks ran on" in log, "the sends did not run as a Spark job"
 
 
 def test_at_least_once_loses_nothing_under_kills(bootstrap, tmp_path):

@@ -93,18 +93,20 @@ def test_write_ahead_rolls_a_half_sent_plan_forward_over_another_count(
     assert _counted(bootstrap, topic) == Counter(range(120, 160))
 
 
-def _in_task(bootstrap: str, topic: str, checkpoint: Path) -> KafkaExactlyOnceSink:
+def _in_task(bootstrap: str, checkpoint: Path) -> tuple[KafkaExactlyOnceSink, str]:
+    """A prepared in-task sink with its partition-count record, and its new topic."""
+    topic = create_topic(bootstrap, partitions=1)
     sink_id = f"in-task-{topic}"
     layout = PartitionLayout(str(checkpoint), sink_id)
-    return KafkaExactlyOnceSink(_options(bootstrap, topic, "in-task"), sink_id, layout)
+    sink = KafkaExactlyOnceSink(_options(bootstrap, topic, "in-task"), sink_id, layout)
+    sink.prepare()
+    return sink, topic
 
 
 def test_in_task_fails_a_rerun_with_fewer_partitions_than_its_first_attempt(
     bootstrap: str, tmp_path: Path
 ) -> None:
-    topic = create_topic(bootstrap, partitions=1)
-    sink = _in_task(bootstrap, topic, tmp_path / "ck")
-    sink.prepare()
+    sink, _topic = _in_task(bootstrap, tmp_path / "ck")
     sink.commit_batch(4, _tasks(sink, 4, 4))
     # Batch 5's first attempt: partitions 0 and 3 committed, then the job died.
     _tasks(sink, 5, 4, only=[0, 3])
@@ -116,9 +118,7 @@ def test_in_task_fails_a_rerun_with_fewer_partitions_than_its_first_attempt(
 def test_in_task_fails_a_rerun_with_more_partitions_than_its_committed_attempt(
     bootstrap: str, tmp_path: Path
 ) -> None:
-    topic = create_topic(bootstrap, partitions=1)
-    sink = _in_task(bootstrap, topic, tmp_path / "ck")
-    sink.prepare()
+    sink, topic = _in_task(bootstrap, tmp_path / "ck")
     sink.commit_batch(6, _tasks(sink, 6, 2))
     # The driver died after its commit, before Spark wrote commits/6: a re-run with 2
     # partitions again, or fewer, skips every task and is exact...

@@ -166,9 +166,9 @@ class KafkaSoak:
         common = [self.bootstrap, self.source, self.target, self.checkpoints.next()]
         if self.name == "map-write-ahead":
             partitions = str(self.rng.randint(1, 4))
-            return [*common, "exactly-once", "write-ahead", partitions, *self.marker_log]
+            return [*common, "exactly-once", "write-ahead", partitions, "driver", *self.marker_log]
         if self.name == "map":
-            return [*common, "exactly-once", "in-task", "0", *self.marker_log]
+            return [*common, "exactly-once", "in-task", "0", "driver", *self.marker_log]
         return [*common, self.states.next(), "in-task", *self.marker_log]
 
     @property

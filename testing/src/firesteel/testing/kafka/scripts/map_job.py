@@ -1,24 +1,39 @@
 """Crash-test job: Kafka -> map -> Kafka, all available input, from a fixed checkpoint.
 
 Usage: map_job.py <bootstrap> <input topic> <output topic> <checkpoint> <guarantee>
-<exactly-once mode> <partitions> [<marker log topic>]
+<exactly-once mode> <partitions> <send> [<marker log topic>]
 Each input value ``<n>`` becomes ``out-<n>``; the key is kept. ``<exactly-once mode>`` is
 the sink's ``exactly.once.mode`` (``write-ahead`` or ``in-task``; ignored by the other
 guarantees); ``<partitions>`` other than 0 repartitions the records into that many
-partitions (round robin) before the sink, as a user's ``repartition(n)`` does.
+partitions (round robin) before the sink, as a user's ``repartition(n)`` does. ``<send>``
+is ``driver`` or ``executors``: the job's driver then runs the Spark Connect server on a
+free port and the write-ahead sink gets ``send.connect`` pointing at it
+(:mod:`firesteel.sinks.fanout`).
 """
 
 from __future__ import annotations
 
 import sys
 
+from firesteel.sinks.fanout import CONNECT_PLUGIN
 from firesteel.testing.jobs import job_session
+from firesteel.testing.ports import free_port
 
 
 def main() -> None:
-    bootstrap, source, target, checkpoint, guarantee, mode, partitions = sys.argv[1:8]
-    marker_log = sys.argv[8] if len(sys.argv) > 8 else ""
-    spark = job_session("kafka-map-job", shuffle_partitions=2)
+    bootstrap, source, target, checkpoint, guarantee, mode, partitions, send = sys.argv[1:9]
+    marker_log = sys.argv[9] if len(sys.argv) > 9 else ""
+    extra: dict[str, str] = {}
+    connect: dict[str, str] = {}
+    if send == "executors":
+        server = free_port()
+        extra = {
+            "spark.plugins": CONNECT_PLUGIN,
+            "spark.connect.grpc.binding.address": "127.0.0.1",
+            "spark.connect.grpc.binding.port": str(server),
+        }
+        connect = {"send.connect": f"sc://127.0.0.1:{server}"}
+    spark = job_session("kafka-map-job", shuffle_partitions=2, extra_config=extra)
     records = (
         spark.readStream.format("firesteel.kafka")
         .option("kafka.bootstrap.servers", bootstrap)
@@ -39,6 +54,7 @@ def main() -> None:
         .option("topic", target)
         .option("guarantee", guarantee)
         .option("exactly.once.mode", mode)
+        .options(**connect)
         .option("kafka.linger.ms", "5")
         .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
