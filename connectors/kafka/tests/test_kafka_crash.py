@@ -51,7 +51,8 @@ pytestmark = [pytest.mark.crash, pytest.mark.timeout(3600)]
 
 # Six of the soak command's points of the write-ahead path, the source's first (announced
 # without a batch id); the kafka.* points fire in the commit's sends there. The task kills of
-# the last run take the two points its tasks reach.
+# the last run, whose sends run as Spark tasks (send.connect), take two points of its write
+# tasks and one of its send tasks.
 EXACTLY_ONCE_POINTS = [
     "source.after_read",
     "kafka.after_produce",
@@ -60,7 +61,11 @@ EXACTLY_ONCE_POINTS = [
     "driver.mid_commit",
     "driver.after_commit",
 ]
-EXACTLY_ONCE_TASK_POINTS = ["sink.after_write", "sink.after_pre_commit"]
+EXACTLY_ONCE_TASK_POINTS = [
+    "sink.after_write",
+    "sink.after_pre_commit",
+    "kafka.after_commit_transaction",
+]
 REPARTITIONS = (4, 2)
 """``repartition(n)`` of the write-ahead job's runs, alternating: every restart changes the
 count of the run it recovers, 4 -> 2 and 2 -> 4 in turn."""
@@ -78,13 +83,10 @@ def _marker_log_args(bootstrap: str) -> list[str]:
 class LiveChecker:
     """Reads the raw output log every second while the job runs; records violations."""
 
-    def __init__(
-        self, bootstrap: str, topic: str, exactly_once: bool, records: int = RECORDS
-    ) -> None:
+    def __init__(self, bootstrap: str, topic: str, exactly_once: bool) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
         self.exactly_once = exactly_once
-        self.records = records
         self.violations: list[str] = []
         self.checks = 0
         self.retries: list[str] = []
@@ -109,7 +111,7 @@ class LiveChecker:
                 continue
             seen = _sequence(view.values)
             self.checks += 1
-            unexpected = [n for n in seen if not 0 <= n < self.records]
+            unexpected = [n for n in seen if not 0 <= n < RECORDS]
             if unexpected:
                 self.violations.append(f"unexpected values {unexpected[:5]}")
             if self.exactly_once:
@@ -119,15 +121,10 @@ class LiveChecker:
 
 
 def _kills(
-    checkpoint: Path,
-    points: list[str],
-    rounds: int,
-    randoms: int,
-    tasks: list[str] = (),
-    task_batches: int = 4,
+    checkpoint: Path, points: list[str], rounds: int, randoms: int, tasks: list[str] = ()
 ) -> list:
     """Point kills at batches 1, 2, ... with a random kill after every third, then the
-    ``tasks`` points killed in each of ``task_batches`` batches of the run that completes.
+    ``tasks`` points killed in each of four batches of the run that completes.
 
     A random kill strikes 0.2-1 s after its batch's offsets are logged, and the
     next point kill (or task kill) aims three batches later, so every planned kill
@@ -145,7 +142,7 @@ def _kills(
             batch += 3
             randoms -= 1
     if tasks:
-        kills.append(task_kills(tasks, range(batch + 3, batch + 3 + task_batches)))
+        kills.append(task_kills(tasks, range(batch + 3, batch + 7)))
     return kills
 
 
@@ -155,23 +152,21 @@ def _run(
     guarantee: str,
     kills_for,
     partitions=lambda run: 0,
-    send: str = "driver",
-    records: int = RECORDS,
+    send=lambda run: "driver",
 ) -> tuple:
-    """Run the map job on ``records`` records under ``kills_for(checkpoint)``;
-    ``partitions(run)`` is the ``repartition(n)`` of each run (0: none), ``send`` where
-    the commit's sends run."""
+    """Run the map job under ``kills_for(checkpoint)``; ``partitions(run)`` is the
+    ``repartition(n)`` of each run (0: none), ``send(run)`` where its commit's sends run."""
     source = create_topic(bootstrap, PARTITIONS)
     target = create_topic(bootstrap, PARTITIONS)
     for partition in range(PARTITIONS):
-        values = [str(i).encode() for i in range(partition, records, PARTITIONS)]
+        values = [str(i).encode() for i in range(partition, RECORDS, PARTITIONS)]
         produce(bootstrap, source, values, partition=partition)
     checkpoint = tmp_path / "checkpoint"
     kills = kills_for(checkpoint)
     spelled = Spellings(checkpoint)
     with (
         CrashHarness(tmp_path / "harness", timeout=300) as harness,
-        LiveChecker(bootstrap, target, guarantee == "exactly-once", records) as live,
+        LiveChecker(bootstrap, target, guarantee == "exactly-once") as live,
     ):
         result = harness.run(
             JOB,
@@ -183,13 +178,13 @@ def _run(
                 guarantee,
                 "write-ahead",
                 str(partitions(run)),
-                send,
+                send(run),
                 *_marker_log_args(bootstrap),
             ],
             kills,
             max_runs=len(kills) + 3,
             # The fan-out logs where its tasks ran at INFO.
-            env=(lambda run: {LEVEL_ENV: "INFO"}) if send == "executors" else None,
+            env=lambda run: {LEVEL_ENV: "INFO"} if send(run) == "executors" else {},
         )
     return result, live, read_log(bootstrap, target), target
 
@@ -197,58 +192,33 @@ def _run(
 def test_exactly_once_under_kills_that_change_the_partition_count(bootstrap, tmp_path):
     """The default write-ahead mode: eight SIGKILLs of the whole job, each restart with
     another ``repartition(n)`` than the run it recovers (4 -> 2 and 2 -> 4 in turn), then
-    twelve task kills Spark retries in the run that completes (each retry writes its segment
-    anew). Every kill in a commit's sends re-runs the batch with the other count: its plan
-    rolls forward, and each segment's send fences the killed one and reads its marker."""
+    twelve task kills Spark retries in the run that completes. Every kill in a commit's
+    sends re-runs the batch with the other count: its plan rolls forward, and each segment's
+    send fences the killed one and reads its marker. The last run sends through its own
+    Spark Connect server (``send.connect``), one Spark task per segment: a write task
+    killed writes its segment anew, a send task killed after its transaction committed is
+    retried and finds its marker."""
+    whole_job_kills = 8
     result, live, view, target = _run(
         bootstrap,
         tmp_path,
         "exactly-once",
         lambda ck: _kills(
-            ck,
-            EXACTLY_ONCE_POINTS,
-            rounds=6,
-            randoms=2,
-            tasks=EXACTLY_ONCE_TASK_POINTS,
-            task_batches=6,
+            ck, EXACTLY_ONCE_POINTS, rounds=6, randoms=2, tasks=EXACTLY_ONCE_TASK_POINTS
         ),
         partitions=lambda run: REPARTITIONS[run % 2],
+        send=lambda run: "executors" if run >= whole_job_kills else "driver",
     )
     assert result.all_fired, result.summary()
-    assert result.kills == 20, result.summary()
+    assert result.kills == whole_job_kills + 12, result.summary()
     assert live.checks > 0
     assert not live.violations, live.violations
     assert_exactly_once(_sequence(view.values), range(RECORDS), "committed output")
     check_with_read_committed(bootstrap, target, view)
     assert not view.pending, f"{len(view.pending)} records in transactions never resolved"
     assert not set(_sequence(r.value for r in view.aborted)) - set(range(RECORDS))
-
-
-FANOUT_RECORDS = 240
-"""Four batches of the map job's 60 records."""
-
-
-def test_sends_on_the_executors_survive_killed_send_tasks(bootstrap, tmp_path):
-    """``send.connect``: each commit sends its segments as a Spark job through the driver's
-    own Spark Connect server, one task per segment. A send task killed before its
-    transaction committed, and one killed after, in each of batches 1 and 2: Spark retries
-    each in a new Python worker, which fences the killed producer and reads its marker."""
-    result, live, view, target = _run(
-        bootstrap,
-        tmp_path,
-        "exactly-once",
-        lambda ck: [task_kills(["kafka.after_produce", "kafka.after_commit_transaction"], [1, 2])],
-        partitions=lambda run: 2,
-        send="executors",
-        records=FANOUT_RECORDS,
-    )
-    assert result.all_fired and result.kills == 4, result.summary()
-    assert not live.violations, live.violations
-    assert_exactly_once(_sequence(view.values), range(FANOUT_RECORDS), "committed output")
-    check_with_read_committed(bootstrap, target, view)
-    assert not view.pending
-    log = "\n".join(path.read_text() for path in result.logs)
-    assert "tasks ran on" in log, "the sends did not run as a Spark job"
+    last = result.logs[-1].read_text()
+    assert "tasks ran on" in last, "the last run's sends did not run as Spark tasks"
 
 
 def test_at_least_once_loses_nothing_under_kills(bootstrap, tmp_path):

@@ -31,8 +31,14 @@ run as one Spark task per segment across the executors
 (:mod:`firesteel.sinks.fanout`); otherwise one after another in the commit.
 
 What it costs: every row is written to and read back from the checkpoint
-storage, and the sends start only once every task of the batch voted. The
-README's benchmarks give the figures beside the in-task mode.
+storage, and the sends start only once every task of the batch voted.
+Measured beside the in-task mode in one run (``python -m benchmarks kafka
+--only "write-ahead vs in-task"``, 1M x 100 B, 4 partitions, ``local[2]``,
+2026-11-26): 0.87x its throughput as the sink alone in one batch (188k
+against 217k rows/s), 1.54x Kafka -> Kafka at 1 s triggers (27.8k against
+18.1k rows/s; each in-task batch opens a transaction, mostly with a new
+producer, per task). Being the mode that a changed partition count cannot
+break, at that cost, it is the default.
 """
 
 from __future__ import annotations
