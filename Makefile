@@ -36,7 +36,7 @@ SOURCES := core sources sinks state backends testing/src examples cli connectors
 install: $(BIN)/python
 	$(BIN)/pip install -q -e ".[dev,test,connect]" -e "./testing[kafka,cassandra]" \
 		-e "./connectors/kafka[test]" -e "./connectors/_template[test]" \
-		-e "./connectors/cassandra[test]" -e "./backends/rocksdb[test]" -e "./pipelines[test]"
+		-e "./connectors/cassandra[test]" -e "./backends/rocksdb[test]" -e "./pipelines[test,kafka]"
 	$(BIN)/python -m compileall -q $(wildcard $(SOURCES))
 
 demo: install

@@ -1,4 +1,4 @@
-"""Test scheduling for the whole suite (every folder of ``testpaths``).
+"""Test scheduling and shared servers for the whole suite (every folder of ``testpaths``).
 
 ``make test`` runs the suite in two pytest-xdist workers that take one test at
 a time (``--maxschedchunk 1``). The crash tests and the other tests marked
@@ -9,6 +9,8 @@ starting a seven-minute kill loop while the other has nothing left to do.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 SLOW = ("crash", "slow", "soak")
@@ -18,3 +20,18 @@ SLOW = ("crash", "slow", "soak")
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Move tests marked ``crash``, ``slow`` or ``soak`` to the front, keeping their order."""
     items.sort(key=lambda item: not any(m.name in SLOW for m in item.iter_markers()))
+
+
+@pytest.fixture(scope="session")
+def bootstrap() -> Iterator[str]:
+    """``host:port`` of the Kafka broker every test of this worker talks to.
+
+    Started once per worker, on first use, and stopped by PID: a real Apache
+    Kafka broker from ``KAFKA_HOME`` when set, else tansu (memory storage); the
+    cluster named by ``FIRESTEEL_KAFKA_BOOTSTRAP`` wins over both. Defined here,
+    not per folder, so the connector's and the pipelines' tests share one broker.
+    """
+    from firesteel.testing.kafka import kafka_cluster
+
+    with kafka_cluster() as address:
+        yield address

@@ -83,6 +83,7 @@ def test_every_bad_key_and_value_is_refused_at_once_with_suggestions() -> None:
             "firesteel.streamlets.sink.checkpointing.intervall = 5s",
             "firesteel.runtimes.spark.checkpointing.execution.checkpointing.unaligned = true",
             "firesteel.streamlts.x = 1",
+            'firesteel.runtimes.spark.config { "spark.executor.memory" = 512m }',
         )
     message = str(failure.value)
     for text in (
@@ -94,6 +95,7 @@ def test_every_bad_key_and_value_is_refused_at_once_with_suggestions() -> None:
         "unknown checkpointing key 'intervall' (did you mean 'interval'?)",
         "'execution.checkpointing.unaligned' is a Flink setting with no meaning in Spark",
         "firesteel.streamlts: unknown key (did you mean 'streamlets'?)",
+        "Spark setting 'spark.executor.memory' was read as a duration",
     ):
         assert text in message, (text, message)
 

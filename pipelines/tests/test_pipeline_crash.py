@@ -1,4 +1,5 @@
-"""The example pipeline on local topics, killed and restarted: every reading counted once.
+"""The example pipeline on local and on Kafka topics, killed and restarted: every reading
+counted once.
 
 Three runs of ``LocalRunner`` (one process and SparkSession per streamlet):
 the first loses its stateful streamlet to a SIGKILL at a random moment once
@@ -8,58 +9,37 @@ output; the third runs with another trigger interval and another Spark
 shuffle-partition count until every reading is counted. The egress output is
 read with pyarrow's dataset reader, not firesteel's: each sensor's final count
 is its number of readings, and no (sensor, count) row appears twice.
+
+On Kafka (the suite's broker) the test runs a copy of the example whose
+blueprint names topics of its own, so no earlier run's records are read; a
+streamlet's exactly-once Kafka outlet is then killed mid-transaction, and the
+readings cross two Kafka hops.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
-import pyarrow.dataset as ds
 import pytest
+from sensors_run import (
+    EXAMPLE,
+    PER_FILE,
+    SENSORS,
+    kafka_example,
+    kafka_published,
+    output_rows,
+    wait,
+    write_inputs,
+)
 
 from firesteel.pipelines.runner import LocalRunner
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pipelines" / "sensors"
-SENSORS = 3
-PER_FILE = 10
-TIMEOUT_S = 420.0
-
 pytestmark = pytest.mark.crash
-
-
-def _write_inputs(folder: Path, first: int, count: int) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    for index in range(first, first + count):
-        lines = [
-            json.dumps({"sensor": f"s{seq % SENSORS}", "seq": seq, "value": float(seq)})
-            for seq in range(index * PER_FILE, (index + 1) * PER_FILE)
-        ]
-        hidden = folder / f".part-{index:04d}.json"
-        hidden.write_text("\n".join(lines) + "\n")
-        hidden.rename(folder / f"part-{index:04d}.json")
-
-
-def _rows(folder: Path) -> list[dict[str, object]]:
-    if not any(folder.glob("*.parquet")):
-        return []
-    return ds.dataset(folder, format="parquet").to_table().to_pylist()
-
-
-def _wait(runner: LocalRunner, done: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + TIMEOUT_S
-    while not done():
-        for name, process in runner.processes.items():
-            code = process.poll()
-            assert code is None, f"streamlet {name} exited with {code}: {runner.log_path(name)}"
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
 
 
 def _kill(runner: LocalRunner, *names: str) -> None:
@@ -68,8 +48,9 @@ def _kill(runner: LocalRunner, *names: str) -> None:
         runner.processes[name].wait()
 
 
+@pytest.mark.parametrize("topics", ["local", "kafka"])
 def test_every_reading_counted_once_across_kills_and_a_changed_configuration(
-    tmp_path: Path,
+    tmp_path: Path, topics: str, request: pytest.FixtureRequest
 ) -> None:
     inputs, output, work = tmp_path / "in", tmp_path / "out", tmp_path / "work"
     settings = [
@@ -77,26 +58,37 @@ def test_every_reading_counted_once_across_kills_and_a_changed_configuration(
         f"firesteel.streamlets.store.config-parameters.output-dir = {output}",
         "firesteel.runtimes.spark.checkpointing.interval = 1s",
     ]
-    blueprint = EXAMPLE / "blueprint.conf"
-    metrics_topic = work / "topics" / "sensor-metrics"
-    _write_inputs(inputs, 0, 6)
+    if topics == "kafka":
+        bootstrap = request.getfixturevalue("bootstrap")
+        suffix = tmp_path.name
+        blueprint = kafka_example(tmp_path / "example", suffix)
+        settings.append(f'firesteel.kafka.bootstrap.servers = "{bootstrap}"')
+        published = kafka_published(bootstrap, f"sensor-metrics-{suffix}", request)
+    else:
+        blueprint = EXAMPLE / "blueprint.conf"
+        metrics_topic = work / "topics" / "sensor-metrics"
+
+        def published() -> bool:
+            return any(metrics_topic.glob("*.parquet"))
+
+    write_inputs(inputs, 0, 6)
 
     first = LocalRunner(blueprint, work, settings=settings)
     first.start()
     try:
-        _wait(first, lambda: any(metrics_topic.glob("*.parquet")), "metrics to publish")
+        wait(first, published, "metrics to publish")
         time.sleep(random.uniform(0, 3))
         _kill(first, "metrics")
         assert first.wait() == 1
     finally:
         first.stop()
 
-    _write_inputs(inputs, 6, 3)
+    write_inputs(inputs, 6, 3)
     second = LocalRunner(blueprint, work, settings=settings)
     second.start()
     try:
-        seen = len(_rows(output))
-        _wait(second, lambda: len(_rows(output)) > seen, "the egress to write")
+        seen = len(output_rows(output))
+        wait(second, lambda: len(output_rows(output)) > seen, "the egress to write")
         _kill(second, *second.processes)
     finally:
         second.stop()
@@ -112,7 +104,7 @@ def test_every_reading_counted_once_across_kills_and_a_changed_configuration(
     try:
 
         def counted() -> bool:
-            rows = _rows(output)
+            rows = output_rows(output)
             return (
                 sum(
                     max((r["count"] for r in rows if r["sensor"] == s), default=0)
@@ -121,11 +113,11 @@ def test_every_reading_counted_once_across_kills_and_a_changed_configuration(
                 >= readings
             )
 
-        _wait(third, counted, "every reading to be counted")
+        wait(third, counted, "every reading to be counted")
     finally:
         third.stop()
 
-    rows = _rows(output)
+    rows = output_rows(output)
     final = {
         s: max(r["count"] for r in rows if r["sensor"] == s) for s in {r["sensor"] for r in rows}
     }

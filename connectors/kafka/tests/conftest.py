@@ -1,9 +1,5 @@
-"""Fixtures for the Kafka connector: a real broker process and a local SparkSession.
-
-The broker is started once per session and stopped by PID: a real Apache
-Kafka broker from ``KAFKA_HOME`` when set, else tansu (memory storage); the
-cluster named by ``FIRESTEEL_KAFKA_BOOTSTRAP`` wins over both.
-"""
+"""Fixtures for the Kafka connector: a local SparkSession (the broker, ``bootstrap``, is the
+suite's, in the root ``conftest.py``)."""
 
 from __future__ import annotations
 
@@ -14,7 +10,6 @@ import pytest
 
 from firesteel.kafka.pool import TransactionalPool
 from firesteel.kafka.sink import exactly_once
-from firesteel.testing.kafka import kafka_cluster
 from firesteel.testing.workerpython import use_worker_python
 
 # Spark starts its Python processes with PYSPARK_PYTHON / PYSPARK_DRIVER_PYTHON: this
@@ -26,13 +21,6 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (_HERE, os.environ.get("PYTHONPATH", "")) if p
 )
-
-
-@pytest.fixture(scope="session")
-def bootstrap() -> Iterator[str]:
-    """``host:port`` of the broker every Kafka test talks to."""
-    with kafka_cluster() as address:
-        yield address
 
 
 @pytest.fixture(scope="session")

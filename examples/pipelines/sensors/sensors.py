@@ -134,7 +134,7 @@ class StoreLogic(StreamletLogic):
             .writeStream.format("firesteel.files")
             .option("path", str(Path(self.context.config["output-dir"]).resolve()))
             .option("guarantee", "exactly-once")
-            .option("checkpointLocation", self.context.checkpoint_location("store"))
+            .option("checkpointLocation", self.context.checkpoint_location())
             .trigger(**self.context.trigger)
             .start()
         )

@@ -6,8 +6,12 @@ then prints each streamlet with its ports, topics and guarantee (and, with
 ``--show``, one streamlet's effective configuration, secrets masked).
 
 ``firesteel run-local BLUEPRINT [--conf FILE]... [--work DIR] [key=value]...``
-verifies, prints the topology, and runs every streamlet on local topics
-(:mod:`firesteel.pipelines.runner`) until Ctrl-C.
+verifies, prints the topology, and runs every streamlet in its own process
+(:mod:`firesteel.pipelines.runner`), on local or Kafka topics, until Ctrl-C.
+
+``firesteel run BLUEPRINT --master spark://host:7077 [...]`` does the same with
+each streamlet its own Spark application on that standalone cluster (drivers
+here, in client mode; see :class:`~firesteel.pipelines.runner.LocalRunner`).
 """
 
 from __future__ import annotations
@@ -78,8 +82,21 @@ def main(argv: list[str]) -> int:
 
 def run_local(argv: list[str]) -> int:
     """Run ``firesteel run-local ...``; returns the exit code."""
-    parser = argparse.ArgumentParser(prog="firesteel run-local")
+    return _run(argv, "firesteel run-local", cluster=False)
+
+
+def run(argv: list[str]) -> int:
+    """Run ``firesteel run --master URL ...``; returns the exit code."""
+    return _run(argv, "firesteel run", cluster=True)
+
+
+def _run(argv: list[str], prog: str, *, cluster: bool) -> int:
+    parser = argparse.ArgumentParser(prog=prog)
     parser.add_argument("blueprint", help="the blueprint file (HOCON)")
+    if cluster:
+        parser.add_argument(
+            "--master", required=True, help="the Spark master, e.g. spark://host:7077"
+        )
     parser.add_argument("--conf", action="append", default=[], help="a configuration file")
     parser.add_argument(
         "--work",
@@ -91,7 +108,9 @@ def run_local(argv: list[str]) -> int:
     blueprint = Path(args.blueprint)
     work = Path(args.work) if args.work else Path(".firesteel") / blueprint.stem
     try:
-        runner = LocalRunner(blueprint, work, args.conf, args.settings)
+        runner = LocalRunner(
+            blueprint, work, args.conf, args.settings, master=args.master if cluster else None
+        )
     except (BlueprintError, ConfigurationError) as exc:
         sys.stderr.write(f"{exc}\n")
         return 1

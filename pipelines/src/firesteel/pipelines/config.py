@@ -68,8 +68,6 @@ ROOT_KEYS = (
     "streamlets",
     "runtimes",
     "kafka",
-    "local-topics",
-    "checkpoints",
     "blueprint-name",
     "guarantee",
 )
@@ -257,6 +255,13 @@ class PipelineConfig:
             **_flatten(_child(runtime, "config")),
             **_flatten(_child(scope, "config")),
         }
+        for key, value in spark_conf.items():
+            if not isinstance(value, str | int | float | bool):
+                # HOCON reads an unquoted 512m as 512 minutes: the text Spark wanted is lost.
+                problems.append(
+                    f"streamlet {name!r}: Spark setting {key!r} was read as a duration "
+                    f'({value!r}); quote its value (e.g. "512m") so Spark gets it as written'
+                )
         settings = dict(CHECKPOINT_DEFAULTS)
         for where, layer in (
             ("firesteel.runtimes.spark.checkpointing", _child(runtime, "checkpointing")),
@@ -270,6 +275,11 @@ class PipelineConfig:
         except ConfigurationError as exc:
             return None, [str(exc)]
         return StreamletConfig(name, parameters, spark_conf, checkpointing, not_applied), []
+
+    def kafka_properties(self) -> dict[str, str]:
+        """``firesteel.kafka``'s librdkafka properties (``bootstrap.servers`` and any other);
+        empty when topics are local."""
+        return {k: str(v) for k, v in _flatten(_child(self.tree, "kafka")).items()}
 
     def effective(self, name: str) -> dict[str, Any]:
         """Streamlet ``name``'s effective configuration, secrets masked, for printing."""
@@ -288,7 +298,7 @@ class PipelineConfig:
                 "retained-batches": checkpointing.retained_batches,
                 "guarantee": checkpointing.guarantee,
             },
-            "kafka": {k: mask(k, v) for k, v in _flatten(_child(self.tree, "kafka")).items()},
+            "kafka": {k: mask(k, v) for k, v in self.kafka_properties().items()},
             "not-applied": list(resolved.not_applied),
         }
 

@@ -1,15 +1,16 @@
-"""One streamlet's process in a local run: ``python -m firesteel.pipelines.process``.
+"""One streamlet's process (its Spark driver): ``python -m firesteel.pipelines.process``.
 
 Started by :class:`firesteel.pipelines.runner.LocalRunner`; builds the
 streamlet's SparkSession (its Spark configuration applied), runs its logic on
-local topics, and stops its queries on SIGTERM. Exits 1 naming the failure if a
-query fails.
+local topics, or on Kafka topics when the configuration names a cluster, and
+stops its queries on SIGTERM. Exits 1 naming the failure if a query fails.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -17,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from firesteel.pipelines.kafka import KafkaContext
 from firesteel.pipelines.local import LocalContext
 from firesteel.pipelines.runner import load
 
@@ -31,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("blueprint")
     parser.add_argument("streamlet")
     parser.add_argument("--work", required=True)
+    parser.add_argument("--master", help="a Spark master URL (default: local[2])")
     parser.add_argument("--conf", action="append", default=[])
     parser.add_argument("settings", nargs="*")
     args = parser.parse_intermixed_args(argv)
@@ -39,12 +42,21 @@ def main(argv: list[str] | None = None) -> int:
     resolved = config.streamlet(args.streamlet)
     from firesteel.core import local_session
 
+    conf = {"spark.ui.showConsoleProgress": "false"}
+    if args.master:
+        # Executors unpickle the streamlet's functions by module name: they import the
+        # blueprint's modules from its folder, as this process does.
+        folder = str(Path(args.blueprint).resolve().parent)
+        paths = [folder, *filter(None, [os.environ.get("PYTHONPATH")])]
+        conf["spark.executorEnv.PYTHONPATH"] = os.pathsep.join(paths)
     spark = local_session(
         f"{verified.blueprint.name}.{args.streamlet}",
-        config={"spark.ui.showConsoleProgress": "false", **resolved.spark_conf},
+        master=args.master or "local[2]",
+        config={**conf, **resolved.spark_conf},
         log_level="WARN",
     )
-    context = LocalContext(spark, verified, config, args.streamlet, Path(args.work))
+    runtime = KafkaContext if config.kafka_properties() else LocalContext
+    context = runtime(spark, verified, config, args.streamlet, Path(args.work))
     stopping = threading.Event()
     # Only a flag here: a Py4J call from a signal handler would interrupt the main
     # thread's own call on the same connection.

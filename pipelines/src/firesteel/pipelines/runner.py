@@ -1,11 +1,13 @@
-"""``firesteel run-local``: every streamlet of a blueprint in its own process, on local topics.
+"""``firesteel run-local`` / ``firesteel run --master``: every streamlet of a blueprint in its
+own process (on a cluster: its own Spark application).
 
 The runner verifies the blueprint and its configuration (nothing starts if
 anything is wrong), then starts one Python process per streamlet
 (:mod:`firesteel.pipelines.process`), each with its own SparkSession, logging
 to ``<work>/logs/<streamlet>.log``. Topics are folders under
-``<work>/topics`` (:mod:`firesteel.pipelines.local`), checkpoints under
-``<work>/checkpoints``, so a restart resumes exactly where the last run
+``<work>/topics`` (:mod:`firesteel.pipelines.local`), or Kafka topics, created
+first, when the configuration names a cluster (:mod:`firesteel.pipelines.kafka`);
+checkpoints are under ``<work>/checkpoints``, so a restart resumes exactly where the last run
 stopped; a redeployment whose consumers cannot read what earlier ones wrote is
 refused (:mod:`firesteel.pipelines.redeploy`). The blueprint's folder is put on
 the processes' ``PYTHONPATH`` (Spark's Python workers inherit it), so
@@ -31,6 +33,7 @@ from types import FrameType
 
 from firesteel.pipelines.blueprint import load_blueprint
 from firesteel.pipelines.config import PipelineConfig
+from firesteel.pipelines.kafka import create_topics
 from firesteel.pipelines.redeploy import check_recorded_schemas, record_schemas
 from firesteel.pipelines.verify import VerifiedBlueprint, verify
 
@@ -57,7 +60,15 @@ def load(
 
 
 class LocalRunner:
-    """The processes of one local run of a pipeline."""
+    """The processes of one run of a pipeline: each streamlet's driver runs here.
+
+    With ``master`` (``spark://host:7077``) each streamlet is its own Spark
+    application on that cluster, its driver a process of this runner (client
+    mode: Spark's standalone master cannot run a Python driver in the cluster).
+    The work folder (checkpoints, state, local topics) and the blueprint's
+    folder must then be at the same path on every worker host (a shared mount);
+    the executors import the blueprint's modules from there.
+    """
 
     def __init__(
         self,
@@ -65,8 +76,11 @@ class LocalRunner:
         work: Path,
         files: Sequence[str] = (),
         settings: Sequence[str] = (),
+        *,
+        master: str | None = None,
     ) -> None:
         self.blueprint = blueprint.resolve()
+        self.master = master
         self.work = work.resolve()
         self.files = [str(Path(f).resolve()) for f in files]
         self.settings = list(settings)
@@ -83,6 +97,8 @@ class LocalRunner:
         """Start every streamlet's process."""
         (self.work / "logs").mkdir(parents=True, exist_ok=True)
         record_schemas(self.verified, self.work)
+        if self.config.kafka_properties():
+            create_topics(self.verified, self.config)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(self.blueprint.parent), env.get("PYTHONPATH", "")) if p
@@ -97,6 +113,8 @@ class LocalRunner:
                 "--work",
                 str(self.work),
             ]
+            if self.master:
+                command += ["--master", self.master]
             for path in self.files:
                 command += ["--conf", path]
             command += self.settings

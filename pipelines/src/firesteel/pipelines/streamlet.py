@@ -50,11 +50,14 @@ class StreamletContext(Protocol):
     def trigger(self) -> Mapping[str, Any]:
         """Keyword arguments of ``DataStreamWriter.trigger`` for this streamlet's queries."""
 
-    def checkpoint_location(self, outlet: str) -> str:
-        """Where the query writing ``outlet`` keeps its checkpoint."""
+    def checkpoint_location(self, query: str | None = None) -> str:
+        """Where query ``query`` keeps its checkpoint: the query writing an outlet is named
+        after it; the default is the streamlet's main query (its only outlet's, else
+        ``main``), which an egress writing elsewhere uses."""
 
-    def read_stream(self, inlet: str) -> Any:
-        """A streaming DataFrame of ``inlet``'s records, decoded by its codec."""
+    def read_stream(self, inlet: str, query: str | None = None) -> Any:
+        """A streaming DataFrame of ``inlet``'s records, decoded by its codec, for query
+        ``query`` (default: the main query; a Kafka inlet keeps its start in its checkpoint)."""
 
     def write_stream(self, df: Any, outlet: str, **options: str) -> Any:
         """Start writing ``df`` to ``outlet`` exactly-once; returns the StreamingQuery."""

@@ -62,14 +62,15 @@ def run_streamlet(
     )
     for inlet in streamlet.shape.inlets:
         port = context.ports[inlet.name]
-        port.path.mkdir(parents=True, exist_ok=True)
+        path = context.topic_path(inlet.name)
+        path.mkdir(parents=True, exist_ok=True)
         records = list(inputs.get(inlet.name, ()))
         table = pa.Table.from_pylist(records, schema=to_arrow_schema(port.schema, timezone="UTC"))
-        pq.write_table(table, port.path / "testkit-input.parquet")
+        pq.write_table(table, path / "testkit-input.parquet")
     queries = streamlet().create_logic(context).run()
     for query in queries:
         query.awaitTermination()
     return {
-        outlet.name: read_committed(str(context.ports[outlet.name].path)).to_pylist()
+        outlet.name: read_committed(str(context.topic_path(outlet.name))).to_pylist()
         for outlet in streamlet.shape.outlets
     }

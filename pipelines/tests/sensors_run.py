@@ -1,0 +1,78 @@
+"""Running the example sensors pipeline in tests: its inputs, its output, its Kafka topics."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from firesteel.pipelines.runner import LocalRunner
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pipelines" / "sensors"
+SENSORS = 3
+PER_FILE = 10
+TIMEOUT_S = 420.0
+
+
+def write_inputs(folder: Path, first: int, count: int) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for index in range(first, first + count):
+        lines = [
+            json.dumps({"sensor": f"s{seq % SENSORS}", "seq": seq, "value": float(seq)})
+            for seq in range(index * PER_FILE, (index + 1) * PER_FILE)
+        ]
+        hidden = folder / f".part-{index:04d}.json"
+        hidden.write_text("\n".join(lines) + "\n")
+        hidden.rename(folder / f"part-{index:04d}.json")
+
+
+def output_rows(folder: Path) -> list[dict[str, object]]:
+    if not any(folder.glob("*.parquet")):
+        return []
+    return ds.dataset(folder, format="parquet").to_table().to_pylist()
+
+
+def wait(runner: LocalRunner, done: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    while not done():
+        for name, process in runner.processes.items():
+            code = process.poll()
+            assert code is None, f"streamlet {name} exited with {code}: {runner.log_path(name)}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+def kafka_published(
+    bootstrap: str, topic: str, request: pytest.FixtureRequest
+) -> Callable[[], bool]:
+    """Whether a transaction has committed on ``topic`` (its log has grown)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "pipeline-crash-test"})
+    request.addfinalizer(consumer.close)
+
+    def published() -> bool:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        try:
+            return any(
+                consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] > 0
+                for p in partitions
+            )
+        except KafkaException:  # a new topic's leaders are still being elected
+            return False
+
+    return published
+
+
+def kafka_example(folder: Path, suffix: str) -> Path:
+    """A copy of the example whose blueprint puts its topics at names of this run's own."""
+    folder.mkdir()
+    (folder / "sensors.py").write_text((EXAMPLE / "sensors.py").read_text())
+    blueprint = (EXAMPLE / "blueprint.conf").read_text()
+    for key in ("sensor-readings", "sensor-metrics"):
+        blueprint += f'blueprint.topics.{key}.topic.name = "{key}-{suffix}"\n'
+    (folder / "blueprint.conf").write_text(blueprint)
+    return folder / "blueprint.conf"
