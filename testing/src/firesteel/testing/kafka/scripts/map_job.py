@@ -15,24 +15,13 @@ from __future__ import annotations
 
 import sys
 
-from firesteel.sinks.fanout import CONNECT_PLUGIN
-from firesteel.testing.jobs import job_session
-from firesteel.testing.ports import free_port
+from firesteel.testing.jobs import job_session, sends_on_executors
 
 
 def main() -> None:
     bootstrap, source, target, checkpoint, guarantee, mode, partitions, send = sys.argv[1:9]
     marker_log = sys.argv[9] if len(sys.argv) > 9 else ""
-    extra: dict[str, str] = {}
-    connect: dict[str, str] = {}
-    if send == "executors":
-        server = free_port()
-        extra = {
-            "spark.plugins": CONNECT_PLUGIN,
-            "spark.connect.grpc.binding.address": "127.0.0.1",
-            "spark.connect.grpc.binding.port": str(server),
-        }
-        connect = {"send.connect": f"sc://127.0.0.1:{server}"}
+    extra, connect = sends_on_executors() if send == "executors" else ({}, {})
     spark = job_session("kafka-map-job", shuffle_partitions=2, extra_config=extra)
     records = (
         spark.readStream.format("firesteel.kafka")
