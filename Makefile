@@ -33,11 +33,17 @@ $(BIN)/python:
 SOURCES := core sources sinks state backends testing/src examples cli connectors/*/src pipelines/src
 # firesteel-testing (./testing) is the test tooling of every distribution: the main
 # distribution's and each connector's `test` extra depend on it.
+# Azurite, the Azure Storage emulator of the storage tests, is an npm package: installed
+# into .azurite/ where npm exists (else those tests are skipped, saying so).
+AZURITE := azurite@3.37.0
 install: $(BIN)/python
 	$(BIN)/pip install -q -e ".[dev,test,connect]" -e "./testing[kafka,cassandra]" \
 		-e "./connectors/kafka[test]" -e "./connectors/_template[test]" \
 		-e "./connectors/cassandra[test]" -e "./backends/rocksdb[test]" -e "./pipelines[test,kafka]"
 	$(BIN)/python -m compileall -q $(wildcard $(SOURCES))
+	@if [ -x .azurite/node_modules/.bin/azurite-blob ]; then :; \
+	elif command -v npm >/dev/null; then npm install -s --no-audit --no-fund --prefix .azurite $(AZURITE); \
+	else echo "npm not found: the Azure storage tests will be skipped (they need $(AZURITE))"; fi
 
 demo: install
 	$(BIN)/firesteel demo

@@ -66,7 +66,7 @@ from firesteel.state import (
     MapStateDescriptor,
     ValueStateDescriptor,
 )
-from firesteel.state.backend import KeyedTask, OperatorSpec
+from firesteel.state.backend import KeyedTask, OperatorSpec, StateDeclarations
 from firesteel.state.keygroups import KeyGroupRange
 
 try:
@@ -144,7 +144,7 @@ def _per_op(
 
     def firesteel_side() -> float:
         store: Any = _backend(_DIRS.fresh("op"), cache=False, options=tuning).open_store(
-            SPEC, _task(0), [VALUE, LIST, MAP], [], 0
+            SPEC, _task(0), StateDeclarations([VALUE, LIST, MAP]), 0
         )
         switch = store.set_current_key
         value, lst, mapping = store.state(VALUE), store.state(LIST), store.state(MAP)
@@ -234,7 +234,7 @@ def _per_op(
 def _loaded(keys: int) -> tuple[RocksDBBackend, Any]:
     """A store at version 0 holding ``keys`` keys of the value state, snapshotted."""
     backend = _backend(_DIRS.fresh("ck"))
-    store: Any = backend.open_store(SPEC, _task(0), [VALUE], [], 0)
+    store: Any = backend.open_store(SPEC, _task(0), StateDeclarations([VALUE]), 0)
     value = store.state(VALUE)
     for key, kg in _keys(keys):
         store.set_current_key(key, kg)
@@ -267,7 +267,7 @@ def _churned(
     store.snapshot().wait()
     megabytes, seconds = [], []
     for batch in range(1, batches + 1):
-        store = backend.open_store(SPEC, _task(batch), [VALUE], [], 0)
+        store = backend.open_store(SPEC, _task(batch), StateDeclarations([VALUE]), 0)
         value = store.state(VALUE)
         start = batch * 7919 % keys
         for index in range(start, start + changed):
@@ -317,7 +317,7 @@ def _restore(keys: int) -> tuple[Callable[[], float], Callable[[], float]]:
         backend, _ = prepare()
         fresh = RocksDBBackend(backend.path, local_dir=str(_DIRS.fresh("restore")), cache=False)
         started = time.perf_counter()
-        store: Any = fresh.open_store(SPEC, _task(1), [VALUE], [], 0)
+        store: Any = fresh.open_store(SPEC, _task(1), StateDeclarations([VALUE]), 0)
         elapsed = time.perf_counter() - started
         store.discard()
         return elapsed

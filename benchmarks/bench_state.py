@@ -43,7 +43,7 @@ from firesteel.state import (
     MapStateDescriptor,
     ValueStateDescriptor,
 )
-from firesteel.state.backend import KeyedTask, OperatorSpec, StateBackend
+from firesteel.state.backend import KeyedTask, OperatorSpec, StateBackend, StateDeclarations
 from firesteel.state.keygroups import KeyGroupRange
 
 # Spark's Python workers cannot import this module by name (benchmarks/ is not installed).
@@ -80,7 +80,7 @@ def _store(kind: str) -> Any:
     )
     spec = OperatorSpec("bench", ("key",), MAX_P, 1)
     task = KeyedTask(TaskScope("bench", 0, 0, 0), KeyGroupRange(0, MAX_P - 1))
-    return backend.open_store(spec, task, [VALUE, LIST, MAP], [], 0)
+    return backend.open_store(spec, task, StateDeclarations([VALUE, LIST, MAP]), 0)
 
 
 def _per_op(kind: str, op: str, keys: int) -> tuple[Callable[[], float], Callable[[], float]]:
@@ -167,14 +167,18 @@ def _snapshot(keys: int, churn: float) -> tuple[Callable[[], Figure], Callable[[
         spec = OperatorSpec("bench", ("key",), MAX_P, 1)
         store = HeapKeyedStore(backend.storage("bench"), spec, retain=5, full_snapshot_every=1000)
         everything = KeyGroupRange(0, MAX_P - 1)
-        store.begin(KeyedTask(TaskScope("bench", 0, 0, 0), everything), [VALUE], [], 0)
+        store.begin(
+            KeyedTask(TaskScope("bench", 0, 0, 0), everything), StateDeclarations([VALUE]), 0
+        )
         value = store.state(VALUE)
         for key, kg in pairs:
             store.set_current_key(key, kg)
             value.update(1)
         if delta:
             store.snapshot().wait()
-            store.begin(KeyedTask(TaskScope("bench", 1, 0, 0), everything), [VALUE], [], 0)
+            store.begin(
+                KeyedTask(TaskScope("bench", 1, 0, 0), everything), StateDeclarations([VALUE]), 0
+            )
             value = store.state(VALUE)  # state objects belong to one task
             for key, kg in changed:
                 store.set_current_key(key, kg)

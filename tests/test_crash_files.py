@@ -6,16 +6,25 @@ protocol points, at random times, or kills tasks and executors, lets the
 harness restart it from its checkpoint until it completes, and then counts
 the output twice, through ``read_committed`` and through a plain pyarrow
 dataset read of the output folder: 0 lost, 0 duplicated.
+
+The kill test runs twice: output in a local folder, and output on the S3 API
+server (``s3a://``, settings as the session's ``spark.hadoop.fs.s3a.*``; Spark's
+checkpoint stays local, the wheel has no S3A jar). There the S3 server is
+restarted between the kill inside batch 4's commit (manifest written, nothing
+published) and the restart that publishes it, and the output is also counted
+with pyarrow's own S3 filesystem and a boto3 listing.
 """
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pytest
 from files_helpers import write_sequence_files
+from pyarrow import fs
 
 from firesteel.files import read_committed
 from firesteel.testing import (
@@ -28,6 +37,7 @@ from firesteel.testing import (
     batch_started,
     task_kills,
 )
+from firesteel.testing.s3 import ACCESS_KEY, REGION, SECRET_KEY, S3Server
 from firesteel.testing.scripts import script
 
 pytestmark = pytest.mark.crash
@@ -37,14 +47,22 @@ FILES = 66
 ROWS_PER_FILE = 20
 FILES_PER_BATCH = 3
 BATCHES = FILES // FILES_PER_BATCH
+S3_RESTART_BEFORE_RUN = 5
+"""The run after the kill inside batch 4's commit starts on a restarted S3 server."""
 
 
 class FilesJob:
-    """Input, output and checkpoint folders of one crash test."""
+    """Input, output and checkpoint folders of one crash test (output local or on S3)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, s3: S3Server | None = None) -> None:
         self.source = root / "in"
-        self.out = root / "out"
+        self.s3 = s3
+        self.bucket = ""
+        if s3 is None:
+            self.out = str(root / "out")
+        else:
+            self.bucket = s3.create_bucket(f"crash-files-{uuid.uuid4().hex[:12]}")
+            self.out = f"s3a://{self.bucket}/out"
         self.checkpoint = root / "ck"
         self.checkpoints = Spellings(self.checkpoint)
         self.expected = write_sequence_files(
@@ -52,28 +70,66 @@ class FilesJob:
         )
 
     def args(self, run: int) -> list[str]:
-        """Run ``run``'s arguments: each restart spells the checkpoint otherwise."""
+        """Run ``run``'s arguments: each restart spells the checkpoint otherwise; on S3 the
+        settings go as the session's ``spark.hadoop.fs.s3a.*``, and the server restarts once."""
         checkpoint = self.checkpoints(run)
-        return [str(self.source), str(self.out), checkpoint, str(FILES_PER_BATCH)]
+        args = [str(self.source), self.out, checkpoint, str(FILES_PER_BATCH)]
+        if self.s3 is None:
+            return args
+        if run == S3_RESTART_BEFORE_RUN:
+            self.s3.restart()
+        return args + [f"spark.hadoop.{k}={v}" for k, v in self.s3.settings().items()]
 
     def check(self, result: CrashResult) -> None:
-        """Output == input exactly, by the committed-file reader and by a plain read."""
+        """Output == input exactly, by the committed-file reader and by plain reads."""
         context = f"\n{result.summary()}"
-        committed = read_committed(str(self.out))
+        storage = self.s3.settings() if self.s3 is not None else None
+        committed = read_committed(self.out, storage)
         count = assert_exactly_once(
             committed.column("seq"), self.expected, what="read_committed" + context
         )
-        plain = ds.dataset(str(self.out), format="parquet").to_table()
+        if self.s3 is None:
+            plain = ds.dataset(self.out, format="parquet").to_table()
+        else:
+            plain = ds.dataset(
+                f"{self.bucket}/out", format="parquet", filesystem=self._plain_s3()
+            ).to_table()
+            self._check_listing(context)
         assert_exactly_once(plain.column("seq"), self.expected, what="pyarrow dataset" + context)
         assert pc.all(
             pc.equal(plain.column("tripled"), pc.multiply(plain.column("seq"), 3))
         ).as_py()
         assert count.seen == len(self.expected)
 
+    def _plain_s3(self) -> fs.S3FileSystem:
+        assert self.s3 is not None
+        return fs.S3FileSystem(
+            endpoint_override=self.s3.endpoint.removeprefix("http://"),
+            scheme="http",
+            access_key=ACCESS_KEY,
+            secret_key=SECRET_KEY,
+            region=REGION,
+        )
 
-@pytest.fixture
-def files_job(tmp_path: Path) -> FilesJob:
-    return FilesJob(tmp_path / "job")
+    def _check_listing(self, context: str) -> None:
+        """boto3: outside ``_firesteel/`` only committed part files, one per batch."""
+        assert self.s3 is not None
+        pages = (
+            self.s3.client()
+            .get_paginator("list_objects_v2")
+            .paginate(Bucket=self.bucket, Prefix="out/")
+        )
+        keys = [item["Key"] for page in pages for item in page.get("Contents", [])]
+        data = sorted(k for k in keys if not k.startswith("out/_firesteel/"))
+        assert all(k.startswith("out/part-") and k.endswith(".parquet") for k in data), data
+        batches = [k.split("-")[1] for k in data]
+        assert len(set(batches)) == BATCHES, f"{data}{context}"
+
+
+@pytest.fixture(params=["local", "s3"])
+def files_job(request: pytest.FixtureRequest, tmp_path: Path) -> FilesJob:
+    s3 = request.getfixturevalue("s3_server") if request.param == "s3" else None
+    return FilesJob(tmp_path / "job", s3)
 
 
 def test_job_killed_at_every_named_point_and_at_random_then_tasks_killed(
@@ -81,7 +137,8 @@ def test_job_killed_at_every_named_point_and_at_random_then_tasks_killed(
 ) -> None:
     """Eight SIGKILLs of the whole job (six protocol points, two random moments), each
     restart spelling the checkpoint otherwise; the run that completes loses its task
-    twelve times (after the write and after the vote, in six batches), and Spark retries."""
+    twelve times (after the write and after the vote, in six batches), and Spark retries.
+    Output local, or on S3 with the server restarted once between a kill and a restart."""
     checkpoint = files_job.checkpoint
     kills = [
         at_point("source.after_read"),
@@ -105,10 +162,13 @@ def test_job_killed_at_every_named_point_and_at_random_then_tasks_killed(
 
 @pytest.mark.cluster
 def test_standalone_cluster_loses_its_driver_then_an_executor(
-    cluster_harness: CrashHarness, files_job: FilesJob
+    cluster_harness: CrashHarness, tmp_path: Path, s3_server: S3Server
 ) -> None:
     """On two executors of a standalone cluster: the driver killed at a protocol point
-    and at random, then an executor killed in the run that completes."""
+    and at random, then an executor killed in the run that completes. The output is on
+    the S3 server, so the executors and the driver share no output folder (Spark's
+    checkpoint stays local: the wheel has no S3A jar)."""
+    files_job = FilesJob(tmp_path / "job", s3_server)
     checkpoint = files_job.checkpoint
     result = cluster_harness.run(
         JOB,

@@ -183,12 +183,19 @@ def test_relative_source_paths_are_refused(key: str) -> None:
         parse_options(FilesSourceOptions, raw)
 
 
-def test_relative_or_remote_sink_path_is_refused() -> None:
+def test_relative_sink_path_and_remote_quarantine_are_refused_object_stores_accepted() -> None:
     from firesteel.core.options import parse_options
     from firesteel.files.sink.options import FilesSinkOptions
 
     with pytest.raises(ConfigError, match="option 'path' must be an absolute path"):
         parse_options(FilesSinkOptions, {"path": "out"})
-    with pytest.raises(ConfigError, match="must be a local absolute path"):
-        parse_options(FilesSinkOptions, {"path": "s3://bucket/out"})
+    remote = parse_options(
+        FilesSinkOptions,
+        {"path": "s3a://bucket/out", "fs.s3a.endpoint": "http://h:9000"},
+        passthrough_prefixes=("fs.",),
+    )
+    assert remote.passthrough == {"fs.s3a.endpoint": "http://h:9000"}
     assert parse_options(FilesSinkOptions, {"path": "/tmp/out"}).path == "/tmp/out"
+    raw = {"path": "s3a://b/in", "errors": "quarantine", "quarantine.path": "s3a://b/q"}
+    with pytest.raises(ConfigError, match=r"'quarantine\.path' must be a local absolute path"):
+        parse_options(FilesSourceOptions, raw)

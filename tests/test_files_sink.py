@@ -16,11 +16,12 @@ from firesteel.core.checkpoint import read_guarantee
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import CheckpointCorruptError, ConfigError
 from firesteel.files import committed_files, read_committed
+from firesteel.files.folder import Folder
 from firesteel.files.sink import FilesSink, WriterConfig
 from firesteel.files.sink.manifest import (
     FileCommittable,
     finalize,
-    manifest_path,
+    manifest_key,
     read_manifest,
 )
 from firesteel.files.sink.paths import encode_value
@@ -198,7 +199,7 @@ def test_recovery_rolls_a_half_renamed_batch_forward(tmp_path):
     from firesteel.files.sink.manifest import Manifest, write_manifest
 
     files = tuple(f for h in handles for f in h.files)
-    write_manifest(out, Manifest("s1", 0, files))
+    write_manifest(Folder(str(out)), Manifest("s1", 0, files))
     first = files[0]
     os.replace(out / first.pending, out / first.path)
     assert sorted(read_committed(str(out)).column("seq").to_pylist()) == list(range(30))
@@ -216,18 +217,19 @@ def test_finalize_is_idempotent_and_detects_lost_output(tmp_path):
     out = tmp_path / "out"
     sink = make_sink(out)
     sink.commit_batch(0, [vote(sink, 0, 0, rows(0, 5))])
-    manifest = read_manifest(manifest_path(out, "s1", 0))
-    assert finalize(out, manifest) == 0
+    output = Folder(str(out))
+    manifest = read_manifest(output, manifest_key("s1", 0))
+    assert finalize(output, manifest) == 0
     Path(committed_files(str(out))[0]).unlink()
     with pytest.raises(CheckpointCorruptError, match="deleted outside firesteel"):
-        finalize(out, manifest)
+        finalize(output, manifest)
 
 
 def test_manifest_is_checksummed(tmp_path):
     out = tmp_path / "out"
     sink = make_sink(out)
     sink.commit_batch(0, [vote(sink, 0, 0, rows(0, 5))])
-    path = manifest_path(out, "s1", 0)
+    path = out / manifest_key("s1", 0)
     body = json.loads(path.read_text())
     body["content"]["files"][0]["rows"] = 999
     path.write_text(json.dumps(body))
@@ -464,7 +466,7 @@ def test_manifests_are_compacted_and_compacted_batches_stay_committed(tmp_path):
         sink.commit_batch(batch, [vote(sink, batch, 0, rows(batch * 3, 3))])
     folder = out / "_firesteel" / "manifests" / "s1"
     last_compacted = 2 * COMPACT_EVERY - 1
-    assert committed_through(out, "s1") == last_compacted
+    assert committed_through(Folder(str(out)), "s1") == last_compacted
     assert sorted(p.name for p in folder.iterdir()) == sorted(
         [f"{last_compacted}.compact.json"]
         + [f"{n}.json" for n in range(last_compacted + 1, batches)]

@@ -173,7 +173,7 @@ def test_a_rebuilt_discovery_log_is_not_mistaken_for_the_checkpoint_one(tmp_path
         write_input(tmp_path, f"f{i}.parquet", rows(i * 10, 10), "parquet")
     first = make_source(tmp_path)
     end = first.latest_offset(first.initial_offset(), ReadLimit(max_files=2))
-    shutil.rmtree(first.log.folder)
+    shutil.rmtree(first.log.folder.uri)
     # Rebuilt in another order: positions 0-1 of the new log would be other files.
     os.utime(tmp_path / "f0.parquet", (time.time() + 60, time.time() + 60))
     second = make_source(tmp_path)

@@ -36,7 +36,7 @@ from firesteel.state import (
     StateTtl,
     ValueStateDescriptor,
 )
-from firesteel.state.backend import KeyedTask, OperatorSpec, StateBackend
+from firesteel.state.backend import KeyedTask, OperatorSpec, StateBackend, StateDeclarations
 from firesteel.state.clock import CLOCK, advance
 from firesteel.state.keygroups import KeyGroupRange, operator_index
 
@@ -119,7 +119,9 @@ class Driver:
         seen = {}
         for partition in range(self.spec.parallelism):
             task = self.task(batch, partition)
-            store = self.backend.open_store(self.spec, task, self.descriptors, [], now_ms)
+            store = self.backend.open_store(
+                self.spec, task, StateDeclarations(self.descriptors), now_ms
+            )
             for key in keys:
                 kg = key_group(key)
                 if operator_index(kg, self.spec.parallelism, MAX_P) == partition:
@@ -160,7 +162,9 @@ def test_the_batch_clock_never_goes_back_across_restores_and_rescales(
         driver = Driver(backend, parallelism, descriptors=[*ALL, CLOCK])
         for partition in range(parallelism):
             task = driver.task(batch, partition)
-            store = backend.open_store(driver.spec, task, driver.descriptors, [], spark_time)
+            store = backend.open_store(
+                driver.spec, task, StateDeclarations(driver.descriptors), spark_time
+            )
             now = advance(store, task.key_groups, spark_time)
             assert store.now_ms == now
             seen.setdefault(batch, set()).add(now)
@@ -360,11 +364,13 @@ def test_worker_memory_is_not_trusted_after_another_attempt_rewrote_the_version(
     key, kg = ("k",), key_group(("k",))
     task = KeyedTask(TaskScope("q", 0, 0, 0), KeyGroupRange(0, MAX_P - 1))
     for worker, value in ((worker_a, 1), (worker_b, 2)):  # two attempts of batch 0
-        worker.begin(task, ALL, [], 0)
+        worker.begin(task, StateDeclarations(ALL), 0)
         worker.set_current_key(key, kg)
         worker.state(COUNT).update(value)
         worker.snapshot().wait()
-    worker_a.begin(KeyedTask(TaskScope("q", 1, 0, 0), KeyGroupRange(0, MAX_P - 1)), ALL, [], 0)
+    worker_a.begin(
+        KeyedTask(TaskScope("q", 1, 0, 0), KeyGroupRange(0, MAX_P - 1)), StateDeclarations(ALL), 0
+    )
     worker_a.set_current_key(key, kg)
     assert worker_a.state(COUNT).value() == 2
 
@@ -375,7 +381,7 @@ def test_failed_task_changes_are_discarded(tmp_path: Path, backend_kind: str) ->
     key = ("k",)
     driver.batch(0, [key], add_one)
     task = driver.task(1, 0)
-    store = backend.open_store(driver.spec, task, ALL, [], 0)
+    store = backend.open_store(driver.spec, task, StateDeclarations(ALL), 0)
     store.set_current_key(key, key_group(key))
     store.state(COUNT).update(99)
     store.state(EVENTS).append("lost")
@@ -579,7 +585,9 @@ def test_undeclared_state_in_snapshot_is_refused_unless_dropped(
     with pytest.raises(ConfigError, match=r"ctx.drop_state\('(events|attrs)'\)"):
         driver.batch(1, [("k",)], read_count)
     task = driver.task(1, 0)
-    store = backend.open_store(driver.spec, task, [COUNT], ["events", "attrs"], 0)
+    store = backend.open_store(
+        driver.spec, task, StateDeclarations([COUNT], ["events", "attrs"]), 0
+    )
     store.set_current_key(("k",), key_group(("k",)))
     assert store.state(COUNT).value() == 1
 
@@ -589,12 +597,12 @@ def test_a_store_whose_begin_failed_is_discarded(tmp_path: Path, backend_kind: s
     the worker's store, and the next task restores the committed state."""
     backend = make_backend(backend_kind, tmp_path, cache=True)
     driver = Driver(backend, 1)
-    kept: Any = backend.open_store(driver.spec, driver.task(0, 0), ALL, [], 0)
+    kept: Any = backend.open_store(driver.spec, driver.task(0, 0), StateDeclarations(ALL), 0)
     kept.set_current_key(("k",), key_group(("k",)))
     add_one(kept, ("k",))
     kept.snapshot().wait()
     with pytest.raises(ConfigError, match=r"ctx.drop_state"):
-        backend.open_store(driver.spec, driver.task(1, 0), [COUNT], [], 0)
+        backend.open_store(driver.spec, driver.task(1, 0), StateDeclarations([COUNT]), 0)
     with pytest.raises(RuntimeError, match="outside a task"):
         _ = kept.task
     assert driver.batch(1, [("k",)], read_count)[("k",)][0] == 1
@@ -606,7 +614,7 @@ def test_state_belongs_to_one_query(tmp_path: Path, backend_kind: str) -> None:
     driver.batch(0, [("k",)], add_one)
     other = KeyedTask(TaskScope("another-query", 1, 0, 0), KeyGroupRange(0, MAX_P - 1))
     with pytest.raises(ConfigError, match="belongs to Spark query query-1"):
-        backend.open_store(driver.spec, other, ALL, [], 0)
+        backend.open_store(driver.spec, other, StateDeclarations(ALL), 0)
 
 
 # -- timers --------------------------------------------------------------------------------
@@ -623,7 +631,9 @@ def test_timers_are_snapshotted_and_fire_once(tmp_path: Path, backend_kind: str)
     fired = []
     for batch, now in ((1, 4_000), (2, 5_002), (3, 9_000)):
         for partition in range(2):
-            store = backend.open_store(driver.spec, driver.task(batch, partition), ALL, [], now)
+            store = backend.open_store(
+                driver.spec, driver.task(batch, partition), StateDeclarations(ALL), now
+            )
             fired.extend((batch, ts) for ts, _, _ in store.pop_due_timers(now))
             store.snapshot().wait()
     assert sorted(fired) == [(2, 5_000), (2, 5_001), (2, 5_002), (3, 5_003)]

@@ -1,4 +1,5 @@
-"""Keyed state snapshotted to an S3 API server process (moto) by the filesystem backend.
+"""Keyed state snapshotted to an S3 API server process (moto) by the filesystem and
+RocksDB backends.
 
 The same running count as ``test_state_operator.py``, its snapshots at
 ``s3a://`` on the server, restarted at another parallelism; the snapshot objects
@@ -7,6 +8,8 @@ are listed with boto3, which is not firesteel's code.
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +27,31 @@ from firesteel.backends import FilesystemBackend
 from firesteel.backends.inspect import read_state
 from firesteel.core.errors import StorageError
 from firesteel.core.storage import StorageConfig
+from firesteel.rocksdb import RocksDBBackend
+from firesteel.state.backend import StateBackend
 from firesteel.testing.s3 import S3Server
 
 
+def _backend(kind: str, location: str, settings: dict[str, str]) -> StateBackend:
+    if kind == "rocksdb":
+        return RocksDBBackend(location, storage_options=settings)
+    return FilesystemBackend(location, storage_options=settings)
+
+
+def _objects(s3_server: S3Server, bucket: str, prefix: str) -> list[str]:
+    """Every key under ``prefix``, listed with boto3 (not firesteel's code)."""
+    pages = (
+        s3_server.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    )
+    return [item["Key"] for page in pages for item in page.get("Contents", [])]
+
+
+@pytest.mark.parametrize("kind", ["filesystem", "rocksdb"])
 def test_state_on_s3_survives_a_restart_at_another_parallelism(
-    spark: Any, tmp_path: Path, s3_server: S3Server
+    spark: Any, tmp_path: Path, s3_server: S3Server, kind: str
 ) -> None:
-    bucket = s3_server.create_bucket("state-running-count")
-    backend = FilesystemBackend(f"s3a://{bucket}/chk/state", storage_options=s3_server.settings())
+    bucket = s3_server.create_bucket(f"state-running-count-{kind}")
+    backend = _backend(kind, f"s3a://{bucket}/chk/state", s3_server.settings())
     src = tmp_path / "in"
     first = [readings(b) for b in range(3)]
     write_inputs(src, first)
@@ -41,19 +61,40 @@ def test_state_on_s3_survives_a_restart_at_another_parallelism(
     run_query(spark, src, tmp_path, RunningCount(), parallelism=3, backend=backend)
     assert latest_counts(tmp_path) == expected_counts(first + second)
 
-    listed = s3_server.client().list_objects_v2(Bucket=bucket, Prefix="chk/state/counts/")
-    names = [item["Key"] for item in listed.get("Contents", [])]
+    names = _objects(s3_server, bucket, "chk/state/counts/")
     assert "chk/state/counts/_operator.json" in names, names
-    snapshots: dict[str, int] = {}
-    for name in names:
-        if name.endswith(".snap"):
-            version = name.split("/")[-2]
-            snapshots[version] = snapshots.get(version, 0) + 1
-    # One object per task: two tasks wrote the first run's versions, three the second's.
-    assert list(snapshots.values()) == [2, 2, 2, 3, 3], names
+    # One snapshot object (filesystem) or manifest (RocksDB) per task and version: two
+    # tasks wrote the first run's versions, three the second's.
+    suffix = r"\.snap" if kind == "filesystem" else r"\.json"
+    one_per_task = re.compile(rf"chk/state/counts/(v\d{{12}})/[^/]+{suffix}$")
+    per_version = Counter(m.group(1) for m in map(one_per_task.match, names) if m)
+    assert [per_version[v] for v in sorted(per_version)] == [2, 2, 2, 3, 3], names
+    if kind == "rocksdb":
+        assert any(name.endswith(".sst") for name in names if "/shared/" in name), names
     state = read_state(backend.location, storage=StorageConfig.of(s3_server.settings()))
     counts = [row for row in state.to_pylist() if row["state"] == "count"]
     assert len(counts) == len(expected_counts(first + second))
+
+
+def test_the_sessions_hadoop_settings_reach_the_backend(
+    spark: Any, tmp_path: Path, s3_server: S3Server
+) -> None:
+    """One configuration serves Spark and firesteel: ``spark.hadoop.fs.s3a.*`` set on the
+    session, none on the backend, and its snapshots reach the server."""
+    bucket = s3_server.create_bucket("state-from-session")
+    settings = {f"spark.hadoop.{key}": value for key, value in s3_server.settings().items()}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        backend = RocksDBBackend(f"s3a://{bucket}/state")
+        write_inputs(tmp_path / "in", [readings(0)])
+        run_query(spark, tmp_path / "in", tmp_path, RunningCount(), backend=backend)
+    finally:
+        for key in settings:
+            spark.conf.unset(key)
+    assert latest_counts(tmp_path) == expected_counts([readings(0)])
+    names = _objects(s3_server, bucket, "state/counts/")
+    assert any(name.endswith(".json") and "/v000000000000/" in name for name in names), names
 
 
 def test_a_missing_bucket_is_named_before_the_query_starts(

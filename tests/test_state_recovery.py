@@ -7,18 +7,23 @@ every seq appears exactly once in the committed output, every key's timers
 fire once per batch it had records in (but the last), every record's rank
 is its position among its key's records (no state update lost or applied
 twice), and the state checkpoint holds each key's total -- the same output
-and state as a run without failures, computed here from the input.
+and state as a run without failures, computed here from the input. The output
+is read with pyarrow's dataset reader, not firesteel's. The test runs twice:
+with the state on local disk, and on the S3 server process (the session's
+``spark.hadoop.fs.s3a.*`` reach the backend).
 """
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
+import pyarrow.dataset as ds
 import pytest
 from files_helpers import write_sequence_files
 
 from firesteel.backends.inspect import read_state
-from firesteel.files import read_committed
+from firesteel.core.storage import StorageConfig
 from firesteel.testing import (
     CrashHarness,
     CrashResult,
@@ -30,6 +35,7 @@ from firesteel.testing import (
 )
 from firesteel.testing.clock import clock_offset
 from firesteel.testing.ranked import assert_ranked_output, assert_ranked_state
+from firesteel.testing.s3 import S3Server
 from firesteel.testing.scripts import script
 
 pytestmark = pytest.mark.crash
@@ -50,13 +56,19 @@ PARALLELISM = (2, 3, 1, 4, 2, 1, 3, 4, 2)
 
 
 class StateJob:
-    def __init__(self, root: Path) -> None:
+    """The job's input and locations; with ``s3``, its state lives in a bucket on the
+    server, spelled ``s3a://`` and ``s3://`` on alternate restarts, and the session
+    reaches it through ``spark.hadoop.fs.s3a.*``."""
+
+    def __init__(self, root: Path, s3: S3Server | None = None) -> None:
         self.source = root / "in"
         self.out = root / "out"
         self.checkpoint = root / "ck"
         self.state = root / "state"
         self.checkpoints = Spellings(self.checkpoint)
-        self.states = Spellings(self.state)
+        self.s3 = s3
+        self.bucket = s3.create_bucket(f"state-crash-{uuid.uuid4().hex[:8]}") if s3 else ""
+        self.states = s3.spellings(self.bucket, "state") if s3 else Spellings(self.state)
         self.expected = write_sequence_files(
             self.source, FILES, ROWS_PER_FILE, lambda seqs: {"key": [key_of(s) for s in seqs]}
         )
@@ -73,18 +85,35 @@ class StateJob:
             str(PARALLELISM[run % len(PARALLELISM)]),
         ]
 
+    def env(self, run: int) -> dict[str, str]:
+        """Run ``run``'s environment: from the second restart on, the clock an hour behind."""
+        return {
+            **(clock_offset(-3600) if run >= 2 else {}),
+            **(self.s3.job_env() if self.s3 else {}),
+        }
+
     def check(self, result: CrashResult) -> None:
         context = f"\n{result.summary()}"
         batches = FILES // FILES_PER_BATCH
-        committed = read_committed(str(self.out))
+        # pyarrow's dataset reader, not firesteel's: it sees every visible file.
+        committed = ds.dataset(str(self.out), format="parquet").to_table()
         assert_ranked_output(committed, self.expected, key_of, batches, context)
-        state = read_state(f"file://{self.state}", operator="rank")
+        if self.s3:
+            listed = self.s3.client().list_objects_v2(Bucket=self.bucket, Prefix="state/rank/")
+            keys = [item["Key"] for item in listed.get("Contents", [])]
+            assert any(key.endswith(".snap") for key in keys), f"no snapshot on S3{context}"
+            location, storage = f"s3a://{self.bucket}/state", StorageConfig.of(self.s3.settings())
+        else:
+            location, storage = f"file://{self.state}", None
+        state = read_state(location, operator="rank", storage=storage)
         assert_ranked_state(state, self.expected, key_of, batches, context)
 
 
-@pytest.fixture
-def state_job(tmp_path: Path) -> StateJob:
-    return StateJob(tmp_path / "job")
+@pytest.fixture(params=["local", "s3"])
+def state_job(request: pytest.FixtureRequest, tmp_path: Path) -> StateJob:
+    """The job with its state on local disk, then on the S3 server."""
+    s3 = request.getfixturevalue("s3_server") if request.param == "s3" else None
+    return StateJob(tmp_path / "job", s3)
 
 
 def test_killed_at_protocol_points_and_at_random_then_tasks_killed(
@@ -109,9 +138,7 @@ def test_killed_at_protocol_points_and_at_random_then_tasks_killed(
             ["state.after_snapshot", "sink.after_write", "sink.after_pre_commit"], range(15, 19)
         ),
     ]
-    result = crash_harness.run(
-        JOB, state_job.args, kills, env=lambda run: clock_offset(-3600) if run >= 2 else {}
-    )
+    result = crash_harness.run(JOB, state_job.args, kills, env=state_job.env)
     assert result.all_fired, result.summary()
     assert result.kills == 20
     assert result.exit_codes == [-9] * 8 + [0]

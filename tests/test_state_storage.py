@@ -6,6 +6,7 @@ from pathlib import Path
 
 from test_state_backends import ALL, KEYS, Driver, add_one, key_group, make_backend, read_count
 
+from firesteel.state.backend import StateDeclarations
 from firesteel.state.keygroups import operator_index
 
 
@@ -18,7 +19,7 @@ def test_a_zombie_attempt_finishing_late_removes_nothing_the_batch_needs(tmp_pat
     backend = make_backend("filesystem", tmp_path, full_snapshot_every=3, cache=False)
     two, one = Driver(backend, parallelism=2), Driver(backend, parallelism=1)
     two.batch(0, KEYS, add_one)
-    zombie = backend.open_store(two.spec, two.task(1, 0), ALL, [], 1_000)
+    zombie = backend.open_store(two.spec, two.task(1, 0), StateDeclarations(ALL), 1_000)
     for key in KEYS:
         group = key_group(key)
         if operator_index(group, 2, 16) == 0:

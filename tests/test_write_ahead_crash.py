@@ -25,6 +25,7 @@ from firesteel.testing import (
     batch_started,
     task_kills,
 )
+from firesteel.testing.s3 import S3Server
 from firesteel.testing.scripts import script
 from firesteel.testing.scripts.wal_target import read_jsonl, read_sends, read_sqlite_bodies
 
@@ -34,6 +35,9 @@ JOB = script("wal_job")
 FILES = 16
 UPSERT_FILES = 44
 """Twenty-two batches of two files: eight job kills and six batches of task kills."""
+SERVER_RESTARTS = (2, 5, 8)
+"""Starts before which the S3 server is killed and restarted (after the second, fifth and
+eighth crash: a point kill before the commit, one mid-commit, one at random)."""
 ROWS_PER_FILE = 20
 
 
@@ -75,8 +79,9 @@ def test_wal_sink_resends_only_segments_in_flight(
     assert len(extra) <= 1, (extra, result.summary())
 
 
+@pytest.mark.parametrize("storage", ["local", "s3"])
 def test_upsert_target_is_exactly_once_under_kills_that_change_the_partitions(
-    crash_harness: CrashHarness, tmp_path: Path
+    crash_harness: CrashHarness, tmp_path: Path, storage: str
 ) -> None:
     """Eight SIGKILLs of the whole job, the first right after sending a segment of batch 1
     planned with 4 partitions, each restart with another partition count; the run that
@@ -85,6 +90,12 @@ def test_upsert_target_is_exactly_once_under_kills_that_change_the_partitions(
     The re-run of a batch must send exactly the segments its first commit planned,
     never skip one (lost rows) nor re-plan it. The table is read back with sqlite3,
     and each row's body must be the input record.
+
+    ``s3``: the segments, plans and commit markers live on an S3 server process, spelled
+    ``s3a://`` and ``s3://`` on alternate restarts and reached through the session's
+    ``spark.hadoop.fs.s3a.*``; the server is killed and restarted (with its objects,
+    see :class:`~firesteel.testing.s3.S3Server`) between three crashes and their
+    restarts, and its objects are listed with boto3 at the end.
     """
     source = tmp_path / "in"
     write_sequence_files(source, UPSERT_FILES, ROWS_PER_FILE, name="{index:03d}.parquet")
@@ -102,11 +113,36 @@ def test_upsert_target_is_exactly_once_under_kills_that_change_the_partitions(
         task_kills(["sink.after_write", "sink.after_pre_commit"], range(15, 21)),
     ]
     partitions = ["4", "2", "3", "1", "4", "2", "3", "1", "3"]
+    server = S3Server(tmp_path / "s3").start() if storage == "s3" else None
+    bucket = server.create_bucket("wal-crash") if server else ""
 
     def args(run: int) -> list[object]:
-        return [source, target, checkpoint, "2", "upsert", "exactly-once", partitions[run]]
+        location = [S3Server.spellings(bucket, "chk")(run)] if server else []
+        return [
+            source,
+            target,
+            checkpoint,
+            "2",
+            "upsert",
+            "exactly-once",
+            partitions[run],
+            *location,
+        ]
 
-    result = crash_harness.run(JOB, args, kills)
+    def env(run: int) -> dict[str, str]:
+        """Called before each start: the S3 server is restarted after three crashes."""
+        if server is None:
+            return {}
+        if run in SERVER_RESTARTS:
+            server.restart()
+        return server.job_env()
+
+    try:
+        result = crash_harness.run(JOB, args, kills, env=env)
+        listed = server.client().list_objects_v2(Bucket=bucket) if server else {}
+    finally:
+        if server:
+            server.stop()
     assert result.all_fired, result.summary()
     assert result.kills == 20
     assert result.exit_codes == [-9] * 8 + [0]
@@ -118,3 +154,10 @@ def test_upsert_target_is_exactly_once_under_kills_that_change_the_partitions(
     # Batch 1 was planned with 4 segments; its re-run (2 partitions) sends the rest of them.
     assert {p for b, p in sends if b == 1} == {0, 1, 2, 3}, sends
     assert sends[(1, 1)] >= 2, "the killed segment was re-sent (the window this target absorbs)"
+    if server:
+        # Every batch committed: its segments and the plans before the last are gone.
+        last = UPSERT_FILES // 2 - 1
+        keys = [item["Key"] for item in listed.get("Contents", [])]
+        assert not [k for k in keys if k.endswith(".arrow")], keys
+        plans = [k for k in keys if "/plans/" in k and k.endswith(".json")]
+        assert plans == [f"chk/wal/wal-crash/plans/{last}.json"], keys

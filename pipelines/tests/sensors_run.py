@@ -76,3 +76,11 @@ def kafka_example(folder: Path, suffix: str) -> Path:
         blueprint += f'blueprint.topics.{key}.topic.name = "{key}-{suffix}"\n'
     (folder / "blueprint.conf").write_text(blueprint)
     return folder / "blueprint.conf"
+
+
+def wait_for_exit(runner: LocalRunner, streamlet: str) -> None:
+    """Wait until ``streamlet``'s process has exited (killed by an armed fault point)."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while runner.processes[streamlet].poll() is None:
+        assert time.monotonic() < deadline, f"{streamlet} never reached its fault point"
+        time.sleep(0.5)

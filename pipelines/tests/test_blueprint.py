@@ -37,6 +37,16 @@ def test_a_good_blueprint_verifies_and_knows_its_topology() -> None:
     assert [c.streamlet for c in verified.consumers["metrics"]] == ["sink"]
 
 
+def test_a_topic_is_named_by_topic_name_or_topic_else_by_its_key() -> None:
+    named = GOOD + (
+        'blueprint.topics.sensor-readings.topic.name = "readings-v2"\n'
+        'blueprint.topics.metrics.topic = "metrics-v2"\n'
+    )
+    topics = parse_blueprint(named).topics
+    assert (topics["sensor-readings"].name, topics["metrics"].name) == ("readings-v2", "metrics-v2")
+    assert parse_blueprint(GOOD).topics["metrics"].name == "metrics"
+
+
 BAD = """\
 blueprint {
   streamlets {

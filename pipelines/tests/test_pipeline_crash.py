@@ -1,12 +1,14 @@
 """The example pipeline on local and on Kafka topics, killed and restarted: every reading
 counted once.
 
-Three runs of ``LocalRunner`` (one process and SparkSession per streamlet):
-the first loses its stateful streamlet to a SIGKILL at a random moment once
-it has published a batch (the runner notices and stops the others); the
-second is SIGKILLed whole (every streamlet at once) once the egress has
-output; the third runs with another trigger interval and another Spark
-shuffle-partition count until every reading is counted. The egress output is
+Four runs of ``LocalRunner`` (one process and SparkSession per streamlet):
+the first loses its stateful streamlet at a protocol point of its outlet's
+sink (a fault point armed in that streamlet's process only); the second
+loses it to a SIGKILL at a random moment once it has published a batch (the
+runner notices and stops the others); the third is SIGKILLed whole (every
+streamlet at once) once the egress has output; the fourth runs with another
+trigger interval and another Spark shuffle-partition count until every
+reading is counted. The egress output is
 read with pyarrow's dataset reader, not firesteel's: each sensor's final count
 is its number of readings, and no (sensor, count) row appears twice.
 
@@ -34,6 +36,7 @@ from sensors_run import (
     kafka_published,
     output_rows,
     wait,
+    wait_for_exit,
     write_inputs,
 )
 
@@ -71,8 +74,23 @@ def test_every_reading_counted_once_across_kills_and_a_changed_configuration(
         def published() -> bool:
             return any(metrics_topic.glob("*.parquet"))
 
-    write_inputs(inputs, 0, 6)
+    write_inputs(inputs, 0, 3)
+    # The stateful streamlet dies at a protocol point of its outlet's sink: on Kafka once a
+    # task's transaction committed, before its vote (the batch is downstream, not in Spark's
+    # commit log); on local topics inside the driver's commit, its manifest written, its
+    # files not yet all published. The fault kills the streamlet's own process group.
+    point = "kafka.after_commit_transaction" if topics == "kafka" else "driver.mid_commit"
+    armed = {"FIRESTEEL_FAULT": point, "FIRESTEEL_FAULT_DIR": str(tmp_path / "faults")}
+    at_point = LocalRunner(blueprint, work, settings=settings, environment={"metrics": armed})
+    at_point.start()
+    try:
+        wait_for_exit(at_point, "metrics")
+        assert at_point.wait() == 1
+    finally:
+        at_point.stop()
+    assert (tmp_path / "faults" / point).exists()
 
+    write_inputs(inputs, 3, 3)
     first = LocalRunner(blueprint, work, settings=settings)
     first.start()
     try:

@@ -3,7 +3,8 @@
 * :class:`HeapBackend` -- Python dicts, snapshots to local disk (development only);
 * :class:`FilesystemBackend` -- Python dicts, snapshots to any pyarrow filesystem URI.
 
-Both implement :class:`StateBackend`; a RocksDB backend would too.
+Both implement :class:`StateBackend`, as the RocksDB backend (distribution
+``firesteel-rocksdb``) does.
 """
 
 from firesteel.backends.heap.backends import FilesystemBackend, HeapBackend

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -126,7 +126,7 @@ def read_state(
     return pa.concat_tables(tables)
 
 
-def _complete(files: list[Any], max_parallelism: int) -> bool:
+def _complete(files: Sequence[Any], max_parallelism: int) -> bool:
     covered = sorted((f.key_groups.start, f.key_groups.end) for f in files)
     position = 0
     for start, end in covered:
@@ -136,31 +136,55 @@ def _complete(files: list[Any], max_parallelism: int) -> bool:
     return position >= max_parallelism
 
 
-def _read_operator(
-    location: str, operator: str, batch: int | None, config: StorageConfig | None
-) -> pa.Table:
-    storage = SnapshotStorage(location, operator, config=config)
-    meta = storage.read_metadata()
+def recorded_operator(meta: dict[str, Any] | None, operator: str, location: str) -> dict[str, Any]:
+    """``operator``'s record (``_operator.json``) read under ``location``; a
+    :class:`ConfigError` when there is none."""
     if meta is None:
         msg = f"no state of operator '{operator}' under {location}"
         raise ConfigError(msg)
-    if meta.get("backend") is not None:
-        backend = backend_class(str(meta["backend"]))(location)
-        return backend.inspect(operator=operator, batch=batch)
+    return meta
+
+
+def chosen_version(
+    meta: dict[str, Any],
+    listing: Mapping[int, Sequence[Any]],
+    batch: int | None,
+    *,
+    operator: str,
+    location: str,
+) -> int | None:
+    """The version to inspect: ``batch`` if stored, else (``batch`` None) the latest whose
+    files (anything with a ``key_groups`` range) cover every key group of the operator
+    record ``meta``; None when no version is complete. A missing ``batch`` is a
+    :class:`ConfigError` listing what is."""
     max_parallelism = int(meta["max_parallelism"])
-    listing = storage.list_versions()
-    complete = sorted(v for v, files in listing.items() if _complete(files, max_parallelism))
     if batch is None:
-        if not complete:
-            return SCHEMA.empty_table()
-        batch = complete[-1]
-    elif batch not in listing:
+        complete = [v for v, files in sorted(listing.items()) if _complete(files, max_parallelism)]
+        return complete[-1] if complete else None
+    if batch not in listing:
         msg = (
             f"operator '{operator}' has no state version {batch} under {location} "
             f"(available: {sorted(listing)})"
         )
         raise ConfigError(msg)
-    everything = KeyGroupRange(0, max_parallelism - 1)
+    return batch
+
+
+def _read_operator(
+    location: str, operator: str, batch: int | None, config: StorageConfig | None
+) -> pa.Table:
+    storage = SnapshotStorage(location, operator, config=config)
+    meta = recorded_operator(storage.read_metadata(), operator, location)
+    if meta.get("backend") is not None:
+        backend = backend_class(str(meta["backend"]))(
+            location, storage_options=config or StorageConfig()
+        )
+        return backend.inspect(operator=operator, batch=batch)
+    listing = storage.list_versions()
+    batch = chosen_version(meta, listing, batch, operator=operator, location=location)
+    if batch is None:
+        return SCHEMA.empty_table()
+    everything = KeyGroupRange(0, int(meta["max_parallelism"]) - 1)
     plans = plan_restore(
         storage, listing, everything, batch, first_version=int(meta["first_batch"]), in_memory={}
     )

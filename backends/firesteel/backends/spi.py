@@ -12,25 +12,40 @@ The contract (the protocol itself is :mod:`firesteel.state.backend`'s):
   :class:`KeyedTask` (the task's :class:`~firesteel.core.spi.TaskScope` and the
   :class:`KeyGroupRange` it owns), restored to the latest committed version
   before the task's batch.
-- Stores derive from :class:`TaskStore` and are opened with
-  :meth:`TaskStore.open_task`: every backend makes the same decision about a
-  failed ``begin`` (the store is discarded, the next task restores from
-  storage), and :func:`check_owner`, :func:`check_declared` and
+- Stores derive from :class:`TaskStore`, backends from :class:`TaskStoreBackend`,
+  which opens each store with :meth:`TaskStore.open_task`: every backend makes
+  the same decision about a failed ``begin`` (the store is discarded, the next
+  task restores from storage), and :func:`check_owner`, :func:`check_declared` and
   :func:`undeclared_state` refuse recorded state that does not match, in the
   same words on every backend.
 - A snapshot is written by :class:`SnapshotThread` (a
   :class:`PendingSnapshot`); batch N commits only after it is durable.
 - State values and keys are encoded with :func:`pack` / :func:`unpack` and
   :func:`key_packer` / :func:`unpack_key`, never pickled by default.
+- :func:`read_stored` reads a stored file whole, a missing one named as
+  corrupt state.
 - :class:`SnapshotStorage` reads and writes the operator record
-  (``_operator.json``) every backend keeps; :data:`SCHEMA`, :func:`to_table`
-  and :func:`list_operators` make a backend's state readable as a table.
+  (``_operator.json``) every backend keeps; :data:`SCHEMA`, :func:`to_table`,
+  :func:`list_operators`, :func:`recorded_operator` and :func:`chosen_version`
+  make a backend's state readable as a table.
 """
 
 from firesteel.backends.async_snapshot import SnapshotThread
-from firesteel.backends.inspect import SCHEMA, list_operators, to_table
-from firesteel.backends.storage import SnapshotStorage
-from firesteel.backends.store_base import TaskStore, check_declared, check_owner, undeclared_state
+from firesteel.backends.inspect import (
+    SCHEMA,
+    chosen_version,
+    list_operators,
+    recorded_operator,
+    to_table,
+)
+from firesteel.backends.storage import SnapshotStorage, read_stored
+from firesteel.backends.store_base import (
+    TaskStore,
+    TaskStoreBackend,
+    check_declared,
+    check_owner,
+    undeclared_state,
+)
 from firesteel.state.api import ListState, MapState, ValueState
 from firesteel.state.backend import (
     Key,
@@ -39,6 +54,7 @@ from firesteel.state.backend import (
     OperatorSpec,
     PendingSnapshot,
     StateBackend,
+    StateDeclarations,
 )
 from firesteel.state.descriptors import StateDescriptor, StateKind
 from firesteel.state.keygroups import KeyGroupRange
@@ -57,15 +73,20 @@ __all__ = [
     "SnapshotStorage",
     "SnapshotThread",
     "StateBackend",
+    "StateDeclarations",
     "StateDescriptor",
     "StateKind",
     "TaskStore",
+    "TaskStoreBackend",
     "ValueState",
     "check_declared",
     "check_owner",
+    "chosen_version",
     "key_packer",
     "list_operators",
     "pack",
+    "read_stored",
+    "recorded_operator",
     "to_table",
     "undeclared_state",
     "unpack",

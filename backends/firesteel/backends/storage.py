@@ -31,7 +31,7 @@ from pyarrow import fs
 
 from firesteel.backends import format as snapshot_format
 from firesteel.core.checkpoint import filesystem
-from firesteel.core.durable import write_atomically
+from firesteel.core.durable import make_parent, write_atomically
 from firesteel.core.errors import CheckpointCorruptError, IncompatibleFormatError
 from firesteel.core.storage import StorageConfig
 from firesteel.state.keygroups import KeyGroupRange
@@ -45,6 +45,17 @@ _FILE = re.compile(r"^(\d{4})-(\d{4})-(full|delta)-([0-9a-f]{16})\.snap$")
 
 FULL = "full"
 DELTA = "delta"
+
+
+def read_stored(filesystem: fs.FileSystem, path: str, what: str) -> bytes:
+    """The whole file at ``path``; a missing one is a :class:`CheckpointCorruptError` naming
+    ``what`` (its kind and where users see it): the restore or read needs it."""
+    try:
+        with filesystem.open_input_stream(path) as stream:
+            return bytes(stream.read())
+    except FileNotFoundError as exc:
+        msg = f"{what} is missing (deleted while in use?)"
+        raise CheckpointCorruptError(msg) from exc
 
 
 def version_dir_name(version: int) -> str:
@@ -151,7 +162,7 @@ class SnapshotStorage:
     def write_metadata(self, meta: dict[str, Any]) -> None:
         """Write ``_operator.json`` atomically (tasks of the first batch all write the same)."""
         body = json.dumps(dict(meta, format=METADATA_FORMAT), indent=2, sort_keys=True)
-        self.fs.create_dir(self.base, recursive=True)
+        make_parent(self.fs, f"{self.base}/{METADATA_FILE}")
         self._write_atomic(self.base, METADATA_FILE, body.encode())
 
     # -- listing ----------------------------------------------------------------------------
@@ -186,12 +197,7 @@ class SnapshotStorage:
 
     def read(self, file: SnapshotFile) -> snapshot_format.Snapshot:
         """Read and verify one snapshot file; a missing or damaged file names itself."""
-        try:
-            with self.fs.open_input_stream(file.path) as stream:
-                data = stream.read()
-        except FileNotFoundError as exc:
-            msg = f"state snapshot {self.describe(file.path)} is missing (deleted while in use?)"
-            raise CheckpointCorruptError(msg) from exc
+        data = read_stored(self.fs, file.path, f"state snapshot {self.describe(file.path)}")
         snapshot = snapshot_format.decode(data, self.describe(file.path))
         if snapshot.header.get("body_digest") != file.digest:
             msg = (
@@ -207,7 +213,7 @@ class SnapshotStorage:
         """Write one snapshot file atomically and return it."""
         folder = f"{self.base}/{version_dir_name(version)}"
         name = f"{key_groups.label}-{kind}-{body_digest}.snap"
-        self.fs.create_dir(folder, recursive=True)
+        make_parent(self.fs, f"{folder}/{name}")
         self._write_atomic(folder, name, data)
         return SnapshotFile(version, key_groups, kind, body_digest, f"{folder}/{name}")
 

@@ -15,13 +15,20 @@ changed, the same words on every backend.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from firesteel.core.errors import ConfigError
 from firesteel.core.ownership import Ownership
+from firesteel.core.storage import StorageConfig
 from firesteel.state.api import ListState, MapState, ValueState
-from firesteel.state.backend import KeyedStateStore, KeyedTask, OperatorSpec
+from firesteel.state.backend import (
+    KeyedStateStore,
+    KeyedTask,
+    OperatorSpec,
+    StateBackend,
+    StateDeclarations,
+)
 from firesteel.state.descriptors import StateDescriptor
 from firesteel.state.serializers import check_serializer
 
@@ -29,36 +36,30 @@ from firesteel.state.serializers import check_serializer
 class TaskStore(KeyedStateStore):
     """A keyed store that serves one task at a time (the base of the backends' stores).
 
-    Subclasses set ``spec``, ``cursor`` (with ``now_ms``), ``_states`` (name ->
-    bound state object), ``_metadata`` (the operator record) and ``_task``.
+    ``begin`` sets ``descriptors`` (name -> declared descriptor), ``_states``
+    (name -> bound state object) and ``_task``; ``_metadata`` is the operator
+    record once read.
     """
 
-    spec: OperatorSpec
-    cursor: Any
-    _states: dict[str, Any]
-    _metadata: dict[str, Any] | None
-    _task: KeyedTask | None
+    def __init__(self, spec: OperatorSpec, cursor: Any, *, retain: int) -> None:
+        """``cursor``: the backend's shared state cursor (with ``now_ms``); ``retain``: the
+        committed versions kept in storage."""
+        self.spec = spec
+        self.cursor = cursor
+        self.retain = retain
+        self.descriptors: dict[str, StateDescriptor] = {}
+        self._states: dict[str, Any] = {}
+        self._metadata: dict[str, Any] | None = None
+        self._task: KeyedTask | None = None
 
     @abstractmethod
-    def begin(
-        self,
-        task: KeyedTask,
-        descriptors: Sequence[StateDescriptor],
-        dropped: Sequence[str],
-        now_ms: int,
-    ) -> None:
+    def begin(self, task: KeyedTask, declared: StateDeclarations, now_ms: int) -> None:
         """Start ``task``: check ownership, restore version < batch id, declare states."""
 
-    def open_task(
-        self,
-        task: KeyedTask,
-        descriptors: Sequence[StateDescriptor],
-        dropped: Sequence[str],
-        now_ms: int,
-    ) -> TaskStore:
+    def open_task(self, task: KeyedTask, declared: StateDeclarations, now_ms: int) -> TaskStore:
         """:meth:`begin` ``task``; if it fails, :meth:`discard` the store and re-raise."""
         try:
-            self.begin(task, descriptors, dropped, now_ms)
+            self.begin(task, declared, now_ms)
         except BaseException:
             self.discard()
             raise
@@ -96,6 +97,37 @@ class TaskStore(KeyedStateStore):
             )
             raise ConfigError(msg)
         return found
+
+
+class TaskStoreBackend(StateBackend):
+    """A backend whose stores are :class:`TaskStore` objects, opened through
+    :meth:`TaskStore.open_task` (so a failed ``begin`` discards the store on every backend).
+
+    Subclasses are frozen dataclasses with the fields ``path`` (the location) and
+    ``storage_options`` (made a :class:`StorageConfig` when built).
+    """
+
+    path: str
+    storage_options: StorageConfig | Mapping[str, str]
+
+    @property
+    def location(self) -> str:
+        return self.path
+
+    @property
+    def _storage_config(self) -> StorageConfig:
+        assert isinstance(self.storage_options, StorageConfig)
+        return self.storage_options
+
+    def open_store(
+        self, spec: OperatorSpec, task: KeyedTask, declared: StateDeclarations, now_ms: int
+    ) -> KeyedStateStore:
+        return self.task_store(spec, task).open_task(task, declared, now_ms)
+
+    @abstractmethod
+    def task_store(self, spec: OperatorSpec, task: KeyedTask) -> TaskStore:
+        """Executor side: the store to serve ``task`` (this worker's, kept between tasks, or
+        a new one), not yet begun."""
 
 
 def check_owner(meta: dict[str, Any], spec: OperatorSpec, task: KeyedTask, where: str) -> None:

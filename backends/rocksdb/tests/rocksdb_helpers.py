@@ -11,7 +11,7 @@ from firesteel.rocksdb import RocksDBBackend
 from firesteel.rocksdb.local import LocalFolder
 from firesteel.rocksdb.store import RocksDBKeyedStore
 from firesteel.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
-from firesteel.state.backend import KeyedTask, OperatorSpec
+from firesteel.state.backend import KeyedTask, OperatorSpec, StateDeclarations
 from firesteel.state.keygroups import KeyGroupRange
 
 COUNT = ValueStateDescriptor("count", int)
@@ -45,7 +45,7 @@ def run(
     store: RocksDBKeyedStore, batch: int, writes: dict[int, int], now_ms: int = 1_000
 ) -> RocksDBKeyedStore:
     """One task of ``batch``: ``count`` of key ``(i,)`` set to ``value`` for each item."""
-    store.begin(KeyedTask(TaskScope("q", batch, 0, 0), EVERYTHING), ALL, [], now_ms)
+    store.begin(KeyedTask(TaskScope("q", batch, 0, 0), EVERYTHING), StateDeclarations(ALL), now_ms)
     for index, value in writes.items():
         store.set_current_key((index,), index % MAX_P)
         store.state(COUNT).update(value)
@@ -55,7 +55,7 @@ def run(
 
 def read(store: RocksDBKeyedStore, batch: int, indexes: range) -> dict[int, Any]:
     """The ``count`` of each key, read in a task of ``batch`` (no snapshot: the task fails)."""
-    store.begin(KeyedTask(TaskScope("q", batch, 0, 0), EVERYTHING), ALL, [], 1_000)
+    store.begin(KeyedTask(TaskScope("q", batch, 0, 0), EVERYTHING), StateDeclarations(ALL), 1_000)
     found = {}
     for index in indexes:
         store.set_current_key((index,), index % MAX_P)

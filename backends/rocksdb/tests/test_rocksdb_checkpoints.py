@@ -36,7 +36,7 @@ from firesteel.rocksdb.keys import key_group_of, key_group_prefix, state_id
 from firesteel.rocksdb.options import Compaction, MiB
 from firesteel.rocksdb.store import SWEEP_ROUNDS
 from firesteel.state import ValueStateDescriptor
-from firesteel.state.backend import KeyedTask
+from firesteel.state.backend import KeyedTask, StateDeclarations
 
 MANY = {index: 1 for index in range(5_000)}
 FEW = {index: 2 for index in range(0, 5_000, 100)}
@@ -104,6 +104,31 @@ def test_two_attempts_finishing_together_never_remove_each_others_manifest(
     storage.remove_stale(slow.base.manifest)
     assert older.exists() and newer.exists(), "an attempt removed a newer attempt's manifest"
     storage.remove_stale(fast.base.manifest)
+    assert newer.exists() and not older.exists()
+    assert read(worker(tmp_path, "reader", chosen), 2, range(2)) == {0: 5, 1: 1}
+
+
+def test_a_retry_dated_to_the_same_second_still_removes_the_failed_attempts_manifest(
+    tmp_path: Path,
+) -> None:
+    """Object stores date objects to the second: a killed attempt and its retry often share
+    one, and then the manifests' own write times say which came first."""
+    chosen = backend(tmp_path)
+    run(worker(tmp_path, "first", chosen), 0, MANY)
+    failed = run(worker(tmp_path, "failed", chosen), 1, FEW)
+    retry = run(worker(tmp_path, "retry", chosen), 1, {0: 5})
+    assert failed.base is not None and retry.base is not None
+    assert failed.base.manifest.written_ns < retry.base.manifest.written_ns
+    older = tmp_path / "ck" / "op" / failed.base.manifest.relative_path
+    older.write_bytes(failed.base.manifest.encode())
+    newer = tmp_path / "ck" / "op" / retry.base.manifest.relative_path
+    second = newer.stat().st_mtime_ns // 10**9 * 10**9
+    for path in (older, newer):
+        os.utime(path, ns=(second, second))
+    storage = chosen.storage("op")
+    storage.remove_stale(failed.base.manifest)
+    assert older.exists() and newer.exists(), "an attempt removed a newer attempt's manifest"
+    storage.remove_stale(retry.base.manifest)
     assert newer.exists() and not older.exists()
     assert read(worker(tmp_path, "reader", chosen), 2, range(2)) == {0: 5, 1: 1}
 
@@ -184,7 +209,7 @@ def test_a_failed_task_rolls_back_from_the_local_checkpoint(tmp_path: Path) -> N
     chosen = backend(tmp_path)
     store = run(worker(tmp_path, "w", chosen), 0, MANY)
     assert read(store, 1, range(1)) == {0: 1}  # read() fails its task after reading
-    store.begin(KeyedTask(TaskScope("q", 1, 0, 0), EVERYTHING), ALL, [], 0)
+    store.begin(KeyedTask(TaskScope("q", 1, 0, 0), EVERYTHING), StateDeclarations(ALL), 0)
     store.set_current_key((0,), 0)
     store.state(COUNT).update(42)
     store.discard()
@@ -216,12 +241,12 @@ def test_shared_files_live_while_a_retained_version_lists_them(tmp_path: Path) -
 def test_a_list_append_and_a_map_put_are_one_write(tmp_path: Path) -> None:
     chosen = backend(tmp_path)
     store = worker(tmp_path, "w", chosen)
-    store.begin(KeyedTask(TaskScope("q", 0, 0, 0), EVERYTHING), ALL, [], 0)
+    store.begin(KeyedTask(TaskScope("q", 0, 0, 0), EVERYTHING), StateDeclarations(ALL), 0)
     store.set_current_key(("k",), 1)
     store.state(EVENTS).extend(f"e{i}" for i in range(100))
     store.state(ATTRS).put_all({f"a{i}": float(i) for i in range(100)})
     store.snapshot().wait()
-    store.begin(KeyedTask(TaskScope("q", 1, 0, 0), EVERYTHING), ALL, [], 0)
+    store.begin(KeyedTask(TaskScope("q", 1, 0, 0), EVERYTHING), StateDeclarations(ALL), 0)
     store.set_current_key(("k",), 1)
 
     def writes() -> int:
@@ -238,7 +263,7 @@ def test_a_list_append_and_a_map_put_are_one_write(tmp_path: Path) -> None:
 
 def test_entries_of_similar_keys_stay_apart(tmp_path: Path) -> None:
     store = worker(tmp_path, "w", backend(tmp_path))
-    store.begin(KeyedTask(TaskScope("q", 0, 0, 0), EVERYTHING), ALL, [], 0)
+    store.begin(KeyedTask(TaskScope("q", 0, 0, 0), EVERYTHING), StateDeclarations(ALL), 0)
     keys = [("a",), ("ab",), ("a", "b"), (1,), (1, 2), (None,), ("",)]
     for index, key in enumerate(keys):
         store.set_current_key(key, 3)
@@ -252,14 +277,18 @@ def test_entries_of_similar_keys_stay_apart(tmp_path: Path) -> None:
 
 def test_a_dropped_state_is_gone_when_declared_again(tmp_path: Path) -> None:
     store = worker(tmp_path, "w", backend(tmp_path))
-    store.begin(KeyedTask(TaskScope("q", 0, 0, 0), EVERYTHING), ALL, [], 0)
+    store.begin(KeyedTask(TaskScope("q", 0, 0, 0), EVERYTHING), StateDeclarations(ALL), 0)
     store.set_current_key(("k",), 1)
     store.state(EVENTS).append("x")
     store.state(COUNT).update(1)
     store.snapshot().wait()
-    store.begin(KeyedTask(TaskScope("q", 1, 0, 0), EVERYTHING), [COUNT], ["events", "attrs"], 0)
+    store.begin(
+        KeyedTask(TaskScope("q", 1, 0, 0), EVERYTHING),
+        StateDeclarations([COUNT], ["events", "attrs"]),
+        0,
+    )
     store.snapshot().wait()
-    store.begin(KeyedTask(TaskScope("q", 2, 0, 0), EVERYTHING), ALL, [], 0)
+    store.begin(KeyedTask(TaskScope("q", 2, 0, 0), EVERYTHING), StateDeclarations(ALL), 0)
     store.set_current_key(("k",), 1)
     assert (store.state(COUNT).value(), store.state(EVENTS).get()) == (1, [])
 
@@ -269,7 +298,7 @@ def test_expired_entries_nobody_reads_are_swept_within_a_round_of_batches(
 ) -> None:
     expiring = ValueStateDescriptor("expiring", int, ttl=10)
     store = worker(tmp_path, "w", backend(tmp_path))
-    store.begin(KeyedTask(TaskScope("q", 0, 0, 0), EVERYTHING), [expiring], [], 0)
+    store.begin(KeyedTask(TaskScope("q", 0, 0, 0), EVERYTHING), StateDeclarations([expiring]), 0)
     for index in range(64):
         store.set_current_key((index,), index % MAX_P)
         store.state(expiring).update(index)
@@ -281,7 +310,11 @@ def test_expired_entries_nobody_reads_are_swept_within_a_round_of_batches(
 
     for batch in range(1, SWEEP_ROUNDS + 1):
         assert stored() > 0
-        store.begin(KeyedTask(TaskScope("q", batch, 0, 0), EVERYTHING), [expiring], [], 20_000)
+        store.begin(
+            KeyedTask(TaskScope("q", batch, 0, 0), EVERYTHING),
+            StateDeclarations([expiring]),
+            20_000,
+        )
         store.snapshot().wait()
     assert stored() == 0
 
@@ -291,7 +324,7 @@ def test_key_groups_outside_the_task_are_dropped_on_scale_out(tmp_path: Path) ->
     run(worker(tmp_path, "one", chosen), 0, {index: index for index in range(64)})
     half = worker(tmp_path, "half", chosen)
     half.key_groups = type(EVERYTHING)(0, MAX_P // 2 - 1)
-    half.begin(KeyedTask(TaskScope("q", 1, 0, 0), half.key_groups), ALL, [], 0)
+    half.begin(KeyedTask(TaskScope("q", 1, 0, 0), half.key_groups), StateDeclarations(ALL), 0)
     groups = {key_group_of(key) for key in half.db.keys()}  # noqa: SIM118 (Rdict is no dict)
     assert groups == set(range(MAX_P // 2)), "key groups of the other half survived the restore"
     half.set_current_key((3,), 3)

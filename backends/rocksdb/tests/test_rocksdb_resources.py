@@ -16,7 +16,7 @@ from firesteel.core.errors import ConfigError
 from firesteel.rocksdb import RocksDBBackend, RocksDBOptions
 from firesteel.rocksdb.local import ROOT_NAME, worker_root
 from firesteel.rocksdb.store import MAX_CACHED_STORES
-from firesteel.state.backend import KeyedTask, OperatorSpec
+from firesteel.state.backend import KeyedTask, OperatorSpec, StateDeclarations
 from firesteel.state.keygroups import KeyGroupRange
 
 PROBE = Path(__file__).parent / "jobs" / "memory_probe.py"
@@ -127,7 +127,7 @@ def test_a_worker_keeps_a_bounded_number_of_stores_open(tmp_path: Path) -> None:
     for index in range(MAX_CACHED_STORES + 1):
         spec = OperatorSpec(f"op{index}", ("k",), 8, 1)
         store: Any = chosen.open_store(
-            spec, KeyedTask(TaskScope("q", 0, 0, 0), everything), [COUNT], [], 0
+            spec, KeyedTask(TaskScope("q", 0, 0, 0), everything), StateDeclarations([COUNT]), 0
         )
         store.set_current_key(("k",), 0)
         store.state(COUNT).update(index)
@@ -137,7 +137,7 @@ def test_a_worker_keeps_a_bounded_number_of_stores_open(tmp_path: Path) -> None:
     assert all(store.db is not None for store in opened[1:])
     spec = OperatorSpec("op0", ("k",), 8, 1)
     again: Any = chosen.open_store(
-        spec, KeyedTask(TaskScope("q", 1, 0, 0), everything), [COUNT], [], 0
+        spec, KeyedTask(TaskScope("q", 1, 0, 0), everything), StateDeclarations([COUNT]), 0
     )
     again.set_current_key(("k",), 0)
     assert again.state(COUNT).value() == 0

@@ -17,7 +17,7 @@ use_worker_python()
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     """A ``local[2]`` session with every installed connector registered."""
-    from firesteel.core.spark.session import local_session
+    from firesteel.core import local_session
 
     session = local_session("firesteel-template-tests")
     yield session

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import LongType, StructField, StructType
 
-from firesteel.core.guarantee import Guarantee
+from firesteel.core.spi import Guarantee
 from firesteel.template.connector import TemplateConnector
 from firesteel.testing.sink_suite import SinkCase, SinkSuite
 

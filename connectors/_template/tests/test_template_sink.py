@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from firesteel.core.context import TaskScope
+from firesteel.core.spi import TaskScope
 from firesteel.template.sink import TemplateSink
 
 

@@ -10,6 +10,9 @@ import pytest
 from firesteel.testing.cassandra import cassandra_cluster, connect
 from firesteel.testing.workerpython import use_worker_python
 
+pytest_plugins = ["firesteel.testing.fixtures"]
+"""The shared fixtures (the S3 server of the write-ahead log's ``log.location`` test)."""
+
 # Spark starts its Python processes with PYSPARK_PYTHON / PYSPARK_DRIVER_PYTHON: this
 # interpreter (it has firesteel installed), through a wrapper that keeps PySpark's zip
 # copies off their path (firesteel.testing.workerpython).

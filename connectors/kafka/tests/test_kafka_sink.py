@@ -491,18 +491,22 @@ def test_a_recreated_checkpoint_is_refused_unless_declared_a_new_stream(spark, b
 
 def test_the_runtime_needs_no_second_kafka_client():
     """``pip install firesteel-kafka`` pulls in no test-only client: kafka-python is only in
-    the ``tansu`` and ``test`` extras, and the sinks import and run their default marker-log
-    reader without it."""
+    the ``tansu`` and ``test`` extras, the product extra ``tansu`` pulls in no test tooling,
+    and the sinks import and run their default marker-log reader without either."""
     import importlib.metadata
     import subprocess
     import sys
 
-    runtime = [r for r in importlib.metadata.requires("firesteel-kafka") or [] if "extra" not in r]
+    requires = importlib.metadata.requires("firesteel-kafka") or []
+    runtime = [r for r in requires if "extra" not in r]
     assert runtime and not any(r.startswith("kafka-python") for r in runtime), runtime
+    raw = [r for r in requires if 'extra == "tansu"' in r]
+    assert raw and not any(r.startswith("firesteel-testing") for r in raw), raw
     code = (
         "import sys; sys.modules['kafka'] = None\n"
         "import firesteel.kafka, firesteel.kafka.sink.markerlog\n"
-        "assert 'firesteel.testing.kafka.rawlog' not in sys.modules"
+        "assert 'firesteel.kafka.rawlog' not in sys.modules\n"
+        "assert not any(name.startswith('firesteel.testing') for name in sys.modules)"
     )
     done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

@@ -34,24 +34,20 @@ from typing import Any
 from pyarrow import NativeFile, fs
 
 from firesteel.core.errors import CheckpointCorruptError, IncompatibleFormatError
-from firesteel.core.storage import OBJECT_STORES, resolve
+from firesteel.core.storage import OBJECT_STORES, StorageConfig, resolve
 
 
-def fsync_dir(folder: Path) -> None:
-    """Make renames and creations inside ``folder`` durable."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_file(path: str) -> None:
+def _fsync(path: str | Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_dir(folder: Path) -> None:
+    """Make renames and creations inside ``folder`` durable."""
+    _fsync(folder)
 
 
 @contextlib.contextmanager
@@ -74,7 +70,7 @@ def atomic_output(fsys: fs.FileSystem, path: str, *, sync: bool = True) -> Itera
         with fsys.open_output_stream(temporary) as out:
             yield out
         if local:
-            _fsync_file(temporary)
+            _fsync(temporary)
         fsys.move(temporary, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -107,27 +103,46 @@ def encode_record(kind: str, version: int, content: Any) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode("utf-8")
 
 
-def _resolve(location: str | Path) -> tuple[fs.FileSystem, str]:
+def _resolve(location: str | Path, config: StorageConfig | None) -> tuple[fs.FileSystem, str]:
     """The filesystem and path of a local path or a URI, as :mod:`firesteel.core.storage`
-    resolves every location."""
-    resolved = resolve(str(location))
+    resolves every location (``config``: how to reach an object store)."""
+    resolved = resolve(str(location), config)
     return resolved.filesystem, resolved.path
 
 
-def _parent(fsys: fs.FileSystem, path: str) -> None:
+def make_parent(fsys: fs.FileSystem, path: str) -> None:
+    """Create the folder of ``path`` where folders exist.
+
+    Object stores have none (a key's prefix needs no object): creating one
+    there would cost a request per level and leave marker objects, so nothing
+    is done.
+    """
     folder = path.rpartition("/")[0]
-    if folder:
+    if folder and fsys.type_name not in OBJECT_STORES:
         fsys.create_dir(folder, recursive=True)
 
 
-def write_record(location: str | Path, kind: str, version: int, content: Any) -> None:
-    """Atomically write (or replace) the record at ``location`` (a local path or a URI)."""
-    fsys, path = _resolve(location)
-    _parent(fsys, path)
+def write_record(
+    location: str | Path,
+    kind: str,
+    version: int,
+    content: Any,
+    config: StorageConfig | None = None,
+) -> None:
+    """Atomically write (or replace) the record at ``location`` (a local path or a URI;
+    ``config``: how to reach an object store)."""
+    fsys, path = _resolve(location, config)
+    make_parent(fsys, path)
     write_atomically(fsys, path, encode_record(kind, version, content))
 
 
-def create_record(location: str | Path, kind: str, version: int, content: Any) -> bool:
+def create_record(
+    location: str | Path,
+    kind: str,
+    version: int,
+    content: Any,
+    config: StorageConfig | None = None,
+) -> bool:
     """Atomically create the record at ``location`` unless one exists; False if it did.
 
     Locally a hard link, which fails when the target exists, so two writers
@@ -136,8 +151,8 @@ def create_record(location: str | Path, kind: str, version: int, content: Any) -
     two racing writers may both succeed there (and the later one's record
     stays); callers read the record back after creating it.
     """
-    fsys, path = _resolve(location)
-    _parent(fsys, path)
+    fsys, path = _resolve(location, config)
+    make_parent(fsys, path)
     data = encode_record(kind, version, content)
     if fsys.type_name != "local":
         if fsys.get_file_info(path).type != fs.FileType.NotFound:
@@ -165,12 +180,17 @@ def _write_tmp(path: Path, data: bytes) -> Path:
     return tmp
 
 
-def read_record(location: str | Path, kind: str, versions: tuple[int, ...]) -> Any:
+def read_record(
+    location: str | Path,
+    kind: str,
+    versions: tuple[int, ...],
+    config: StorageConfig | None = None,
+) -> Any:
     """The content of the record at ``location``, checked; raises if corrupt or unknown.
 
     A missing record raises :class:`FileNotFoundError`.
     """
-    fsys, path = _resolve(location)
+    fsys, path = _resolve(location, config)
     with fsys.open_input_stream(path) as stream:
         data = stream.read()
     return decode_record(data, str(location), kind, versions)

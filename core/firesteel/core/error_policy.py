@@ -36,7 +36,7 @@ import shutil
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from pyarrow import NativeFile, fs
 
@@ -158,12 +158,13 @@ class FolderDeadLetter(DeadLetter):
     def open(self, key: str) -> DeadLetterWriter:
         return _FolderWriter(self.folder, key)
 
-    def copy_file(self, key: str, source: str) -> str:
-        """Quarantine a whole unreadable file as ``<folder>/<key>`` (replaces; returns the path)."""
+    def copy_file(self, key: str, source: BinaryIO) -> str:
+        """Quarantine a whole unreadable file, read from ``source``, as ``<folder>/<key>``
+        (replaces; returns the path)."""
         self.folder.mkdir(parents=True, exist_ok=True)
         final = str(self.folder / key)
-        with atomic_output(fs.LocalFileSystem(), final) as out, open(source, "rb") as original:
-            shutil.copyfileobj(original, out)
+        with atomic_output(fs.LocalFileSystem(), final) as out:
+            shutil.copyfileobj(source, out)
         return final
 
 

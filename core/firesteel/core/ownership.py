@@ -20,6 +20,7 @@ from pathlib import Path
 
 from firesteel.core.durable import create_record, read_record, write_record
 from firesteel.core.errors import ConfigError
+from firesteel.core.storage import StorageConfig
 
 logger = logging.getLogger(__name__)
 
@@ -53,24 +54,30 @@ class Ownership:
         )
         raise ConfigError(msg)
 
-    def claim(self, record: str | Path, *, owner_committed: Callable[[], bool]) -> None:
+    def claim(
+        self,
+        record: str | Path,
+        *,
+        owner_committed: Callable[[], bool],
+        config: StorageConfig | None = None,
+    ) -> None:
         """Own the durable owner record at ``record`` (a local path or a URI).
 
         The first query to claim records itself (one small read per later
         start). Another query is refused (:meth:`check`) once the recorded
         owner has committed a batch (``owner_committed``); an owner that never
-        committed one is replaced.
+        committed one is replaced. ``config`` reaches an object store (``fs.s3a.*``).
         """
         if self.query_id is None:
             return
         content = {"query_id": self.query_id}
         try:
-            owner = read_record(record, OWNER_KIND, (OWNER_FORMAT_VERSION,))["query_id"]
+            owner = read_record(record, OWNER_KIND, (OWNER_FORMAT_VERSION,), config)["query_id"]
         except FileNotFoundError:
             # Spark builds a sink several times per batch: creating the record costs
             # two fsyncs, so it is created once and read afterwards.
-            create_record(record, OWNER_KIND, OWNER_FORMAT_VERSION, content)
-            owner = read_record(record, OWNER_KIND, (OWNER_FORMAT_VERSION,))["query_id"]
+            create_record(record, OWNER_KIND, OWNER_FORMAT_VERSION, content, config)
+            owner = read_record(record, OWNER_KIND, (OWNER_FORMAT_VERSION,), config)["query_id"]
         if owner == self.query_id:
             return
         if not owner_committed():
@@ -80,6 +87,6 @@ class Ownership:
                 owner,
                 self.query_id,
             )
-            write_record(record, OWNER_KIND, OWNER_FORMAT_VERSION, content)
+            write_record(record, OWNER_KIND, OWNER_FORMAT_VERSION, content, config)
             return
         self.check(owner)

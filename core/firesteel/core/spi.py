@@ -41,7 +41,19 @@ bytes a caller stores itself, :func:`encode_record` / :func:`decode_record`. A
 reader refuses a damaged record (:class:`CheckpointCorruptError`) and a format
 it does not know (:class:`IncompatibleFormatError`), never misreads either.
 :func:`write_atomically` / :func:`atomic_output` write any other file whole or
-not at all.
+not at all; :func:`make_parent` creates a file's folder where folders exist
+(not on object stores, where it would cost requests for nothing).
+
+**Storage.** :func:`resolve` turns a location as Spark users write it (a local
+path, ``s3a://``, ``gs://``, ``abfs://``, ``hdfs://``) and a
+:class:`StorageConfig` (Hadoop-named settings from options and
+``spark.hadoop.fs.*``) into a pyarrow filesystem and path;
+:func:`check_location` names a missing bucket, refused credentials or an
+unreachable endpoint before the first batch; :func:`storage_error` turns a
+filesystem failure into an error naming the setting to fix; :class:`Location`
+is a resolved location, :func:`canonical` spells one one way,
+:data:`SETTING_PREFIX` starts every storage option and :data:`OBJECT_STORES`
+names the filesystems whose uploads are atomic and which have no rename.
 
 **Sink ownership.** :class:`Ownership`: a sink id belongs to the Spark query
 that first wrote it; another query is refused with a :class:`ConfigError`
@@ -55,12 +67,15 @@ fields (sinks' derive from :class:`SinkOptions`), parsed by
 :func:`parse_options`: unknown or misspelled keys are a :class:`ConfigError`.
 Every error derives from :class:`FiresteelError` and names the option,
 record, file or batch at fault. Bad records go to the configured
-:class:`ErrorPolicy` through an :class:`ErrorHandler`.
+:class:`ErrorPolicy` through an :class:`ErrorHandler` (quarantined, for
+example, into a :class:`FolderDeadLetter`).
 
 **Fault points.** :func:`fault_point` declares, at module level, a named
 :class:`FaultPoint` where the crash tests kill the job (its module is listed
 under the entry point group ``firesteel.fault_points``); ``POINT.fire(batch,
-partition)`` costs nothing unless a test arms it.
+partition)`` costs nothing unless a test arms it. A committer fires
+:data:`MID_COMMIT` between its durable steps (some done, not all), so every
+two-phase sink is killed at the same protocol point.
 """
 
 from firesteel.core.checkpoint import FIRESTEEL_DIR, filesystem, normalize_location, read_query_id
@@ -70,6 +85,7 @@ from firesteel.core.durable import (
     create_record,
     decode_record,
     encode_record,
+    make_parent,
     read_record,
     write_atomically,
     write_record,
@@ -80,6 +96,7 @@ from firesteel.core.error_policy import (
     DeadLetterWriter,
     ErrorHandler,
     ErrorPolicy,
+    FolderDeadLetter,
 )
 from firesteel.core.errors import (
     CheckpointCorruptError,
@@ -96,6 +113,7 @@ from firesteel.core.guarantee import Guarantee, Replay, SinkKind
 from firesteel.core.options import option, parse_options, require_absolute
 from firesteel.core.ownership import Ownership
 from firesteel.core.sink import (
+    MID_COMMIT,
     Committable,
     Committer,
     IdempotentSink,
@@ -108,10 +126,23 @@ from firesteel.core.sink import (
 )
 from firesteel.core.source import Offset, ReadLimit, ResettableSource
 from firesteel.core.spark.datasource import FiresteelDataSource, SinkOptions, default_sink_id
+from firesteel.core.storage import (
+    OBJECT_STORES,
+    SETTING_PREFIX,
+    Location,
+    StorageConfig,
+    canonical,
+    check_location,
+    resolve,
+    storage_error,
+)
 from firesteel.core.worker_cache import WorkerCache
 
 __all__ = [
     "FIRESTEEL_DIR",
+    "MID_COMMIT",
+    "OBJECT_STORES",
+    "SETTING_PREFIX",
     "BadRecord",
     "CheckpointCorruptError",
     "Committable",
@@ -124,10 +155,12 @@ __all__ = [
     "FaultPoint",
     "FiresteelDataSource",
     "FiresteelError",
+    "FolderDeadLetter",
     "Guarantee",
     "IdempotentSink",
     "InTaskCommitSink",
     "IncompatibleFormatError",
+    "Location",
     "MissingDependencyError",
     "Offset",
     "Ownership",
@@ -142,23 +175,29 @@ __all__ = [
     "SinkOptions",
     "SinkWriter",
     "SourceChangedError",
+    "StorageConfig",
     "TaskScope",
     "TwoPhaseCommitSink",
     "Vote",
     "WorkerCache",
     "atomic_output",
+    "canonical",
+    "check_location",
     "create_record",
     "decode_record",
     "default_sink_id",
     "encode_record",
     "fault_point",
     "filesystem",
+    "make_parent",
     "normalize_location",
     "option",
     "parse_options",
     "read_query_id",
     "read_record",
     "require_absolute",
+    "resolve",
+    "storage_error",
     "write_atomically",
     "write_record",
 ]

@@ -41,6 +41,7 @@ import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from pyarrow import fs
@@ -48,6 +49,8 @@ from pyarrow import fs
 from firesteel.core.errors import ConfigError, StorageError
 
 HADOOP_PREFIX = "spark.hadoop."
+SETTING_PREFIX = "fs."
+"""Every storage setting's prefix (Hadoop's names): the options that reach a store."""
 S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
 GCS_SCHEMES = frozenset({"gs", "gcs"})
 AZURE_SCHEMES = frozenset({"abfs", "abfss"})
@@ -89,9 +92,21 @@ class StorageConfig:
         for source in sources:
             for key, value in source.items():
                 name = key[len(HADOOP_PREFIX) :] if key.startswith(HADOOP_PREFIX) else key
-                if name.startswith("fs."):
+                if name.startswith(SETTING_PREFIX):
                     merged[name] = str(value)
         return cls(tuple(sorted(merged.items())))
+
+    @classmethod
+    def given(cls, settings: StorageConfig | Mapping[str, str] | None) -> StorageConfig:
+        """``settings`` as a StorageConfig: a mapping is read by :meth:`of`, None is empty."""
+        if isinstance(settings, StorageConfig):
+            return settings
+        return cls.of(settings or {})
+
+    def under(self, session: Mapping[str, str]) -> StorageConfig:
+        """These settings over ``session``'s (``spark.hadoop.fs.*``): where both set one,
+        this one wins, as an option wins over a session setting."""
+        return StorageConfig.of(session, dict(self.settings))
 
     def get(self, name: str, bucket: str = "") -> str | None:
         """Setting ``name`` (``fs.s3a.endpoint``), Hadoop's per-bucket form first."""
@@ -108,6 +123,16 @@ class StorageConfig:
             f"{key}={'***' if _is_secret(key) else value}" for key, value in self.settings
         )
         return f"StorageConfig({shown})"
+
+
+def session_settings(spark: Any) -> dict[str, str]:
+    """The ``spark.hadoop.fs.*`` settings of a SparkSession, so one configuration serves
+    Spark's own S3A connector and firesteel (read them with :meth:`StorageConfig.of`)."""
+    return {
+        key: str(value)
+        for key, value in spark.conf.getAll.items()
+        if key.startswith(f"{HADOOP_PREFIX}fs.")
+    }
 
 
 @dataclass(frozen=True)
@@ -217,7 +242,10 @@ def _s3(bucket: str, config: StorageConfig) -> fs.S3FileSystem:
         if token:
             kwargs["session_token"] = token
     attempts = config.get("fs.s3a.attempts.maximum", bucket)
+    # allow_delayed_open: an upload smaller than a part is one PUT, not the three
+    # requests of a multipart upload (object stores bill per request).
     return fs.S3FileSystem(
+        allow_delayed_open=True,
         connect_timeout=_seconds(
             config, "fs.s3a.connection.establish.timeout", bucket, CONNECT_TIMEOUT_S
         ),
@@ -291,17 +319,21 @@ def check_location(location: Location, config: StorageConfig | None = None) -> N
         msg = (
             f"storage location {location.uri!r}: bucket {bucket!r} does not exist at "
             f"{_endpoint(location, config)}: create it, or fix the location or "
-            f"{location.setting_prefix}.endpoint"
+            f"{_endpoint_setting(location)}"
         )
         raise StorageError(msg)
 
 
-def _endpoint(location: Location, config: StorageConfig | None) -> str:
-    bucket = location.path.split("/", 1)[0]
-    setting = {"fs.s3a": "fs.s3a.endpoint", "fs.gs": "fs.gs.storage.root.url"}.get(
+def _endpoint_setting(location: Location) -> str:
+    """The setting naming the endpoint of ``location``'s store (``fs.s3a.endpoint``)."""
+    return {"fs.s3a": "fs.s3a.endpoint", "fs.gs": "fs.gs.storage.root.url"}.get(
         location.setting_prefix, "fs.azure.endpoint"
     )
-    value = (config or StorageConfig()).get(setting, bucket)
+
+
+def _endpoint(location: Location, config: StorageConfig | None) -> str:
+    bucket = location.path.split("/", 1)[0]
+    value = (config or StorageConfig()).get(_endpoint_setting(location), bucket)
     return f"endpoint {value}" if value else "the store's default endpoint"
 
 
@@ -324,7 +356,10 @@ def storage_error(
     text = str(exc)
     prefix = location.setting_prefix
     if "NO_SUCH_BUCKET" in text or "NoSuchBucket" in text:
-        hint = f"the bucket does not exist: create it, or fix the location or {prefix}.endpoint"
+        hint = (
+            "the bucket does not exist: create it, or fix the location or "
+            f"{_endpoint_setting(location)}"
+        )
     elif any(marker in text for marker in REFUSED_CREDENTIALS):
         hint = (
             f"the store refused the credentials: check {prefix}.access.key and "
@@ -333,7 +368,8 @@ def storage_error(
             else f"the store refused the credentials: check the {prefix}.* settings"
         )
     elif any(marker in text for marker in UNREACHABLE):
-        hint = f"cannot reach {_endpoint(location, config)}: check {prefix}.endpoint"
+        setting = _endpoint_setting(location)
+        hint = f"cannot reach {_endpoint(location, config)}: check {setting}"
     else:
         # The first line of pyarrow's error, without its request id.
         hint = (text.splitlines()[0] if text else "").split(" (Request ID")[0]

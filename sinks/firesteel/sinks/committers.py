@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 
 from pyarrow import fs
 
 from firesteel.core.checkpoint import FIRESTEEL_DIR, filesystem
-from firesteel.core.durable import write_atomically
+from firesteel.core.durable import make_parent, write_atomically
+from firesteel.core.storage import StorageConfig
 
 logger = logging.getLogger(__name__)
 
@@ -65,42 +67,56 @@ class CheckpointCommitter(ABC):
 class FileCheckpointCommitter(CheckpointCommitter):
     """Marker files ``<directory>/<sink>/<batch>/<partition>.committed``.
 
-    ``directory`` is a local path or any pyarrow filesystem URI (``s3://``,
-    ``hdfs://``, ``gs://``). A marker is written under a unique temporary name
-    and moved into place, so it is either absent or complete: on a local
-    filesystem or HDFS the move is an atomic rename; on an object store the
-    upload of the marker is itself atomic and the move a copy. A SIGKILL never
+    ``directory`` is a local path or a URI as Spark users write it (``s3a://``,
+    ``hdfs://``, ``gs://``; see :mod:`firesteel.core.storage`), reached with
+    ``storage_options`` (Hadoop's setting names). A marker is either absent or
+    complete: on a local filesystem or HDFS it is written under a unique
+    temporary name and renamed into place; on an object store it is one PUT
+    under its final name, visible whole or not at all. :meth:`is_committed` is
+    one request (a HEAD) for a segment not yet sent, and :meth:`forget` lists
+    the sink's folder only, which holds the batches not yet forgotten (one or
+    two). A SIGKILL never
     loses a marker whose :meth:`commit` returned (the data sits in the OS page
     cache); surviving power loss additionally needs storage that syncs on close.
     """
 
-    def __init__(self, directory: str) -> None:
+    def __init__(
+        self, directory: str, storage_options: StorageConfig | Mapping[str, str] | None = None
+    ) -> None:
         self.directory = directory.rstrip("/")
+        self.storage = StorageConfig.given(storage_options)
 
     @classmethod
-    def for_checkpoint(cls, checkpoint: str) -> FileCheckpointCommitter:
+    def for_checkpoint(
+        cls, checkpoint: str, storage_options: StorageConfig | Mapping[str, str] | None = None
+    ) -> FileCheckpointCommitter:
         """Markers inside a query's checkpoint: ``<checkpoint>/firesteel/wal-commits``."""
-        return cls(f"{checkpoint.rstrip('/')}/{FIRESTEEL_DIR}/wal-commits")
+        return cls(f"{checkpoint.rstrip('/')}/{FIRESTEEL_DIR}/wal-commits", storage_options)
 
     def _fs(self) -> tuple[fs.FileSystem, str]:
-        return filesystem(self.directory)
+        return filesystem(self.directory, self.storage)
 
     def _marker(self, base: str, sink_id: str, batch_id: int, partition_id: int) -> str:
         return f"{base}/{sink_id}/{batch_id}/{partition_id}.committed"
 
     def open(self) -> None:
         fsys, base = self._fs()
-        fsys.create_dir(base, recursive=True)
+        make_parent(fsys, f"{base}/")
 
     def is_committed(self, sink_id: str, batch_id: int, partition_id: int) -> bool:
         fsys, base = self._fs()
-        info = fsys.get_file_info(self._marker(base, sink_id, batch_id, partition_id))
-        return info.type == fs.FileType.File
+        # Opening, not get_file_info: on an object store a missing key costs one HEAD
+        # that way, where get_file_info also lists the key as a folder prefix.
+        try:
+            with fsys.open_input_stream(self._marker(base, sink_id, batch_id, partition_id)):
+                return True
+        except FileNotFoundError:
+            return False
 
     def commit(self, sink_id: str, batch_id: int, partition_id: int) -> None:
         fsys, base = self._fs()
         marker = self._marker(base, sink_id, batch_id, partition_id)
-        fsys.create_dir(f"{base}/{sink_id}/{batch_id}", recursive=True)
+        make_parent(fsys, marker)
         write_atomically(fsys, marker, f"{sink_id} {batch_id} {partition_id}\n".encode())
 
     def forget(self, sink_id: str, batch_id: int) -> None:

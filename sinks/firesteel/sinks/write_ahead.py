@@ -39,6 +39,18 @@ an overwrite, hence exactly-once; a transactional target (declare
 ``transactional_target = True``: Kafka) commits each segment together with its
 own record of the send and skips a segment that record covers, so the re-send
 sends nothing. Segments already recorded are never re-sent.
+
+On an object store (``log_dir`` ``s3a://bucket/wal``, settings in
+``storage_options``, see :mod:`firesteel.core.storage`) nothing here needs a
+rename: a segment and a plan are each one object under a name no other
+attempt writes, uploaded whole (a killed upload leaves no object; a
+half-uploaded segment was never voted for), and a task's vote carries the
+segment's size and SHA-256, which the driver checks before sending. Nothing
+is found by listing what was ever written: the plan of N and of N - 1 (for the
+write stamp) are read by name; only the cleanup of step 3 lists, and only the
+sink's folder, which holds the batches not yet cleaned (one, normally). The
+requests per batch are therefore flat however many batches ran
+(``benchmarks/requests.py`` counts them at the server).
 """
 
 from __future__ import annotations
@@ -48,7 +60,7 @@ import logging
 import time
 import uuid
 from abc import abstractmethod
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -57,7 +69,7 @@ from pyarrow import fs
 
 from firesteel.core.checkpoint import FIRESTEEL_DIR, filesystem
 from firesteel.core.context import TaskScope
-from firesteel.core.durable import atomic_output, read_record, write_record
+from firesteel.core.durable import atomic_output, make_parent, read_record, write_record
 from firesteel.core.errors import CheckpointCorruptError, IncompatibleFormatError, SinkError
 from firesteel.core.faults import fault_point
 from firesteel.core.guarantee import SinkKind
@@ -71,6 +83,7 @@ from firesteel.core.sink import (
     Sink,
     Vote,
 )
+from firesteel.core.storage import StorageConfig, check_location, resolve
 from firesteel.sinks.committers import CheckpointCommitter
 from firesteel.sinks.fanout import run_on_executors
 
@@ -85,6 +98,8 @@ PLAN_FORMAT_VERSION = 3
 since version 3); readers refuse other versions."""
 
 _HASH_CHUNK = 1 << 20
+SMALL_SEGMENT = 8 << 20
+"""Segments up to this size (bytes) are read whole, once; larger ones are streamed."""
 _META_VERSION = b"firesteel.wal.version"
 _META_KEY = b"firesteel.wal.key"
 
@@ -149,8 +164,10 @@ class WriteAheadSink(Sink):
     query's checkpoint storage, e.g. ``<checkpoint>/firesteel/wal``: executors
     write segments there and the driver reads them, so it must be reachable
     from both. ``send_connect``, a Spark Connect URL of the job's own driver,
-    moves the sends onto the executors (:mod:`firesteel.sinks.fanout`). See
-    the module docs for the commit order.
+    moves the sends onto the executors (:mod:`firesteel.sinks.fanout`).
+    ``storage_options``: how to reach the store of ``log_dir`` when it is an
+    object store, by Hadoop's setting names (``fs.s3a.endpoint``, ...; see
+    :mod:`firesteel.core.storage`). See the module docs for the commit order.
     """
 
     kind: ClassVar[SinkKind] = SinkKind.WRITE_AHEAD_LOG
@@ -175,6 +192,7 @@ class WriteAheadSink(Sink):
         log_dir: str,
         committer: CheckpointCommitter,
         send_connect: str | None = None,
+        storage_options: StorageConfig | Mapping[str, str] | None = None,
     ) -> None:
         if not sink_id or "/" in sink_id:
             msg = f"{self.name}: sink id {sink_id!r} must be non-empty and contain no '/'"
@@ -183,6 +201,7 @@ class WriteAheadSink(Sink):
         self.log_dir = log_dir.rstrip("/")
         self.committer = committer
         self.send_connect = send_connect
+        self.storage = StorageConfig.given(storage_options)
         self._stamps: dict[int, int] = {}
 
     @abstractmethod
@@ -214,8 +233,11 @@ class WriteAheadSink(Sink):
         return self._stamps[batch_id]
 
     def prepare(self) -> None:
-        fsys, base = filesystem(self.log_dir)
-        fsys.create_dir(f"{base}/{self.sink_id}", recursive=True)
+        """Check that the log's store answers (naming a missing bucket, refused
+        credentials, an unreachable endpoint), create its folder, open the committer."""
+        location = resolve(self.log_dir, self.storage)
+        check_location(location, self.storage)
+        make_parent(location.filesystem, f"{location.path}/{self.sink_id}/")
         self.committer.open()
 
     def segment_path(self, batch_id: int, partition_id: int, token: str) -> str:
@@ -234,8 +256,8 @@ class WriteAheadSink(Sink):
             AFTER_WRITE.fire(scope.batch_id, scope.partition_id)
             return self.vote(scope, 0, SegmentCommittable(None))
         path = self.segment_path(scope.batch_id, scope.partition_id, uuid.uuid4().hex)
-        fsys, final = filesystem(path)
-        fsys.create_dir(final.rsplit("/", 1)[0], recursive=True)
+        fsys, final = filesystem(path, self.storage)
+        make_parent(fsys, final)
         key = f"{self.sink_id}/{scope.batch_id}/{scope.partition_id}"
         schema = first.schema.with_metadata(
             {
@@ -260,9 +282,12 @@ class WriteAheadSink(Sink):
     def read_segment(self, vote: Vote) -> Iterator[pa.RecordBatch]:
         """The records of a voted segment, streamed, after checking its checksum and format.
 
-        The whole file is hashed in chunks before the first record is yielded
-        (nothing unverified reaches the target), then read one record batch at
-        a time, so memory stays bounded by a batch, not a segment. Raises
+        The whole file is hashed before the first record is yielded (nothing
+        unverified reaches the target). A segment of up to
+        :data:`SMALL_SEGMENT` bytes is read once, into memory, and parsed from
+        there (on an object store: one GET instead of one per IPC structure);
+        a larger one is hashed in chunks and then read one record batch at a
+        time, so memory stays bounded by a batch, not a segment. Raises
         :class:`~firesteel.core.errors.CheckpointCorruptError` naming the file
         when it is missing, truncated or altered, and
         :class:`~firesteel.core.errors.IncompatibleFormatError` when a newer
@@ -271,8 +296,12 @@ class WriteAheadSink(Sink):
         where = f"{self.sink_id} batch {vote.batch_id} partition {vote.partition_id}"
         payload = vote.committable(SegmentCommittable)
         path = str(payload.segment)
-        fsys, local = filesystem(path)
-        size, digest = self._digest(fsys, local, vote)
+        fsys, local = filesystem(path, self.storage)
+        whole = self._read_whole(fsys, local, vote) if payload.bytes <= SMALL_SEGMENT else None
+        if whole is not None:
+            size, digest = whole.size, hashlib.sha256(whole).hexdigest()
+        else:
+            size, digest = self._digest(fsys, local, vote)
         if digest != payload.sha256 or size != payload.bytes:
             msg = (
                 f"{path}: write-ahead-log segment checksum mismatch ({size} bytes, "
@@ -280,7 +309,7 @@ class WriteAheadSink(Sink):
                 f"{payload.sha256}): the file was truncated or altered"
             )
             raise CheckpointCorruptError(msg)
-        with fsys.open_input_file(local) as source:
+        with pa.BufferReader(whole) if whole is not None else fsys.open_input_file(local) as source:
             reader = pa.ipc.open_file(source)
             stored = (reader.schema.metadata or {}).get(_META_VERSION, b"0")
             if int(stored) > SEGMENT_FORMAT_VERSION:
@@ -289,6 +318,14 @@ class WriteAheadSink(Sink):
             logger.debug("%s: streaming segment %s", where, path)
             for index in range(reader.num_record_batches):
                 yield reader.get_batch(index)
+
+    def _read_whole(self, fsys: fs.FileSystem, local: str, vote: Vote) -> pa.Buffer:
+        """A small segment's bytes, in one read."""
+        try:
+            with fsys.open_input_stream(local) as stream:
+                return stream.read_buffer()
+        except FileNotFoundError as exc:
+            raise self._missing(local, vote) from exc
 
     def _digest(self, fsys: fs.FileSystem, local: str, vote: Vote) -> tuple[int, str]:
         """Size and SHA-256 of a segment, read in chunks."""
@@ -300,13 +337,16 @@ class WriteAheadSink(Sink):
                     digest.update(chunk)
                     size += len(chunk)
         except FileNotFoundError as exc:
-            msg = (
-                f"{local}: write-ahead-log segment of {self.sink_id} batch {vote.batch_id} "
-                f"partition {vote.partition_id} is missing, although its task voted and it "
-                "is not recorded as sent; the checkpoint storage lost it"
-            )
-            raise CheckpointCorruptError(msg) from exc
+            raise self._missing(local, vote) from exc
         return size, digest.hexdigest()
+
+    def _missing(self, local: str, vote: Vote) -> CheckpointCorruptError:
+        msg = (
+            f"{local}: write-ahead-log segment of {self.sink_id} batch {vote.batch_id} "
+            f"partition {vote.partition_id} is missing, although its task voted and it "
+            "is not recorded as sent; the checkpoint storage lost it"
+        )
+        return CheckpointCorruptError(msg)
 
     def commit_batch(self, batch_id: int, votes: Sequence[Vote]) -> None:
         BEFORE_COMMIT.fire(batch_id)
@@ -347,7 +387,7 @@ class WriteAheadSink(Sink):
         """The votes batch ``batch_id`` commits: its first commit's, recorded durably."""
         where = self.plan_path(batch_id)
         try:
-            body = read_record(where, PLAN_KIND, (PLAN_FORMAT_VERSION,))
+            body = read_record(where, PLAN_KIND, (PLAN_FORMAT_VERSION,), config=self.storage)
         except FileNotFoundError:
             body = None
         if body is None:
@@ -364,7 +404,7 @@ class WriteAheadSink(Sink):
                     for v in ordered
                 ],
             }
-            write_record(where, PLAN_KIND, PLAN_FORMAT_VERSION, body)
+            write_record(where, PLAN_KIND, PLAN_FORMAT_VERSION, body, config=self.storage)
             return ordered
         if body.get("batch") != batch_id:
             msg = f"{where}: a plan of batch {body.get('batch')}, not of batch {batch_id}"
@@ -395,24 +435,32 @@ class WriteAheadSink(Sink):
         ]
 
     def _previous_stamp(self, batch_id: int) -> int:
-        """The highest stamp of the plans kept for batches before ``batch_id`` (0 if none)."""
-        fsys, base = filesystem(f"{self.log_dir}/{self.sink_id}/plans")
+        """The highest stamp of the plans kept for batches before ``batch_id`` (0 if none).
+
+        Spark numbers batches one after another and the plan of N - 1 stays until
+        N commits, so that plan, read by name, is the newest; the plans folder is
+        listed only when it is missing (the sink's first batch, or a log folder
+        that was emptied).
+        """
+        try:
+            return self._stamp_of(self.plan_path(batch_id - 1))
+        except FileNotFoundError:
+            pass
+        fsys, base = filesystem(f"{self.log_dir}/{self.sink_id}/plans", self.storage)
         stamp = 0
         for info in fsys.get_file_info(fs.FileSelector(base, allow_not_found=True)):
             number = info.base_name.removesuffix(".json")
-            if not number.isdigit() or int(number) >= batch_id:
-                continue
-            plan = read_record(
-                f"{self.log_dir}/{self.sink_id}/plans/{info.base_name}",
-                PLAN_KIND,
-                (PLAN_FORMAT_VERSION,),
-            )
-            try:
-                stamp = max(stamp, int(plan["stamp"]))
-            except (KeyError, TypeError, ValueError) as exc:
-                msg = f"{info.path}: write-ahead-log plan has no valid stamp ({exc})"
-                raise CheckpointCorruptError(msg) from exc
+            if number.isdigit() and int(number) < batch_id:
+                stamp = max(stamp, self._stamp_of(self.plan_path(int(number))))
         return stamp
+
+    def _stamp_of(self, plan: str) -> int:
+        body = read_record(plan, PLAN_KIND, (PLAN_FORMAT_VERSION,), config=self.storage)
+        try:
+            return int(body["stamp"])
+        except (KeyError, TypeError, ValueError) as exc:
+            msg = f"{plan}: write-ahead-log plan has no valid stamp ({exc})"
+            raise CheckpointCorruptError(msg) from exc
 
     def abort_batch(self, batch_id: int, votes: Sequence[Vote | None]) -> None:
         # Nothing was sent: the segments are simply replaced when the batch re-runs.
@@ -422,7 +470,7 @@ class WriteAheadSink(Sink):
 
     def _delete_through(self, batch_id: int) -> None:
         """Delete the segments of ``batch_id`` and older batches, and the plans before it."""
-        fsys, base = filesystem(f"{self.log_dir}/{self.sink_id}")
+        fsys, base = filesystem(f"{self.log_dir}/{self.sink_id}", self.storage)
         for info in fsys.get_file_info(fs.FileSelector(base, allow_not_found=True)):
             if (
                 info.type == fs.FileType.Directory

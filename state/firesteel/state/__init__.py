@@ -13,7 +13,13 @@ other way round::
 """
 
 from firesteel.state.api import ListState, MapState, ValueState
-from firesteel.state.backend import KeyedStateStore, KeyedTask, OperatorSpec, StateBackend
+from firesteel.state.backend import (
+    KeyedStateStore,
+    KeyedTask,
+    OperatorSpec,
+    StateBackend,
+    StateDeclarations,
+)
 from firesteel.state.descriptors import (
     ListStateDescriptor,
     MapStateDescriptor,
@@ -44,6 +50,7 @@ __all__ = [
     "PickleSerializer",
     "Serializer",
     "StateBackend",
+    "StateDeclarations",
     "StateDescriptor",
     "StateKind",
     "StateTtl",

@@ -25,7 +25,7 @@ its checkpoints.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +59,19 @@ class KeyedTask:
     """Which task this is (query, batch, partition, attempt): the one task identity."""
     key_groups: KeyGroupRange
     """The key groups operator partition ``scope.partition_id`` owns."""
+
+
+@dataclass(frozen=True)
+class StateDeclarations:
+    """The states a processor declared for a task, and the stored states it asked to drop."""
+
+    descriptors: Sequence[StateDescriptor]
+    dropped: Collection[str] = ()
+    """States found in snapshots to discard; any other undeclared stored state is an error."""
+
+    def by_name(self) -> dict[str, StateDescriptor]:
+        """The declared descriptors by state name."""
+        return {d.name: d for d in self.descriptors}
 
 
 class PendingSnapshot(ABC):
@@ -123,6 +136,14 @@ class StateBackend(ABC):
     def validate(self) -> None:
         """Driver side, when the operator is built: refuse a configuration that cannot work."""
 
+    def with_session(self, settings: Mapping[str, str]) -> StateBackend:
+        """This backend with the session's ``spark.hadoop.fs.*`` ``settings`` beneath its own
+        storage options (driver side, when the operator is built; its own settings win).
+
+        A backend that reaches no object store returns itself.
+        """
+        return self
+
     def recorded_parallelism(self, operator: str) -> int | None:
         """Driver side: the parallelism the newest snapshot of ``operator`` was written with.
 
@@ -132,18 +153,10 @@ class StateBackend(ABC):
 
     @abstractmethod
     def open_store(
-        self,
-        spec: OperatorSpec,
-        task: KeyedTask,
-        descriptors: Sequence[StateDescriptor],
-        dropped: Sequence[str],
-        now_ms: int,
+        self, spec: OperatorSpec, task: KeyedTask, declared: StateDeclarations, now_ms: int
     ) -> KeyedStateStore:
-        """Executor side: the store of ``task``'s key groups, restored to version < batch id.
-
-        ``dropped`` names states found in snapshots that the processor asked to
-        discard; any other state found without a descriptor is an error.
-        """
+        """Executor side: the store of ``task``'s key groups, restored to version < batch id,
+        serving the ``declared`` states at processing time ``now_ms``."""
 
     @abstractmethod
     def inspect(self, operator: str | None = None, batch: int | None = None) -> pa.Table:

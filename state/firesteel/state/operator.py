@@ -58,8 +58,15 @@ import pyarrow.compute as pc
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import ConfigError, FiresteelError, ProcessorError
 from firesteel.core.faults import fault_point
+from firesteel.core.storage import session_settings
 from firesteel.state import clock, keygroups
-from firesteel.state.backend import KeyedStateStore, KeyedTask, OperatorSpec, StateBackend
+from firesteel.state.backend import (
+    KeyedStateStore,
+    KeyedTask,
+    OperatorSpec,
+    StateBackend,
+    StateDeclarations,
+)
 from firesteel.state.keygroups import KeyGroupRange
 from firesteel.state.output import OutputBuilder
 from firesteel.state.processor import KeyedProcessor, KeyState, OpenContext
@@ -148,6 +155,7 @@ def stateful(
     if not _NAME.match(operator):
         msg = f"stateful(): operator name {operator!r}: use letters, digits, '_', '-' or '.'"
         raise ConfigError(msg)
+    backend = backend.with_session(session_settings(df.sparkSession))
     backend.validate()
     if parallelism is None:
         # Like Spark's own stateful operators, keep the partitioning the state was
@@ -303,9 +311,8 @@ def run_task(
     pending = None
     try:
         processor.open(open_ctx)
-        store = operator.backend.open_store(
-            spec, task, [*declared.values(), clock.CLOCK], open_ctx.dropped, now_ms
-        )
+        states = StateDeclarations([*declared.values(), clock.CLOCK], open_ctx.dropped)
+        store = operator.backend.open_store(spec, task, states, now_ms)
         if batch_time is not None:
             now_ms = clock.advance(store, task.key_groups, batch_time)
         builder = OutputBuilder(operator.schema, spec.name, task.scope.batch_id)

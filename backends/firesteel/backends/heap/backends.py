@@ -17,9 +17,10 @@ Both keep state in the Python workers' memory
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,21 +28,20 @@ import pyarrow as pa
 
 from firesteel.backends.heap.store import worker_store
 from firesteel.backends.storage import SnapshotStorage
+from firesteel.backends.store_base import TaskStore, TaskStoreBackend
+from firesteel.core.durable import make_parent
 from firesteel.core.errors import ConfigError
 from firesteel.core.storage import StorageConfig, check_location, resolve
 from firesteel.state.backend import (
-    KeyedStateStore,
     KeyedTask,
     OperatorSpec,
-    StateBackend,
 )
-from firesteel.state.descriptors import StateDescriptor
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class FilesystemBackend(StateBackend):
+class FilesystemBackend(TaskStoreBackend):
     """Keyed state in memory, snapshotted to ``location`` (a path or pyarrow filesystem URI).
 
     ``retain``: committed versions kept (at least; older ones are deleted once a
@@ -63,9 +63,8 @@ class FilesystemBackend(StateBackend):
     storage_options: StorageConfig | Mapping[str, str] = field(default_factory=StorageConfig)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.storage_options, StorageConfig):
-            # A frozen dataclass: the settings become their hashable, secret-hiding form.
-            object.__setattr__(self, "storage_options", StorageConfig.of(self.storage_options))
+        # A frozen dataclass: the settings become their hashable, secret-hiding form.
+        object.__setattr__(self, "storage_options", StorageConfig.given(self.storage_options))
         if self.retain < 1:
             msg = f"{self.name} backend: retain must be >= 1, got {self.retain}"
             raise ConfigError(msg)
@@ -80,24 +79,18 @@ class FilesystemBackend(StateBackend):
             raise ConfigError(msg)
 
     @property
-    def location(self) -> str:
-        return self.path
-
-    @property
     def durable(self) -> bool:
         """Whether local snapshot files are fsynced before they become visible."""
         return True
+
+    def with_session(self, settings: Mapping[str, str]) -> FilesystemBackend:
+        return dataclasses.replace(self, storage_options=self._storage_config.under(settings))
 
     def storage(self, operator: str) -> SnapshotStorage:
         """The snapshot files of ``operator``."""
         return SnapshotStorage(
             self.location, operator, durable=self.durable, config=self._storage_config
         )
-
-    @property
-    def _storage_config(self) -> StorageConfig:
-        assert isinstance(self.storage_options, StorageConfig)
-        return self.storage_options
 
     def recorded_parallelism(self, operator: str) -> int | None:
         """How many files the newest version has: one per task that wrote it.
@@ -115,20 +108,13 @@ class FilesystemBackend(StateBackend):
         location = resolve(self.location, self._storage_config)
         check_location(location, self._storage_config)
         try:
-            location.filesystem.create_dir(location.path, recursive=True)
+            make_parent(location.filesystem, f"{location.path}/")
         except (OSError, pa.ArrowException) as exc:
             msg = f"{self.name} backend: cannot use snapshot location {self.location!r}: {exc}"
             raise ConfigError(msg) from exc
 
-    def open_store(
-        self,
-        spec: OperatorSpec,
-        task: KeyedTask,
-        descriptors: Sequence[StateDescriptor],
-        dropped: Sequence[str],
-        now_ms: int,
-    ) -> KeyedStateStore:
-        store = worker_store(
+    def task_store(self, spec: OperatorSpec, task: KeyedTask) -> TaskStore:
+        return worker_store(
             self.storage(spec.name),
             spec,
             task.scope.query_id,
@@ -136,7 +122,6 @@ class FilesystemBackend(StateBackend):
             full_snapshot_every=self.full_snapshot_every,
             cache=self.cache,
         )
-        return store.open_task(task, descriptors, dropped, now_ms)
 
     def inspect(self, operator: str | None = None, batch: int | None = None) -> pa.Table:
         from firesteel.backends.inspect import read_state

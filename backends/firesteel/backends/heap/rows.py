@@ -135,28 +135,6 @@ def _sweep(desc: StateDescriptor, table: dict[Any, Any], now_ms: int) -> None:
             del table[key]
 
 
-def _value_rows(
-    rows: RowBuffer,
-    key_group: int,
-    name: str,
-    desc: StateDescriptor,
-    *,
-    packed_keys: list[bytes],
-    entries: list[Any],
-) -> None:
-    """``PUT`` rows of a value state: one per packed key, ``entries`` the stored values in
-    the same order (``(value, expires_ms)`` pairs with a TTL)."""
-    ttl = desc.ttl_config is not None
-    rows.extend(
-        key_group,
-        name,
-        fmt.OP_PUT,
-        packed_keys,
-        values=_dump_all(name, desc.value_serializer, [e[0] for e in entries] if ttl else entries),
-        expires=[e[1] for e in entries] if ttl else None,
-    )
-
-
 def _timer_rows(rows: RowBuffer, key_group: int, packed: bytes, pending: Iterable[int]) -> None:
     """``PUT`` rows of one key's pending timers, ascending."""
     stamps = sorted(pending)
@@ -169,171 +147,130 @@ def _timer_rows(rows: RowBuffer, key_group: int, packed: bytes, pending: Iterabl
     )
 
 
-def _entry_rows(
-    rows: RowBuffer,
-    key_group: int,
-    name: str,
-    desc: StateDescriptor,
-    *,
-    packed: bytes,
-    content: Any,
-    op: int,
-) -> None:
-    """Rows of one key's whole list or map (``content``), all with operation ``op``."""
-    ttl = desc.ttl_config is not None
-    if desc.kind is StateKind.LIST:
-        values = [e[0] for e in content] if ttl else content
-        expires = [e[1] for e in content] if ttl else None
-        user_keys = None
-    else:
-        user_keys = _packed_user_keys(content)
-        values = [e[0] for e in content.values()] if ttl else list(content.values())
-        expires = [e[1] for e in content.values()] if ttl else None
-    rows.extend(
-        key_group,
-        name,
-        op,
-        [packed] * len(values),
-        user_keys=user_keys,
-        values=_dump_all(name, desc.value_serializer, values),
-        expires=expires,
-    )
+class _StateRows:
+    """Rows of one state of one key group, added to ``rows``."""
 
+    def __init__(self, rows: RowBuffer, key_group: int, name: str, desc: StateDescriptor) -> None:
+        self.rows = rows
+        self.key_group = key_group
+        self.name = name
+        self.desc = desc
+        self.ttl = desc.ttl_config is not None
 
-def _replace_rows(
-    rows: RowBuffer,
-    key_group: int,
-    name: str,
-    desc: StateDescriptor,
-    *,
-    packed: bytes,
-    content: Any,
-    op: int,
-) -> None:
-    """A ``CLEAR`` row for one key, then rows of its whole list or map (see :func:`_entry_rows`)."""
-    rows.extend(key_group, name, fmt.OP_CLEAR, [packed])
-    _entry_rows(rows, key_group, name, desc, packed=packed, content=content, op=op)
+    def values(self, packed_keys: list[bytes], entries: list[Any]) -> None:
+        """``PUT`` rows of a value state: one per packed key, ``entries`` the stored values in
+        the same order (``(value, expires_ms)`` pairs with a TTL)."""
+        ttl = self.ttl
+        self.rows.extend(
+            self.key_group,
+            self.name,
+            fmt.OP_PUT,
+            packed_keys,
+            values=self._dump([e[0] for e in entries] if ttl else entries),
+            expires=[e[1] for e in entries] if ttl else None,
+        )
 
-
-def write_full(
-    rows: RowBuffer,
-    key_group: int,
-    group: KeyGroupState,
-    descriptors: dict[str, StateDescriptor],
-    *,
-    now_ms: int,
-    packer: KeyPacker,
-) -> None:
-    """Every live entry of ``group`` as rows (expired entries are swept, not written)."""
-    for name, slot in group.slots.items():
-        desc = descriptors[name]
-        table = slot.table
-        if desc.ttl_config is not None:
-            _sweep(desc, table, now_ms)
-        if desc.kind is StateKind.VALUE:
-            _value_rows(
-                rows,
-                key_group,
-                name,
-                desc,
-                packed_keys=packer.many(table),
-                entries=list(table.values()),
-            )
+    def entries(self, packed: bytes, content: Any, op: int) -> None:
+        """Rows of one key's whole list or map (``content``), all with operation ``op``."""
+        ttl = self.ttl
+        if self.desc.kind is StateKind.LIST:
+            values = [e[0] for e in content] if ttl else content
+            expires = [e[1] for e in content] if ttl else None
+            user_keys = None
         else:
-            op = fmt.OP_APPEND if desc.kind is StateKind.LIST else fmt.OP_PUT
-            for key, content in table.items():
-                _entry_rows(rows, key_group, name, desc, packed=packer(key), content=content, op=op)
-        slot.reset_changes()
-    for key, pending in group.timers.table.items():
-        _timer_rows(rows, key_group, packer(key), pending)
-    group.timers.reset_changes()
+            user_keys = _packed_user_keys(content)
+            values = [e[0] for e in content.values()] if ttl else list(content.values())
+            expires = [e[1] for e in content.values()] if ttl else None
+        self.rows.extend(
+            self.key_group,
+            self.name,
+            op,
+            [packed] * len(values),
+            user_keys=user_keys,
+            values=self._dump(values),
+            expires=expires,
+        )
+
+    def replace(self, packed: bytes, content: Any, op: int) -> None:
+        """A ``CLEAR`` row for one key, then rows of its whole list or map (see :meth:`entries`)."""
+        self.rows.extend(self.key_group, self.name, fmt.OP_CLEAR, [packed])
+        self.entries(packed, content, op)
+
+    def delete(self, packed_keys: list[bytes], user_keys: list[bytes | None] | None = None) -> None:
+        """``DELETE`` rows: of whole values, or of map entries (``user_keys``)."""
+        self.rows.extend(self.key_group, self.name, fmt.OP_DELETE, packed_keys, user_keys=user_keys)
+
+    def _dump(self, values: Iterable[Any]) -> list[bytes | None]:
+        return _dump_all(self.name, self.desc.value_serializer, values)
 
 
-def write_delta(
-    rows: RowBuffer,
-    key_group: int,
-    group: KeyGroupState,
-    descriptors: dict[str, StateDescriptor],
-    *,
-    now_ms: int,
-    packer: KeyPacker,
-) -> None:
-    """What changed in ``group`` since its last snapshot, as rows."""
-    for name, slot in group.slots.items():
-        desc = descriptors[name]
-        table = slot.table
-        if desc.kind is StateKind.VALUE:
-            present = [key for key in slot.changed if key in table]
-            gone = [key for key in slot.changed if key not in table]
-            _value_rows(
-                rows,
-                key_group,
-                name,
-                desc,
-                packed_keys=packer.many(present),
-                entries=[table[key] for key in present],
-            )
-            rows.extend(key_group, name, fmt.OP_DELETE, packer.many(gone))
-        elif desc.kind is StateKind.LIST:
-            for key in slot.changed:
-                _replace_rows(
-                    rows,
-                    key_group,
-                    name,
-                    desc,
-                    packed=packer(key),
-                    content=table.get(key, []),
-                    op=fmt.OP_APPEND,
-                )
-            for key, start in slot.appended_from.items():
-                if key not in slot.changed:
-                    new = table.get(key, [])[start:]
-                    _entry_rows(
-                        rows,
-                        key_group,
-                        name,
-                        desc,
-                        packed=packer(key),
-                        content=new,
-                        op=fmt.OP_APPEND,
+class BodyWriter:
+    """The rows of one snapshot body: key groups whole (:meth:`full`) or their changes since
+    the last snapshot (:meth:`delta`)."""
+
+    def __init__(self, descriptors: dict[str, StateDescriptor], now_ms: int) -> None:
+        self.rows = RowBuffer()
+        self.descriptors = descriptors
+        self.now_ms = now_ms
+        self._packer = KeyPacker()
+
+    def full(self, key_group: int, group: KeyGroupState) -> None:
+        """Every live entry of ``group`` as rows (expired entries are swept, not written)."""
+        for name, slot in group.slots.items():
+            desc = self.descriptors[name]
+            out = _StateRows(self.rows, key_group, name, desc)
+            table = slot.table
+            if desc.ttl_config is not None:
+                _sweep(desc, table, self.now_ms)
+            if desc.kind is StateKind.VALUE:
+                out.values(self._packer.many(table), list(table.values()))
+            else:
+                op = fmt.OP_APPEND if desc.kind is StateKind.LIST else fmt.OP_PUT
+                for key, content in table.items():
+                    out.entries(self._packer(key), content, op)
+            slot.reset_changes()
+        for key, pending in group.timers.table.items():
+            _timer_rows(self.rows, key_group, self._packer(key), pending)
+        group.timers.reset_changes()
+
+    def delta(self, key_group: int, group: KeyGroupState) -> None:
+        """What changed in ``group`` since its last snapshot, as rows."""
+        for name, slot in group.slots.items():
+            desc = self.descriptors[name]
+            out = _StateRows(self.rows, key_group, name, desc)
+            table = slot.table
+            if desc.kind is StateKind.VALUE:
+                present = [key for key in slot.changed if key in table]
+                gone = [key for key in slot.changed if key not in table]
+                out.values(self._packer.many(present), [table[key] for key in present])
+                out.delete(self._packer.many(gone))
+            elif desc.kind is StateKind.LIST:
+                for key in slot.changed:
+                    out.replace(self._packer(key), table.get(key, []), fmt.OP_APPEND)
+                for key, start in slot.appended_from.items():
+                    if key not in slot.changed:
+                        out.entries(self._packer(key), table.get(key, [])[start:], fmt.OP_APPEND)
+            else:
+                for key in slot.cleared:
+                    out.replace(self._packer(key), table.get(key, {}), fmt.OP_PUT)
+                for key, user_key in slot.changed:
+                    if key in slot.cleared:
+                        continue
+                    entries_of_key = table.get(key)
+                    entry = (
+                        _ABSENT if entries_of_key is None else entries_of_key.get(user_key, _ABSENT)
                     )
-        else:
-            for key in slot.cleared:
-                _replace_rows(
-                    rows,
-                    key_group,
-                    name,
-                    desc,
-                    packed=packer(key),
-                    content=table.get(key, {}),
-                    op=fmt.OP_PUT,
-                )
-            for key, user_key in slot.changed:
-                if key in slot.cleared:
-                    continue
-                entries_of_key = table.get(key)
-                entry = _ABSENT if entries_of_key is None else entries_of_key.get(user_key, _ABSENT)
-                if entry is _ABSENT:
-                    rows.extend(
-                        key_group, name, fmt.OP_DELETE, [packer(key)], user_keys=[pack(user_key)]
-                    )
-                else:
-                    _entry_rows(
-                        rows,
-                        key_group,
-                        name,
-                        desc,
-                        packed=packer(key),
-                        content={user_key: entry},
-                        op=fmt.OP_PUT,
-                    )
-        slot.reset_changes()
-    timers = group.timers
-    for key in timers.changed:
-        packed = packer(key)
-        rows.extend(key_group, TIMERS, fmt.OP_CLEAR, [packed])
-        _timer_rows(rows, key_group, packed, timers.table.get(key, ()))
-    timers.reset_changes()
+                    if entry is _ABSENT:
+                        out.delete([self._packer(key)], [pack(user_key)])
+                    else:
+                        out.entries(self._packer(key), {user_key: entry}, fmt.OP_PUT)
+            slot.reset_changes()
+        timers = group.timers
+        for key in timers.changed:
+            packed = self._packer(key)
+            self.rows.extend(key_group, TIMERS, fmt.OP_CLEAR, [packed])
+            _timer_rows(self.rows, key_group, packed, timers.table.get(key, ()))
+        timers.reset_changes()
 
 
 # -- restore -----------------------------------------------------------------------------

@@ -127,7 +127,7 @@ class _Bound:
 
 
 class HeapValueState(_Bound, ValueState):
-    """A value per key, without TTL."""
+    """A value per key (its reads without TTL; with one, see :class:`HeapValueStateTtl`)."""
 
     __slots__ = ()
 
@@ -143,7 +143,7 @@ class HeapValueState(_Bound, ValueState):
             self._desc.check_type(value)
         cursor = self._cursor
         slot = cursor.slots[self._name]
-        slot.table[cursor.key] = value
+        slot.table[cursor.key] = value if self._ttl is None else (value, cursor.now_ms + self._ttl)
         slot.changed.add(cursor.key)
 
     def clear(self) -> None:
@@ -181,17 +181,6 @@ class HeapValueStateTtl(HeapValueState):
             slot.table[key] = (entry[0], now + self._expires_in)
             slot.changed.add(key)
         return entry[0]
-
-    def update(self, value: Any) -> None:
-        if value is None:
-            self.clear()
-            return
-        if self._check and not isinstance(value, self._type):
-            self._desc.check_type(value)
-        cursor = self._cursor
-        slot = cursor.slots[self._name]
-        slot.table[cursor.key] = (value, cursor.now_ms + self._expires_in)
-        slot.changed.add(cursor.key)
 
 
 # -- list --------------------------------------------------------------------------------

@@ -32,8 +32,8 @@ from typing import Any
 
 from firesteel.backends import format as fmt
 from firesteel.backends.async_snapshot import SnapshotThread
-from firesteel.backends.heap.rows import KeyPacker, RowApplier, RowBuffer, write_delta, write_full
-from firesteel.backends.heap.states import TIMERS, BoundState, Cursor, KeyGroupState, make_state
+from firesteel.backends.heap.rows import BodyWriter, RowApplier
+from firesteel.backends.heap.states import TIMERS, Cursor, KeyGroupState, make_state
 from firesteel.backends.storage import (
     DELTA,
     FULL,
@@ -49,6 +49,7 @@ from firesteel.state.backend import (
     KeyedTask,
     OperatorSpec,
     PendingSnapshot,
+    StateDeclarations,
 )
 from firesteel.state.descriptors import StateDescriptor
 
@@ -82,40 +83,27 @@ class HeapKeyedStore(TaskStore):
         retain: int,
         full_snapshot_every: int,
     ) -> None:
+        super().__init__(spec, Cursor(), retain=retain)
         self.storage = storage
-        self.spec = spec
-        self.retain = retain
         self.full_snapshot_every = full_snapshot_every
         self.groups: dict[int, KeyGroupState] = {}
         self.identity: dict[int, tuple[int, str]] = {}
         """key group -> (version, file name) its in-memory state is equal to."""
-        self.cursor = Cursor()
-        self.descriptors: dict[str, StateDescriptor] = {}
         self._fingerprint: tuple[Any, ...] = ()
-        self._states: dict[str, BoundState] = {}
         self._dropped: frozenset[str] = frozenset()
-        self._metadata: dict[str, Any] | None = None
-        self._task: KeyedTask | None = None
         self._group: KeyGroupState | None = None
 
     # -- task lifecycle ---------------------------------------------------------------------
 
-    def begin(
-        self,
-        task: KeyedTask,
-        descriptors: Sequence[StateDescriptor],
-        dropped: Sequence[str],
-        now_ms: int,
-    ) -> None:
-        """Start a task: declare states, check ownership, restore version < batch id."""
-        marks = fingerprint(descriptors)
+    def begin(self, task: KeyedTask, declared: StateDeclarations, now_ms: int) -> None:
+        marks = fingerprint(declared.descriptors)
         if marks != self._fingerprint:
             self.groups.clear()
             self.identity.clear()
             self._fingerprint = marks
-        self.descriptors = {d.name: d for d in descriptors}
-        self._states = {d.name: make_state(d, self.cursor) for d in descriptors}
-        self._dropped = frozenset(dropped)
+        self.descriptors = declared.by_name()
+        self._states = {name: make_state(d, self.cursor) for name, d in self.descriptors.items()}
+        self._dropped = frozenset(declared.dropped)
         self._task = task
         self.cursor.now_ms = now_ms
         self._check_metadata(task)
@@ -296,14 +284,11 @@ class HeapKeyedStore(TaskStore):
         return SnapshotThread(lambda: self._write_snapshot(task, kind))
 
     def _write_snapshot(self, task: KeyedTask, kind: str) -> None:
-        rows = RowBuffer()
-        packer = KeyPacker()
-        write = write_full if kind == FULL else write_delta
-        now = self.cursor.now_ms
+        body = BodyWriter(self.descriptors, self.cursor.now_ms)
+        write = body.full if kind == FULL else body.delta
         for key_group in task.key_groups:
-            write(
-                rows, key_group, self.groups[key_group], self.descriptors, now_ms=now, packer=packer
-            )
+            write(key_group, self.groups[key_group])
+        rows = body.rows
         parents = sorted(
             {self.identity[kg][1] for kg in task.key_groups if kg in self.identity}
             if kind == DELTA

@@ -24,7 +24,7 @@ import psutil
 from firesteel.core.context import TaskScope
 from firesteel.rocksdb import RocksDBBackend, RocksDBOptions
 from firesteel.state import ValueStateDescriptor
-from firesteel.state.backend import KeyedTask, OperatorSpec
+from firesteel.state.backend import KeyedTask, OperatorSpec, StateDeclarations
 from firesteel.state.keygroups import KeyGroupRange
 
 VALUE = ValueStateDescriptor("payload", bytes)
@@ -49,8 +49,7 @@ def main() -> None:
         return backend.open_store(
             spec,
             KeyedTask(TaskScope("probe", batch, 0, 0), KeyGroupRange(0, MAX_P - 1)),
-            [VALUE],
-            [],
+            StateDeclarations([VALUE]),
             0,
         )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, DataSourceStreamWriter
 from pyspark.sql.pandas.types import from_arrow_schema
@@ -13,11 +13,12 @@ from pyspark.sql.types import StructType
 from firesteel.core.checkpoint import has_guarantee_record, normalize_location, read_query_id
 from firesteel.core.errors import ConfigError
 from firesteel.core.guarantee import Guarantee
-from firesteel.core.options import option
+from firesteel.core.options import option, parse_options
 from firesteel.core.sink import Sink
 from firesteel.core.source import ResettableSource
 from firesteel.core.spark.reader import SparkStreamReader
 from firesteel.core.spark.writer import SparkStreamWriter
+from firesteel.core.storage import StorageConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,7 +35,6 @@ class SinkOptions:
     )
     sink_id: str | None = option(
         None,
-        name="sink.id",
         doc="stable id of this sink across restarts (default: derived from the output, or "
         "from the query for connectors without one)",
     )
@@ -88,6 +88,9 @@ def default_sink_id(
     return _digest(f"output:{output}")
 
 
+_Options = TypeVar("_Options")
+
+
 class FiresteelDataSource(DataSource):
     """Registers as ``firesteel.<connector>``; subclasses build the source and the sink.
 
@@ -97,10 +100,33 @@ class FiresteelDataSource(DataSource):
     """
 
     connector: ClassVar[str]
+    passthrough_prefixes: ClassVar[tuple[str, ...]] = ()
+    """Option prefixes the connector hands to its client as they are (``kafka.*``)."""
+
+    session_storage: ClassVar[StorageConfig] = StorageConfig()
+    """The session's ``spark.hadoop.fs.*`` settings, as :func:`firesteel.register` saw them.
+
+    Spark builds a Python data source in a worker process without a session,
+    so :func:`~firesteel.core.registry.register` registers a subclass that
+    carries them (a class Spark pickles by value)."""
 
     @classmethod
     def name(cls) -> str:
         return f"firesteel.{cls.connector}"
+
+    def parsed_options(self, cls: type[_Options]) -> _Options:
+        """These options as ``cls`` (:func:`~firesteel.core.options.parse_options`), keys
+        under :attr:`passthrough_prefixes` collected, errors naming the connector."""
+        return parse_options(
+            cls,
+            dict(self.options),
+            passthrough_prefixes=self.passthrough_prefixes,
+            connector=self.name(),
+        )
+
+    def storage_config(self) -> StorageConfig:
+        """The store's settings: the ``fs.*`` options over the session's ``spark.hadoop.fs.*``."""
+        return StorageConfig.of(dict(self.session_storage.settings), dict(self.options))
 
     def create_source(self, schema: StructType | None) -> ResettableSource:
         """The source for these options (``schema`` is the user's, if given)."""

@@ -16,8 +16,9 @@ The structure Cloudflow users know::
     }
 
 A topic may also say ``topic.name`` (the Kafka topic or local topic folder,
-default: its key) and ``partitions``. :func:`load_blueprint` only parses;
-:func:`firesteel.pipelines.verify.verify` checks everything at once. pyhocon
+default: its key; ``topic = "name"`` means the same) and ``partitions``.
+:func:`load_blueprint` only parses; :func:`firesteel.pipelines.verify.verify`
+checks everything at once. pyhocon
 keeps no positions, so a problem's line is the first line of the file where
 its key appears (good enough to jump to; said here so nobody trusts it more).
 """
@@ -93,6 +94,14 @@ def load_blueprint(path: str | Path) -> Blueprint:
     return parse_blueprint(text, file, Path(path).stem)
 
 
+def _topic_name(binding: ConfigTree, key: str) -> str:
+    """``topic.name`` (Cloudflow's spelling) or ``topic = "name"``; the key by default."""
+    topic = binding.get("topic", None)
+    if isinstance(topic, ConfigTree):
+        return str(topic.get("name", key))
+    return key if topic is None else str(topic)
+
+
 def parse_blueprint(text: str, file: str | None = None, name: str = "pipeline") -> Blueprint:
     """Parse blueprint text; ``name`` names the pipeline (default: the file's stem)."""
     try:
@@ -112,7 +121,7 @@ def parse_blueprint(text: str, file: str | None = None, name: str = "pipeline") 
         binding = value if isinstance(value, ConfigTree) else ConfigTree()
         topics[str(key)] = TopicBinding(
             key=str(key),
-            name=str(binding.get("topic.name", key)),
+            name=_topic_name(binding, str(key)),
             producers=tuple(str(p) for p in _as_list(binding.get("producers", []))),
             consumers=tuple(str(c) for c in _as_list(binding.get("consumers", []))),
             partitions=_int_or_none(binding.get("partitions", None)),

@@ -82,6 +82,11 @@ class PortContext(ABC):
                 spark_schema(port.codec.avro_schema()),
                 port.key if isinstance(port, Outlet) else None,
             )
+        self._prepare(config)
+
+    def _prepare(self, config: PipelineConfig) -> None:
+        """The transport's own set-up and checks, once the ports are known (local topics
+        need none)."""
 
     @property
     def spark(self) -> Any:

@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from firesteel.pipelines.config import PipelineConfig
@@ -58,23 +56,15 @@ def _value_options(port: Port, *, reading: bool) -> dict[str, str]:
 class KafkaContext(PortContext):
     """A :class:`~firesteel.pipelines.streamlet.StreamletContext` over Kafka topics."""
 
-    def __init__(
-        self,
-        spark: Any,
-        verified: VerifiedBlueprint,
-        config: PipelineConfig,
-        streamlet: str,
-        work: Path,
-        *,
-        trigger: Mapping[str, Any] | None = None,
-    ) -> None:
-        super().__init__(spark, verified, config, streamlet, work, trigger=trigger)
+    def _prepare(self, config: PipelineConfig) -> None:
+        """The cluster's properties; a port whose fields the source's columns would shadow
+        is refused."""
         self.properties = {f"kafka.{k}": v for k, v in config.kafka_properties().items()}
         for port in self.ports.values():
             shadowed = sorted(SOURCE_COLUMNS & set(port.schema.fieldNames()))
             if shadowed:
                 msg = (
-                    f"streamlet {streamlet!r}: port {port.name!r} (topic {port.topic!r}) has "
+                    f"streamlet {self._streamlet!r}: port {port.name!r} (topic {port.topic!r}) has "
                     f"fields {shadowed}, which the Kafka source uses for its own columns: "
                     "rename them in the port's schema"
                 )

@@ -27,7 +27,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -78,9 +78,12 @@ class LocalRunner:
         settings: Sequence[str] = (),
         *,
         master: str | None = None,
+        environment: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         self.blueprint = blueprint.resolve()
         self.master = master
+        self.environment = {name: dict(env) for name, env in (environment or {}).items()}
+        """Extra environment variables of one streamlet's process, by streamlet name."""
         self.work = work.resolve()
         self.files = [str(Path(f).resolve()) for f in files]
         self.settings = list(settings)
@@ -124,7 +127,7 @@ class LocalRunner:
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
-                    env=env,
+                    env={**env, **self.environment.get(name, {})},
                     start_new_session=True,
                 )
             logger.info("streamlet %s started (pid %d)", name, self.processes[name].pid)

@@ -13,18 +13,25 @@ In a ``conftest.py``::
 * ``cluster_harness``: a harness whose jobs run on ``spark_cluster``.
 * ``s3_server``: an S3 API server process (:class:`~firesteel.testing.s3.S3Server`),
   started once per test session on first use and stopped by PID at the end.
+* ``gcs_emulator`` and ``azurite``: the Google Cloud Storage and Azure Blob
+  emulators (:mod:`firesteel.testing.emulators`), likewise; a test using
+  ``azurite`` is skipped, saying how to install it, where npm was not there to
+  install it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from firesteel.testing.cluster import StandaloneCluster
+from firesteel.testing.emulators import Azurite, EmulatorNotInstalledError, GcsEmulator
 from firesteel.testing.harness import CrashHarness
 from firesteel.testing.s3 import S3Server
+from firesteel.testing.servers import ServerProcess
 
 
 @pytest.fixture
@@ -58,11 +65,35 @@ def cluster_harness(spark_cluster: StandaloneCluster, tmp_path: Path) -> Iterato
         harness.close()
 
 
-@pytest.fixture(scope="session")
-def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    """An S3 API server for the session (moto's server mode); stopped by PID at the end."""
-    server = S3Server(tmp_path_factory.mktemp("s3-server")).start()
+Served = TypeVar("Served", bound=ServerProcess)
+
+
+def _serving(server: Served) -> Iterator[Served]:
+    """``server`` started for the fixture's scope, killed by PID at its end."""
+    server.start()
     try:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """An S3 API server for the session (moto's server mode); stopped by PID at the end."""
+    yield from _serving(S3Server(tmp_path_factory.mktemp("s3-server")))
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GcsEmulator]:
+    """A GCS emulator for the session; stopped by PID at the end."""
+    yield from _serving(GcsEmulator(tmp_path_factory.mktemp("gcs-emulator")))
+
+
+@pytest.fixture(scope="session")
+def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite]:
+    """Azurite's Blob service for the session; stopped by PID at the end (skipped, saying
+    how to install it, where it is not installed)."""
+    try:
+        yield from _serving(Azurite(tmp_path_factory.mktemp("azurite")))
+    except EmulatorNotInstalledError as exc:
+        pytest.skip(str(exc))

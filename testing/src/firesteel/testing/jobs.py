@@ -22,9 +22,12 @@ Example::
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
+
+from firesteel.testing.s3 import SETTINGS_ENV
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -70,7 +73,9 @@ def job_session(
     The driver JVM maps the class archive the harness names, if any
     (:mod:`firesteel.testing.jvm`), and both JVMs keep their scratch folders in
     ``TMPDIR`` (:func:`java_temp_option`). The session gets
-    :data:`QUICK_START_SQL`, which ``extra_config`` may override.
+    :data:`QUICK_START_SQL`, which ``extra_config`` may override, and, when the harness
+    gives a job an S3 server (:meth:`~firesteel.testing.s3.S3Server.job_env`), its
+    settings as ``spark.hadoop.fs.s3a.*``.
     """
     from firesteel.core.spark.session import LOOPBACK, local_session
     from firesteel.testing.jvm import driver_java_options
@@ -99,6 +104,9 @@ def job_session(
         for key, value in os.environ.items():
             if key.startswith(FORWARDED_PREFIXES):
                 config[f"spark.executorEnv.{key}"] = value
+    s3_settings = os.environ.get(SETTINGS_ENV)
+    if s3_settings:
+        config.update({f"spark.hadoop.{k}": v for k, v in json.loads(s3_settings).items()})
     config.update(extra_config or {})
     return local_session(
         app_name,

@@ -3,48 +3,57 @@
 Real parts only: firesteel reaches it through ``pyarrow.fs.S3FileSystem``, the
 tests read back with boto3, both over HTTP to a separate process that speaks the
 S3 REST protocol (conditional PUT included).
+
+moto keeps objects in memory only, and its request recorder cannot bring them
+back (it records a request's body by ``Content-Length``, and pyarrow's AWS SDK
+uploads with ``aws-chunked`` transfer encoding, which has none: the replayed
+objects are empty). :meth:`S3Server.restart` therefore reads every bucket and
+object out with boto3, kills the server by PID, starts a new one on the same
+port and writes them back, while no job runs: to a client, a store restarted
+with its disks (only the objects' modification times are new).
+
+The server logs one line per request (method, path and query);
+:class:`RequestLog` counts them by kind, so request economy is measured at the
+server, not by the code under test.
 """
 
 from __future__ import annotations
 
-import os
+import json
+import re
 import shutil
-import signal
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from firesteel.core.errors import MissingDependencyError
-from firesteel.testing.ports import free_port
-from firesteel.testing.processes import spawn_logged
+from firesteel.testing.servers import ServerProcess
 
 ACCESS_KEY = "firesteel-test"
 SECRET_KEY = "firesteel-test-secret"
 REGION = "us-east-1"
-START_TIMEOUT_S = 30.0
+SETTINGS_ENV = "FIRESTEEL_TEST_S3_SETTINGS"
+"""A harness job's S3 settings (JSON of ``fs.s3a.*``), set by :meth:`S3Server.job_env`;
+:func:`firesteel.testing.jobs.job_session` makes them the session's ``spark.hadoop.*``."""
 
 
-class S3Server:
+class S3Server(ServerProcess):
     """One moto S3 server process; :meth:`settings` are the ``fs.s3a.*`` options reaching it.
 
     ``authenticate=True`` makes the server check credentials (moto's IAM mode), so
     wrong keys are refused as S3 refuses them.
     """
 
-    def __init__(self, workdir: Path, *, authenticate: bool = False) -> None:
-        self.workdir = workdir
-        self.authenticate = authenticate
-        self.port = 0
-        self.process: subprocess.Popen[bytes] | None = None
+    name = "S3 server"
+    log_name = "moto.log"
+    probe = "/moto-api/"
 
-    @property
-    def endpoint(self) -> str:
-        """``http://127.0.0.1:<port>``."""
-        return f"http://127.0.0.1:{self.port}"
+    def __init__(self, workdir: Path, *, authenticate: bool = False) -> None:
+        super().__init__(workdir)
+        self.authenticate = authenticate
 
     def settings(self) -> dict[str, str]:
         """Sink/source options (Hadoop's names) that reach this server."""
@@ -55,34 +64,55 @@ class S3Server:
             "fs.s3a.secret.key": SECRET_KEY,
         }
 
-    def start(self) -> S3Server:
-        """Start the server on a free port and wait until it answers."""
+    @staticmethod
+    def spellings(bucket: str, path: str) -> Callable[[int], str]:
+        """Restart ``run``'s spelling of ``s3://<bucket>/<path>``: ``s3a://`` and ``s3://``
+        alternate (one object), as :class:`~firesteel.testing.spellings.Spellings` varies
+        a local folder's."""
+        return lambda run: f"{('s3a', 's3')[run % 2]}://{bucket}/{path}"
+
+    def job_env(self) -> dict[str, str]:
+        """Environment for a harness job whose session should reach this server through
+        ``spark.hadoop.fs.s3a.*`` (see :data:`SETTINGS_ENV`)."""
+        return {SETTINGS_ENV: json.dumps(self.settings())}
+
+    def command(self) -> list[str]:
         command = shutil.which("moto_server", path=str(Path(sys.executable).parent))
         if command is None:
             package, distribution = "moto", "firesteel-testing"
             raise MissingDependencyError(package, distribution)
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ)
+        return [command, "-H", "127.0.0.1", "-p", str(self.port)]
+
+    def environment(self) -> dict[str, str]:
+        env = super().environment()
         if self.authenticate:
             env["INITIAL_NO_AUTH_ACTION_COUNT"] = "0"
-        self.port = free_port()
-        self.process = spawn_logged(
-            [command, "-H", "127.0.0.1", "-p", str(self.port)], self.workdir / "moto.log", env
-        )
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                log = (self.workdir / "moto.log").read_text(errors="replace")[-2000:]
-                msg = f"the S3 server exited with {self.process.returncode}: {log}"
-                raise RuntimeError(msg)
-            try:
-                with urllib.request.urlopen(f"{self.endpoint}/moto-api/", timeout=2):
-                    return self
-            except (urllib.error.URLError, OSError):
-                time.sleep(0.1)
+        return env
+
+    def start(self) -> S3Server:
+        super().start()
+        return self
+
+    def restart(self) -> None:
+        """Kill the server by PID and start it again on the same port, holding the buckets
+        and objects it held (see module docs; call it while no job uses the server)."""
+        client = self.client()
+        saved: dict[str, dict[str, bytes]] = {}
+        for bucket in client.list_buckets()["Buckets"]:
+            name = bucket["Name"]
+            pages = client.get_paginator("list_objects_v2").paginate(Bucket=name)
+            saved[name] = {
+                item["Key"]: client.get_object(Bucket=name, Key=item["Key"])["Body"].read()
+                for page in pages
+                for item in page.get("Contents", [])
+            }
         self.stop()
-        msg = f"the S3 server did not answer on {self.endpoint} within {START_TIMEOUT_S:.0f} s"
-        raise RuntimeError(msg)
+        self.start()
+        client = self.client()
+        for name, objects in saved.items():
+            client.create_bucket(Bucket=name)
+            for key, body in objects.items():
+                client.put_object(Bucket=name, Key=key, Body=body)
 
     def client(self) -> Any:
         """A boto3 S3 client of this server: the reader that is not firesteel's."""
@@ -101,9 +131,51 @@ class S3Server:
         self.client().create_bucket(Bucket=name)
         return name
 
-    def stop(self) -> None:
-        """Kill the server by PID and reap it."""
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=30)
-        self.process = None
+
+_REQUEST = re.compile(r'"(GET|PUT|POST|DELETE|HEAD) (/[^ ?]*)(\?[^ ]*)? HTTP/[0-9.]+" (\d{3})')
+_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+"""The terminal colours the server's log gives some lines."""
+KINDS = ("LIST", "GET", "HEAD", "PUT", "DELETE", "POST")
+
+
+@dataclass
+class RequestLog:
+    """Counts the requests an :class:`S3Server` served, from its log, by kind.
+
+    ``LIST`` is a GET of a bucket with a listing query (``list-type``,
+    ``prefix``, ``delimiter``); ``DELETE`` counts single deletes and multi-object
+    delete POSTs (``?delete``) alike; ``POST`` is the rest (multipart uploads).
+    Only requests to ``bucket`` count (the server's own ``/moto-api`` never does).
+    """
+
+    server: S3Server
+    bucket: str
+    offset: int = 0
+
+    def mark(self) -> None:
+        """Count from now on."""
+        self.offset = self.server.log.stat().st_size
+
+    def take(self) -> Counter[str]:
+        """The requests since the last mark, by kind; marks again."""
+        with self.server.log.open("rb") as log:
+            log.seek(self.offset)
+            data = log.read()
+        complete = data[: data.rfind(b"\n") + 1]  # a line still being written waits
+        self.offset += len(complete)
+        counts: Counter[str] = Counter()
+        text = _COLOUR.sub("", complete.decode("utf-8", errors="replace"))
+        for match in _REQUEST.finditer(text):
+            method, path, query, _status = match.groups()
+            if path.strip("/").split("/", 1)[0] != self.bucket:
+                continue
+            counts[_kind(method, path, query or "")] += 1
+        return counts
+
+
+def _kind(method: str, path: str, query: str) -> str:
+    if method == "GET" and "/" not in path.strip("/") and query:
+        return "LIST"
+    if method == "POST" and "delete" in query:
+        return "DELETE"
+    return method

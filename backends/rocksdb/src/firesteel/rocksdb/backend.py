@@ -10,19 +10,19 @@ hold. Select it as ``RocksDBBackend("s3://bucket/state")`` or by name
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 
 from firesteel.backends.spi import (
-    KeyedStateStore,
     KeyedTask,
     OperatorSpec,
-    StateBackend,
-    StateDescriptor,
+    TaskStore,
+    TaskStoreBackend,
 )
-from firesteel.core.spi import ConfigError, filesystem
+from firesteel.core.spi import ConfigError, StorageConfig, check_location, make_parent, resolve
 from firesteel.rocksdb.local import check_writable, default_local_dir, worker_root
 from firesteel.rocksdb.options import RocksDBOptions
 from firesteel.rocksdb.storage import CheckpointStorage
@@ -30,7 +30,7 @@ from firesteel.rocksdb.store import worker_store
 
 
 @dataclass(frozen=True)
-class RocksDBBackend(StateBackend):
+class RocksDBBackend(TaskStoreBackend):
     """Keyed state in local RocksDB instances, checkpointed incrementally to ``path``.
 
     ``path``: where checkpoints go (a local path or a pyarrow filesystem URI:
@@ -40,7 +40,10 @@ class RocksDBBackend(StateBackend):
     worker runs. ``retain``: committed versions kept (at least 1). ``options``:
     RocksDB tuning and the memory budget. ``cache``: keep instances open in the
     worker between batches, so a batch restores nothing when the worker already
-    holds the committed version (turn off only in tests).
+    holds the committed version (turn off only in tests). ``storage_options``:
+    how to reach an object store, by Hadoop's setting names
+    (``{"fs.s3a.endpoint": ..., "fs.s3a.access.key": ...}``, see
+    :mod:`firesteel.core.storage`), over the session's ``spark.hadoop.fs.*``.
     """
 
     path: str
@@ -49,8 +52,11 @@ class RocksDBBackend(StateBackend):
     options: RocksDBOptions = field(default_factory=RocksDBOptions)
     cache: bool = True
     name: str = "rocksdb"
+    storage_options: StorageConfig | Mapping[str, str] = field(default_factory=StorageConfig)
 
     def __post_init__(self) -> None:
+        # A frozen dataclass: the settings become their hashable, secret-hiding form.
+        object.__setattr__(self, "storage_options", StorageConfig.given(self.storage_options))
         if not self.path:
             msg = "rocksdb backend: a checkpoint location (path or URI) is required"
             raise ConfigError(msg)
@@ -64,32 +70,25 @@ class RocksDBBackend(StateBackend):
             )
             raise ConfigError(msg)
 
-    @property
-    def location(self) -> str:
-        return self.path
+    def with_session(self, settings: Mapping[str, str]) -> RocksDBBackend:
+        return dataclasses.replace(self, storage_options=self._storage_config.under(settings))
 
     def storage(self, operator: str) -> CheckpointStorage:
         """The checkpoint files of ``operator``."""
-        return CheckpointStorage(self.location, operator)
+        return CheckpointStorage(self.location, operator, self._storage_config)
 
     def validate(self) -> None:
+        location = resolve(self.location, self._storage_config)
+        check_location(location, self._storage_config)
         try:
-            fsys, root = filesystem(self.location)
-            fsys.create_dir(root, recursive=True)
+            make_parent(location.filesystem, f"{location.path}/")
         except (OSError, pa.ArrowException) as exc:
             msg = f"rocksdb backend: cannot use checkpoint location {self.location!r}: {exc}"
             raise ConfigError(msg) from exc
         check_writable(self.local_dir)
 
-    def open_store(
-        self,
-        spec: OperatorSpec,
-        task: KeyedTask,
-        descriptors: Sequence[StateDescriptor],
-        dropped: Sequence[str],
-        now_ms: int,
-    ) -> KeyedStateStore:
-        store = worker_store(
+    def task_store(self, spec: OperatorSpec, task: KeyedTask) -> TaskStore:
+        return worker_store(
             self.storage(spec.name),
             spec,
             task,
@@ -98,9 +97,14 @@ class RocksDBBackend(StateBackend):
             retain=self.retain,
             cache=self.cache,
         )
-        return store.open_task(task, descriptors, dropped, now_ms)
 
     def inspect(self, operator: str | None = None, batch: int | None = None) -> pa.Table:
         from firesteel.rocksdb.inspect import read_state
 
-        return read_state(self.location, operator=operator, batch=batch, options=self.options)
+        return read_state(
+            self.location,
+            operator=operator,
+            batch=batch,
+            options=self.options,
+            storage=self._storage_config,
+        )

@@ -18,10 +18,10 @@ import msgpack
 import pyarrow as pa
 
 from firesteel.backends.spi import KeyGroupRange, pack
-from firesteel.core.spi import ConfigError
+from firesteel.core.spi import ConfigError, StorageConfig
 from firesteel.rocksdb import keys
 from firesteel.rocksdb.local import LocalFolder, open_instance
-from firesteel.rocksdb.manifest import Manifest, ManifestRef
+from firesteel.rocksdb.manifest import Manifest
 from firesteel.rocksdb.options import RocksDBOptions
 from firesteel.rocksdb.storage import CheckpointStorage
 from firesteel.rocksdb.store import BACKEND
@@ -29,9 +29,9 @@ from firesteel.rocksdb.store import BACKEND
 Entries = dict[tuple[int, str], dict[Any, Any]]
 
 
-def is_rocksdb_operator(location: str, operator: str) -> bool:
+def is_rocksdb_operator(location: str, operator: str, storage: StorageConfig | None = None) -> bool:
     """Whether ``operator``'s state under ``location`` was written by this backend."""
-    meta = CheckpointStorage(location, operator).metadata.read_metadata()
+    meta = CheckpointStorage(location, operator, storage).metadata.read_metadata()
     return meta is not None and meta.get("backend") == BACKEND
 
 
@@ -40,59 +40,48 @@ def read_state(
     operator: str | None = None,
     batch: int | None = None,
     options: RocksDBOptions | None = None,
+    storage: StorageConfig | None = None,
 ) -> pa.Table:
     """The RocksDB state under ``location`` as the table of
-    :data:`firesteel.backends.inspect.SCHEMA` (arguments as in
+    :data:`firesteel.backends.inspect.SCHEMA` (``operator`` and ``batch`` as in
     :func:`firesteel.backends.inspect.read_state`)."""
     from firesteel.backends.spi import SCHEMA, list_operators
 
     names = (
         [operator]
         if operator
-        else [name for name in list_operators(location) if is_rocksdb_operator(location, name)]
+        else [
+            name
+            for name in list_operators(location, storage)
+            if is_rocksdb_operator(location, name, storage)
+        ]
     )
-    tables = [read_operator(location, name, batch, options or RocksDBOptions()) for name in names]
+    tables = [
+        read_operator(location, name, batch, options or RocksDBOptions(), storage) for name in names
+    ]
     return pa.concat_tables(tables) if tables else SCHEMA.empty_table()
 
 
-def _complete(refs: list[ManifestRef], max_parallelism: int) -> bool:
-    covered = sorted((r.key_groups.start, r.key_groups.end) for r in refs)
-    position = 0
-    for start, end in covered:
-        if start > position:
-            return False
-        position = max(position, end + 1)
-    return position >= max_parallelism
-
-
 def read_operator(
-    location: str, operator: str, batch: int | None, options: RocksDBOptions
+    location: str,
+    operator: str,
+    batch: int | None,
+    options: RocksDBOptions,
+    config: StorageConfig | None = None,
 ) -> pa.Table:
     """One operator's state at version ``batch`` (default: the latest complete version)."""
-    from firesteel.backends.spi import SCHEMA, to_table
+    from firesteel.backends.spi import SCHEMA, chosen_version, recorded_operator, to_table
 
-    storage = CheckpointStorage(location, operator)
-    meta = storage.metadata.read_metadata()
-    if meta is None:
-        msg = f"no state of operator '{operator}' under {location}"
-        raise ConfigError(msg)
+    storage = CheckpointStorage(location, operator, config)
+    meta = recorded_operator(storage.metadata.read_metadata(), operator, location)
     if meta.get("backend") != BACKEND:
         msg = f"operator '{operator}' under {location} was not written by the rocksdb backend"
         raise ConfigError(msg)
-    max_parallelism = int(meta["max_parallelism"])
     listing = storage.list_versions()
+    batch = chosen_version(meta, listing, batch, operator=operator, location=location)
     if batch is None:
-        complete = [v for v, refs in sorted(listing.items()) if _complete(refs, max_parallelism)]
-        if not complete:
-            return SCHEMA.empty_table()
-        batch = complete[-1]
-    elif batch not in listing:
-        msg = (
-            f"operator '{operator}' has no state version {batch} under {location} "
-            f"(available: {sorted(listing)})"
-        )
-        raise ConfigError(msg)
-    manifests = storage.covering(batch, KeyGroupRange(0, max_parallelism - 1))
+        return SCHEMA.empty_table()
+    manifests = storage.covering(batch, KeyGroupRange(0, int(meta["max_parallelism"]) - 1))
     entries: Entries = {}
     kinds: dict[str, dict[str, str]] = {}
     with tempfile.TemporaryDirectory(prefix="firesteel-inspect-") as scratch:

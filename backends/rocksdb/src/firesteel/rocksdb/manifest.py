@@ -124,6 +124,9 @@ class Manifest:
     states: dict[str, dict[str, str]]
     files: tuple[StoredFile, ...]
     parents: tuple[str, ...] = field(default=())
+    written_ns: int = 0
+    """When its attempt began writing it (``time.time_ns()`` on the executor; 0 in manifests of
+    earlier releases): orders two attempts whose files a store dates to the same second."""
 
     @property
     def name(self) -> str:
@@ -160,6 +163,7 @@ class Manifest:
                 for f in self.files
             ],
             "parents": list(self.parents),
+            "written_ns": self.written_ns,
         }
         return encode_record(KIND, FORMAT, content)
 
@@ -193,6 +197,7 @@ def decode(data: bytes, where: str, ref: ManifestRef) -> Manifest:
                 for f in content["files"]
             ),
             parents=tuple(content["parents"]),
+            written_ns=int(content.get("written_ns", 0)),
         )
     except (KeyError, TypeError, ValueError) as exc:
         msg = f"state manifest {where}: missing or malformed field ({exc})"

@@ -36,8 +36,14 @@ from typing import Any
 
 from pyarrow import fs
 
-from firesteel.backends.spi import KeyGroupRange, SnapshotStorage
-from firesteel.core.spi import CheckpointCorruptError, atomic_output, write_atomically
+from firesteel.backends.spi import KeyGroupRange, SnapshotStorage, read_stored
+from firesteel.core.spi import (
+    CheckpointCorruptError,
+    StorageConfig,
+    atomic_output,
+    make_parent,
+    write_atomically,
+)
 from firesteel.rocksdb.manifest import (
     SHARED_DIR,
     Manifest,
@@ -63,21 +69,23 @@ class CheckpointStorage:
     """Reads and writes the checkpoint files of one operator under ``location``.
 
     Picklable (the filesystem is created lazily). Manifests are immutable once
-    written, so parsed ones are cached by path.
+    written, so parsed ones are cached by path. ``config``: how to reach an
+    object store (see :mod:`firesteel.core.storage`).
     """
 
-    def __init__(self, location: str, operator: str) -> None:
+    def __init__(self, location: str, operator: str, config: StorageConfig | None = None) -> None:
         self.location = location
         self.operator = operator
-        self.metadata = SnapshotStorage(location, operator)
+        self.config = config
+        self.metadata = SnapshotStorage(location, operator, config=config)
         """Reads and writes ``_operator.json`` (shared with the dict backends' layout)."""
         self._manifests: dict[str, Manifest] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"location": self.location, "operator": self.operator}
+        return {"location": self.location, "operator": self.operator, "config": self.config}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["location"], state["operator"])  # type: ignore[misc]
+        self.__init__(state["location"], state["operator"], state["config"])  # type: ignore[misc]
 
     @property
     def fs(self) -> fs.FileSystem:
@@ -132,13 +140,7 @@ class CheckpointStorage:
         if cached is not None:
             return cached
         where = self.describe(ref.path)
-        try:
-            with self.fs.open_input_stream(ref.path) as stream:
-                data = stream.read()
-        except FileNotFoundError as exc:
-            msg = f"state manifest {where} is missing (deleted while in use?)"
-            raise CheckpointCorruptError(msg) from exc
-        manifest = decode(data, where, ref)
+        manifest = decode(read_stored(self.fs, ref.path, f"state manifest {where}"), where, ref)
         self._manifests[ref.path] = manifest
         return manifest
 
@@ -175,7 +177,7 @@ class CheckpointStorage:
     def upload(self, local: Path, relative: str) -> StoredFile:
         """Copy a local file to ``relative`` under the durability policy, checksumming it."""
         target = self.path(relative)
-        self.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+        make_parent(self.fs, target)
         digest = file_digest()
         size = 0
         with local.open("rb") as source, atomic_output(self.fs, target) as out:
@@ -218,7 +220,7 @@ class CheckpointStorage:
     def write_manifest(self, manifest: Manifest) -> ManifestRef:
         """Write a manifest under the durability policy; the version exists once it is there."""
         relative = manifest.relative_path
-        self.fs.create_dir(self.path(version_dir(manifest.version)), recursive=True)
+        make_parent(self.fs, self.path(relative))
         write_atomically(self.fs, self.path(relative), manifest.encode())
         ref = ManifestRef(
             manifest.version, manifest.key_groups, manifest.attempt, self.path(relative)
@@ -234,7 +236,9 @@ class CheckpointStorage:
 
         Only older ones: two attempts running at once (speculation, a zombie) must not
         delete each other's manifest and leave none. A newer overlapping one stays, and
-        restoring the version then reports both by name.
+        restoring the version then reports both by name. Older means an earlier
+        modification time, or the same one and an earlier ``written_ns``: object stores
+        date objects to the second, and a killed task's retry often writes within it.
         """
         listed = self._listed(written.version)
         own = [mtime for ref, mtime in listed if ref.attempt == written.attempt]
@@ -243,7 +247,9 @@ class CheckpointStorage:
         for ref, mtime in listed:
             if ref.attempt == written.attempt or not ref.key_groups.overlaps(written.key_groups):
                 continue
-            if mtime >= own[0]:
+            if mtime > own[0]:
+                continue
+            if mtime == own[0] and self.read_manifest(ref).written_ns >= written.written_ns:
                 continue
             logger.info("state: removing a failed attempt's manifest %s", ref.path)
             self._delete(ref.path)

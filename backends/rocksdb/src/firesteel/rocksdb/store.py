@@ -42,8 +42,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,7 @@ from firesteel.backends.spi import (
     OperatorSpec,
     PendingSnapshot,
     SnapshotThread,
+    StateDeclarations,
     StateDescriptor,
     TaskStore,
     check_declared,
@@ -68,7 +69,7 @@ from firesteel.rocksdb import keys
 from firesteel.rocksdb.local import LocalFolder, clone, open_instance
 from firesteel.rocksdb.manifest import Manifest, StoredFile, shared_name
 from firesteel.rocksdb.options import RocksDBOptions
-from firesteel.rocksdb.states import BoundState, Cursor, make_state
+from firesteel.rocksdb.states import Cursor, make_state
 from firesteel.rocksdb.storage import CheckpointStorage
 
 logger = logging.getLogger(__name__)
@@ -108,14 +109,12 @@ class RocksDBKeyedStore(TaskStore):
         retain: int,
         cached: bool,
     ) -> None:
+        super().__init__(spec, Cursor(), retain=retain)
         self.storage = storage
-        self.spec = spec
         self.key_groups = key_groups
         self.folder = folder
         self.options = options
-        self.retain = retain
         self.cached = cached
-        self.cursor = Cursor()
         self.db: Any = None
         self._instance_dir: Path | None = None
         self.base: _Base | None = None
@@ -128,33 +127,25 @@ class RocksDBKeyedStore(TaskStore):
         """A task wrote to the instance since it last equalled a committed version."""
         self.downloads = 0
         """Files downloaded by the last restore (0 when the instance was reused)."""
-        self.descriptors: dict[str, StateDescriptor] = {}
-        self._states: dict[str, BoundState] = {}
-        self._metadata: dict[str, Any] | None = None
-        self._task: KeyedTask | None = None
         self._prefixes = [keys.key_group_prefix(kg) for kg in range(spec.max_parallelism)]
         self._pack = key_packer()
         self._has_key = False
 
     # -- task lifecycle ---------------------------------------------------------------------
 
-    def begin(
-        self,
-        task: KeyedTask,
-        descriptors: Sequence[StateDescriptor],
-        dropped: Sequence[str],
-        now_ms: int,
-    ) -> None:
-        """Start a task: check ownership, restore version < batch id, declare states."""
-        ids = keys.check_ids([d.name for d in descriptors])
+    def begin(self, task: KeyedTask, declared: StateDeclarations, now_ms: int) -> None:
+        descriptors = declared.by_name()
+        ids = keys.check_ids(list(descriptors))
         self._pack = key_packer()
         self._check_metadata(task)
         self._restore(task)
-        self._check_states({d.name: d for d in descriptors}, frozenset(dropped))
-        self.descriptors = {d.name: d for d in descriptors}
+        self._check_states(descriptors, frozenset(declared.dropped))
+        self.descriptors = descriptors
         self.cursor.db = self.db
         by_name = {name: state_id for state_id, name in ids.items()}
-        self._states = {d.name: make_state(d, self.cursor, by_name[d.name]) for d in descriptors}
+        self._states = {
+            name: make_state(d, self.cursor, by_name[name]) for name, d in descriptors.items()
+        }
         self._task = task
         self._has_key = False
         self.cursor.now_ms = now_ms
@@ -509,6 +500,7 @@ class RocksDBKeyedStore(TaskStore):
             states=states,
             files=(),
             parents=self.parents,
+            written_ns=time.time_ns(),
         )
         private = manifest.private_dir
         for entry in sorted(checkpoint.iterdir()):
@@ -583,7 +575,8 @@ def worker_store(
     """The store of ``task``'s key groups in this Python worker, kept between tasks when
     ``cache`` (up to :data:`MAX_CACHED_STORES`, least recently used closed first)."""
     name = f"{spec.name}-{uuid.uuid4().hex[:8]}-{task.key_groups.label}"
-    if not cache:
+
+    def new_store() -> RocksDBKeyedStore:
         return RocksDBKeyedStore(
             storage,
             spec,
@@ -591,19 +584,14 @@ def worker_store(
             folder=LocalFolder(local_root / name),
             options=options,
             retain=retain,
-            cached=False,
+            cached=cache,
         )
+
+    if not cache:
+        return new_store()
     store = _WORKER_STORES.get(
         (storage.location, spec.name, task.scope.query_id, task.key_groups, options, local_root),
-        lambda: RocksDBKeyedStore(
-            storage,
-            spec,
-            task.key_groups,
-            folder=LocalFolder(local_root / name),
-            options=options,
-            retain=retain,
-            cached=True,
-        ),
+        new_store,
         usable=lambda kept: kept.spec.max_parallelism == spec.max_parallelism,
     )
     store.spec = spec

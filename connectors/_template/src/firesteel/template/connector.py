@@ -6,8 +6,8 @@ from typing import ClassVar
 
 from pyspark.sql.types import StructType
 
-from firesteel.core.spi import FiresteelDataSource, Guarantee, Sink, default_sink_id, parse_options
-from firesteel.template.options import CONNECTOR, TemplateSinkOptions
+from firesteel.core.spi import FiresteelDataSource, Guarantee, Sink, default_sink_id
+from firesteel.template.options import TemplateSinkOptions
 from firesteel.template.sink import TemplateSink
 
 
@@ -17,5 +17,5 @@ class TemplateConnector(FiresteelDataSource):
     connector: ClassVar[str] = "template"
 
     def create_sink(self, schema: StructType) -> tuple[Sink, Guarantee | None]:
-        options = parse_options(TemplateSinkOptions, dict(self.options), connector=CONNECTOR)
+        options = self.parsed_options(TemplateSinkOptions)
         return TemplateSink(options.path, default_sink_id(dict(self.options))), options.guarantee

@@ -101,18 +101,14 @@ class IdempotentRetryPolicy(RetryPolicy):
         self.max_attempts = max_attempts
         self.live_hosts = live_hosts
 
+    @staticmethod
+    def _ours(query: Any) -> bool:
+        """Whether this policy decides for ``query`` (else the driver's policy does)."""
+        return bool(getattr(query, "is_idempotent", False))
+
     def _decide(
-        self,
-        query: Any,
-        *,
-        retry_num: int,
-        decision: int,
-        consistency: int | None,
-        error: object,
-        default: Callable[[], tuple[int, int | None]],
+        self, retry_num: int, decision: int, consistency: int | None, error: object
     ) -> tuple[int, int | None]:
-        if not getattr(query, "is_idempotent", False):
-            return default()
         if retry_num + 1 >= self.max_attempts:
             return self.RETHROW, None
         logger.info(
@@ -138,16 +134,12 @@ class IdempotentRetryPolicy(RetryPolicy):
         retry_num: int,
     ) -> tuple[int, int | None]:
         """The same coordinator again: its replicas were slow, not the coordinator."""
-        return self._decide(
-            query,
-            retry_num=retry_num,
-            decision=self.RETRY,
-            consistency=consistency,
-            error=f"write timeout, {received_responses} of {required_responses} replicas answered",
-            default=lambda: super(IdempotentRetryPolicy, self).on_write_timeout(
+        if not self._ours(query):
+            return super().on_write_timeout(
                 query, consistency, write_type, required_responses, received_responses, retry_num
-            ),
-        )
+            )
+        error = f"write timeout, {received_responses} of {required_responses} replicas answered"
+        return self._decide(retry_num, self.RETRY, consistency, error)
 
     def on_unavailable(
         self,
@@ -158,31 +150,20 @@ class IdempotentRetryPolicy(RetryPolicy):
         retry_num: int,
     ) -> tuple[int, int | None]:
         """Another coordinator, if any, may see more replicas alive."""
-        return self._decide(
-            query,
-            retry_num=retry_num,
-            decision=self._elsewhere(),
-            consistency=consistency,
-            error=f"unavailable, {alive_replicas} of {required_replicas} replicas alive",
-            default=lambda: super(IdempotentRetryPolicy, self).on_unavailable(
+        if not self._ours(query):
+            return super().on_unavailable(
                 query, consistency, required_replicas, alive_replicas, retry_num
-            ),
-        )
+            )
+        error = f"unavailable, {alive_replicas} of {required_replicas} replicas alive"
+        return self._decide(retry_num, self._elsewhere(), consistency, error)
 
     def on_request_error(
         self, query: Any, consistency: int | None, error: Exception, retry_num: int
     ) -> tuple[int, int | None]:
         """Overloaded or failing coordinator, broken connection: another host, if any."""
-        return self._decide(
-            query,
-            retry_num=retry_num,
-            decision=self._elsewhere(),
-            consistency=consistency,
-            error=error,
-            default=lambda: super(IdempotentRetryPolicy, self).on_request_error(
-                query, consistency, error, retry_num
-            ),
-        )
+        if not self._ours(query):
+            return super().on_request_error(query, consistency, error, retry_num)
+        return self._decide(retry_num, self._elsewhere(), consistency, error)
 
 
 class ClusterOptions(Protocol):

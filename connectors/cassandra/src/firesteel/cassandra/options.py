@@ -32,9 +32,7 @@ CONSISTENCY_LEVELS = (
 class CassandraSinkOptions(SinkOptions):
     """The sink's options (plus ``guarantee`` and ``sink.id`` from :class:`SinkOptions`)."""
 
-    contact_points: str = option(
-        required=True, name="contact.points", doc="comma-separated hosts of the cluster"
-    )
+    contact_points: str = option(required=True, doc="comma-separated hosts of the cluster")
     port: int = option(9042, doc="native protocol port")
     keyspace: str = option(required=True, doc="keyspace of the target table")
     table: str = option(required=True, doc="target table")
@@ -50,48 +48,44 @@ class CassandraSinkOptions(SinkOptions):
     )
     committer_keyspace: str | None = option(
         None,
-        name="committer.keyspace",
         doc="mode=wal: keyspace of the commit table (default: the sink's keyspace)",
     )
     committer_table: str = option(
         "firesteel_commits",
-        name="committer.table",
         doc="mode=wal: table recording the sent segments (created if missing)",
     )
     send_connect: str | None = option(
         None,
-        name="send.connect",
         doc="mode=wal: Spark Connect URL of the job's own driver (sc://localhost:15002); the "
         "committed segments are then sent by one Spark task each, across the executors",
+    )
+    log_location: str | None = option(
+        None,
+        name="log.location",
+        doc="mode=wal: where the write-ahead segments and plans go (default "
+        "<checkpointLocation>/firesteel/wal): a local path or a URI (s3a://bucket/wal, gs://, "
+        "abfs://), reached with the fs.* options (fs.s3a.endpoint, fs.s3a.access.key, ...)",
     )
     local_dc: str | None = option(None, name="local.dc", doc="data center for DC-aware routing")
     consistency: str = option("local_quorum", doc="write consistency level")
     ttl: int | None = option(None, doc="TTL in seconds for every written row")
-    ttl_column: str | None = option(
-        None, name="ttl.column", doc="int column holding a row's TTL (s)"
-    )
+    ttl_column: str | None = option(None, doc="int column holding a row's TTL (s)")
     timestamp_column: str | None = option(
         None,
-        name="timestamp.column",
         doc="column holding a row's write timestamp (µs or timestamp)",
     )
     nulls: Literal["unset", "tombstone"] = option(
         "unset", doc="unset: a null column is not written; tombstone: it deletes the cell"
     )
-    max_in_flight: int = option(
-        10, name="max.in.flight", doc="concurrent requests per task (backpressure bound)"
-    )
+    max_in_flight: int = option(10, doc="concurrent requests per task (backpressure bound)")
     batch: Literal["none", "partition"] = option(
         "none",
         doc="none: one INSERT per row; partition: rows sharing a partition key are sent "
         "together in UNLOGGED batches of up to batch.rows",
     )
-    batch_rows: int = option(
-        32, name="batch.rows", doc="batch=partition: most rows in one UNLOGGED batch"
-    )
+    batch_rows: int = option(32, doc="batch=partition: most rows in one UNLOGGED batch")
     retry_timeout_ms: int = option(
         30000,
-        name="retry.timeout.ms",
         doc="how long failed idempotent writes are re-sent, with exponential backoff, after "
         "the driver's own attempts (0: fail at once)",
     )

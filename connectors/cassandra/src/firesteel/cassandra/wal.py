@@ -1,7 +1,9 @@
 """The write-ahead-log sink (``mode=wal``): Flink's CassandraTupleWriteAheadSink for micro-batches.
 
 Each task appends its partition of batch N to a log segment in checkpoint
-storage (``<checkpoint>/firesteel/wal``, :class:`~firesteel.sinks.write_ahead.WriteAheadSink`).
+storage (``<checkpoint>/firesteel/wal``, or the ``log.location`` option, e.g.
+``s3a://bucket/wal`` with ``fs.s3a.*`` options;
+:class:`~firesteel.sinks.write_ahead.WriteAheadSink`).
 Nothing reaches Cassandra until every task of N has voted; then the driver's
 commit sends the segments one at a time, streamed record batch by record
 batch with at most ``max.in.flight`` requests outstanding, and after each one
@@ -65,7 +67,13 @@ from firesteel.cassandra.client import session_for
 from firesteel.cassandra.committer import CassandraCommitter
 from firesteel.cassandra.options import CassandraSinkOptions
 from firesteel.cassandra.statement import RowStatement
-from firesteel.core.spi import ConfigError, fault_point, normalize_location, read_query_id
+from firesteel.core.spi import (
+    ConfigError,
+    StorageConfig,
+    fault_point,
+    normalize_location,
+    read_query_id,
+)
 from firesteel.sinks.spi import WriteAheadSink, log_dir_for
 
 logger = logging.getLogger(__name__)
@@ -84,7 +92,12 @@ class CassandraWalSink(WriteAheadSink):
     upsert_target: ClassVar[bool] = True
 
     def __init__(
-        self, options: CassandraSinkOptions, schema: pa.Schema, sink_id: str, checkpoint: str
+        self,
+        options: CassandraSinkOptions,
+        schema: pa.Schema,
+        sink_id: str,
+        checkpoint: str,
+        storage: StorageConfig | None = None,
     ) -> None:
         if not checkpoint:
             msg = "firesteel.cassandra: mode=wal needs the query's 'checkpointLocation'"
@@ -95,7 +108,13 @@ class CassandraWalSink(WriteAheadSink):
             options.committer_table,
             read_query_id(checkpoint) or normalize_location(checkpoint),
         )
-        super().__init__(sink_id, log_dir_for(checkpoint), committer, options.send_connect)
+        super().__init__(
+            sink_id,
+            options.log_location or log_dir_for(checkpoint),
+            committer,
+            options.send_connect,
+            storage,
+        )
         self.options = options
         self.insert = RowStatement(options, schema, batch_timestamp=True)
 

@@ -5,13 +5,18 @@ from __future__ import annotations
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from firesteel.core.checkpoint import normalize_location, read_query_id
-from firesteel.core.errors import ConfigError
-from firesteel.core.guarantee import Guarantee
-from firesteel.core.options import parse_options
-from firesteel.core.sink import Sink
-from firesteel.core.source import ResettableSource
-from firesteel.core.spark.datasource import FiresteelDataSource, default_sink_id
+from firesteel.core.spi import (
+    SETTING_PREFIX,
+    ConfigError,
+    FiresteelDataSource,
+    Guarantee,
+    ResettableSource,
+    Sink,
+    default_sink_id,
+    normalize_location,
+    parse_options,
+    read_query_id,
+)
 from firesteel.files.sink.options import FilesSinkOptions
 from firesteel.files.source.options import FilesSourceOptions
 
@@ -28,17 +33,27 @@ class FilesDataSource(FiresteelDataSource):
     def create_source(self, schema: StructType | None) -> ResettableSource:
         from firesteel.files.source import FilesSource
 
-        opts = parse_options(FilesSourceOptions, self.options, connector=self.name())
+        opts = parse_options(
+            FilesSourceOptions,
+            self.options,
+            passthrough_prefixes=(SETTING_PREFIX,),
+            connector=self.name(),
+        )
         # Spark's TimestampType is an instant: Arrow needs a zone to spell it (UTC).
         arrow_schema = None
         if schema is not None and schema.fields:
             arrow_schema = to_arrow_schema(schema, timezone="UTC")
-        return FilesSource(opts, arrow_schema)
+        return FilesSource(opts, arrow_schema, self.storage_config())
 
     def create_sink(self, schema: StructType) -> tuple[Sink, Guarantee | None]:
         from firesteel.files.sink import FilesSink, WriterConfig
 
-        opts = parse_options(FilesSinkOptions, self.options, connector=self.name())
+        opts = parse_options(
+            FilesSinkOptions,
+            self.options,
+            passthrough_prefixes=(SETTING_PREFIX,),
+            connector=self.name(),
+        )
         names = set(schema.names)
         unknown = [c for c in opts.bucket_columns if c not in names]
         if unknown:
@@ -60,5 +75,6 @@ class FilesDataSource(FiresteelDataSource):
             roll_size_bytes=opts.roll_size_bytes,
             compression=opts.compression,
             query_id=read_query_id(checkpoint) if checkpoint else None,
+            storage=self.storage_config(),
         )
         return FilesSink(config, to_arrow_schema(schema, timezone="UTC")), opts.guarantee

@@ -12,10 +12,8 @@ from firesteel.core.spi import (
     ResettableSource,
     Sink,
     default_sink_id,
-    parse_options,
 )
 from firesteel.kafka.options import (
-    CONNECTOR,
     PASSTHROUGH,
     KafkaSinkOptions,
     KafkaSourceOptions,
@@ -29,23 +27,13 @@ class KafkaConnector(FiresteelDataSource):
     """Registered as ``firesteel.kafka`` by :func:`firesteel.core.register`."""
 
     connector: ClassVar[str] = "kafka"
+    passthrough_prefixes: ClassVar[tuple[str, ...]] = PASSTHROUGH
 
     def create_source(self, schema: StructType | None) -> ResettableSource:
-        options = parse_options(
-            KafkaSourceOptions,
-            dict(self.options),
-            passthrough_prefixes=PASSTHROUGH,
-            connector=CONNECTOR,
-        )
-        return KafkaSource(options)
+        return KafkaSource(self.parsed_options(KafkaSourceOptions))
 
     def create_sink(self, schema: StructType) -> tuple[Sink, Guarantee | None]:
-        options = parse_options(
-            KafkaSinkOptions,
-            dict(self.options),
-            passthrough_prefixes=PASSTHROUGH,
-            connector=CONNECTOR,
-        )
+        options = self.parsed_options(KafkaSinkOptions)
         # The output: where the rows go and where the commit markers live.
         output = f"kafka:{options.topic or ''}/{options.marker_topic or options.topic or ''}"
         sink_id = default_sink_id(dict(self.options), output, new_stream=options.sink_new_stream)

@@ -11,7 +11,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from firesteel.core.spi import ConfigError, ErrorPolicy, Guarantee, option, require_absolute
+from firesteel.core.spi import (
+    ConfigError,
+    ErrorPolicy,
+    Guarantee,
+    SinkOptions,
+    option,
+    require_absolute,
+)
 from firesteel.kafka.config import PREFIX, validate_client_config
 from firesteel.sinks.spi import check_connect_url
 
@@ -81,35 +88,26 @@ class KafkaSourceOptions:
     include_headers: bool = option(True, name="includeHeaders", doc="add the headers column")
     progress_group_id: str | None = option(
         None,
-        name="progress.group.id",
         doc="consumer group to which committed batch offsets are reported (lag monitoring)",
     )
     value_format: ValueFormat = option(
-        "binary", name="value.format", doc="decode the value: binary (as is), json or avro"
+        "binary", doc="decode the value: binary (as is), json or avro"
     )
     value_schema: str | None = option(
         None,
-        name="value.schema",
         doc="json: DDL ('id BIGINT, name STRING') or Spark JSON schema; avro: Avro schema JSON",
     )
-    value_schema_file: str | None = option(
-        None, name="value.schema.file", doc="file holding value.schema"
-    )
+    value_schema_file: str | None = option(None, doc="file holding value.schema")
     errors: ErrorPolicy = option(
         ErrorPolicy.FAIL,
         doc="undecodable values: fail, skip (counted, logged) or quarantine (to errors.topic)",
     )
-    errors_topic: str | None = option(
-        None, name="errors.topic", doc="dead-letter topic for errors=quarantine"
-    )
+    errors_topic: str | None = option(None, doc="dead-letter topic for errors=quarantine")
     poll_timeout_ms: int = option(
         120_000,
-        name="poll.timeout.ms",
         doc="how long a task waits for records its batch was promised before failing",
     )
-    consume_batch_size: int = option(
-        10_000, name="consume.batch.size", doc="records per confluent-kafka consume() call"
-    )
+    consume_batch_size: int = option(10_000, doc="records per confluent-kafka consume() call")
     passthrough: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -147,23 +145,18 @@ class KafkaSourceOptions:
         return [t.strip() for t in (self.subscribe or "").split(",") if t.strip()]
 
 
-@dataclass(frozen=True)
-class KafkaSinkOptions:
-    """Options of ``df.writeStream.format("firesteel.kafka")``."""
+@dataclass(frozen=True, kw_only=True)
+class KafkaSinkOptions(SinkOptions):
+    """Options of ``df.writeStream.format("firesteel.kafka")`` (plus ``sink.id`` from
+    :class:`SinkOptions`, derived from the output topics by default)."""
 
     guarantee: Guarantee | None = option(
         None,
         doc="none (fire and forget), at-least-once (default: every delivery confirmed) or "
         "exactly-once (transactions)",
     )
-    sink_id: str | None = option(
-        None,
-        name="sink.id",
-        doc="stable id of this sink across restarts (default: derived from the output topics)",
-    )
     sink_new_stream: bool = option(
         False,
-        name="sink.new.stream",
         doc="true: this checkpoint starts a new stream into topics that already hold another "
         "query's committed batches, and writes them again (default: such a start is "
         "refused); keep it set for the life of this checkpoint",
@@ -171,15 +164,10 @@ class KafkaSinkOptions:
     topic: str | None = option(None, doc="topic for rows without a topic column")
     value_format: ValueFormat = option(
         "binary",
-        name="value.format",
         doc="binary: the value column as is; json/avro: encode every non-Kafka column",
     )
-    value_schema: str | None = option(
-        None, name="value.schema", doc="Avro schema JSON for value.format=avro"
-    )
-    value_schema_file: str | None = option(
-        None, name="value.schema.file", doc="file holding value.schema"
-    )
+    value_schema: str | None = option(None, doc="Avro schema JSON for value.format=avro")
+    value_schema_file: str | None = option(None, doc="file holding value.schema")
     partitioner: str | None = option(
         None,
         doc="'module:function' called as f(key: bytes | None, partitions: int) -> int "
@@ -203,36 +191,30 @@ class KafkaSinkOptions:
     )
     transactional_id_prefix: str = option(
         "firesteel",
-        name="transactional.id.prefix",
         doc="exactly-once: transactional ids are <prefix>-<sink id>-<partition>",
     )
     marker_topic: str | None = option(
         None,
-        name="marker.topic",
         doc="exactly-once: existing topic whose partition 0 carries the commit markers "
         "(consumer-group offsets; default: option 'topic')",
     )
     marker_log_topic: str | None = option(
         None,
-        name="marker.log.topic",
         doc="exactly-once: a dedicated topic that also receives a marker record per task "
         "transaction, for brokers that can lose a transaction's group offsets (tansu 0.6)",
     )
     marker_log_reader: MarkerLogReader = option(
         "read_committed",
-        name="marker.log.reader",
         doc="exactly-once: how the marker log is read: read_committed (a consumer, the "
         "broker's own isolation) or raw (applies commit/abort markers itself, for brokers "
         "whose read_committed shows aborted data; needs firesteel-kafka[tansu])",
     )
     flush_timeout_ms: int = option(
         300_000,
-        name="flush.timeout.ms",
         doc="how long a task waits for delivery reports before failing",
     )
     retry_timeout_ms: int = option(
         120_000,
-        name="retry.timeout.ms",
         doc="exactly-once: how long a task retries retriable errors of init_transactions, "
         "send_offsets_to_transaction and commit_transaction before failing",
     )

@@ -11,11 +11,12 @@
 
 :func:`read_committed` reads a topic as a plain ``read_committed`` consumer,
 trusting the broker's isolation; on Apache Kafka it is the primary
-exactly-once checker. :func:`read_log` is the second one. It does not trust any broker's
-``read_committed`` (tansu's returns aborted data): it fetches the raw record
-batches with kafka-python and applies the transaction control markers itself:
-a transactional record is visible once a COMMIT marker of its producer
-follows it, never after an ABORT, and pending while neither has.
+exactly-once checker. :func:`read_log` is the second one, firesteel-kafka's raw-log
+reader (:mod:`firesteel.kafka.rawlog`, which the sink's raw marker-log reader uses too). It
+does not trust any broker's ``read_committed`` (tansu's returns aborted data): it fetches
+the raw record batches with kafka-python and applies the transaction control markers
+itself: a transactional record is visible once a COMMIT marker of its producer follows it,
+never after an ABORT, and pending while neither has.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from firesteel.testing.kafka.rawlog import LogRecord, LogView, read_log
+from firesteel.kafka.rawlog import LogRecord, LogView, read_log
 from firesteel.testing.ports import free_port
 
 __all__ = [

@@ -1,10 +1,12 @@
 """Crash-test job: firesteel.files source -> map -> firesteel.files sink, exactly-once.
 
-Usage: files_job.py <input dir> <output dir> <checkpoint> <max files per batch>
+Usage: files_job.py <input dir> <output> <checkpoint> <max files per batch> [key=value ...]
 
 Reads sequence-numbered Parquet files, derives two columns, and writes Parquet
 through the transactional file sink with ``guarantee=exactly-once``, processing
-everything available (Trigger.AvailableNow) from a fixed checkpoint.
+everything available (Trigger.AvailableNow) from a fixed checkpoint. The
+output may be an object-store URI (``s3a://bucket/out``); trailing
+``key=value`` arguments are session settings, e.g. ``spark.hadoop.fs.s3a.endpoint=...``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from firesteel.testing.jobs import job_session, read_parquet_files, write_files_
 
 def main() -> None:
     source, out, checkpoint, max_files = sys.argv[1:5]
-    spark = job_session("firesteel-files-crash")
+    settings = dict(arg.split("=", 1) for arg in sys.argv[5:])
+    spark = job_session("firesteel-files-crash", extra_config=settings)
     records = read_parquet_files(spark, source, max_files)
     mapped = records.select(
         "seq",

@@ -9,6 +9,8 @@ state (filesystem backend) and emits one row per input record:
 key's records in seq order. Any lost or doubled state update shifts ranks, and
 any lost or doubled output shows in the seq count, so the test can check both.
 Every key also sets a timer per batch; fired timers emit ``(-timestamp, key, 0)``.
+The state URI may be an object store's (``s3a://bucket/state``): the backend
+reaches it with the session's ``spark.hadoop.fs.s3a.*`` settings.
 """
 
 from __future__ import annotations

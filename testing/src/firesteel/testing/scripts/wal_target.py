@@ -14,10 +14,11 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import pyarrow as pa
 
+from firesteel.core.storage import StorageConfig
 from firesteel.sinks.committers import CheckpointCommitter
 from firesteel.sinks.write_ahead import WriteAheadSink
 
@@ -33,9 +34,14 @@ class _TargetWalSink(WriteAheadSink):
     """A write-ahead-log sink that sends to the local file ``target``."""
 
     def __init__(
-        self, sink_id: str, log_dir: str, committer: CheckpointCommitter, target: str
+        self,
+        sink_id: str,
+        log_dir: str,
+        committer: CheckpointCommitter,
+        target: str,
+        storage_options: StorageConfig | Mapping[str, str] | None = None,
     ) -> None:
-        super().__init__(sink_id, log_dir, committer)
+        super().__init__(sink_id, log_dir, committer, storage_options=storage_options)
         self.target = target
 
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from firesteel.core.errors import ConfigError
-from firesteel.core.options import option, require_absolute
-from firesteel.core.spark.datasource import SinkOptions
+from firesteel.core.spi import ConfigError, SinkOptions, option, require_absolute
 
 SinkFormat = Literal["parquet", "json"]
+MAX_ROLL_SIZE_BYTES = 5 * 1024**3
+"""Publishing a file on an object store is one server-side copy, which S3 caps at 5 GiB."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -26,7 +26,11 @@ class FilesSinkOptions(SinkOptions):
     is the user's word that a new checkpoint over committed output is a new stream.
     """
 
-    path: str = option(required=True, doc="the output directory")
+    path: str = option(
+        required=True,
+        doc="the output directory: an absolute path or a URI (s3a://bucket/prefix, gs://, "
+        "abfss://); a store's fs.* settings (fs.s3a.endpoint, ...) are options too",
+    )
     format: SinkFormat = option("parquet", doc="file format: parquet (default) or json (lines)")
     bucket_by: str | None = option(
         None,
@@ -49,6 +53,9 @@ class FilesSinkOptions(SinkOptions):
         None, doc="parquet codec (default snappy) or json stream codec (default none, e.g. gzip)"
     )
 
+    passthrough: dict[str, str] = dataclasses.field(default_factory=dict)
+    """The ``fs.*`` options: settings of the store ``path`` is on (Hadoop's names)."""
+
     @property
     def bucket_columns(self) -> tuple[str, ...]:
         """The ``bucket.by`` columns, in order."""
@@ -57,7 +64,10 @@ class FilesSinkOptions(SinkOptions):
         return tuple(c.strip() for c in self.bucket_by.split(",") if c.strip())
 
     def __post_init__(self) -> None:
-        require_absolute("path", self.path, allow_uri=False)
-        if self.roll_size_bytes < 1:
-            msg = f"option 'roll.size.bytes' must be at least 1, got {self.roll_size_bytes}"
+        require_absolute("path", self.path)
+        if not 1 <= self.roll_size_bytes <= MAX_ROLL_SIZE_BYTES:
+            msg = (
+                f"option 'roll.size.bytes' must be between 1 and {MAX_ROLL_SIZE_BYTES} "
+                f"(5 GiB, the largest object S3 copies in one request), got {self.roll_size_bytes}"
+            )
             raise ConfigError(msg)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from firesteel.core.errors import RecordError
+from firesteel.core.spi import RecordError
 
 FIRESTEEL_DIR = "_firesteel"
 NULL_VALUE = "__HIVE_DEFAULT_PARTITION__"

@@ -1,30 +1,84 @@
-"""The transactional file sink: two-phase commit by pending files, a manifest and renames.
+"""The transactional file sink: pending objects, a manifest as the commit, idempotent moves.
 
-Protocol for micro-batch N (Flink's TwoPhaseCommitSinkFunction, Beam's finalize):
+Works the same on a local folder and on an object store (``s3a://bucket/prefix``,
+``gs://``, ``abfs://``: any location :mod:`firesteel.core.storage` resolves,
+reached with the sink's ``fs.*`` options over the session's
+``spark.hadoop.fs.*`` settings). Object stores have no rename, no folders and
+no atomic multi-object operation; what they do have is a PUT that makes one
+object visible whole or not at all, and a server-side copy that does the same.
 
-1. Tasks (executors) write in-progress files to
-   ``<out>/_firesteel/pending/<sink>/<N>/<partition>-<attempt>-<n>-<run token>.<ext>``,
-   invisible to readers (``_`` prefix).
-2. :meth:`FilesSink.pre_commit` closes and fsyncs them and votes with the
-   handle ``{"files": [{path, pending, rows, bytes}, ...]}``.
-3. :meth:`FilesSink.commit` (driver, once every task voted):
+The decision, from what object-store committers do:
 
-   a. if ``manifests/<sink>/<N>.json`` exists, batch N was committed by an
-      earlier attempt: roll its renames forward, delete the new handles'
-      pending files, stop;
-   b. otherwise write the manifest atomically (this *is* the commit point);
+* Spark's ``_spark_metadata`` log: a per-batch log record is the commit, and
+  only a reader that follows the log is exact while a batch is half published.
+  We keep that record (the manifest) but do not make plain readers depend on
+  it: pyarrow, DuckDB and Spark's plain parquet reader ignore
+  ``_spark_metadata`` at a sub-path.
+* The S3A magic committer: tasks upload to a hidden prefix and the job commit
+  makes the data visible under its final names, driven by a manifest of what
+  tasks uploaded. Its multipart-upload completion cannot be reproduced through
+  pyarrow (no API to complete another process's upload), so our tasks finish
+  their uploads into ``_firesteel/pending/`` and publishing is a server-side
+  copy to the final key, then a delete (Beam's idempotent finalize).
+* Manifests (Delta, Iceberg): the commit point is one atomic PUT of a small
+  record naming every file, which needs no listing of data to read back.
+
+Protocol for micro-batch N (Flink's TwoPhaseCommitSinkFunction, Sink V2's
+writer and committer halves: :class:`~firesteel.files.sink.writer.FilesWriter`
+and :class:`~firesteel.files.sink.committer.FilesCommitter`):
+
+1. Tasks write ``<out>/_firesteel/pending/<sink>/<N>/<partition>-<attempt>-<n>-<run token>.<ext>``
+   (on an object store each file is one upload, an object only once its last
+   request completed; ``_`` hides the prefix from plain readers).
+2. ``pre_commit`` closes them (locally: fsync) and votes with the typed
+   committable ``FileCommittable(files=[(path, pending, rows, bytes), ...])``.
+3. ``commit`` (driver, once every task voted):
+
+   a. a batch a compact record covers was committed long ago: delete the
+      re-run's pending files, stop;
+   b. create ``_firesteel/manifests/<sink>/<N>.json`` unless it exists:
+      **this PUT is the commit point**; if it exists, an earlier attempt
+      committed N: roll its moves forward, delete the new pending files, stop;
       fault point ``driver.mid_commit``;
-   c. rename each pending file to its final name (idempotent finalize);
-   d. delete whatever else is left in ``pending/<sink>/<N>/`` (other attempts);
-   e. every ``COMPACT_EVERY`` batches, fold the manifests so far into one
-      compact record (:func:`~firesteel.files.sink.manifest.compact`); a
-      batch a compact record covers counts as committed like one with a
-      manifest.
+   c. finalize: for each listed file, target present -> skip, else move the
+      pending file to its deterministic final key
+      ``<bucket cols>/part-<N>-<partition>-<n>-<sink>.<ext>`` (a rename
+      locally; copy then delete on an object store);
+   d. delete what is left under ``pending/<sink>/<N>/`` (other attempts);
+   e. every ``COMPACT_EVERY`` batches fold the manifests into one record.
 
-4. :meth:`FilesSink.recover` (in ``prepare``, before the first batch of a run)
-   rolls forward every batch that has a manifest and pending files left, and
-   deletes pending folders of older batches without one; a crashed attempt of
-   a newer batch is cleaned up when Spark's re-run of it commits (step 3d).
+4. ``recover`` (in ``prepare``, before a run's first batch) rolls forward
+   every batch that has a manifest and pending files, and drops pending
+   folders of batches that can no longer commit.
+
+Crash windows (a plain reader = pyarrow's dataset over ``<out>``, or a
+boto3 listing outside ``_firesteel/``):
+
+* during 1-2 or before 3b's PUT: only pending objects (or an unfinished
+  multipart upload, invisible and billed until the bucket's
+  AbortIncompleteMultipartUpload rule or the next run's cleanup of the
+  folder removes the parts) exist; nothing is visible; Spark re-runs N
+  and its commit discards them (3d), or ``recover`` does once N+1 committed.
+* after 3b, during 3c: N is committed but partly visible. No row is visible
+  twice (final keys are deterministic, a copy never runs over an existing
+  target), and the restart's ``recover`` or Spark's re-run of N's commit
+  finishes the moves from the manifest; until then a plain reader sees part
+  of N, as with Spark's own file sink without its metadata log.
+* inside one move on an object store (copy done, delete not): both objects
+  exist, the target is final and complete; the pending copy is hidden and
+  removed by 3d or ``recover``.
+* after 3c, before Spark's ``commits/N``: Spark runs N's commit again
+  (or re-runs the batch): 3b finds the manifest, keeps its files, and
+  discards the re-run's.
+* during 3e: the compact record is created before anything is deleted,
+  and readers of the manifests ignore what it covers.
+
+The manifest is created with "create unless it exists" (an exclusive hard
+link locally; a HEAD then a PUT on object stores, as pyarrow has no
+conditional PUT). Two drivers never commit one sink id at once: the id is
+owned by one Spark query (:meth:`FilesSink._claim`), and Spark runs a query
+once. Spark's own checkpoint may stay local (the wheel carries no S3A jar);
+the output and firesteel's records follow ``path``.
 
 Final names are deterministic from (sink id, batch, partition, n), and a batch
 is published from exactly one manifest, so a re-run can never add a second copy.
@@ -38,42 +92,22 @@ every batch twice, unless option ``sink.new.stream`` says it is a new stream.
 from __future__ import annotations
 
 import logging
-import shutil
 import uuid
-from collections.abc import Sequence
-from pathlib import Path
 
 import pyarrow as pa
 
-from firesteel.core.context import TaskScope
-from firesteel.core.errors import ConfigError
-from firesteel.core.ownership import Ownership
-from firesteel.core.sink import MID_COMMIT, TwoPhaseCommitSink
-from firesteel.files.sink.manifest import (
-    COMPACT_EVERY,
-    CommittedFile,
-    FileCommittable,
-    Manifest,
-    committed_through,
-    compact,
-    finalize,
-    manifest_path,
-    read_manifest,
-    write_manifest,
-)
-from firesteel.files.sink.paths import (
-    FIRESTEEL_DIR,
-    manifest_dir,
-    pending_dir,
-    valid_sink_id,
-)
-from firesteel.files.sink.writer import TaskWriter, WriterConfig
+from firesteel.core.spi import ConfigError, Ownership, TwoPhaseCommitSink, check_location
+from firesteel.files.sink.committer import FilesCommitter
+from firesteel.files.sink.manifest import FileCommittable
+from firesteel.files.sink.paths import FIRESTEEL_DIR, manifest_dir, valid_sink_id
+from firesteel.files.sink.writer import FilesWriter, TaskWriter, WriterConfig
 
 logger = logging.getLogger(__name__)
 
 
-class FilesSink(TwoPhaseCommitSink[TaskWriter, FileCommittable]):
-    """Exactly-once Parquet / JSON-lines output with per-batch manifests (see module docs)."""
+class FilesSink(FilesWriter, FilesCommitter, TwoPhaseCommitSink[TaskWriter, FileCommittable]):
+    """Exactly-once Parquet / JSON-lines output with per-batch manifests (see module docs):
+    the writer half on the executors, the committer half on the driver."""
 
     name = "firesteel.files"
     committable_type = FileCommittable
@@ -85,23 +119,24 @@ class FilesSink(TwoPhaseCommitSink[TaskWriter, FileCommittable]):
                 "'.', '_' and '-' (it names files)"
             )
             raise ConfigError(msg)
-        self.config = config
-        self.sink_id = config.sink_id
-        self.schema = schema
-        self.out = Path(config.out)
+        FilesWriter.__init__(self, config, schema)
+        FilesCommitter.__init__(self, config)
 
     # -- driver: before the first batch -------------------------------------------
 
     def prepare(self) -> None:
-        """Check that ``path`` is writable, then recover what a crashed run left."""
-        probe = self.out / FIRESTEEL_DIR / f".probe-{uuid.uuid4().hex}"
+        """Check that ``path`` is reachable and writable, then recover what a crashed run left."""
+        check_location(self.out.location, self.out.config)
+        probe = f"{FIRESTEEL_DIR}/.probe-{uuid.uuid4().hex}"
         try:
-            probe.parent.mkdir(parents=True, exist_ok=True)
-            probe.write_bytes(b"")
-            probe.unlink()
+            with self.out.open_output(probe):
+                pass
+            self.out.delete(probe)
         except OSError as exc:
+            if self.out.object_store:
+                raise self.out.error(exc, "write") from None
             msg = (
-                f"option 'path': the output folder {self.out} is not writable ({exc}); "
+                f"option 'path': the output folder {self.out.uri} is not writable ({exc}); "
                 "create it with write permission or choose another path"
             )
             raise ConfigError(msg) from exc
@@ -117,156 +152,15 @@ class FilesSink(TwoPhaseCommitSink[TaskWriter, FileCommittable]):
         :func:`firesteel.core.spi.default_sink_id`), so this also catches the
         same job restarted on a new checkpoint.
         """
-        manifests = self.out / manifest_dir(self.sink_id)
+        manifests = manifest_dir(self.sink_id)
         Ownership(
-            subject=f"firesteel.files: sink {self.sink_id!r} in {self.out}",
+            subject=f"firesteel.files: sink {self.sink_id!r} in {self.out.uri}",
             query_id=self.config.query_id,
             remedy="Restart from the owner's checkpoint; or, if this is a new stream into "
-            f"{self.out} on purpose, set option 'sink.new.stream' to true (with an "
+            f"{self.out.uri} on purpose, set option 'sink.new.stream' to true (with an "
             "explicit 'sink.id': give it a new one)",
         ).claim(
-            self.out / FIRESTEEL_DIR / "owners" / f"{self.sink_id}.json",
-            owner_committed=lambda: (
-                manifests.is_dir() and next(manifests.iterdir(), None) is not None
-            ),
+            self.out.uri_of(f"{FIRESTEEL_DIR}/owners/{self.sink_id}.json"),
+            owner_committed=lambda: bool(self.out.names(manifests)),
+            config=self.out.config,
         )
-
-    def recover(self) -> None:
-        """Roll forward committed batches; drop pending files nobody will commit.
-
-        Spark builds the writer again in the Python process that runs each
-        batch's commit, so this also runs right before ``commit(N)`` while
-        batch N's pending files wait to be published: it must keep the pending
-        folder of a batch that has not committed. That is either the batch
-        about to commit or a crashed attempt that Spark re-runs (its leftovers
-        go when that batch commits); once batch N+1 has committed, Spark never
-        runs N again and its folder goes. Only the pending folders (one or two)
-        and their manifests are looked at, so the cost does not grow with the
-        number of batches.
-        """
-        pending_root = self.out / FIRESTEEL_DIR / "pending" / self.sink_id
-        if not pending_root.is_dir():
-            return
-        through = committed_through(self.out, self.sink_id)
-        for folder in sorted(pending_root.iterdir()):
-            if not folder.name.isdigit():
-                continue
-            batch_id = int(folder.name)
-            path = manifest_path(self.out, self.sink_id, batch_id)
-            if batch_id <= through:
-                logger.info(
-                    "firesteel.files: sink %s discarding leftover files of batch %d",
-                    self.sink_id,
-                    batch_id,
-                )
-            elif path.exists():
-                renamed = finalize(self.out, read_manifest(path))
-                logger.warning(
-                    "firesteel.files: sink %s recovered batch %d (%d renames rolled forward)",
-                    self.sink_id,
-                    batch_id,
-                    renamed,
-                )
-            elif (
-                batch_id + 1 <= through
-                or manifest_path(self.out, self.sink_id, batch_id + 1).exists()
-            ):
-                logger.info(
-                    "firesteel.files: sink %s discarding uncommitted files of batch %d",
-                    self.sink_id,
-                    batch_id,
-                )
-            else:
-                continue
-            shutil.rmtree(folder, ignore_errors=True)
-
-    # -- executors ------------------------------------------------------------------
-
-    def begin_transaction(self, scope: TaskScope) -> TaskWriter:
-        return TaskWriter(self.config, scope, self.schema)
-
-    def write(self, txn: TaskWriter, batch: pa.RecordBatch) -> None:
-        txn.write(batch)
-
-    def pre_commit(self, txn: TaskWriter) -> FileCommittable:
-        return FileCommittable(tuple(txn.close()))
-
-    def abort_transaction(self, txn: TaskWriter) -> None:
-        txn.discard()
-
-    # -- driver: per batch ----------------------------------------------------------
-
-    def commit(self, batch_id: int, handles: Sequence[FileCommittable]) -> None:
-        files = tuple(f for handle in handles for f in handle.files)
-        if batch_id <= committed_through(self.out, self.sink_id):
-            self._discard_rerun(batch_id, files)
-            return
-        path = manifest_path(self.out, self.sink_id, batch_id)
-        if path.exists():
-            self._roll_forward(batch_id, read_manifest(path), files)
-            return
-        manifest = Manifest(self.sink_id, batch_id, files)
-        if not write_manifest(self.out, manifest):
-            self._roll_forward(batch_id, read_manifest(path), files)
-            return
-        MID_COMMIT.fire(batch_id)
-        finalize(self.out, manifest)
-        self._drop_pending(batch_id)
-        if (batch_id + 1) % COMPACT_EVERY == 0:
-            folded = compact(self.out, self.sink_id, batch_id)
-            logger.info(
-                "firesteel.files: sink %s compacted %d manifests through batch %d",
-                self.sink_id,
-                folded,
-                batch_id,
-            )
-        logger.info(
-            "firesteel.files: sink %s committed batch %d: %d files, %d rows",
-            self.sink_id,
-            batch_id,
-            len(files),
-            manifest.rows,
-        )
-
-    def _roll_forward(
-        self, batch_id: int, manifest: Manifest, new_files: Sequence[CommittedFile]
-    ) -> None:
-        """Batch already committed: finish its renames, discard the re-run's files."""
-        finalize(self.out, manifest)
-        kept = {f.pending for f in manifest.files}
-        for item in new_files:
-            if item.pending not in kept:
-                (self.out / item.pending).unlink(missing_ok=True)
-        self._drop_pending(batch_id)
-        logger.warning(
-            "firesteel.files: sink %s batch %d was already committed; kept its %d files and "
-            "discarded %d files of the re-run",
-            self.sink_id,
-            batch_id,
-            len(manifest.files),
-            len(new_files),
-        )
-
-    def _discard_rerun(self, batch_id: int, new_files: Sequence[CommittedFile]) -> None:
-        """Batch committed and compacted long ago (every file final): drop the re-run's."""
-        for item in new_files:
-            (self.out / item.pending).unlink(missing_ok=True)
-        self._drop_pending(batch_id)
-        logger.warning(
-            "firesteel.files: sink %s batch %d was committed before the last compaction; "
-            "discarded %d files of the re-run",
-            self.sink_id,
-            batch_id,
-            len(new_files),
-        )
-
-    def _drop_pending(self, batch_id: int) -> None:
-        shutil.rmtree(self.out / pending_dir(self.sink_id, batch_id), ignore_errors=True)
-
-    def abort(self, batch_id: int, handles: Sequence[FileCommittable]) -> None:
-        path = manifest_path(self.out, self.sink_id, batch_id)
-        kept = {f.pending for f in read_manifest(path).files} if path.exists() else set()
-        for handle in handles:
-            for item in handle.files:
-                if item.pending not in kept:
-                    (self.out / item.pending).unlink(missing_ok=True)

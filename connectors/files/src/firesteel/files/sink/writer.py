@@ -1,25 +1,26 @@
-"""Task-side writing of the file sink: buffered, rolling, bucketed files in the pending folder.
+"""The executor half of the file sink (Sink V2's writer): bucketed, rolling pending files.
 
 Incoming Arrow batches are split by bucket (``bucket.by`` values), buffered
 per bucket so Parquet row groups are large even when Spark hands over small
 batches, and written to ``<out>/_firesteel/pending/<sink>/<batch>/...``. A file
 rolls once it exceeds ``roll.size.bytes``; :meth:`TaskWriter.close` flushes and
-fsyncs everything, which is the task's pre-commit.
+closes everything (locally also fsyncs; on an object store the close is the
+upload's completing request, after which the object exists whole), which is
+the task's pre-commit: :class:`FilesWriter` returns the typed
+:class:`~firesteel.files.sink.manifest.FileCommittable` the committer publishes.
 """
 
 from __future__ import annotations
 
-import os
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
-from firesteel.core.context import TaskScope
-from firesteel.core.errors import SinkError
-from firesteel.files.sink.manifest import CommittedFile
+from firesteel.core.spi import SinkError, SinkWriter, StorageConfig, TaskScope
+from firesteel.files.folder import Folder
+from firesteel.files.sink.manifest import CommittedFile, FileCommittable
 from firesteel.files.sink.paths import bucket_dir, final_name, pending_dir
 
 FLUSH_BYTES = 32 * 1024 * 1024
@@ -38,6 +39,13 @@ class WriterConfig:
     compression: str | None
     query_id: str | None = None
     """Spark's query id (``<checkpoint>/metadata``): the sink id's owner in ``out``."""
+    storage: StorageConfig = field(default_factory=StorageConfig)
+    """The store's ``fs.*`` settings (sink options over the session's ``spark.hadoop.fs.*``)."""
+
+    @property
+    def output(self) -> Folder:
+        """The output location, resolved with :attr:`storage`."""
+        return Folder(self.out, self.storage)
 
     @property
     def extension(self) -> str:
@@ -52,7 +60,7 @@ class WriterConfig:
 class _OpenFile:
     bucket: str
     n: int
-    pending: Path
+    pending: str
     final: str
     stream: Any
     writer: Any = None
@@ -68,11 +76,11 @@ class TaskWriter:
         self.config = config
         self.scope = scope
         self.schema = schema
-        self.out = Path(config.out)
-        self.folder = self.out / pending_dir(config.sink_id, scope.batch_id)
+        self.out = config.output
+        self.folder = pending_dir(config.sink_id, scope.batch_id)
         self.open: dict[str, _OpenFile] = {}
         self.done: list[CommittedFile] = []
-        self.created: list[Path] = []
+        self.created: list[str] = []
         self._next_n = 0
         self.token = uuid.uuid4().hex[:8]
 
@@ -130,10 +138,10 @@ class TaskWriter:
         n = self._next_n
         self._next_n += 1
         scope = self.scope
-        self.folder.mkdir(parents=True, exist_ok=True)
         # The run token keeps a re-run's pending files (attempt numbers restart
         # with the application) from ever sharing a name with an earlier run's.
-        pending = self.folder / (
+        pending = (
+            f"{self.folder}/"
             f"{scope.partition_id}-{scope.attempt}-{n}-{self.token}{self.config.extension}"
         )
         name = final_name(
@@ -141,7 +149,11 @@ class TaskWriter:
         )
         final = f"{bucket}/{name}" if bucket else name
         self.created.append(pending)
-        handle = _OpenFile(bucket, n, pending, final, pa.OSFile(str(pending), "wb"))
+        try:
+            stream = self.out.open_output(pending)
+        except OSError as exc:
+            raise self.out.error(exc, f"write {self.out.uri_of(pending)}") from None
+        handle = _OpenFile(bucket, n, pending, final, stream)
         self.open[bucket] = handle
         return handle
 
@@ -177,19 +189,16 @@ class TaskWriter:
         self._flush(current)
         if current.writer is not None and current.writer is not current.stream:
             current.writer.close()
-        if not current.stream.closed:
+        if current.stream.closed:
+            # A compressed JSON stream closes the file under it: ask the store.
+            size = self.out.size(current.pending)
+        else:
+            size = current.stream.tell()
             current.stream.close()
-        fd = os.open(current.pending, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        self.out.sync(current.pending)
         self.done.append(
             CommittedFile(
-                path=current.final,
-                pending=current.pending.relative_to(self.out).as_posix(),
-                rows=current.rows,
-                bytes=current.pending.stat().st_size,
+                path=current.final, pending=current.pending, rows=current.rows, bytes=size
             )
         )
         del self.open[current.bucket]
@@ -201,11 +210,7 @@ class TaskWriter:
         for current in list(self.open.values()):
             self._finish(current)
         if self.done:
-            fd = os.open(self.folder, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            self.out.sync(self.folder)
         return sorted(self.done, key=lambda f: f.path)
 
     def discard(self) -> None:
@@ -214,5 +219,26 @@ class TaskWriter:
             if not current.stream.closed:
                 current.stream.close()
         self.open.clear()
-        for path in self.created:
-            path.unlink(missing_ok=True)
+        for key in self.created:
+            self.out.delete(key)
+
+
+class FilesWriter(SinkWriter[TaskWriter, FileCommittable]):
+    """Sink V2's writer of the file sink: one :class:`TaskWriter` per task, voting with
+    the pending files it closed."""
+
+    def __init__(self, config: WriterConfig, schema: pa.Schema | None = None) -> None:
+        self.config = config
+        self.schema = schema
+
+    def begin_transaction(self, scope: TaskScope) -> TaskWriter:
+        return TaskWriter(self.config, scope, self.schema)
+
+    def write(self, txn: TaskWriter, batch: pa.RecordBatch) -> None:
+        txn.write(batch)
+
+    def pre_commit(self, txn: TaskWriter) -> FileCommittable:
+        return FileCommittable(tuple(txn.close()))
+
+    def abort_transaction(self, txn: TaskWriter) -> None:
+        txn.discard()

@@ -21,8 +21,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
+from pyarrow import fs
 
-from firesteel.core.error_policy import BadRecord, ErrorHandler
+from firesteel.core.spi import BadRecord, ErrorHandler
 
 JSON_BLOCK_SIZE = 16 * 1024 * 1024
 """pyarrow's JSON reader needs each line within one block; lines longer than this fail."""
@@ -133,9 +134,9 @@ def _salvage(
 
 
 def _read_text_based(
-    path: str, location: str, spec: FormatSpec, handler: ErrorHandler
+    filesystem: fs.FileSystem, path: str, location: str, spec: FormatSpec, handler: ErrorHandler
 ) -> Iterator[pa.Table]:
-    with open(path, "rb") as handle:
+    with filesystem.open_input_stream(path, compression=None) as handle:
         data = handle.read()
     first_line = 1
     if spec.format == "csv":
@@ -192,9 +193,9 @@ def _csv_header(line: bytes, delimiter: str) -> list[str]:
 
 
 def read_file(
-    path: str, location: str, spec: FormatSpec, handler: ErrorHandler
+    filesystem: fs.FileSystem, path: str, location: str, spec: FormatSpec, handler: ErrorHandler
 ) -> Iterator[pa.RecordBatch]:
-    """Yield the records of the file at ``path`` as batches of ``spec.schema``.
+    """Yield the records of the file at ``path`` on ``filesystem`` as batches of ``spec.schema``.
 
     ``location`` is the name used in errors and quarantine records. Bad lines go
     to ``handler``; a file that cannot be read at all goes to it with no line.
@@ -203,11 +204,12 @@ def read_file(
         if spec.format == "parquet":
             import pyarrow.parquet as pq
 
-            parquet = pq.ParquetFile(path)
-            for batch in parquet.iter_batches(batch_size=65536):
-                yield from conform(batch, spec.schema).to_batches()
+            with filesystem.open_input_file(path) as source:
+                parquet = pq.ParquetFile(source)
+                for batch in parquet.iter_batches(batch_size=65536):
+                    yield from conform(batch, spec.schema).to_batches()
             return
-        for table in _read_text_based(path, location, spec, handler):
+        for table in _read_text_based(filesystem, path, location, spec, handler):
             yield from conform(table, spec.schema).to_batches()
     except FileDamaged as exc:
         handler.handle(BadRecord(location, None, str(exc)))
@@ -215,28 +217,33 @@ def read_file(
         handler.handle(BadRecord(location, None, f"cannot read as {spec.format}: {exc}"))
 
 
-def infer_schema(path: str, spec_format: str, header: bool, delimiter: str) -> pa.Schema:
-    """The schema of one file, for a source without a user schema (driver side)."""
+def infer_schema(
+    filesystem: fs.FileSystem, path: str, spec_format: str, header: bool, delimiter: str
+) -> pa.Schema:
+    """The schema of one file on ``filesystem``, for a source without a user schema (driver)."""
     if spec_format == "text":
         return pa.schema([("value", pa.string())])
     if spec_format == "parquet":
         import pyarrow.parquet as pq
 
-        schema = pq.read_schema(path)
+        with filesystem.open_input_file(path) as source:
+            schema = pq.read_schema(source)
     elif spec_format == "csv":
         import pyarrow.csv as pacsv
 
-        schema = pacsv.read_csv(
-            path,
-            read_options=pacsv.ReadOptions(autogenerate_column_names=not header),
-            parse_options=pacsv.ParseOptions(delimiter=delimiter),
-        ).schema
+        with filesystem.open_input_stream(path) as source:
+            schema = pacsv.read_csv(
+                source,
+                read_options=pacsv.ReadOptions(autogenerate_column_names=not header),
+                parse_options=pacsv.ParseOptions(delimiter=delimiter),
+            ).schema
     else:
         import pyarrow.json as pajson
 
-        schema = pajson.read_json(
-            path, read_options=pajson.ReadOptions(block_size=JSON_BLOCK_SIZE)
-        ).schema
+        with filesystem.open_input_stream(path) as source:
+            schema = pajson.read_json(
+                source, read_options=pajson.ReadOptions(block_size=JSON_BLOCK_SIZE)
+            ).schema
     fields = [
         pa.field(f.name, pa.string()) if pa.types.is_null(f.type) else f.remove_metadata()
         for f in schema

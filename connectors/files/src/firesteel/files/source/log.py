@@ -12,10 +12,13 @@ Layout of the log folder::
     errors/<first>-<last>.json  skip/quarantine counts of one partition (see source)
     cleanup.json                how far cleanup (archive/delete) has gone
 
-A segment is published with an exclusive create (hard link), so two drivers
-appending at once cannot both claim a sequence number: the loser re-reads
-and retries. Segments are never rewritten, which is what keeps old offsets
-meaningful.
+A segment is published with an exclusive create (hard link; on an object
+store a HEAD then one PUT, see :func:`firesteel.core.durable.create_record`),
+so two drivers appending at once locally cannot both claim a sequence number:
+the loser re-reads and retries. Segments are never rewritten, which is what
+keeps old offsets meaningful. Nothing here lists the folder: the next segment
+is found by its number (one existence check per refresh, one GET per new
+segment), so the cost per batch does not grow with the log.
 """
 
 from __future__ import annotations
@@ -23,12 +26,12 @@ from __future__ import annotations
 import base64
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
-from firesteel.core.durable import create_record, read_record, write_record
-from firesteel.core.errors import ConfigError
+from firesteel.core.spi import ConfigError, check_location, create_record, read_record, write_record
+from firesteel.files.folder import Folder
 
 LOG_FORMAT_VERSION = 1
 
@@ -46,49 +49,59 @@ class FileEntry:
 class FileLog:
     """Driver-side view of one log folder; :meth:`refresh` reads segments written since."""
 
-    def __init__(self, folder: Path, config: dict[str, object]) -> None:
+    def __init__(self, folder: Folder, config: dict[str, object]) -> None:
         self.folder = folder
         self.entries: list[FileEntry] = []
         self.by_path: dict[str, FileEntry] = {}
         self._next_segment = 0
-        try:
-            (folder / "segments").mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            msg = (
-                f"option 'log.path': cannot create the discovered-file log at {folder} ({exc}); "
-                "point 'log.path' at a writable folder"
-            )
-            raise ConfigError(msg) from exc
+        if folder.object_store:
+            check_location(folder.location, folder.config)
+        else:
+            try:
+                folder.fs.create_dir(folder.path("segments"), recursive=True)
+            except OSError as exc:
+                msg = (
+                    f"option 'log.path': cannot create the discovered-file log at {folder.uri} "
+                    f"({exc}); point 'log.path' at a writable folder"
+                )
+                raise ConfigError(msg) from exc
         self._check_config(config)
         self.identity = self._identity()
         self.refresh()
 
+    def _create(self, key: str, kind: str, content: Any) -> bool:
+        return create_record(
+            self.folder.uri_of(key), kind, LOG_FORMAT_VERSION, content, self.folder.config
+        )
+
+    def _read(self, key: str, kind: str) -> Any:
+        return read_record(self.folder.uri_of(key), kind, (LOG_FORMAT_VERSION,), self.folder.config)
+
     def _check_config(self, config: dict[str, object]) -> None:
-        path = self.folder / "config.json"
-        if not path.exists():
-            create_record(path, "source-log-config", LOG_FORMAT_VERSION, config)
-        stored = read_record(path, "source-log-config", (LOG_FORMAT_VERSION,))
+        if not self.folder.exists("config.json"):
+            self._create("config.json", "source-log-config", config)
+        stored = self._read("config.json", "source-log-config")
         if stored != config:
             msg = (
-                f"option 'log.path': the log at {self.folder} was made for {stored}, not "
+                f"option 'log.path': the log at {self.folder.uri} was made for {stored}, not "
                 f"{config}; use another 'log.path' for a source with different options"
             )
             raise ConfigError(msg)
 
     def _identity(self) -> str:
         """A random id made with the log: a deleted and rebuilt log gets another one."""
-        path = self.folder / "identity.json"
-        if not path.exists():
-            create_record(path, "source-log-identity", LOG_FORMAT_VERSION, uuid.uuid4().hex[:12])
-        return str(read_record(path, "source-log-identity", (LOG_FORMAT_VERSION,)))
+        if not self.folder.exists("identity.json"):
+            self._create("identity.json", "source-log-identity", uuid.uuid4().hex[:12])
+        return str(self._read("identity.json", "source-log-identity"))
 
-    def _segment(self, seq: int) -> Path:
-        return self.folder / "segments" / f"{seq:010d}.json"
+    @staticmethod
+    def _segment(seq: int) -> str:
+        return f"segments/{seq:010d}.json"
 
     def refresh(self) -> None:
         """Read segments appended since the last call (by this or another driver)."""
-        while self._segment(self._next_segment).exists():
-            rows = read_record(self._segment(self._next_segment), "source-log", (1,))
+        while self.folder.exists(self._segment(self._next_segment)):
+            rows = self._read(self._segment(self._next_segment), "source-log")
             for path, size, mtime_ns in rows:
                 entry = FileEntry(len(self.entries), path, size, mtime_ns)
                 self.entries.append(entry)
@@ -100,7 +113,7 @@ class FileLog:
         if not files:
             return True
         seq = self._next_segment
-        if not create_record(self._segment(seq), "source-log", LOG_FORMAT_VERSION, files):
+        if not self._create(self._segment(seq), "source-log", files):
             self.refresh()
             return False
         self.refresh()
@@ -111,27 +124,31 @@ class FileLog:
 
     def load_schema(self) -> pa.Schema | None:
         """The schema inferred when the log was new, if any."""
-        path = self.folder / "schema.json"
-        if not path.exists():
+        if not self.folder.exists("schema.json"):
             return None
-        encoded = read_record(path, "source-schema", (LOG_FORMAT_VERSION,))
+        encoded = self._read("schema.json", "source-schema")
         return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(encoded)))
 
     def save_schema(self, schema: pa.Schema) -> pa.Schema:
         """Keep the first inferred schema; returns the one kept (another driver may have won)."""
         encoded = base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
-        create_record(self.folder / "schema.json", "source-schema", LOG_FORMAT_VERSION, encoded)
+        self._create("schema.json", "source-schema", encoded)
         kept = self.load_schema()
         assert kept is not None
         return kept
 
     def cleaned_up_to(self) -> int:
         """Files below this index have been archived or deleted already."""
-        path = self.folder / "cleanup.json"
-        if not path.exists():
+        if not self.folder.exists("cleanup.json"):
             return 0
-        return int(read_record(path, "source-cleanup", (LOG_FORMAT_VERSION,)))
+        return int(self._read("cleanup.json", "source-cleanup"))
 
     def set_cleaned_up_to(self, index: int) -> None:
         """Record cleanup progress (after the files are gone)."""
-        write_record(self.folder / "cleanup.json", "source-cleanup", LOG_FORMAT_VERSION, index)
+        write_record(
+            self.folder.uri_of("cleanup.json"),
+            "source-cleanup",
+            LOG_FORMAT_VERSION,
+            index,
+            self.folder.config,
+        )

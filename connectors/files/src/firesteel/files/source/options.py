@@ -10,9 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from firesteel.core.error_policy import ErrorPolicy
-from firesteel.core.errors import ConfigError
-from firesteel.core.options import option, require_absolute
+from firesteel.core.spi import ConfigError, ErrorPolicy, option, require_absolute
 
 SourceFormat = Literal["parquet", "csv", "json", "text"]
 
@@ -21,7 +19,11 @@ SourceFormat = Literal["parquet", "csv", "json", "text"]
 class FilesSourceOptions:
     """Options of ``spark.readStream.format("firesteel.files")``."""
 
-    path: str = option(required=True, doc="the directory to read (or pass it to load())")
+    path: str = option(
+        required=True,
+        doc="the directory to read (or pass it to load()): an absolute path or a URI "
+        "(s3a://bucket/prefix, gs://, abfss://); a store's fs.* settings are options too",
+    )
     format: SourceFormat = option("parquet", doc="file format: parquet, csv, json (lines), text")
     max_files_per_batch: int | None = option(
         None, name="max.files.per.batch", doc="admission control: at most this many files a batch"
@@ -56,9 +58,13 @@ class FilesSourceOptions:
         "(default: <path>/_firesteel/source-<digest of format, pattern, recursive>)",
     )
 
+    passthrough: dict[str, str] = dataclasses.field(default_factory=dict)
+    """The ``fs.*`` options: settings of the store ``path`` is on (Hadoop's names)."""
+
     def __post_init__(self) -> None:
-        for key in ("path", "archive_path", "quarantine_path", "log_path"):
-            require_absolute(key.replace("_", "."), getattr(self, key), allow_uri=False)
+        for key in ("path", "archive_path", "log_path"):
+            require_absolute(key.replace("_", "."), getattr(self, key))
+        require_absolute("quarantine.path", self.quarantine_path, allow_uri=False)
         for name in ("max_files_per_batch", "max_bytes_per_batch"):
             value = getattr(self, name)
             if value is not None and value < 1:

@@ -1,5 +1,10 @@
 """The file source: a directory of Parquet, CSV, JSON-lines or text files, read as a stream.
 
+The directory is a local path or a prefix on an object store
+(``s3a://bucket/prefix``, ``gs://``, ``abfss://``), reached with the source's
+``fs.*`` options over the session's ``spark.hadoop.fs.*`` settings; the
+discovered-file log lives beside the files unless ``log.path`` moves it.
+
 Where positions live
 --------------------
 The source does not know Spark's checkpoint location, so it keeps its own
@@ -20,14 +25,25 @@ Per micro-batch (driver unless noted):
 1. :meth:`FilesSource.latest_offset` lists the folder, appends new files to the
    log, and admits files from ``start`` up to ``max.files.per.batch`` and
    ``max.bytes.per.batch`` (both apply; a batch holds at least one file).
+   Requests per batch on an object store: the listing is one LIST request
+   (with a delimiter) per 1,000 entries of the prefix, plus one per visible
+   sub-prefix when ``recursive``; ``_``/``.`` prefixes (the log among them)
+   are never listed. So the bound is ``ceil(entries / 1000)`` per listed
+   prefix: it stays flat when ``cleanup`` is ``delete`` or ``archive`` (the
+   prefix holds the files not yet consumed) and grows by one request per
+   1,000 files kept with ``cleanup=none``. The log adds a constant few: an
+   existence check per refresh, and a create and a read of one segment when
+   the round found new files; it is never listed.
 2. :meth:`FilesSource.partitions` groups consecutive files, a few per Spark
-   partition, deterministically.
+   partition, deterministically: the plan of a logged batch ``[start, end)``
+   is a function of the log alone, never of a new listing.
 3. :meth:`FilesSource.read` (executor) checks each file's size and mtime
    against the log (:class:`~firesteel.core.errors.SourceChangedError` if they
    differ or the file is gone) and yields Arrow record batches.
 4. :meth:`FilesSource.commit` archives or deletes (``cleanup``) the files below
    ``end``; Spark calls it only after the batch is committed, and it is
-   idempotent.
+   idempotent. Archiving is a rename locally and a server-side copy then
+   delete within one object store (across stores a streamed copy).
 
 Bad input
 ---------
@@ -38,7 +54,8 @@ its file range, so a replay replaces rather than adds), and the cumulative
 counts appear in query progress as this source's ``latestOffset``
 (``{"skipped": ..., "quarantined": ...}``) through ``reportLatestOffset``.
 ``quarantine`` writes bad lines to ``<quarantine.path>/<first>-<last>.jsonl``
-(file, line, reason, raw record) and copies unreadable files whole.
+(file, line, reason, raw record) and copies unreadable files whole;
+``quarantine.path`` is a local (or mounted) folder.
 
 Traps: files must be complete when they appear (write them under a name
 starting with ``.`` or ``_`` and rename), since a file whose size or mtime
@@ -52,18 +69,28 @@ import fnmatch
 import hashlib
 import json
 import logging
-import os
-import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import pyarrow as pa
+from pyarrow import fs
 
-from firesteel.core.durable import read_record, write_record
-from firesteel.core.error_policy import ErrorHandler, ErrorPolicy, FolderDeadLetter
-from firesteel.core.errors import ConfigError, SourceChangedError
-from firesteel.core.source import Offset, ReadLimit, ResettableSource
+from firesteel.core.spi import (
+    ConfigError,
+    ErrorHandler,
+    ErrorPolicy,
+    FolderDeadLetter,
+    Offset,
+    ReadLimit,
+    ResettableSource,
+    SourceChangedError,
+    StorageConfig,
+    canonical,
+    check_location,
+    read_record,
+    write_record,
+)
+from firesteel.files.folder import Folder
 from firesteel.files.source.formats import FormatSpec, infer_schema, read_file
 from firesteel.files.source.log import LOG_FORMAT_VERSION, FileEntry, FileLog
 from firesteel.files.source.options import FilesSourceOptions
@@ -81,12 +108,12 @@ PARTITION_MAX_FILES = 16
 class FilesPartition:
     """The work of one Spark task: consecutive log entries and how to parse them."""
 
-    root: str
+    root: Folder
     entries: tuple[FileEntry, ...]
     spec: FormatSpec
     errors: ErrorPolicy
     quarantine_path: str | None
-    report_dir: str
+    log: Folder
 
     @property
     def key(self) -> str:
@@ -104,17 +131,23 @@ class FilesSource(ResettableSource):
 
     name = "firesteel.files"
 
-    def __init__(self, opts: FilesSourceOptions, schema: pa.Schema | None = None) -> None:
+    def __init__(
+        self,
+        opts: FilesSourceOptions,
+        schema: pa.Schema | None = None,
+        storage: StorageConfig | None = None,
+    ) -> None:
         self.opts = opts
-        self.root = Path(opts.path)
-        if not self.root.is_dir():
+        self.storage = storage or StorageConfig()
+        self.root = Folder(opts.path, self.storage)
+        if self.root.object_store:
+            check_location(self.root.location, self.storage)
+        elif self.root.info("").type != fs.FileType.Directory:
             msg = f"option 'path': {opts.path!r} is not a directory; create it or fix the path"
             raise ConfigError(msg)
         self.digest = _log_digest(opts)
-        log_dir = (
-            Path(opts.log_path)
-            if opts.log_path
-            else self.root / "_firesteel" / f"source-{self.digest}"
+        log_dir = Folder(
+            opts.log_path or self.root.uri_of(f"_firesteel/source-{self.digest}"), self.storage
         )
         config: dict[str, object] = {
             "format": opts.format,
@@ -131,12 +164,10 @@ class FilesSource(ResettableSource):
     def _check_archive_path(self) -> None:
         if self.opts.cleanup != "archive" or not self.opts.archive_path:
             return
-        archive = Path(self.opts.archive_path).resolve()
-        root = self.root.resolve()
-        if archive == root or (
-            root in archive.parents
-            and not archive.relative_to(root).parts[0].startswith(HIDDEN_PREFIXES)
-        ):
+        archive = canonical(self.opts.archive_path)
+        root = canonical(self.opts.path)
+        inside = archive.startswith(f"{root}/")
+        if archive == root or (inside and not archive[len(root) + 1 :].startswith(HIDDEN_PREFIXES)):
             msg = (
                 f"option 'archive.path': {archive} is inside the source folder, so archived "
                 "files would be read again; use a folder outside it (or one starting with '_')"
@@ -164,21 +195,24 @@ class FilesSource(ResettableSource):
     def _infer_schema(self) -> pa.Schema:
         self._discover()
         for entry in self.log.entries:
-            path = self.root / entry.path
-            if path.exists():
+            if self.root.exists(entry.path):
                 try:
                     inferred = infer_schema(
-                        str(path), self.opts.format, self.opts.header, self.opts.delimiter
+                        self.root.fs,
+                        self.root.path(entry.path),
+                        self.opts.format,
+                        self.opts.header,
+                        self.opts.delimiter,
                     )
                 except (pa.ArrowInvalid, OSError) as exc:
                     msg = (
-                        f"cannot infer a schema from {path} ({exc}); give one with "
-                        ".schema(...) on readStream"
+                        f"cannot infer a schema from {self.root.uri_of(entry.path)} ({exc}); "
+                        "give one with .schema(...) on readStream"
                     )
                     raise ConfigError(msg) from exc
                 return self.log.save_schema(inferred)
         msg = (
-            f"option 'path': no {self.opts.format} files in {self.root} to infer a schema "
+            f"option 'path': no {self.opts.format} files in {self.root.uri} to infer a schema "
             "from; add one or give the schema with .schema(...) on readStream"
         )
         raise ConfigError(msg)
@@ -193,24 +227,22 @@ class FilesSource(ResettableSource):
         return fnmatch.fnmatchcase(target, pattern)
 
     def _list(self) -> list[tuple[str, int, int]]:
+        """(relative path, size, mtime_ns) of every visible file: one listing per folder,
+        hidden folders (``_firesteel/`` among them) never entered."""
         found: list[tuple[str, int, int]] = []
-        pending = [self.root]
+        pending = [""]
         while pending:
             folder = pending.pop()
-            with os.scandir(folder) as items:
-                for item in items:
-                    if item.name.startswith(HIDDEN_PREFIXES):
-                        continue
-                    if item.is_dir(follow_symlinks=False):
-                        if self.opts.recursive:
-                            pending.append(Path(item.path))
-                        continue
-                    if not item.is_file():
-                        continue
-                    relative = Path(item.path).relative_to(self.root).as_posix()
-                    if self._matches(relative):
-                        stat = item.stat()
-                        found.append((relative, stat.st_size, stat.st_mtime_ns))
+            for item in self.root.entries(folder):
+                if item.base_name.startswith(HIDDEN_PREFIXES):
+                    continue
+                relative = f"{folder}/{item.base_name}" if folder else item.base_name
+                if item.type == fs.FileType.Directory:
+                    if self.opts.recursive:
+                        pending.append(relative)
+                    continue
+                if item.type == fs.FileType.File and self._matches(relative):
+                    found.append((relative, int(item.size or 0), int(item.mtime_ns or 0)))
         return found
 
     def _discover(self) -> None:
@@ -224,7 +256,7 @@ class FilesSource(ResettableSource):
                     new.append((relative, size, mtime_ns))
                 elif (known.size, known.mtime_ns) != (size, mtime_ns):
                     msg = (
-                        f"file {self.root / relative} changed after it was discovered (log "
+                        f"file {self.root.uri_of(relative)} changed after it was discovered (log "
                         f"entry {known.index}: size {known.size}, mtime_ns {known.mtime_ns}; "
                         f"now size {size}, mtime_ns {mtime_ns}). firesteel reads each file "
                         "once: write new data to new files, and write files under a name "
@@ -245,7 +277,7 @@ class FilesSource(ResettableSource):
         if log.split("-", maxsplit=1)[0] == self.digest and log != self.log_id:
             msg = (
                 f"the checkpoint's offset {offset} refers to a discovered-file log that no "
-                f"longer exists: the log at {self.log.folder} was deleted and rebuilt (it is "
+                f"longer exists: the log at {self.log.folder.uri} was deleted and rebuilt (it is "
                 f"{self.log_id} now), so its positions would name other files. Restore the "
                 "log folder, or start a new checkpoint to read the folder from the beginning"
             )
@@ -301,7 +333,7 @@ class FilesSource(ResettableSource):
             self.log.refresh()
         if stop > len(self.log):
             msg = (
-                f"offset {end} points past the discovered-file log at {self.log.folder} "
+                f"offset {end} points past the discovered-file log at {self.log.folder.uri} "
                 f"({len(self.log)} entries): the log was deleted or replaced; restore it or "
                 "start a new checkpoint"
             )
@@ -321,12 +353,12 @@ class FilesSource(ResettableSource):
             size += entry.size
         return [
             FilesPartition(
-                root=str(self.root),
+                root=self.root,
                 entries=tuple(group),
                 spec=spec,
                 errors=self.opts.errors,
                 quarantine_path=self.opts.quarantine_path,
-                report_dir=str(self.log.folder / "errors"),
+                log=self.log.folder,
             )
             for group in groups
         ]
@@ -342,23 +374,25 @@ class FilesSource(ResettableSource):
             partition.key,
             dead_letter if partition.errors is ErrorPolicy.QUARANTINE else None,
         )
-        root = Path(partition.root)
+        root = partition.root
         for entry in partition.entries:
-            path = root / entry.path
-            _check_unchanged(path, entry)
+            where = root.uri_of(entry.path)
+            _check_unchanged(root, entry)
             before = handler.whole_units
-            yield from read_file(str(path), str(path), partition.spec, handler)
-            _check_unchanged(path, entry)
+            yield from read_file(root.fs, root.path(entry.path), where, partition.spec, handler)
+            _check_unchanged(root, entry)
             if (
                 dead_letter is not None
                 and partition.errors is ErrorPolicy.QUARANTINE
                 and handler.whole_units > before
             ):
-                dead_letter.copy_file(f"{entry.index:010d}-{path.name}", str(path))
+                name = entry.path.rsplit("/", 1)[-1]
+                with root.open_input(entry.path) as original:
+                    dead_letter.copy_file(f"{entry.index:010d}-{name}", original)
         handler.close()
         if handler.skipped or handler.quarantined:
             write_record(
-                Path(partition.report_dir) / f"{partition.key}.json",
+                partition.log.uri_of(f"errors/{partition.key}.json"),
                 "source-errors",
                 LOG_FORMAT_VERSION,
                 {
@@ -366,16 +400,19 @@ class FilesSource(ResettableSource):
                     "quarantined": handler.quarantined,
                     "examples": [r.describe() for r in handler.examples],
                 },
+                partition.log.config,
             )
 
     # -- progress and cleanup ---------------------------------------------------
 
     def report_latest_offset(self) -> Offset | None:
         skipped = quarantined = 0
-        folder = self.log.folder / "errors"
-        if folder.is_dir():
-            for report in sorted(folder.glob("*.json")):
-                counts = read_record(report, "source-errors", (LOG_FORMAT_VERSION,))
+        log = self.log.folder
+        for name in log.names("errors"):
+            if name.endswith(".json"):
+                counts = read_record(
+                    log.uri_of(f"errors/{name}"), "source-errors", (LOG_FORMAT_VERSION,), log.config
+                )
                 skipped += int(counts["skipped"])
                 quarantined += int(counts["quarantined"])
         return {
@@ -399,34 +436,34 @@ class FilesSource(ResettableSource):
 
     def _clean(self, entry: FileEntry) -> None:
         """Archive or delete one committed file; safe to repeat after a crash."""
-        source = self.root / entry.path
         if self.opts.cleanup == "delete":
-            source.unlink(missing_ok=True)
+            self.root.delete(entry.path)
             return
         assert self.opts.archive_path is not None
-        target = Path(self.opts.archive_path) / entry.path
-        if not source.exists():
+        archive = Folder(self.opts.archive_path, self.storage)
+        source = self.root.info(entry.path)
+        if source.type != fs.FileType.File:
             return
-        if target.exists() and target.stat().st_size == source.stat().st_size:
-            source.unlink()
+        target = archive.info(entry.path)
+        if target.type == fs.FileType.File and target.size == source.size:
+            # A crash came between an object store's copy and its delete.
+            self.root.delete(entry.path)
             return
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(source), str(target))
+        archive.receive(self.root, entry.path)
 
 
-def _check_unchanged(path: Path, entry: FileEntry) -> None:
-    try:
-        stat = path.stat()
-    except FileNotFoundError as exc:
+def _check_unchanged(root: Folder, entry: FileEntry) -> None:
+    info = root.info(entry.path)
+    if info.type != fs.FileType.File:
         msg = (
-            f"file {path} (log entry {entry.index}) is gone; it was discovered but removed "
-            "before its batch committed, so its records cannot be read"
+            f"file {root.uri_of(entry.path)} (log entry {entry.index}) is gone; it was "
+            "discovered but removed before its batch committed, so its records cannot be read"
         )
-        raise SourceChangedError(msg) from exc
-    if (stat.st_size, stat.st_mtime_ns) != (entry.size, entry.mtime_ns):
+        raise SourceChangedError(msg)
+    if (info.size, info.mtime_ns) != (entry.size, entry.mtime_ns):
         msg = (
-            f"file {path} changed after it was discovered (size {entry.size} -> "
-            f"{stat.st_size}, mtime_ns {entry.mtime_ns} -> {stat.st_mtime_ns}); the batch "
-            "that reads it would not be repeatable. Write new data to new files"
+            f"file {root.uri_of(entry.path)} changed after it was discovered (size "
+            f"{entry.size} -> {info.size}, mtime_ns {entry.mtime_ns} -> {info.mtime_ns}); the "
+            "batch that reads it would not be repeatable. Write new data to new files"
         )
         raise SourceChangedError(msg)

@@ -16,9 +16,9 @@ Two readers (option ``marker.log.reader``):
   ``retry.timeout.ms``), and stops as soon as it finds the record it looks for;
 * ``raw``: fetches the raw record batches and applies commit/abort markers
   itself, for brokers whose ``read_committed`` shows aborted data (tansu 0.6).
-  It is the raw-log reader of firesteel-testing (``firesteel.testing.kafka.rawlog``,
-  on kafka-python), installed by the extra ``firesteel-kafka[tansu]``, imported
-  only on this path, and connects in plaintext (no SASL/SSL).
+  It is :mod:`firesteel.kafka.rawlog`, on kafka-python, which the extra
+  ``firesteel-kafka[tansu]`` installs; it is imported only on this path and
+  connects in plaintext (no SASL/SSL).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 MARKER_LOG_TAIL = 2_000
 """Offsets of the marker log read back: two per task transaction, so ~1000 tasks."""
 RAW_EXTRA = "firesteel-kafka[tansu]"
-"""The extra that installs the raw reader (firesteel-testing's, with kafka-python)."""
+"""The extra that installs the raw reader's client (kafka-python)."""
 _GROUP = "firesteel-marker-log"
 """librdkafka wants a group id; the readers never join it or commit to it."""
 
@@ -61,13 +61,11 @@ class MarkerLog:
         Called on the driver and again in each task that reads: executors may
         have other packages than the driver.
         """
-        if self.reader == "raw" and not all(
-            importlib.util.find_spec(name) for name in ("kafka", "firesteel.testing")
-        ):
+        if self.reader == "raw" and importlib.util.find_spec("kafka") is None:
             msg = (
                 "firesteel.kafka sink: option 'marker.log.reader' is raw, which reads the "
-                "marker log with firesteel-testing's raw-log reader and kafka-python; install "
-                f"them with pip install '{RAW_EXTRA}' wherever the query runs"
+                "marker log with kafka-python; install it with "
+                f"pip install '{RAW_EXTRA}' wherever the query runs"
             )
             raise ConfigError(msg)
 
@@ -159,7 +157,7 @@ class MarkerLog:
 
     def _read_raw(self, start: int) -> list[tuple[bytes | None, bytes | None]]:
         """Committed records from ``start`` on, applying transaction markers here."""
-        from firesteel.testing.kafka.rawlog import read_log
+        from firesteel.kafka.rawlog import read_log
 
         bootstrap = str(self.config.get("bootstrap.servers", ""))
         view = read_log(bootstrap, self.topic, [0], {0: start})

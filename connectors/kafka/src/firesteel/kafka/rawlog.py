@@ -4,8 +4,10 @@ A ``read_committed`` consumer relies on the broker to hide aborted data; some
 Kafka-compatible brokers (tansu 0.6) do not. :func:`read_log` fetches raw
 record batches with kafka-python and applies the control records itself: a
 transactional record is visible once a COMMIT marker of its producer follows
-it, never after an ABORT, and pending while neither has. The exactly-once
-checker of the tests and the sink's optional marker log both use it.
+it, never after an ABORT, and pending while neither has. The sink's marker
+log reads itself with it (option ``marker.log.reader=raw``); the exactly-once
+checker of firesteel-testing reuses it. kafka-python, its client, comes with the
+extra ``firesteel-kafka[tansu]`` and is imported only when :func:`read_log` runs.
 """
 
 from __future__ import annotations

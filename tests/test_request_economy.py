@@ -1,0 +1,55 @@
+"""Requests per micro-batch on an object store stay flat, counted at the S3 server.
+
+Thirty-six tiny batches of the write-ahead-log sink (segments, plans and commit
+markers on S3) and of keyed-state snapshots (filesystem and RocksDB backends)
+against the moto server; its request log gives each batch's LIST / GET / HEAD /
+PUT / DELETE / POST count (:mod:`firesteel.testing.economy`). After a warm-up (the
+retained versions filling up), no batch of the last twelve costs more than the
+most expensive of twelve earlier ones, and the twelve cost at most a tenth
+and one request per batch more in all (periodic work, a full snapshot or a
+RocksDB compaction, need not fall evenly into the two windows). A
+component that listed everything ever written would add requests every batch.
+``benchmarks/requests.py`` runs the same over 2,000 batches.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from firesteel.testing.economy import state_batches, wal_batches
+from firesteel.testing.s3 import KINDS, S3Server
+
+BATCHES = 36
+EARLY = slice(6, 18)
+LATE = slice(24, 36)
+
+
+def _assert_flat(counts: list[Counter[str]]) -> None:
+    assert len(counts) == BATCHES
+    for kind in (*KINDS, None):
+        per_batch = [sum(c.values()) if kind is None else c[kind] for c in counts]
+        early, late = per_batch[EARLY], per_batch[LATE]
+        assert max(late) <= max(early), (kind or "all requests", per_batch)
+        # Periodic work need not fall evenly into two windows of twelve: a full snapshot
+        # every 5 batches, a RocksDB compaction every 7th here (one in the first window,
+        # two in the last): a tenth, plus one request per batch, of slack.
+        assert sum(late) <= sum(early) * 1.1 + len(late), (kind or "all requests", per_batch)
+    assert sum(counts[-1].values()) > 0, "nothing reached the server"
+
+
+def test_write_ahead_log_requests_per_batch_stay_flat(s3_server: S3Server, tmp_path: Path) -> None:
+    counts = wal_batches(s3_server, tmp_path, BATCHES)
+    _assert_flat(counts)
+    # Two segments written and read, a plan, two commit markers: nothing of earlier batches.
+    assert counts[-1]["PUT"] <= 8, counts[-1]
+
+
+@pytest.mark.parametrize("kind", ["filesystem", "rocksdb"])
+def test_state_snapshot_requests_per_batch_stay_flat(
+    s3_server: S3Server, tmp_path: Path, kind: str
+) -> None:
+    options = {"retain": 3, **({"full_snapshot_every": 5} if kind == "filesystem" else {})}
+    _assert_flat(state_batches(s3_server, kind, tmp_path, BATCHES, **options))
