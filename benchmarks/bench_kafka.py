@@ -19,7 +19,13 @@ started before the timing.
   reading its share of the same files with pyarrow and producing with the
   same settings (``acks=all``, idempotence, ``linger.ms=5``, flush at the end).
 - sink alone, exactly-once beside at-least-once: the same query, one batch,
-  ``guarantee=exactly-once`` (a transaction per task and its commit marker).
+  ``guarantee=exactly-once`` in its default ``exactly.once.mode=write-ahead``
+  (segments in the checkpoint, one transaction per segment from the commit).
+- the two exactly-once modes beside each other (issue 35), 100 B records
+  only: ``exactly.once.mode=write-ahead`` beside ``in-task`` (a transaction
+  per task and its commit marker), the sink alone in one batch and Kafka ->
+  Kafka at 1 s triggers; the default follows these figures (README,
+  "Exactly-once modes").
 - end to end: Kafka -> Kafka at-least-once beside one raw consume + produce
   loop, and exactly-once beside at-least-once with 1 s processing-time
   triggers and the input split into 8 batches by ``maxOffsetsPerTrigger``,
@@ -53,7 +59,7 @@ from benchmarks import spark
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-from benchmarks.framework import Workload
+from benchmarks.framework import Measure, Workload, measured_once
 
 PARTITIONS = 4
 TASKS = 2
@@ -354,12 +360,14 @@ def firesteel_sink(
     trigger_seconds: float | None,
     batches: int | None = None,
     busy_time: bool = False,
+    mode: str = "write-ahead",
 ) -> Callable[[], float]:
     """Kafka -> the firesteel.kafka sink; records per second of wall time, or of the
     batches' own execution time when ``busy_time`` (a long trigger's idle wait excluded).
 
     With a trigger interval the input is split into ``batches`` batches, so the
     per-batch cost of transactions shows; without, one batch takes everything.
+    ``mode`` is the exactly-once sink's ``exactly.once.mode``.
     """
 
     def run() -> float:
@@ -371,6 +379,7 @@ def firesteel_sink(
             .option("kafka.bootstrap.servers", _STATE.bootstrap)
             .option("topic", target)
             .option("guarantee", guarantee)
+            .option("exactly.once.mode", mode)
             .option("kafka.linger.ms", "5")
             .option("checkpointLocation", checkpoint)
         )
@@ -395,8 +404,11 @@ def firesteel_sink(
     return run
 
 
-def firesteel_sink_alone(label: str, guarantee: str) -> Callable[[], float]:
-    """Spark's own Parquet source -> the firesteel.kafka sink, one batch."""
+def firesteel_sink_alone(
+    label: str, guarantee: str, mode: str = "write-ahead"
+) -> Callable[[], float]:
+    """Spark's own Parquet source -> the firesteel.kafka sink, one batch (``mode``: the
+    exactly-once sink's ``exactly.once.mode``)."""
 
     def run() -> float:
         target = _fresh_topic()
@@ -410,6 +422,7 @@ def firesteel_sink_alone(label: str, guarantee: str) -> Callable[[], float]:
             .option("kafka.bootstrap.servers", _STATE.bootstrap)
             .option("topic", target)
             .option("guarantee", guarantee)
+            .option("exactly.once.mode", mode)
             .option("kafka.linger.ms", "5")
             .option("checkpointLocation", _checkpoint())
             .trigger(availableNow=True)
@@ -516,9 +529,14 @@ def workloads(quick: bool) -> list[Workload]:
     trigger, long_trigger = (0.2, 0.5) if quick else (1.0, 10.0)
     out = []
     triggered = QUICK_TRIGGERED_BATCHES if quick else TRIGGERED_BATCHES
+    # A quick run measures the write-ahead sides the mode workloads share with the
+    # exactly-once vs at-least-once ones once.
+    share: Callable[[Measure], Measure] = measured_once if quick else (lambda side: side)
     for label in counts:
         n = f"{counts[label] // 1000}k" if counts[label] >= 1000 else str(counts[label])
         common = {"group": "kafka", "unit": "rows/s", "repetitions": repetitions, "warmup": warmup}
+        alone = share(firesteel_sink_alone(label, "exactly-once"))
+        triggered_side = share(firesteel_sink(label, "exactly-once", trigger, triggered))
         out += [
             Workload(
                 name=f"kafka source alone -> noop, {n} x {label}, {PARTITIONS} partitions",
@@ -552,7 +570,7 @@ def workloads(quick: bool) -> list[Workload]:
                 baseline_name="firesteel at-least-once sink alone",
                 goal=None,
                 issue="issue 12",
-                firesteel=firesteel_sink_alone(label, "exactly-once"),
+                firesteel=alone,
                 baseline=firesteel_sink_alone(label, "at-least-once"),
                 **common,  # type: ignore[arg-type]
             ),
@@ -573,7 +591,7 @@ def workloads(quick: bool) -> list[Workload]:
                 baseline_name=f"firesteel at-least-once, {trigger:g} s triggers",
                 goal=0.9,
                 issue="issue 5",
-                firesteel=firesteel_sink(label, "exactly-once", trigger, triggered),
+                firesteel=triggered_side,
                 baseline=firesteel_sink(label, "at-least-once", trigger, triggered),
                 **common,  # type: ignore[arg-type]
             ),
@@ -594,4 +612,41 @@ def workloads(quick: bool) -> list[Workload]:
                 **common,  # type: ignore[arg-type]
             ),
         ]
+        if label == "100 B":
+            out += _mode_workloads(n, label, (alone, triggered_side), trigger, triggered, common)
     return out
+
+
+def _mode_workloads(
+    n: str,
+    label: str,
+    sides: tuple[Measure, Measure],
+    trigger: float,
+    triggered: int,
+    common: dict[str, object],
+) -> list[Workload]:
+    """The write-ahead mode (``sides``: the sink alone, and at triggers) beside the in-task
+    mode (issue 35)."""
+    return [
+        Workload(
+            name=f"kafka sink alone exactly-once write-ahead vs in-task, one batch, {n} x {label}",
+            baseline_name="firesteel exactly-once in-task sink alone",
+            goal=None,
+            issue="issue 35",
+            firesteel=sides[0],
+            baseline=firesteel_sink_alone(label, "exactly-once", "in-task"),
+            **common,  # type: ignore[arg-type]
+        ),
+        Workload(
+            name=(
+                f"kafka -> kafka exactly-once write-ahead vs in-task, {trigger:g} s triggers, "
+                f"{n} x {label}"
+            ),
+            baseline_name=f"firesteel exactly-once in-task, {trigger:g} s triggers",
+            goal=None,
+            issue="issue 35",
+            firesteel=sides[1],
+            baseline=firesteel_sink(label, "exactly-once", trigger, triggered, mode="in-task"),
+            **common,  # type: ignore[arg-type]
+        ),
+    ]

@@ -1,5 +1,9 @@
 """Kafka -> map -> Kafka under SIGKILL at protocol points and at random times.
 
+The map job runs the sink's default ``exactly.once.mode=write-ahead`` with a
+``repartition(n)`` that changes on every restart; the state job runs
+``exactly.once.mode=in-task`` with its partition count kept.
+
 On Apache Kafka the jobs run in the documented default configuration (the
 consumer-group marker only) and the output is judged twice: by a plain
 ``read_committed`` consumer (the broker's own isolation) and from the raw log
@@ -22,6 +26,7 @@ from pathlib import Path
 import pytest
 from kafka_support import check_with_read_committed
 
+from firesteel.core.logs import LEVEL_ENV
 from firesteel.testing import (
     CrashHarness,
     HarnessError,
@@ -44,21 +49,26 @@ PARTITIONS = 4
 # Each run starts a JVM (~20 s on a loaded machine); two dozen runs outlive the default timeout.
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(3600)]
 
-# Six of the soak command's points of the path, the source's first (announced without a
-# batch id); the task kills of the last run take the three others.
+# Six of the soak command's points of the write-ahead path, the source's first (announced
+# without a batch id); the kafka.* points fire in the commit's sends there. The task kills of
+# the last run, whose sends run as Spark tasks (send.connect), take two points of its write
+# tasks and one of its send tasks.
 EXACTLY_ONCE_POINTS = [
     "source.after_read",
     "kafka.after_produce",
-    "kafka.before_commit_transaction",
     "kafka.after_commit_transaction",
-    "driver.before_commit",
+    "wal.after_send",
+    "driver.mid_commit",
     "driver.after_commit",
 ]
 EXACTLY_ONCE_TASK_POINTS = [
-    "kafka.after_flush",
-    "kafka.after_commit_transaction",
+    "sink.after_write",
     "sink.after_pre_commit",
+    "kafka.after_commit_transaction",
 ]
+REPARTITIONS = (4, 2)
+"""``repartition(n)`` of the write-ahead job's runs, alternating: every restart changes the
+count of the run it recovers, 4 -> 2 and 2 -> 4 in turn."""
 
 
 def _sequence(values) -> list[int]:
@@ -136,7 +146,16 @@ def _kills(
     return kills
 
 
-def _run(bootstrap: str, tmp_path: Path, guarantee: str, kills_for) -> tuple:
+def _run(
+    bootstrap: str,
+    tmp_path: Path,
+    guarantee: str,
+    kills_for,
+    partitions=lambda run: 0,
+    send=lambda run: "driver",
+) -> tuple:
+    """Run the map job under ``kills_for(checkpoint)``; ``partitions(run)`` is the
+    ``repartition(n)`` of each run (0: none), ``send(run)`` where its commit's sends run."""
     source = create_topic(bootstrap, PARTITIONS)
     target = create_topic(bootstrap, PARTITIONS)
     for partition in range(PARTITIONS):
@@ -157,17 +176,29 @@ def _run(bootstrap: str, tmp_path: Path, guarantee: str, kills_for) -> tuple:
                 target,
                 spelled(run),
                 guarantee,
+                "write-ahead",
+                str(partitions(run)),
+                send(run),
                 *_marker_log_args(bootstrap),
             ],
             kills,
             max_runs=len(kills) + 3,
+            # The fan-out logs where its tasks ran at INFO.
+            env=lambda run: {LEVEL_ENV: "INFO"} if send(run) == "executors" else {},
         )
     return result, live, read_log(bootstrap, target), target
 
 
-def test_exactly_once_under_kills(bootstrap, tmp_path):
-    """Eight SIGKILLs of the whole job, then twelve task kills Spark retries in the run
-    that completes: each retry's producer fences the killed one and reads its marker."""
+def test_exactly_once_under_kills_that_change_the_partition_count(bootstrap, tmp_path):
+    """The default write-ahead mode: eight SIGKILLs of the whole job, each restart with
+    another ``repartition(n)`` than the run it recovers (4 -> 2 and 2 -> 4 in turn), then
+    twelve task kills Spark retries in the run that completes. Every kill in a commit's
+    sends re-runs the batch with the other count: its plan rolls forward, and each segment's
+    send fences the killed one and reads its marker. The last run sends through its own
+    Spark Connect server (``send.connect``), one Spark task per segment: a write task
+    killed writes its segment anew, a send task killed after its transaction committed is
+    retried and finds its marker."""
+    whole_job_kills = 8
     result, live, view, target = _run(
         bootstrap,
         tmp_path,
@@ -175,15 +206,19 @@ def test_exactly_once_under_kills(bootstrap, tmp_path):
         lambda ck: _kills(
             ck, EXACTLY_ONCE_POINTS, rounds=6, randoms=2, tasks=EXACTLY_ONCE_TASK_POINTS
         ),
+        partitions=lambda run: REPARTITIONS[run % 2],
+        send=lambda run: "executors" if run >= whole_job_kills else "driver",
     )
     assert result.all_fired, result.summary()
-    assert result.kills == 20, result.summary()
+    assert result.kills == whole_job_kills + 12, result.summary()
     assert live.checks > 0
     assert not live.violations, live.violations
     assert_exactly_once(_sequence(view.values), range(RECORDS), "committed output")
     check_with_read_committed(bootstrap, target, view)
     assert not view.pending, f"{len(view.pending)} records in transactions never resolved"
     assert not set(_sequence(r.value for r in view.aborted)) - set(range(RECORDS))
+    last = result.logs[-1].read_text()
+    assert "tasks ran on" in last, "the last run's sends did not run as Spark tasks"
 
 
 def test_at_least_once_loses_nothing_under_kills(bootstrap, tmp_path):
@@ -215,9 +250,9 @@ STATE_TASK_POINTS = [
 
 
 def test_stateful_operator_between_kafka_topics_is_exactly_once_under_kills(bootstrap, tmp_path):
-    """Eight SIGKILLs of the whole job, then twelve task kills Spark retries in the run
-    that completes: each retry restores the state its killed attempt may have snapshotted,
-    fences the killed producer and reads its marker."""
+    """``exactly.once.mode=in-task``: eight SIGKILLs of the whole job, then twelve task kills
+    Spark retries in the run that completes: each retry restores the state its killed attempt
+    may have snapshotted, fences the killed producer and reads its marker."""
     source = create_topic(bootstrap, PARTITIONS)
     target = create_topic(bootstrap, PARTITIONS)
     for partition in range(PARTITIONS):
@@ -236,6 +271,7 @@ def test_stateful_operator_between_kafka_topics_is_exactly_once_under_kills(boot
                 target,
                 checkpoints(run),
                 states(run),
+                "in-task",
                 *_marker_log_args(bootstrap),
             ],
             kills,
@@ -336,9 +372,11 @@ def test_soak_command_counts_a_killed_and_restarted_kafka_pipeline(
     from firesteel.testing.kafka.soak import main
 
     monkeypatch.setenv("FIRESTEEL_KAFKA_BOOTSTRAP", bootstrap)
-    code = main(["map", "--cycles", "1", "--seed", "2", "--workdir", str(tmp_path / "soak")])
+    # The paused and resumed soak of test_kafka_soak.py runs the "map" path.
+    workdir = str(tmp_path / "soak")
+    code = main(["map-write-ahead", "--cycles", "1", "--seed", "2", "--workdir", workdir])
     report = json.loads(capsys.readouterr().out)
-    assert (report["path"], report["cycles"], report["records"]) == ("map", 1, 240)
+    assert (report["path"], report["cycles"], report["records"]) == ("map-write-ahead", 1, 240)
     assert report["kills"] == 1
     assert report["lost"] == report["duplicated"] == report["unexpected"] == 0
     assert code == 0

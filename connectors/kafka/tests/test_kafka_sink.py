@@ -16,7 +16,12 @@ from firesteel.core.errors import ConfigError, SinkError
 from firesteel.core.options import parse_options
 from firesteel.kafka.options import PASSTHROUGH, KafkaSinkOptions
 from firesteel.kafka.pool import TransactionalPool
-from firesteel.kafka.sink import KafkaCommittable, KafkaExactlyOnceSink, exactly_once
+from firesteel.kafka.sink import (
+    KafkaCommittable,
+    KafkaExactlyOnceSink,
+    KafkaWriteAheadSink,
+    exactly_once,
+)
 from firesteel.kafka.sink.marker import committed_marker
 from firesteel.testing.kafka import create_topic, produce, read_log
 
@@ -186,6 +191,23 @@ def test_exactly_once_options_are_validated(bootstrap):
             {"kafka.bootstrap.servers": bootstrap, "topci": "x"},
             passthrough_prefixes=PASSTHROUGH,
         )
+
+
+def test_the_exactly_once_mode_and_its_send_option_are_validated(bootstrap):
+    def options(**extra: str) -> KafkaSinkOptions:
+        raw = {"kafka.bootstrap.servers": bootstrap, "topic": "t", "guarantee": "exactly-once"}
+        return parse_options(KafkaSinkOptions, {**raw, **extra}, passthrough_prefixes=PASSTHROUGH)
+
+    assert options().exactly_once_mode == "write-ahead"
+    assert options(**{"send.connect": "sc://localhost:15002"}).send_connect
+    with pytest.raises(ConfigError, match=r"exactly\.once\.mode"):
+        options(**{"exactly.once.mode": "per-task"})
+    with pytest.raises(ConfigError, match=r"'send\.connect' .* exactly\.once\.mode write-ahead"):
+        options(**{"exactly.once.mode": "in-task", "send.connect": "sc://localhost:15002"})
+    with pytest.raises(ConfigError, match=r"option 'send\.connect': .* not a Spark Connect URL"):
+        options(**{"send.connect": "localhost:15002"})
+    with pytest.raises(ConfigError, match=r"checkpointLocation"):
+        KafkaWriteAheadSink(options(), "no-checkpoint", "")
 
 
 @needs_real_kafka

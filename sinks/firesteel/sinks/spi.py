@@ -6,12 +6,19 @@ task's records under :func:`log_dir_for` the query's checkpoint, and once the
 batch is **committed** sends them with ``send_values``; a
 :class:`CheckpointCommitter` records each sent (sink, batch, partition), so a
 retry re-sends at most the one segment whose send was not yet recorded, and
-never a recorded one. ``send.connect`` URLs are checked with
+never a recorded one (:class:`FileCheckpointCommitter`: marker files beside
+the checkpoint). ``send.connect`` URLs are checked with
 :func:`check_connect_url`.
 """
 
-from firesteel.sinks.committers import CheckpointCommitter
+from firesteel.sinks.committers import CheckpointCommitter, FileCheckpointCommitter
 from firesteel.sinks.fanout import check_connect_url
 from firesteel.sinks.write_ahead import WriteAheadSink, log_dir_for
 
-__all__ = ["CheckpointCommitter", "WriteAheadSink", "check_connect_url", "log_dir_for"]
+__all__ = [
+    "CheckpointCommitter",
+    "FileCheckpointCommitter",
+    "WriteAheadSink",
+    "check_connect_url",
+    "log_dir_for",
+]

@@ -35,7 +35,10 @@ Commit order, per micro-batch N:
 A crash between 2b's send and its commit record re-sends that one segment
 after the restart: with a plain (appending) target this is at-least-once; a
 target that upserts (declare ``upsert_target = True``) turns the re-send into
-an overwrite, hence exactly-once. Segments already recorded are never re-sent.
+an overwrite, hence exactly-once; a transactional target (declare
+``transactional_target = True``: Kafka) commits each segment together with its
+own record of the send and skips a segment that record covers, so the re-send
+sends nothing. Segments already recorded are never re-sent.
 
 On an object store (``log_dir`` ``s3a://bucket/wal``, settings in
 ``storage_options``, see :mod:`firesteel.core.storage`) nothing here needs a
@@ -151,7 +154,11 @@ class WriteAheadSink(Sink):
     subclass whose target overwrites by key, so that re-sending a segment
     cannot duplicate: its kind becomes
     :attr:`~firesteel.core.guarantee.SinkKind.WRITE_AHEAD_LOG_UPSERT` and the
-    guarantee check grants exactly-once.
+    guarantee check grants exactly-once. Set ``transactional_target = True``
+    when :meth:`send_values` commits a segment in one transaction of the target
+    together with a record of its own that it checks first (the plan is then a
+    two-phase commit's pre-committed state, and the sink's kind
+    :attr:`~firesteel.core.guarantee.SinkKind.TWO_PHASE_COMMIT`).
 
     ``log_dir`` (local path or pyarrow filesystem URI) should live in the
     query's checkpoint storage, e.g. ``<checkpoint>/firesteel/wal``: executors
@@ -166,11 +173,18 @@ class WriteAheadSink(Sink):
     kind: ClassVar[SinkKind] = SinkKind.WRITE_AHEAD_LOG
     upsert_target: ClassVar[bool] = False
     """True when :meth:`send_values` overwrites by key (re-sending is harmless)."""
+    transactional_target: ClassVar[bool] = False
+    """True when :meth:`send_values` commits a segment and its own record of it in one
+    transaction of the target, and sends nothing for a segment that record covers."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        upsert = cls.upsert_target
-        cls.kind = SinkKind.WRITE_AHEAD_LOG_UPSERT if upsert else SinkKind.WRITE_AHEAD_LOG
+        if cls.transactional_target:
+            cls.kind = SinkKind.TWO_PHASE_COMMIT
+        elif cls.upsert_target:
+            cls.kind = SinkKind.WRITE_AHEAD_LOG_UPSERT
+        else:
+            cls.kind = SinkKind.WRITE_AHEAD_LOG
 
     def __init__(
         self,

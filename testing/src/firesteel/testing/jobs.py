@@ -117,6 +117,22 @@ def job_session(
     )
 
 
+def sends_on_executors() -> tuple[dict[str, str], dict[str, str]]:
+    """The session settings that run the Spark Connect server inside the job's driver on
+    a free port, and the write-ahead sink option ``send.connect`` pointing at it
+    (:mod:`firesteel.sinks.fanout`): ``(extra_config for job_session, sink options)``."""
+    from firesteel.sinks.fanout import CONNECT_PLUGIN
+    from firesteel.testing.ports import free_port
+
+    server = free_port()
+    extra = {
+        "spark.plugins": CONNECT_PLUGIN,
+        "spark.connect.grpc.binding.address": "127.0.0.1",
+        "spark.connect.grpc.binding.port": str(server),
+    }
+    return extra, {"send.connect": f"sc://127.0.0.1:{server}"}
+
+
 def java_temp_option() -> str:
     """``-Djava.io.tmpdir`` set to ``TMPDIR`` when the environment names one, else ``""``.
 

@@ -13,7 +13,7 @@ Registered as ``firesteel.kafka`` (entry point group ``firesteel.connectors``)::
 
 from firesteel.kafka.connector import KafkaConnector
 from firesteel.kafka.options import KafkaSinkOptions, KafkaSourceOptions
-from firesteel.kafka.sink import KafkaExactlyOnceSink, KafkaSink
+from firesteel.kafka.sink import KafkaExactlyOnceSink, KafkaSink, KafkaWriteAheadSink
 from firesteel.kafka.source import KafkaSource
 
 __all__ = [
@@ -23,4 +23,5 @@ __all__ = [
     "KafkaSinkOptions",
     "KafkaSource",
     "KafkaSourceOptions",
+    "KafkaWriteAheadSink",
 ]

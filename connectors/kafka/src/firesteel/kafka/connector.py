@@ -18,7 +18,8 @@ from firesteel.kafka.options import (
     KafkaSinkOptions,
     KafkaSourceOptions,
 )
-from firesteel.kafka.sink import KafkaExactlyOnceSink, KafkaSink
+from firesteel.kafka.sink import KafkaExactlyOnceSink, KafkaSink, KafkaWriteAheadSink
+from firesteel.kafka.sink.layout import PartitionLayout
 from firesteel.kafka.source import KafkaSource
 
 
@@ -36,6 +37,10 @@ class KafkaConnector(FiresteelDataSource):
         # The output: where the rows go and where the commit markers live.
         output = f"kafka:{options.topic or ''}/{options.marker_topic or options.topic or ''}"
         sink_id = default_sink_id(dict(self.options), output, new_stream=options.sink_new_stream)
-        if options.delivery is Guarantee.EXACTLY_ONCE:
-            return KafkaExactlyOnceSink(options, sink_id), Guarantee.EXACTLY_ONCE
-        return KafkaSink(options, sink_id), options.guarantee
+        if options.delivery is not Guarantee.EXACTLY_ONCE:
+            return KafkaSink(options, sink_id), options.guarantee
+        checkpoint = str(dict(self.options).get("checkpointlocation", ""))
+        if options.exactly_once_mode == "write-ahead":
+            return KafkaWriteAheadSink(options, sink_id, checkpoint), Guarantee.EXACTLY_ONCE
+        layout = PartitionLayout(checkpoint, sink_id) if checkpoint else None
+        return KafkaExactlyOnceSink(options, sink_id, layout), Guarantee.EXACTLY_ONCE

@@ -20,12 +20,14 @@ from firesteel.core.spi import (
     require_absolute,
 )
 from firesteel.kafka.config import PREFIX, validate_client_config
+from firesteel.sinks.spi import check_connect_url
 
 CONNECTOR = "firesteel.kafka"
 PASSTHROUGH = (PREFIX,)
 
 ValueFormat = Literal["binary", "json", "avro"]
 MarkerLogReader = Literal["read_committed", "raw"]
+ExactlyOnceMode = Literal["write-ahead", "in-task"]
 
 MAX_TRANSACTION_TIMEOUT_MS = 900_000
 """Apache Kafka's default broker cap ``transaction.max.timeout.ms`` (15 minutes)."""
@@ -171,6 +173,22 @@ class KafkaSinkOptions(SinkOptions):
         doc="'module:function' called as f(key: bytes | None, partitions: int) -> int "
         "(default: librdkafka's, set with kafka.partitioner)",
     )
+    exactly_once_mode: ExactlyOnceMode = option(
+        "write-ahead",
+        name="exactly.once.mode",
+        doc="exactly-once: write-ahead (tasks log their rows in the checkpoint; the batch's "
+        "commit sends each segment of its recorded plan in its own transaction, so a changed "
+        "partition count between a crash and the restart is safe) or in-task (each task "
+        "commits its own transaction: a changed partition count fails the query, after the "
+        "re-run's tasks committed; see the README)",
+    )
+    send_connect: str | None = option(
+        None,
+        name="send.connect",
+        doc="exactly.once.mode=write-ahead: Spark Connect URL of the job's own driver "
+        "(sc://localhost:15002); each committed segment is then sent by its own Spark task, "
+        "across the executors, instead of one after another in the commit",
+    )
     transactional_id_prefix: str = option(
         "firesteel",
         doc="exactly-once: transactional ids are <prefix>-<sink id>-<partition>",
@@ -241,7 +259,19 @@ class KafkaSinkOptions(SinkOptions):
                 raise ConfigError(msg)
             self.transaction_timeout_ms()
             defaults["transactional.id"] = "firesteel-config-check"
+        if self.send_connect is not None:
+            self._check_send_connect(self.send_connect)
         validate_client_config(self.passthrough, "producer", CONNECTOR, defaults)
+
+    def _check_send_connect(self, url: str) -> None:
+        if self.delivery is not Guarantee.EXACTLY_ONCE or self.exactly_once_mode != "write-ahead":
+            msg = (
+                f"{CONNECTOR}: option 'send.connect' moves the write-ahead log's sends onto the "
+                "executors; it needs guarantee exactly-once with exactly.once.mode write-ahead "
+                "(the other modes send from the tasks already): drop the option"
+            )
+            raise ConfigError(msg)
+        check_connect_url(url, "send.connect")
 
     def _require_confirmed_delivery(self) -> None:
         """at-least-once and exactly-once need every replica's ack and idempotence."""

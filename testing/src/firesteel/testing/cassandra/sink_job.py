@@ -24,9 +24,12 @@ from __future__ import annotations
 
 import sys
 
-from firesteel.sinks.fanout import CONNECT_PLUGIN
-from firesteel.testing.jobs import job_session, read_parquet_files, run_available
-from firesteel.testing.ports import free_port
+from firesteel.testing.jobs import (
+    job_session,
+    read_parquet_files,
+    run_available,
+    sends_on_executors,
+)
 
 
 def main() -> None:
@@ -34,16 +37,7 @@ def main() -> None:
     mode = sys.argv[8] if len(sys.argv) > 8 else "upsert"
     partitions = int(sys.argv[9]) if len(sys.argv) > 9 else 2
     send = sys.argv[10] if len(sys.argv) > 10 else "driver"
-    connect: dict[str, str] = {}
-    extra: dict[str, str] = {}
-    if send == "executors":
-        server = free_port()
-        extra = {
-            "spark.plugins": CONNECT_PLUGIN,
-            "spark.connect.grpc.binding.address": "127.0.0.1",
-            "spark.connect.grpc.binding.port": str(server),
-        }
-        connect = {"send.connect": f"sc://127.0.0.1:{server}"}
+    extra, connect = sends_on_executors() if send == "executors" else ({}, {})
     spark = job_session("firesteel-cassandra-crash", extra_config=extra)
     records = read_parquet_files(spark, source, max_files).repartition(partitions, "seq")
     guarantee, write = "exactly-once", "insert"

@@ -2,12 +2,16 @@
 
 Usage::
 
-    python -m firesteel.testing.kafka.soak {map,state} --cycles N [--workdir DIR] [--seed S]
-    python -m firesteel.testing.kafka.soak {map,state} --resume --workdir DIR  # a paused run
+    python -m firesteel.testing.kafka.soak {map,map-write-ahead,state} --cycles N [--workdir DIR]
+        [--seed S]
+    python -m firesteel.testing.kafka.soak {map,map-write-ahead,state} --resume --workdir DIR
 
-- ``map``: Kafka -> map -> Kafka exactly-once (``scripts/map_job.py``);
+- ``map``: Kafka -> map -> Kafka exactly-once, ``exactly.once.mode=in-task``
+  (``scripts/map_job.py``);
+- ``map-write-ahead``: the same job in the default ``exactly.once.mode=write-ahead``,
+  with ``repartition(n)`` before the sink and n drawn anew (1-4) on every start;
 - ``state``: Kafka -> keyed rank per key (filesystem backend) -> Kafka
-  exactly-once (``scripts/state_job.py``).
+  exactly-once, ``exactly.once.mode=in-task`` (``scripts/state_job.py``).
 
 The broker is :func:`~firesteel.testing.kafka.kafka_cluster`'s: the cluster
 ``FIRESTEEL_KAFKA_BOOTSTRAP`` names, else a real broker from ``KAFKA_HOME``
@@ -21,8 +25,9 @@ Every cycle produces :data:`RECORDS_PER_CYCLE` sequence-numbered records
 across the input partitions and starts the job armed with one kill (a named
 protocol point of the path, or a random moment;
 :func:`firesteel.testing.soak.arm`); the next cycle's start recovers it, and
-a last unarmed run reads everything. The partition count is never changed between restarts:
-the exactly-once sink keys its markers by Spark partition (see the README).
+a last unarmed run reads everything. ``map`` and ``state`` never change the partition
+count between restarts: the in-task mode keys its markers by Spark partition (see the
+README); ``map-write-ahead`` changes it on every start.
 The checkpoint and state folders are spelled otherwise on every start
 (:class:`~firesteel.testing.spellings.Spellings`). At
 the end a plain ``read_committed`` consumer (the broker's own isolation, no
@@ -63,6 +68,17 @@ RECORDS_PER_CYCLE = 240
 PARTITIONS = 3
 
 POINTS = {
+    "map-write-ahead": (
+        "sink.after_write",
+        "sink.after_pre_commit",
+        "driver.before_commit",
+        "kafka.after_produce",
+        "kafka.before_commit_transaction",
+        "kafka.after_commit_transaction",
+        "wal.after_send",
+        "driver.mid_commit",
+        "driver.after_commit",
+    ),
     "map": (
         "kafka.after_produce",
         "kafka.after_flush",
@@ -137,7 +153,7 @@ class KafkaSoak:
 
     @property
     def job(self) -> Path:
-        return script(f"{self.name}_job")
+        return script(f"{self.name.removesuffix('-write-ahead')}_job")
 
     def feed(self) -> None:
         start, self.records = self.records, self.records + RECORDS_PER_CYCLE
@@ -148,9 +164,12 @@ class KafkaSoak:
     def args(self, run: int) -> list[str]:
         """Every start spells the checkpoint (and state) folder otherwise than the last."""
         common = [self.bootstrap, self.source, self.target, self.checkpoints.next()]
+        if self.name == "map-write-ahead":
+            partitions = str(self.rng.randint(1, 4))
+            return [*common, "exactly-once", "write-ahead", partitions, "driver", *self.marker_log]
         if self.name == "map":
-            return [*common, "exactly-once", *self.marker_log]
-        return [*common, self.states.next(), *self.marker_log]
+            return [*common, "exactly-once", "in-task", "0", "driver", *self.marker_log]
+        return [*common, self.states.next(), "in-task", *self.marker_log]
 
     @property
     def points(self) -> tuple[str, ...]:
@@ -160,7 +179,7 @@ class KafkaSoak:
         output = read_committed(self.bootstrap, self.target)
         values = [(record.value or b"").decode() for record in output]
         expected = range(self.records)
-        if self.name == "map":
+        if self.name != "state":
             return counts((int(v.removeprefix("out-")) for v in values), expected, misranked=0)
         ranked = [value.split(":") for value in values]
         seqs = [int(seq) for seq, _, _ in ranked]

@@ -1,8 +1,13 @@
 """The Kafka sinks, one module per concept.
 
 * :mod:`.plain`: :class:`KafkaSink`, ``guarantee`` none or at-least-once;
-* :mod:`.exactly_once`: :class:`KafkaExactlyOnceSink`, one transaction per task,
-  committed in the task (the protocol is in its module docs), with
+* :mod:`.write_ahead`: :class:`KafkaWriteAheadSink`, ``guarantee`` exactly-once in
+  the default ``exactly.once.mode=write-ahead``: tasks log, the batch's commit sends
+  each segment of its recorded plan in its own transaction;
+* :mod:`.exactly_once`: :class:`KafkaExactlyOnceSink`, those transactions (one per
+  batch and key, with its marker), and ``exactly.once.mode=in-task``, where each task
+  commits its own (the protocol is in its module docs), with :mod:`.layout` (the
+  in-task mode's partition-count check),
   :mod:`.transaction` (a task's transaction and its vote), :mod:`.naming`
   (transactional ids and marker groups), :mod:`.marker` (the commit marker:
   metadata codec and group-offset read), :mod:`.markerlog` (the optional
@@ -13,5 +18,6 @@
 from firesteel.kafka.sink.exactly_once import KafkaExactlyOnceSink
 from firesteel.kafka.sink.plain import KafkaSink
 from firesteel.kafka.sink.transaction import KafkaCommittable
+from firesteel.kafka.sink.write_ahead import KafkaWriteAheadSink
 
-__all__ = ["KafkaCommittable", "KafkaExactlyOnceSink", "KafkaSink"]
+__all__ = ["KafkaCommittable", "KafkaExactlyOnceSink", "KafkaSink", "KafkaWriteAheadSink"]

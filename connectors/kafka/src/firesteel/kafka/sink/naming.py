@@ -1,9 +1,11 @@
 """The names the exactly-once sink gives its transactions and commit markers.
 
-Every name is derived from (prefix, sink id, Spark partition) alone, never
-from the attempt or the batch, so a retried or re-run task of the same
-partition reuses them: the same transactional id fences the earlier attempt,
-and the same marker group holds the marker the re-run must find.
+Every name is derived from (prefix, sink id, key) alone, the key being the
+Spark partition (``exactly.once.mode=in-task``) or the segment's number in the
+batch's plan (``write-ahead``), never from the attempt or the batch, so a
+retried or re-run send of the same key reuses them: the same transactional id
+fences the earlier attempt, and the same marker group holds the marker the
+re-run must find.
 """
 
 from __future__ import annotations

@@ -1,25 +1,58 @@
 """Crash-test job: Kafka -> map -> Kafka, all available input, from a fixed checkpoint.
 
 Usage: map_job.py <bootstrap> <input topic> <output topic> <checkpoint> <guarantee>
-[<marker log topic>]
-Each input value ``<n>`` becomes ``out-<n>``; the key and partition are kept.
+<exactly-once mode> <partitions> <send> [<marker log topic>]
+Each input value ``<n>`` becomes ``out-<n>``; the key is kept. ``<exactly-once mode>`` is
+the sink's ``exactly.once.mode`` (``write-ahead`` or ``in-task``; ignored by the other
+guarantees); ``<partitions>`` other than 0 repartitions the records into that many
+partitions (round robin) before the sink, as a user's ``repartition(n)`` does. ``<send>``
+is ``driver`` or ``executors``: the job's driver then runs the Spark Connect server on a
+free port and the write-ahead sink gets ``send.connect`` pointing at it
+(:mod:`firesteel.sinks.fanout`).
 """
 
 from __future__ import annotations
 
 import sys
 
-from firesteel.testing.jobs import job_session
-from firesteel.testing.kafka.jobs import KafkaJob
+from firesteel.testing.jobs import job_session, sends_on_executors
 
 
 def main() -> None:
-    job = KafkaJob.parse(sys.argv[1:])
-    spark = job_session("kafka-map-job", shuffle_partitions=2)
-    mapped = job.read(spark, max_offsets=60).selectExpr(
+    bootstrap, source, target, checkpoint, guarantee, mode, partitions, send = sys.argv[1:9]
+    marker_log = sys.argv[9] if len(sys.argv) > 9 else ""
+    extra, connect = sends_on_executors() if send == "executors" else ({}, {})
+    spark = job_session("kafka-map-job", shuffle_partitions=2, extra_config=extra)
+    records = (
+        spark.readStream.format("firesteel.kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", source)
+        .option("startingOffsets", "earliest")
+        .option("checkpointLocation", checkpoint)
+        .option("maxOffsetsPerTrigger", "60")
+        .load()
+    )
+    mapped = records.selectExpr(
         "key", "CAST(concat('out-', CAST(value AS STRING)) AS BINARY) AS value"
     )
-    job.write(spark, mapped, guarantee=job.argument)
+    if int(partitions):
+        mapped = mapped.repartition(int(partitions))
+    writer = (
+        mapped.writeStream.format("firesteel.kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", target)
+        .option("guarantee", guarantee)
+        .option("exactly.once.mode", mode)
+        .options(**connect)
+        .option("kafka.linger.ms", "5")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+    )
+    if marker_log:
+        writer = writer.option("marker.log.topic", marker_log).option("marker.log.reader", "raw")
+    query = writer.start()
+    query.awaitTermination()
+    spark.stop()
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Crash-test job: Kafka -> stateful rank per key -> Kafka exactly-once.
 
-Usage: state_job.py <bootstrap> <input> <output> <checkpoint> <state uri> [<marker log>]
+Usage: state_job.py <bootstrap> <input> <output> <checkpoint> <state uri> <exactly-once mode>
+[<marker log>]
 
 Input values are sequence numbers ``n`` with key ``k<n % 5>``. The processor
 keeps a per-key count in keyed state and emits ``<n>:<key>:<rank>`` per input
@@ -18,7 +19,6 @@ from firesteel.backends import FilesystemBackend
 from firesteel.state import stateful
 from firesteel.testing import processors
 from firesteel.testing.jobs import job_session
-from firesteel.testing.kafka.jobs import KafkaJob
 
 
 class RankPerKey(processors.RankPerKey):
@@ -29,10 +29,17 @@ class RankPerKey(processors.RankPerKey):
 
 
 def main() -> None:
-    job = KafkaJob.parse(sys.argv[1:])
+    bootstrap, source, target, checkpoint, state_uri, mode = sys.argv[1:7]
+    marker_log = sys.argv[7] if len(sys.argv) > 7 else ""
     spark = job_session("kafka-state-job")
     records = (
-        job.read(spark, max_offsets=80)
+        spark.readStream.format("firesteel.kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", source)
+        .option("startingOffsets", "earliest")
+        .option("checkpointLocation", checkpoint)
+        .option("maxOffsetsPerTrigger", "80")
+        .load()
         .selectExpr("CAST(CAST(value AS STRING) AS BIGINT) AS seq")
         .selectExpr("seq", "concat('k', CAST(seq % 5 AS STRING)) AS key")
     )
@@ -41,12 +48,26 @@ def main() -> None:
         key=["key"],
         processor=RankPerKey(),
         output_schema="value binary",
-        backend=FilesystemBackend(job.argument),
+        backend=FilesystemBackend(state_uri),
         name="rank",
         parallelism=2,
         max_parallelism=32,
     )
-    job.write(spark, ranked, guarantee="exactly-once")
+    writer = (
+        ranked.writeStream.format("firesteel.kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", target)
+        .option("guarantee", "exactly-once")
+        .option("exactly.once.mode", mode)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+    )
+    if marker_log:
+        # tansu 0.6 only: Apache Kafka runs the default configuration.
+        writer = writer.option("marker.log.topic", marker_log).option("marker.log.reader", "raw")
+    query = writer.start()
+    query.awaitTermination()
+    spark.stop()
 
 
 if __name__ == "__main__":
