@@ -59,8 +59,11 @@ def test_quick_run_of_every_benchmark_group(
     from benchmarks.report import ratio_text
 
     groups = sorted(p.stem.removeprefix("bench_") for p in (ROOT / "benchmarks").glob("bench_*.py"))
-    assert "files" in groups, groups
-    done = _benchmarks("--quick", "--no-progress", "--out", str(tmp_path))
+    assert "files" in groups and "peers" in groups, groups
+    # The peers group installs Quix Streams and PyFlink into virtual environments of their
+    # own (minutes for apache-flink): tests/test_benchmarks_peers.py tests its logic instead.
+    groups.remove("peers")
+    done = _benchmarks("--quick", "--no-progress", "--out", str(tmp_path), *groups)
     output = f"stdout:\n{done.stdout}\nstderr:\n{done.stderr[-5000:]}"
     assert done.returncode == 0, output
 

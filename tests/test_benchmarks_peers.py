@@ -1,0 +1,140 @@
+"""The peers benchmark group's own logic, without the peers: no virtual environment is
+created here (installing apache-flink takes minutes), no broker is started."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ALLOCATE_MB = 150
+
+
+@pytest.fixture(autouse=True)
+def _benchmarks_importable(monkeypatch: pytest.MonkeyPatch) -> None:
+    # benchmarks/ is a folder of the repository, not an installed package.
+    monkeypatch.syspath_prepend(str(ROOT))
+
+
+def test_job_events_are_json_lines_with_an_event_and_nothing_else_is() -> None:
+    from benchmarks.peers.job import parse_event
+
+    assert parse_event('{"event": "ready"}\n') == {"event": "ready"}
+    assert parse_event("INFO: {not json") is None
+    assert parse_event('{"no_event": 1}') is None
+    assert parse_event("[1, 2]") is None
+
+
+def test_latency_records_carry_their_produce_time_in_their_first_20_digits() -> None:
+    from benchmarks.peers.watch import produce_stamp
+
+    assert (
+        produce_stamp(b"%020d" % 1_764_000_000_123_456_789 + b"x" * 80) == 1_764_000_000_123_456_789
+    )
+
+
+def _grandchild_script(tmp_path: Path) -> list[str]:
+    """A process that starts a child holding ALLOCATE_MB, says ready, and waits."""
+    script = tmp_path / "tree.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import json, subprocess, sys, time
+            child = subprocess.Popen([sys.executable, "-c",
+                "import sys, time; block = bytearray({ALLOCATE_MB} * 2**20); "
+                "block[::4096] = b'x' * len(block[::4096]); print('held', flush=True); "
+                "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+            child.stdout.readline()
+            print("starting", flush=True)
+            print(json.dumps({{"event": "ready"}}), flush=True)
+            time.sleep(60)
+            """
+        ),
+        encoding="utf-8",
+    )
+    return [sys.executable, str(script)]
+
+
+def test_a_jobs_peak_memory_counts_the_processes_it_started(tmp_path: Path) -> None:
+    from benchmarks.peers.job import Job, tree_rss
+
+    with Job(_grandchild_script(tmp_path)) as job:
+        assert job.wait_ready(60) > 0
+        root = psutil.Process(job._process.pid)  # type: ignore[union-attr]
+        children = root.children(recursive=True)
+        assert len(children) == 1
+        # The child alone holds the allocation: the tree's sum must include it.
+        assert tree_rss(root) >= root.memory_info().rss + ALLOCATE_MB * 2**20
+        deadline = time.monotonic() + 10
+        while job.peak_rss_mb < ALLOCATE_MB and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert job.peak_rss_mb >= ALLOCATE_MB
+        assert job.output == ["starting"]
+    # Leaving the block kills the whole group, the grandchild included (a killed orphan
+    # stays a zombie until whatever adopted it reaps it).
+    assert all(_gone(child) for child in children)
+
+
+def _gone(process: psutil.Process) -> bool:
+    try:
+        return process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_a_job_that_fails_before_ready_is_reported_with_its_output(tmp_path: Path) -> None:
+    from benchmarks.peers.job import Job, JobError
+
+    with Job([sys.executable, "-c", "print('no broker at nowhere:9'); raise SystemExit(3)"]) as job:
+        with pytest.raises(JobError, match="no broker at nowhere:9"):
+            job.wait_ready(60)
+        with pytest.raises(JobError, match="status 3"):
+            job.wait_exit(60)
+
+
+def test_a_peer_env_is_reused_only_after_a_finished_install_of_its_exact_version(
+    tmp_path: Path,
+) -> None:
+    from benchmarks.peers.venv import MARKER, PeerEnv
+
+    env = PeerEnv("quixstreams", "3.28.1", root=tmp_path)
+    assert env.folder == tmp_path / "quixstreams-3.28.1"
+    assert env.requirement == "quixstreams==3.28.1"
+    assert not env.installed()
+    env.python.parent.mkdir(parents=True)
+    env.python.write_text("", encoding="utf-8")
+    assert not env.installed()  # the install never finished: no marker
+    (env.folder / MARKER).write_text("quixstreams==3.27.0", encoding="utf-8")
+    assert not env.installed()
+    (env.folder / MARKER).write_text("quixstreams==3.28.1", encoding="utf-8")
+    assert env.installed()
+    assert env.ensure() == env.python  # reused: nothing is run
+
+
+def test_peers_are_pinned_and_live_under_the_firesteel_cache() -> None:
+    from benchmarks.peers.venv import CACHE, PYFLINK, QUIX
+
+    assert QUIX.package == "quixstreams" and PYFLINK.package == "apache-flink"
+    for env in (QUIX, PYFLINK):
+        assert env.version.count(".") == 2
+        assert env.folder.parent == CACHE and CACHE.parts[-2:] == ("firesteel", "peers")
+
+
+def test_a_goal_workload_reads_every_recorded_figure_in_order() -> None:
+    from benchmarks import bench_peers
+
+    bench_peers._record("k", 1.0)
+    bench_peers._record("k", 2.0)
+    try:
+        first, second = bench_peers.recorded("k"), bench_peers.recorded("k")
+        assert [first(), first()] == [1.0, 2.0]
+        assert second() == 1.0  # another goal on the same runs starts at the first
+        with pytest.raises(RuntimeError, match="no figure 2 recorded under 'k'"):
+            first()
+    finally:
+        bench_peers._RUN.recorded.clear()
