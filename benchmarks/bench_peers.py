@@ -8,15 +8,16 @@ of :mod:`benchmarks.peers` run as a subprocess and measured from outside
 (:mod:`benchmarks.peers.job`): wall time from the job's ``ready`` event (its
 engine up, before it reads) to its last output committed, read by a plain
 ``read_committed`` consumer (:mod:`benchmarks.peers.watch`) or, for a bounded
-file job, to its exit; peak RSS of its whole process tree. firesteel runs in
+file job, to its exit; peak memory of its whole process tree (PSS and RSS,
+:mod:`benchmarks.peers.job` says how they differ). firesteel runs in
 its ``local`` memory profile (:data:`firesteel.core.LOCAL_PROFILE`). Same broker
 (:func:`firesteel.testing.kafka.kafka_cluster`), same input, sides alternating.
 
 Workloads (issue 36's items):
 
 - (a) Kafka -> Kafka exactly-once identity, 4 partitions, 100 B and 1 KB:
-  firesteel at 1 s triggers (the input in :data:`TRIGGERED_BATCHES` batches by
-  ``maxOffsetsPerTrigger``) and with ``availableNow``, beside Quix;
+  firesteel at 1 s triggers (the input in 8 batches by ``maxOffsetsPerTrigger``,
+  2 in a quick run) and with ``availableNow``, beside Quix;
 - (b) keyed running count Kafka -> Kafka exactly-once, heap and RocksDB state,
   1 s triggers, beside Quix's RocksDB state (firesteel emits each key's count
   once per batch, Quix once per event: the output a micro-batch engine gives);
@@ -29,8 +30,8 @@ Workloads (issue 36's items):
   0 s trigger) beside Quix committing every :data:`QUIX_LATENCY_COMMIT_S` s;
 - (e) launch -> first committed output of a small keyed count, beside Quix, and
   against the issue's 5 s goal;
-- (f) peak RSS: an extra figure of every side, and firesteel's (a) and (b)
-  runs against the issue's 1 GB goal, and the local profile against Spark's
+- (f) peak memory: extra figures of every side, and firesteel's (a) and (b)
+  runs' peak PSS against the issue's 1 GB goal, and the local profile against Spark's
   settings of the other groups (a 2 GB driver, Spark's defaults otherwise).
 """
 
@@ -52,7 +53,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from benchmarks.framework import Figure, Measure, Workload, measured_once
+from benchmarks.framework import Figure, Measure, Workload
 from benchmarks.peers.job import Job
 from benchmarks.peers.venv import PYFLINK, QUIX
 from benchmarks.peers.watch import Watcher
@@ -60,7 +61,6 @@ from benchmarks.peers.watch import Watcher
 ROOT = Path(__file__).resolve().parent.parent
 PEERS = Path(__file__).resolve().parent / "peers"
 PARTITIONS = 4
-TRIGGERED_BATCHES = 8
 FILE_BATCHES = 5
 FILES = 20
 RATE = 1_000
@@ -80,12 +80,15 @@ class Sizes:
     cold_events: int
     repetitions: int
     timeout_s: float
+    batches: int
+    """Micro-batches of the 1 s trigger runs (``maxOffsetsPerTrigger``)."""
 
 
-FULL = Sizes({"100 B": 1_000_000, "1 KB": 300_000}, 5_000_000, 100_000, 60, 5_000, 3, 3600)
-QUICK = Sizes({"100 B": 20_000}, 50_000, 1_000, 5, 1_000, 1, 600)
+FULL = Sizes({"100 B": 1_000_000, "1 KB": 300_000}, 5_000_000, 100_000, 60, 5_000, 3, 3600, 8)
+QUICK = Sizes({"100 B": 20_000}, 50_000, 1_000, 5, 1_000, 1, 600, 2)
 RECORD_BYTES = {"100 B": 100, "1 KB": 1024}
 RSS = "peak RSS MB"
+PSS = "peak PSS MB"
 
 
 @dataclass
@@ -118,9 +121,11 @@ def _fill(topic: str, records: list[tuple[bytes | None, bytes]]) -> None:
 
     producer = Producer({"bootstrap.servers": _RUN.bootstrap, "linger.ms": 20, "acks": "all"})
     for index, (key, value) in enumerate(records):
+        # Keyed events go to their key's partition: Quix keeps state per partition.
+        where = {} if key is not None else {"partition": index % PARTITIONS}
         while True:
             try:
-                producer.produce(topic, value, key, partition=index % PARTITIONS)
+                producer.produce(topic, value, key, **where)
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -227,6 +232,10 @@ def _record(key: str, value: float) -> None:
     _RUN.recorded.setdefault(key, []).append(value)
 
 
+def _memory(job: Job) -> dict[str, float]:
+    return {PSS: job.peak_pss_mb, RSS: job.peak_rss_mb}
+
+
 def recorded(key: str) -> Measure:
     """A side that returns, in order, the figures an earlier workload's runs recorded
     under ``key`` (so a goal on the same runs costs no extra run)."""
@@ -255,7 +264,7 @@ def kafka_side(
     or events accounted for by the output counts, per second from ``ready``.
 
     ``ends``: the job stops by itself (``availableNow``); otherwise it is killed once
-    its output is complete. ``record_as``: keep the peak RSS for a goal workload.
+    its output is complete. ``record_as``: keep the peak PSS for a goal workload.
     """
 
     def run() -> Figure:
@@ -275,8 +284,8 @@ def kafka_side(
             raise RuntimeError(msg)
         assert job.ready is not None
         if record_as:
-            _record(record_as, job.peak_rss_mb)
-        return Figure(expected / (done - job.ready), {RSS: job.peak_rss_mb, "s to ready": ready})
+            _record(record_as, job.peak_pss_mb)
+        return Figure(expected / (done - job.ready), {**_memory(job), "s to ready": ready})
 
     return run
 
@@ -285,8 +294,9 @@ def identity_sides(
     quick: bool, label: str, trigger: str, profile: str = "local"
 ) -> tuple[Measure, Measure]:
     """(a): firesteel at ``trigger`` and Quix, on the ``label`` records."""
-    records = (QUICK if quick else FULL).identity[label]
-    batches = ["--max-per-batch", str(-(-records // TRIGGERED_BATCHES))]
+    sizes = QUICK if quick else FULL
+    records = sizes.identity[label]
+    batches = ["--max-per-batch", str(-(-records // sizes.batches))]
     extra = ["--trigger", trigger, "--profile", profile]
     extra += batches if trigger != "available-now" else []
     ours = kafka_side(
@@ -307,7 +317,7 @@ def identity_sides(
 
 def count_side(sizes: Sizes, backend: str) -> Measure:
     """(b), firesteel: the keyed count Kafka -> Kafka at 1 s triggers on ``backend``."""
-    per_batch = -(-sizes.events // TRIGGERED_BATCHES)
+    per_batch = -(-sizes.events // sizes.batches)
     return kafka_side(
         lambda target, work: _firesteel(
             "count",
@@ -374,7 +384,7 @@ def files_side(backend: str) -> Measure:
             msg = f"bench_peers: firesteel's file count accounted for {counted} events"
             raise RuntimeError(msg)
         assert job.ready is not None
-        return Figure(_RUN.sizes.events / (ended - job.ready), {RSS: job.peak_rss_mb})
+        return Figure(_RUN.sizes.events / (ended - job.ready), _memory(job))
 
     return run
 
@@ -411,7 +421,7 @@ def flink_side(backend: str) -> Measure:
             msg = f"bench_peers: PyFlink's count wrote {lines} updates for {_RUN.sizes.events}"
             raise RuntimeError(msg)
         assert job.ready is not None
-        return Figure(_RUN.sizes.events / (ended - job.ready), {RSS: job.peak_rss_mb})
+        return Figure(_RUN.sizes.events / (ended - job.ready), _memory(job))
 
     return run
 
@@ -459,7 +469,7 @@ def latency_side(command: Callable[[str, str, Path], list[str]]) -> Measure:
         finally:
             watcher.close()
         cuts = statistics.quantiles(latencies, n=100, method="inclusive")
-        return Figure(cuts[49], {"p99 ms": cuts[98], RSS: job.peak_rss_mb})
+        return Figure(cuts[49], {"p99 ms": cuts[98], **_memory(job)})
 
     return run
 
@@ -478,9 +488,32 @@ def cold_start_side(command: Command, record_as: str | None = None) -> Measure:
         seconds = first - job.launched
         if record_as:
             _record(record_as, seconds)
-        return Figure(seconds, {RSS: job.peak_rss_mb})
+        return Figure(seconds, _memory(job))
 
     return run
+
+
+def shared(measure: Measure) -> Callable[[], Measure]:
+    """Consumers of one side's runs: a consumer's n-th call returns the n-th run's figure,
+    running ``measure`` only when no consumer asked for that run before.
+
+    So one peer run stands beside two firesteel settings (Quix beside firesteel's 1 s
+    triggers and its ``availableNow``) and the runs still alternate with the first.
+    """
+    figures: list[float | Figure] = []
+
+    def consumer() -> Measure:
+        calls = itertools.count()
+
+        def take() -> float | Figure:
+            index = next(calls)
+            if index == len(figures):
+                figures.append(measure())
+            return figures[index]
+
+        return take
+
+    return consumer
 
 
 def _constant(value: float) -> Measure:
@@ -491,13 +524,12 @@ def workloads(quick: bool) -> list[Workload]:
     """Items (a)-(f) of issue 36; see the module's docstring."""
     sizes = QUICK if quick else FULL
     common = {"group": "peers", "repetitions": sizes.repetitions, "warmup": 0, "issue": "issue 36"}
-    share: Callable[[Measure], Measure] = measured_once if quick else (lambda side: side)
     out: list[Workload] = []
-    quix_count_side = share(quix_count(sizes))
+    quix_count_side = shared(quix_count(sizes))
     for label, records in sizes.identity.items():
         n = f"{records // 1000}k x {label}"
-        triggered, quix = identity_sides(quick, label, "1")
-        quix = share(quix)
+        triggered, quix_runs = identity_sides(quick, label, "1")
+        quix = shared(quix_runs)
         available_now, _ = identity_sides(quick, label, "available-now")
         out += [
             Workload(
@@ -506,7 +538,7 @@ def workloads(quick: bool) -> list[Workload]:
                 baseline_name="Quix Streams exactly-once",
                 goal=3.0,
                 firesteel=triggered,
-                baseline=quix,
+                baseline=quix(),
                 **common,  # type: ignore[arg-type]
             ),
             Workload(
@@ -515,7 +547,7 @@ def workloads(quick: bool) -> list[Workload]:
                 baseline_name="Quix Streams exactly-once",
                 goal=None,
                 firesteel=available_now,
-                baseline=quix,
+                baseline=quix(),
                 **common,  # type: ignore[arg-type]
             ),
         ]
@@ -529,7 +561,7 @@ def workloads(quick: bool) -> list[Workload]:
                 baseline_name="Quix Streams exactly-once, RocksDB state",
                 goal=3.0,
                 firesteel=count_side(sizes, backend),
-                baseline=quix_count_side,
+                baseline=quix_count_side(),
                 **{**common, "repetitions": 1},  # type: ignore[arg-type]
             )
         )
@@ -608,7 +640,7 @@ def _latency_and_start(
             **common,  # type: ignore[arg-type]
         ),
         Workload(
-            name=f"(f) peak RSS of (a) {first}, 1 s triggers, local profile",
+            name=f"(f) peak PSS of (a) {first}, 1 s triggers, local profile",
             unit="MB",
             baseline_name=f"the issue's goal, {RSS_GOAL_MB:g} MB",
             goal=1.0,
@@ -618,7 +650,7 @@ def _latency_and_start(
             **common,  # type: ignore[arg-type]
         ),
         Workload(
-            name="(f) peak RSS of (b) heap, local profile",
+            name="(f) peak PSS of (b) heap, local profile",
             unit="MB",
             baseline_name=f"the issue's goal, {RSS_GOAL_MB:g} MB",
             goal=1.0,
@@ -628,7 +660,7 @@ def _latency_and_start(
             **{**common, "repetitions": 1},  # type: ignore[arg-type]
         ),
         Workload(
-            name=f"(f) peak RSS of (a) {first}, 1 s triggers: local profile vs the other groups'",
+            name=f"(f) peak PSS of (a) {first}, 1 s triggers: local profile vs the other groups'",
             unit="MB",
             baseline_name="2 GB driver, Spark's defaults",
             goal=None,
@@ -641,11 +673,11 @@ def _latency_and_start(
 
 
 def _rss(side: Measure) -> Measure:
-    """``side``'s peak RSS as its headline, its throughput kept beside it."""
+    """``side``'s peak PSS as its headline, its peak RSS and throughput kept beside it."""
 
     def run() -> Figure:
         figure = side()
         assert isinstance(figure, Figure)
-        return Figure(figure.extra[RSS], {"rows/s": float(figure.value)})
+        return Figure(figure.extra[PSS], {RSS: figure.extra[RSS], "rows/s": float(figure.value)})
 
     return run

@@ -61,19 +61,21 @@ def _grandchild_script(tmp_path: Path) -> list[str]:
 
 
 def test_a_jobs_peak_memory_counts_the_processes_it_started(tmp_path: Path) -> None:
-    from benchmarks.peers.job import Job, tree_rss
+    from benchmarks.peers.job import Job, tree_memory
 
     with Job(_grandchild_script(tmp_path)) as job:
         assert job.wait_ready(60) > 0
         root = psutil.Process(job._process.pid)  # type: ignore[union-attr]
         children = root.children(recursive=True)
         assert len(children) == 1
-        # The child alone holds the allocation: the tree's sum must include it.
-        assert tree_rss(root) >= root.memory_info().rss + ALLOCATE_MB * 2**20
+        # The child alone holds the allocation (its own pages): both sums include it.
+        rss, pss = tree_memory(root)
+        assert rss >= root.memory_info().rss + ALLOCATE_MB * 2**20
+        assert ALLOCATE_MB * 2**20 <= pss <= rss
         deadline = time.monotonic() + 10
-        while job.peak_rss_mb < ALLOCATE_MB and time.monotonic() < deadline:
+        while job.peak_pss_mb < ALLOCATE_MB and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert job.peak_rss_mb >= ALLOCATE_MB
+        assert job.peak_rss_mb >= job.peak_pss_mb >= ALLOCATE_MB
         assert job.output == ["starting"]
     # Leaving the block kills the whole group, the grandchild included (a killed orphan
     # stays a zombie until whatever adopted it reaps it).
@@ -138,3 +140,13 @@ def test_a_goal_workload_reads_every_recorded_figure_in_order() -> None:
             first()
     finally:
         bench_peers._RUN.recorded.clear()
+
+
+def test_a_shared_peer_run_stands_beside_each_consumer_once_per_repetition() -> None:
+    from benchmarks.bench_peers import shared
+
+    runs = iter([10.0, 20.0, 30.0])
+    consumers = shared(lambda: next(runs))
+    first, second = consumers(), consumers()
+    assert [first(), second(), second(), first()] == [10.0, 10.0, 20.0, 20.0]
+    assert second() == 30.0  # a run nobody asked for yet is run

@@ -57,7 +57,8 @@ def _count(frame: Any, args: argparse.Namespace) -> Any:
         key="key",
         processor=KeyedCount(),
         output_schema="key string, count long",
-        backend=_backend(args.backend, Path(args.checkpoint) / "state"),
+        # Beside the checkpoint, not in it: Spark wants its own `state` folder there empty.
+        backend=_backend(args.backend, Path(args.checkpoint).parent / "keyed-state"),
         name="count",
     )
 

@@ -3,11 +3,13 @@
 A job script says what it is doing by printing JSON lines on stdout, ``{"event":
 "ready"}`` once its engine is up (a Spark session, a Quix application, a Flink
 environment) and before it reads its input; anything else it prints is kept for
-the error message. While it runs, a thread samples the resident memory of the
-whole process tree (the script, a JVM it started, Spark's Python workers) every
-:data:`SAMPLE_S` seconds and keeps the peak. The sum of RSS counts pages that
-processes share (forked Python workers) once per process, as ``ps`` does: an
-upper bound, the same rule for every side.
+the error message. While it runs, a thread samples the memory of the whole
+process tree (the script, a JVM it started, Spark's Python workers) every
+:data:`SAMPLE_S` seconds and keeps two peaks: the sum of RSS, which counts a page
+that processes share (Python workers forked from one daemon, shared libraries)
+once per process, as ``ps`` shows it, and the sum of PSS (proportional set size:
+a shared page split among its sharers), which adds up to what the tree costs the
+machine. The same rules for every side.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from types import TracebackType
 
 import psutil
 
-SAMPLE_S = 0.1
+SAMPLE_S = 0.25
 MB = 2**20
 
 
@@ -45,19 +47,22 @@ def parse_event(line: str) -> dict[str, object] | None:
     return event if isinstance(event, dict) and "event" in event else None
 
 
-def tree_rss(root: psutil.Process) -> int:
-    """Resident bytes of ``root`` and all its descendants alive now."""
-    total = 0
+def tree_memory(root: psutil.Process) -> tuple[int, int]:
+    """Resident bytes (RSS) and proportional bytes (PSS) of ``root`` and all its
+    descendants alive now, each summed over the processes."""
+    rss = pss = 0
     try:
         processes = [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
-        return 0
+        return 0, 0
     for process in processes:
         try:
-            total += process.memory_info().rss
+            full = process.memory_full_info()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-    return total
+        rss += full.rss
+        pss += full.pss
+    return rss, pss
 
 
 class Job:
@@ -76,6 +81,7 @@ class Job:
         self.launched = 0.0
         self.ready: float | None = None
         self.peak_rss = 0
+        self.peak_pss = 0
         self.output: list[str] = []
         self._ready = threading.Event()
         self._done = threading.Event()
@@ -113,6 +119,10 @@ class Job:
     def peak_rss_mb(self) -> float:
         return self.peak_rss / MB
 
+    @property
+    def peak_pss_mb(self) -> float:
+        return self.peak_pss / MB
+
     def _read(self) -> None:
         assert self._process is not None and self._process.stdout is not None
         for line in self._process.stdout:
@@ -128,7 +138,8 @@ class Job:
         assert self._process is not None
         root = psutil.Process(self._process.pid)
         while not self._done.is_set() and self._process.poll() is None:
-            self.peak_rss = max(self.peak_rss, tree_rss(root))
+            rss, pss = tree_memory(root)
+            self.peak_rss, self.peak_pss = max(self.peak_rss, rss), max(self.peak_pss, pss)
             self._done.wait(SAMPLE_S)
 
     def _failure(self, what: str) -> JobError:
