@@ -27,15 +27,20 @@ The contract (the protocol itself is :mod:`firesteel.state.backend`'s):
 - :class:`SnapshotStorage` reads and writes the operator record
   (``_operator.json``) every backend keeps; :data:`SCHEMA`, :func:`to_table`,
   :func:`list_operators`, :func:`recorded_operator` and :func:`chosen_version`
-  make a backend's state readable as a table.
+  make a backend's state readable as a table; a backend's ``stored_state(operator,
+  batch)`` returning a :class:`StoredState` (``stored_table`` turns it into that
+  table) is what savepoints are made from.
 """
 
 from firesteel.backends.async_snapshot import SnapshotThread
 from firesteel.backends.inspect import (
     SCHEMA,
+    Entries,
+    StoredState,
     chosen_version,
     list_operators,
     recorded_operator,
+    stored_table,
     to_table,
 )
 from firesteel.backends.storage import SnapshotStorage, read_stored
@@ -62,6 +67,7 @@ from firesteel.state.serializers import key_packer, pack, unpack, unpack_key
 
 __all__ = [
     "SCHEMA",
+    "Entries",
     "Key",
     "KeyGroupRange",
     "KeyedStateStore",
@@ -76,6 +82,7 @@ __all__ = [
     "StateDeclarations",
     "StateDescriptor",
     "StateKind",
+    "StoredState",
     "TaskStore",
     "TaskStoreBackend",
     "ValueState",
@@ -87,6 +94,7 @@ __all__ = [
     "pack",
     "read_stored",
     "recorded_operator",
+    "stored_table",
     "to_table",
     "undeclared_state",
     "unpack",

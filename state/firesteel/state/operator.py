@@ -65,11 +65,11 @@ from firesteel.state.backend import (
     KeyedTask,
     OperatorSpec,
     StateBackend,
-    StateDeclarations,
 )
 from firesteel.state.keygroups import KeyGroupRange
 from firesteel.state.output import OutputBuilder
 from firesteel.state.processor import KeyedProcessor, KeyState, OpenContext
+from firesteel.state.savepoint.restore import SavepointRestore, declarations
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -117,6 +117,7 @@ def stateful(
     name: str | None = None,
     parallelism: int | None = None,
     max_parallelism: int = keygroups.DEFAULT_MAX_PARALLELISM,
+    restore_from: str | SavepointRestore | None = None,
 ) -> DataFrame:
     """Run ``processor`` per key of ``df`` with keyed state in ``backend``.
 
@@ -127,7 +128,10 @@ def stateful(
     operator's newest snapshot was written with (as Spark pins its own shuffle
     partitions in the checkpoint), else ``spark.sql.shuffle.partitions``; an
     explicit value may change between restarts. ``max_parallelism``: number of key groups,
-    fixed for the life of the state.
+    fixed for the life of the state. ``restore_from``: a savepoint (its path, or a
+    :class:`~firesteel.state.savepoint.SavepointRestore` with storage settings or
+    ``allow_non_restored_state``) the operator's state starts from, on any backend and
+    at any parallelism (see :mod:`firesteel.state.savepoint.restore`).
 
     The result is a streaming DataFrame of ``output_schema``: write it with any
     sink. State is exactly-once with any sink (a batch's state commits with the
@@ -166,8 +170,11 @@ def stateful(
     keygroups.validate(parallelism, max_parallelism)
     spark_schema, arrow_schema = _arrow_schema(df, output_schema)
     spec = OperatorSpec(operator, key_columns, max_parallelism, parallelism)
+    restore = SavepointRestore(restore_from) if isinstance(restore_from, str) else restore_from
+    if restore is not None:
+        restore.check(spec)
 
-    key_group = F.pmod(F.hash(*[F.col(c) for c in key_columns]), F.lit(max_parallelism))
+    key_group = keygroups.key_group_column(key_columns, max_parallelism)
     first_of_task = _first_row_of_task()(F.spark_partition_id())
     route = F.when(first_of_task, F.sequence(F.lit(-parallelism), F.lit(0))).otherwise(
         F.array(F.lit(0))
@@ -184,7 +191,7 @@ def stateful(
         .withColumn(BATCH_TIME_COLUMN, F.current_timestamp())
         .repartitionById(parallelism, partition.cast("int"))
     )
-    task = OperatorTask(spec, processor, backend, arrow_schema)
+    task = OperatorTask(spec, processor, backend, arrow_schema, restore)
     logger.info(
         "firesteel: stateful operator %s on %s, %d partitions over %d key groups, %s backend at %s",
         operator,
@@ -231,6 +238,7 @@ class OperatorTask:
     processor: KeyedProcessor
     backend: StateBackend
     schema: pa.Schema
+    restore: SavepointRestore | None = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         scope = TaskScope.running()
@@ -311,8 +319,10 @@ def run_task(
     pending = None
     try:
         processor.open(open_ctx)
-        states = StateDeclarations([*declared.values(), clock.CLOCK], open_ctx.dropped)
+        states = declarations(operator.restore, [*declared.values(), clock.CLOCK], open_ctx.dropped)
         store = operator.backend.open_store(spec, task, states, now_ms)
+        if operator.restore is not None:
+            operator.restore.apply(store, spec, task, states)
         if batch_time is not None:
             now_ms = clock.advance(store, task.key_groups, batch_time)
         builder = OutputBuilder(operator.schema, spec.name, task.scope.batch_id)
