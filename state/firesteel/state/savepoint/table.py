@@ -1,6 +1,7 @@
 """Writing state as a table: bootstrap a savepoint from a DataFrame, or rewrite some keys.
 
-The input is a Spark DataFrame with the operator's key columns and::
+The input is a Spark DataFrame (or several, e.g. one per state when their values'
+types differ) with the operator's key columns and::
 
     state     string   the state's name (one of ``states``)
     value     any      the value (a map entry's value; one list element per row);
@@ -47,9 +48,16 @@ def _describe(states: Sequence[StateDescriptor]) -> dict[str, dict[str, Any]]:
 
 
 def _encode(
-    df: DataFrame, key: Sequence[str], states: Sequence[StateDescriptor], max_parallelism: int
+    frames: DataFrame | Sequence[DataFrame],
+    key: Sequence[str],
+    states: Sequence[StateDescriptor],
+    max_parallelism: int,
 ) -> pa.Table:
-    """The DataFrame's rows as savepoint rows (a null value kept as a null ``value``)."""
+    """The DataFrames' rows as savepoint rows (a null value kept as a null ``value``)."""
+    if isinstance(frames, Sequence):
+        tables = [_encode(df, key, states, max_parallelism) for df in frames]
+        return pa.concat_tables(tables) if tables else ROWS_SCHEMA.empty_table()
+    df = frames
     missing = [c for c in (*key, "state", "value") if c not in df.columns]
     if missing:
         msg = f"state table: column '{missing[0]}' is missing (it has {', '.join(df.columns)})"
@@ -91,7 +99,7 @@ def _ordered(rows: pa.Table) -> pa.Table:
 
 
 def bootstrap(
-    df: DataFrame,
+    df: DataFrame | Sequence[DataFrame],
     target: str,
     *,
     operator: str,
@@ -122,7 +130,7 @@ def bootstrap(
 
 def rewrite(
     source: str,
-    df: DataFrame,
+    df: DataFrame | Sequence[DataFrame],
     target: str,
     *,
     operator: str,
