@@ -33,6 +33,9 @@ from firesteel.state.savepoint import bootstrap, rewrite
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
+# Three and two queries (about 80 s and 20 s on this machine): out of the fast loop.
+pytestmark = pytest.mark.slow
+
 
 class RunningCountV2(RunningCount):
     """Version 2 of the job's processor: keeps each sensor's peak reading as well."""

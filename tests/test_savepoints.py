@@ -23,6 +23,7 @@ from firesteel.backends.inspect import read_state
 from firesteel.backends.savepoint import create, read_savepoint
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import ConfigError
+from firesteel.core.storage import StorageConfig
 from firesteel.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
 from firesteel.state.backend import KeyedTask, OperatorSpec, StateBackend
 from firesteel.state.clock import CLOCK, advance
@@ -249,3 +250,22 @@ def test_the_cli_takes_and_shows_a_savepoint(savepoints: dict[str, str], tmp_pat
     metadata = json.loads(shown.stdout[: shown.stdout.index("\n}\n") + 2])
     assert metadata["batch"] == 1 and list(metadata["operators"]) == ["op"]
     assert f"({len(read_state(source, batch=1))} entries)" in shown.stdout
+
+
+def test_a_savepoint_on_an_object_store(
+    savepoints: dict[str, str], tmp_path: Path, s3_server: Any
+) -> None:
+    """Written to the S3 server process from a RocksDB checkpoint, listed with boto3, and
+    restored from there into the filesystem backend."""
+    bucket = s3_server.create_bucket("savepoints")
+    storage = StorageConfig.of(s3_server.settings())
+    source = str(Path(savepoints["rocksdb"]).parent / "rocksdb")
+    target = f"s3a://{bucket}/sp/v1"
+    create(f"file://{source}", target, batch=1, target_storage=storage)
+    listed = s3_server.client().list_objects_v2(Bucket=bucket, Prefix="sp/v1/")
+    names = sorted(item["Key"] for item in listed["Contents"])
+    assert len(names) == 2 and names[0] == "sp/v1/_savepoint.json"
+    assert names[1].startswith("sp/v1/op/") and names[1].endswith(".parquet")
+    restore = SavepointRestore(target, storage=storage)
+    backend = make_backend("filesystem", tmp_path, cache=False)
+    assert run_batch(backend, 4, 0, read, query="q", restore=restore) == reference(2)
