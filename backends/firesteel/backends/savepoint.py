@@ -16,7 +16,7 @@ them and writes the metadata record last. ``firesteel savepoint create`` runs it
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -123,8 +123,8 @@ def create(
     checkpoint: str | None = None,
     batch: int | None = None,
     operators: Sequence[str] | None = None,
-    storage: StorageConfig | None = None,
-    target_storage: StorageConfig | None = None,
+    storage: StorageConfig | Mapping[str, str] | None = None,
+    target_storage: StorageConfig | Mapping[str, str] | None = None,
 ) -> Savepoint:
     """Write a savepoint of the state under ``state_location`` at ``target``.
 
@@ -135,6 +135,7 @@ def create(
     ``operators``: which (default: every operator under the location).
     ``storage`` / ``target_storage``: how to reach the two locations' object stores.
     """
+    storage = StorageConfig.given(storage)
     committed = last_committed_batch(checkpoint) if checkpoint is not None else None
     if checkpoint is not None and committed is None:
         msg = f"savepoint: the query at {checkpoint} has committed no batch yet"
@@ -166,7 +167,7 @@ def create(
         operators=parts,
         offsets=offsets,
         origin=origin,
-        storage=target_storage,
+        storage=StorageConfig.given(target_storage),
     )
 
 

@@ -24,7 +24,7 @@ TTL entries restart their time-to-live at the restore.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -70,11 +70,21 @@ class SavepointRestore:
     path: str
     allow_non_restored_state: bool = False
     """Drop the savepoint's states (or whole operator) that the job has no use for."""
-    storage: StorageConfig = field(default_factory=StorageConfig)
+    storage: StorageConfig | Mapping[str, str] = field(default_factory=StorageConfig)
+    """How to reach the savepoint's object store (Hadoop's names: ``fs.s3a.endpoint``...)."""
+
+    def __post_init__(self) -> None:
+        # A frozen dataclass: the settings become their hashable, secret-hiding form.
+        object.__setattr__(self, "storage", StorageConfig.given(self.storage))
+
+    @property
+    def _storage(self) -> StorageConfig:
+        assert isinstance(self.storage, StorageConfig)
+        return self.storage
 
     def check(self, spec: OperatorSpec) -> None:
         """Driver side: the savepoint is whole and fits operator ``spec``."""
-        savepoint = open_savepoint(self.path, self.storage)
+        savepoint = open_savepoint(self.path, self._storage)
         if spec.name not in savepoint.operators:
             if self.allow_non_restored_state:
                 logger.warning(
@@ -140,7 +150,7 @@ class SavepointRestore:
             fresh.append(key_group)
         if not fresh:
             return
-        savepoint = open_savepoint(self.path, self.storage)
+        savepoint = open_savepoint(self.path, self._storage)
         if spec.name in savepoint.operators:
             part = savepoint.operator(spec.name)
             self._load(store, part, declared, fresh)
