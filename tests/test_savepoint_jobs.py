@@ -17,18 +17,18 @@ from typing import Any
 import pytest
 from pyspark import cloudpickle
 from test_state_operator import (
-    INPUT_SCHEMA,
     RunningCount,
     expected_counts,
     latest_counts,
     readings,
+    run_query,
     write_inputs,
 )
 
 from firesteel.backends import FilesystemBackend
 from firesteel.backends.inspect import backend_class, read_state
 from firesteel.backends.savepoint import read_savepoint
-from firesteel.state import KeyState, StateBackend, ValueStateDescriptor, stateful
+from firesteel.state import KeyState, StateBackend, ValueStateDescriptor
 from firesteel.state.savepoint import bootstrap, rewrite
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -48,46 +48,9 @@ class RunningCountV2(RunningCount):
         return super().process(key, rows, state)
 
 
-def run(
-    spark: Any,
-    root: Path,
-    processor: Any,
-    backend: StateBackend,
-    *,
-    parallelism: int,
-    restore_from: str | None = None,
-    checkpoint: str = "checkpoint",
-) -> None:
+def run(spark: Any, root: Path, processor: Any, backend: StateBackend, **options: Any) -> None:
     """One availableNow run of the counting job over ``root/in`` into ``root/out``."""
-    df = (
-        spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).json(str(root / "in"))
-    )
-    counts = stateful(
-        df,
-        key=["sensor"],
-        processor=processor,
-        output_schema="sensor string, count long, total double",
-        backend=backend,
-        name="counts",
-        parallelism=parallelism,
-        max_parallelism=16,
-        restore_from=restore_from,
-    )
-    out = str(root / "out")
-
-    def sink(batch_df: Any, batch_id: int) -> None:
-        batch_df.write.mode("overwrite").parquet(f"{out}/batch={batch_id}")
-
-    query = (
-        counts.writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(root / checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    try:
-        query.awaitTermination()
-    finally:
-        query.stop()
+    run_query(spark, root / "in", root, processor, backend=backend, **options)
 
 
 def test_upgrade_a_job(spark: Any, tmp_path: Path) -> None:

@@ -130,6 +130,8 @@ def run_query(
     parallelism: int | None = 2,
     schema: str = COUNT_SCHEMA,
     backend: Any = None,
+    restore_from: str | None = None,
+    checkpoint: str = "checkpoint",
 ) -> None:
     backend = backend or FilesystemBackend(f"file://{root}/state")
     df = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).json(str(src))
@@ -142,6 +144,7 @@ def run_query(
         name="counts",
         parallelism=parallelism,
         max_parallelism=16,
+        restore_from=restore_from,
     )
     target = str(root / "out")
 
@@ -150,7 +153,7 @@ def run_query(
 
     query = (
         out.writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(root / "checkpoint"))
+        .option("checkpointLocation", str(root / checkpoint))
         .trigger(availableNow=True)
         .start()
     )
