@@ -22,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 from pyarrow import fs
 
+from firesteel.backends.heap.states import TIMERS as STORED_TIMERS
 from firesteel.backends.inspect import (
     SCHEMA,
     Entries,
@@ -42,9 +43,14 @@ from firesteel.state.savepoint.format import (
     open_savepoint,
     write_savepoint,
 )
+from firesteel.state.savepoint.restore import MARKER
 from firesteel.state.serializers import pack, unpack
 
 logger = logging.getLogger(__name__)
+
+_RESERVED = frozenset({CLOCK.name, MARKER.name})
+"""firesteel's own states: the clock goes into a savepoint's metadata, the restore marker
+nowhere (a savepoint of a restored job is a new savepoint)."""
 
 
 def last_committed_batch(checkpoint: str) -> int | None:
@@ -86,10 +92,12 @@ def _canonical(stored: StoredState) -> OperatorRows:
         columns["expires_ms"].append(expires)
 
     states = {name: dict(info) for name, info in stored.kinds.items()}
-    for (kg, state), table in sorted(stored.entries.items(), key=lambda item: item[0]):
-        if state.startswith("__firesteel"):
+    for (kg, stored_name), table in sorted(stored.entries.items(), key=lambda item: item[0]):
+        if stored_name in _RESERVED:
             continue
-        kind = "timer" if state == TIMERS else states[state]["kind"]
+        timers = stored_name == STORED_TIMERS
+        state = TIMERS if timers else stored_name
+        kind = "timer" if timers else states[state]["kind"]
         for key, content in table.items():
             if kind == "value":
                 add(kg, key, state, None, content)
@@ -102,10 +110,10 @@ def _canonical(stored: StoredState) -> OperatorRows:
             else:
                 for stamp in content:
                     add(kg, key, state, stamp, (None, None))
-    if any(state == TIMERS for _, state in stored.entries):
+    if any(state == STORED_TIMERS for _, state in stored.entries):
         states[TIMERS] = {"kind": "timer", "serializer": "msgpack"}
-    for reserved in [name for name in states if name.startswith("__firesteel")]:
-        del states[reserved]
+    for reserved in _RESERVED:
+        states.pop(reserved, None)
     return OperatorRows(
         key_columns=list(stored.meta.get("key", [])),
         max_parallelism=int(stored.meta["max_parallelism"]),
