@@ -255,8 +255,9 @@ def test_the_cli_takes_and_shows_a_savepoint(savepoints: dict[str, str], tmp_pat
 def test_a_savepoint_on_an_object_store(
     savepoints: dict[str, str], tmp_path: Path, s3_server: Any
 ) -> None:
-    """Written to the S3 server process from a RocksDB checkpoint, listed with boto3, and
-    restored from there into the filesystem backend."""
+    """Written to the S3 server process from a RocksDB checkpoint, listed with boto3, shown
+    by the command with the server's settings, and restored from there into the filesystem
+    backend."""
     bucket = s3_server.create_bucket("savepoints")
     storage = StorageConfig.of(s3_server.settings())
     source = str(Path(savepoints["rocksdb"]).parent / "rocksdb")
@@ -266,6 +267,14 @@ def test_a_savepoint_on_an_object_store(
     names = sorted(item["Key"] for item in listed["Contents"])
     assert len(names) == 2 and names[0] == "sp/v1/_savepoint.json"
     assert names[1].startswith("sp/v1/op/") and names[1].endswith(".parquet")
-    restore = SavepointRestore(target, storage=storage)
+    settings = [f"--conf={name}={value}" for name, value in s3_server.settings().items()]
+    shown = subprocess.run(
+        [sys.executable, "-m", "firesteel.cli.main", "savepoint", *settings, "inspect", target],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert f"({len(read_state(f'file://{source}', batch=1))} entries)" in shown.stdout
+    restore = SavepointRestore(target, storage=s3_server.settings())
     backend = make_backend("filesystem", tmp_path, cache=False)
     assert run_batch(backend, 4, 0, read, query="q", restore=restore) == reference(2)

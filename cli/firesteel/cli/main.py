@@ -40,6 +40,13 @@ def _savepoint(argv: list[str]) -> int:
         prog="firesteel savepoint",
         description="Take a portable savepoint of keyed state, or show one.",
     )
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="fs.NAME=VALUE",
+        help="object-store setting by Hadoop's name (fs.s3a.endpoint=...), for every location",
+    )
     commands = parser.add_subparsers(dest="action", required=True)
     create = commands.add_parser("create", help="write a savepoint of a state location")
     create.add_argument("location", help="the state backend's path or URI")
@@ -54,6 +61,7 @@ def _savepoint(argv: list[str]) -> int:
     show.add_argument("--operator", help="one operator (default: all)")
     show.add_argument("--limit", type=int, default=50, help="rows to print (default 50)")
     args = parser.parse_args(argv)
+    settings = dict(setting.partition("=")[::2] for setting in args.conf)
     from firesteel.backends.savepoint import create as create_savepoint
     from firesteel.backends.savepoint import read_savepoint
     from firesteel.state.savepoint import open_savepoint
@@ -65,13 +73,18 @@ def _savepoint(argv: list[str]) -> int:
             checkpoint=args.checkpoint,
             batch=args.batch,
             operators=args.operator,
+            storage=settings,
+            target_storage=settings,
         )
         sys.stdout.write(f"savepoint {made.id} of batch {made.batch} at {args.target}\n")
         return 0
-    savepoint = open_savepoint(args.savepoint)
+    from firesteel.core.storage import StorageConfig
+
+    storage = StorageConfig.of(settings)
+    savepoint = open_savepoint(args.savepoint, storage)
     savepoint.verify()
     sys.stdout.write(json.dumps(savepoint.metadata, indent=2) + "\n")
-    frame = read_savepoint(args.savepoint, operator=args.operator).to_pandas()
+    frame = read_savepoint(args.savepoint, operator=args.operator, storage=storage).to_pandas()
     sys.stdout.write(f"{frame.head(args.limit).to_string(index=False)}\n({len(frame)} entries)\n")
     return 0
 
