@@ -1,4 +1,4 @@
-"""Crash tests of the file path: firesteel.files source -> map -> firesteel.files sink.
+"""Crash tests of the file sink: firesteel.files (or firesteel.kafka) source -> map -> file sink.
 
 Each test feeds sequence-numbered Parquet files to ``firesteel/testing/scripts/files_job.py``
 (exactly-once, several files per micro-batch), kills it with SIGKILL at named
@@ -7,9 +7,10 @@ harness restart it from its checkpoint until it completes, and then counts
 the output twice, through ``read_committed`` and through a plain pyarrow
 dataset read of the output folder: 0 lost, 0 duplicated.
 
-The kill test runs twice: output in a local folder, and output on the S3 API
-server (``s3a://``, settings as the session's ``spark.hadoop.fs.s3a.*``; Spark's
-checkpoint stays local, the wheel has no S3A jar). Both stores go through the
+The kill test runs twice: files in, output in a local folder; and the same
+records from a Kafka topic of four partitions (the suite's broker), output on the
+S3 API server (``s3a://``, settings as the session's ``spark.hadoop.fs.s3a.*``;
+Spark's checkpoint stays local, the wheel has no S3A jar). Both stores go through the
 same commit protocol (``firesteel.core.storage``), so the path's eight whole-job
 kills and twelve task kills are split between them, four and six each, every
 protocol point hit once (:data:`KILL_POINTS`) rather than each store paying a
@@ -21,6 +22,7 @@ pyarrow's own S3 filesystem and a boto3 listing.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -44,6 +46,7 @@ from firesteel.testing import (
     batch_started,
     task_kills,
 )
+from firesteel.testing.kafka import create_topic, produce
 from firesteel.testing.proxy import DroppingProxy
 from firesteel.testing.s3 import ACCESS_KEY, REGION, SECRET_KEY, S3Server
 from firesteel.testing.scripts import script
@@ -75,8 +78,13 @@ S3_RESTART_BEFORE_RUN = 3
 class FilesJob:
     """Input, output and checkpoint folders of one crash test (output local or on S3)."""
 
-    def __init__(self, root: Path, s3: S3Server | None = None, endpoint: str = "") -> None:
+    def __init__(
+        self, root: Path, s3: S3Server | None = None, endpoint: str = "", kafka: str = ""
+    ) -> None:
         self.source = root / "in"
+        self.input = str(self.source)
+        """The job's input argument: the folder, or ``kafka://<bootstrap>/<topic>``."""
+        self.per_batch = FILES_PER_BATCH
         self.s3 = s3
         self.endpoint = endpoint
         """Where the job reaches the S3 server (a proxy's address), if not directly."""
@@ -88,15 +96,23 @@ class FilesJob:
             self.out = f"s3a://{self.bucket}/out"
         self.checkpoint = root / "ck"
         self.checkpoints = Spellings(self.checkpoint)
-        self.expected = write_sequence_files(
-            self.source, FILES, ROWS_PER_FILE, lambda seqs: {"text": [f"r{i}" for i in seqs]}
-        )
+        if kafka:
+            topic = create_topic(kafka, 4)
+            self.expected = range(FILES * ROWS_PER_FILE)
+            records = [json.dumps({"seq": i, "text": f"r{i}"}).encode() for i in self.expected]
+            produce(kafka, topic, records)
+            self.input = f"kafka://{kafka}/{topic}"
+            self.per_batch = FILES_PER_BATCH * ROWS_PER_FILE
+        else:
+            self.expected = write_sequence_files(
+                self.source, FILES, ROWS_PER_FILE, lambda seqs: {"text": [f"r{i}" for i in seqs]}
+            )
 
     def args(self, run: int) -> list[str]:
         """Run ``run``'s arguments: each restart spells the checkpoint otherwise; on S3 the
         settings go as the session's ``spark.hadoop.fs.s3a.*``, and the server restarts once."""
         checkpoint = self.checkpoints(run)
-        args = [str(self.source), self.out, checkpoint, str(FILES_PER_BATCH)]
+        args = [self.input, self.out, checkpoint, str(self.per_batch)]
         if self.s3 is None:
             return args
         if run == S3_RESTART_BEFORE_RUN:
@@ -155,8 +171,11 @@ class FilesJob:
 
 @pytest.fixture(params=["local", "s3"])
 def files_job(request: pytest.FixtureRequest, tmp_path: Path) -> FilesJob:
-    s3 = request.getfixturevalue("s3_server") if request.param == "s3" else None
-    return FilesJob(tmp_path / "job", s3)
+    """Files in, output local; or Kafka in (the suite's broker), output on the S3 server."""
+    if request.param == "local":
+        return FilesJob(tmp_path / "job")
+    s3, bootstrap = request.getfixturevalue("s3_server"), request.getfixturevalue("bootstrap")
+    return FilesJob(tmp_path / "job", s3, kafka=bootstrap)
 
 
 def test_job_killed_at_protocol_points_and_at_random_then_tasks_killed(
