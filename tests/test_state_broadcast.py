@@ -1,9 +1,10 @@
 """Broadcast state inside real Structured Streaming queries (Spark local mode, shared session).
 
-A rules stream (JSON files: per-sensor limits, several updates of one sensor in
-one file) is the broadcast input of a keyed operator over readings; every
-reading is emitted with the limit its partition saw and a digest of the whole
-broadcast map. Restarted at parallelism 2, 3 and 1 (rescaling the key groups
+A rules stream (JSON files: limits per rule, two versions of one rule in one
+file) is the broadcast input of a keyed ranking over readings
+(:class:`~firesteel.testing.processors.RankPerKeyWithRules`); every reading is
+emitted with a digest of the whole broadcast map its partition held.
+Restarted at parallelism 2 then 3 (rescaling the key groups
 and their broadcast copies), every partition of every batch must hold the same
 map, and at the end every key group's copy must equal the rules applied in
 order in plain Python.
@@ -15,11 +16,11 @@ another parallelism each time, and reads its output with pyarrow.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,50 +30,32 @@ import pyarrow.parquet as pq
 import pytest
 from files_helpers import write_sequence_files
 from pyspark import cloudpickle
+from test_state_backends import Driver, make_backend
+from test_state_operator import INPUT_SCHEMA, run_query
 
 from firesteel.backends import FilesystemBackend
 from firesteel.backends.inspect import read_state
 from firesteel.core.errors import ConfigError
-from firesteel.state import BroadcastStateDescriptor, KeyedProcessor, KeyState, stateful
+from firesteel.state import (
+    BroadcastContext,
+    BroadcastMap,
+    KeyedProcessor,
+    KeyState,
+    StateDeclarations,
+    stateful,
+)
 from firesteel.testing import CrashHarness, Spellings, at_point
 from firesteel.testing.counting import assert_exactly_once
-from firesteel.testing.processors import rules_digest
+from firesteel.testing.processors import RankPerKeyWithRules, rules_digest
 from firesteel.testing.ranked import misranked, ranks_by_key
 from firesteel.testing.scripts import script
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-READINGS = "sensor string, value double, seq long"
-RULES = "sensor string, limit long, version long"
-OUTPUT = "sensor string, seq long, limit long, rules string, partition long"
+RULES = "rule string, limit long, version long"
+OUTPUT = "seq long, key string, rank long, rules string, partition long"
 SENSORS = 6
-
-
-def digest(entries: dict[str, int]) -> str:
-    return hashlib.sha256(json.dumps(sorted(entries.items())).encode()).hexdigest()[:16]
-
-
-class Limits(KeyedProcessor):
-    """Keeps the latest limit per sensor in broadcast state; emits it with every reading."""
-
-    limits = BroadcastStateDescriptor("limits", int)
-
-    def open(self, ctx: Any) -> None:
-        self.partition = ctx.partition
-
-    def process_broadcast(self, record: dict[str, Any], ctx: Any) -> None:
-        ctx.state(self.limits).put(record["sensor"], record["limit"])
-
-    def process(self, key: Any, rows: Any, state: KeyState) -> Any:
-        limits = state.broadcast(self.limits)
-        for seq in rows.column("seq").to_pylist():
-            yield {
-                "sensor": key[0],
-                "seq": seq,
-                "limit": limits.get(key[0], -1),
-                "rules": digest(dict(limits)),
-                "partition": self.partition,
-            }
+MAX_P = 16
 
 
 def _write(folder: Path, name: str, rows: list[dict[str, Any]], order: int) -> None:
@@ -84,12 +67,12 @@ def _write(folder: Path, name: str, rows: list[dict[str, Any]], order: int) -> N
 
 
 def _rules(round_: int) -> list[dict[str, Any]]:
-    """Two updates of every other sensor; the later version comes first in the file and
+    """Two updates of every other rule; the later version comes first in the file and
     first in the order of the records' text, so only ``broadcast_order`` picks it."""
     rows = []
-    for sensor in range(round_ % 2, SENSORS, 2):
-        rows.append({"sensor": f"s{sensor}", "limit": 100 + round_, "version": 2 * round_ + 1})
-        rows.append({"sensor": f"s{sensor}", "limit": 900 + round_, "version": 2 * round_})
+    for rule in range(round_ % 2, SENSORS, 2):
+        rows.append({"rule": f"r{rule}", "limit": 100 + round_, "version": 2 * round_ + 1})
+        rows.append({"rule": f"r{rule}", "limit": 900 + round_, "version": 2 * round_})
     return rows
 
 
@@ -98,35 +81,31 @@ def _readings(round_: int) -> list[dict[str, Any]]:
 
 
 def _run(spark: Any, root: Path, parallelism: int) -> None:
-    readings = spark.readStream.schema(READINGS).option("maxFilesPerTrigger", 2)
     rules = spark.readStream.schema(RULES).option("maxFilesPerTrigger", 2)
-    out = stateful(
-        readings.json(str(root / "readings")),
-        key=["sensor"],
-        processor=Limits(),
-        output_schema=OUTPUT,
-        backend=FilesystemBackend(f"file://{root}/state", full_snapshot_every=2),
-        name="limits",
+    run_query(
+        spark,
+        root / "readings",
+        root,
+        RankPerKeyWithRules(),
         parallelism=parallelism,
-        max_parallelism=8,
+        schema=OUTPUT,
+        backend=FilesystemBackend(f"file://{root}/state", full_snapshot_every=2),
+        files_per_batch=2,
         broadcast=rules.json(str(root / "rules")),
         broadcast_order="version",
     )
-    target = str(root / "out")
 
-    def sink(batch_df: Any, batch_id: int) -> None:
-        batch_df.write.mode("overwrite").parquet(f"{target}/batch={batch_id}")
 
-    query = (
-        out.writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(root / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    try:
-        query.awaitTermination()
-    finally:
-        query.stop()
+def _copies(location: str, operator: str) -> dict[int, dict[str, int]]:
+    """The broadcast map stored in each key group, read from the state."""
+    stored = read_state(location, operator=operator).to_pandas()
+    copies = stored[stored["state"] == "rules"]
+    per_group: dict[int, dict[str, int]] = {}
+    for group, user_key, value in zip(
+        copies["key_group"], copies["user_key"], copies["value"], strict=True
+    ):
+        per_group.setdefault(int(group), {})[json.loads(user_key)] = int(value)
+    return per_group
 
 
 def test_broadcast_state_is_identical_in_every_partition_across_rescales(
@@ -140,11 +119,11 @@ def test_broadcast_state_is_identical_in_every_partition_across_rescales(
             _write(tmp_path / "readings", f"readings-{round_}", _readings(round_), order)
             order += 1
             for rule in sorted(_rules(round_), key=lambda r: r["version"]):
-                expected[rule["sensor"]] = rule["limit"]
+                expected[rule["rule"]] = rule["limit"]
+        if run:
+            # Readings after every rule (a batch of their own): they must see the whole map.
+            _write(tmp_path / "readings", "readings-last", _readings(99), order)
         _run(spark, tmp_path, parallelism)
-    # Readings after every rule: the last batch must see the whole map.
-    _write(tmp_path / "readings", "readings-last", _readings(99), order)
-    _run(spark, tmp_path, 1)
 
     table = ds.dataset(tmp_path / "out", format="parquet", partitioning="hive").to_table()
     rows = table.to_pylist()
@@ -154,21 +133,11 @@ def test_broadcast_state_is_identical_in_every_partition_across_rescales(
     by_batch: dict[int, set[str]] = {}
     for row in rows:
         by_batch.setdefault(row["batch"], set()).add(row["rules"])
-    partitions = {(row["batch"], row["partition"]) for row in rows}
     assert all(len(digests) == 1 for digests in by_batch.values()), by_batch
-    assert len({p for _, p in partitions}) >= 2  # rows came from several partitions
+    assert len({row["partition"] for row in rows}) >= 2  # rows came from several partitions
     last = [row for row in rows if row["seq"] >= 9900]
-    assert {row["rules"] for row in last} == {digest(expected)}
-    assert {row["sensor"]: row["limit"] for row in last} == expected
-
-    state = read_state(f"file://{tmp_path}/state", operator="limits").to_pandas()
-    copies = state[state["state"] == "limits"]
-    per_group: dict[int, dict[str, int]] = {}
-    for group, user_key, value in zip(
-        copies["key_group"], copies["user_key"], copies["value"], strict=True
-    ):
-        per_group.setdefault(int(group), {})[json.loads(user_key)] = int(value)
-    assert per_group == dict.fromkeys(range(8), expected)
+    assert {row["rules"] for row in last} == {rules_digest(expected)}
+    assert _copies(f"file://{tmp_path}/state", "counts") == dict.fromkeys(range(MAX_P), expected)
 
 
 def test_a_broadcast_input_needs_process_broadcast(spark: Any, tmp_path: Path) -> None:
@@ -176,26 +145,22 @@ def test_a_broadcast_input_needs_process_broadcast(spark: Any, tmp_path: Path) -
         def process(self, key: Any, rows: Any, state: KeyState) -> Any:
             return None
 
-    readings = spark.readStream.schema(READINGS).json(str(tmp_path))
-    with pytest.raises(ConfigError, match="has no process_broadcast"):
-        stateful(
-            readings,
-            key=["sensor"],
-            processor=NoBroadcast(),
-            output_schema=OUTPUT,
-            backend=FilesystemBackend(f"file://{tmp_path}/state"),
-            broadcast=spark.readStream.schema(RULES).json(str(tmp_path)),
-        )
-    with pytest.raises(ConfigError, match="broadcast_order column 'nope'"):
-        stateful(
-            readings,
-            key=["sensor"],
-            processor=Limits(),
-            output_schema=OUTPUT,
-            backend=FilesystemBackend(f"file://{tmp_path}/state"),
-            broadcast=spark.readStream.schema(RULES).json(str(tmp_path)),
-            broadcast_order="nope",
-        )
+    readings = spark.readStream.schema(INPUT_SCHEMA).json(str(tmp_path))
+    rules = spark.readStream.schema(RULES).json(str(tmp_path))
+    for processor, order, refusal in [
+        (NoBroadcast(), None, "has no process_broadcast"),
+        (RankPerKeyWithRules(), "nope", "broadcast_order column 'nope'"),
+    ]:
+        with pytest.raises(ConfigError, match=refusal):
+            stateful(
+                readings,
+                key=["sensor"],
+                processor=processor,
+                output_schema=OUTPUT,
+                backend=FilesystemBackend(f"file://{tmp_path}/state"),
+                broadcast=rules,
+                broadcast_order=order,
+            )
 
 
 # -- crash test ----------------------------------------------------------------------------
@@ -276,11 +241,35 @@ def test_broadcast_state_survives_kills_and_rescales(
     assert not wrong, f"{len(wrong)} rows saw another broadcast map, e.g. {wrong[:3]}{context}"
     assert len(set(committed.column("partition").to_pylist())) >= 2, context
 
-    stored = read_state(f"file://{state}", operator="rules").to_pandas()
-    copies = stored[stored["state"] == "rules"]
-    per_group: dict[int, dict[str, int]] = {}
-    for group, user_key, value in zip(
-        copies["key_group"], copies["user_key"], copies["value"], strict=True
-    ):
-        per_group.setdefault(int(group), {})[json.loads(user_key)] = int(value)
-    assert per_group == dict.fromkeys(range(8), maps[-1]), context
+    assert _copies(f"file://{state}", "rules") == dict.fromkeys(range(8), maps[-1]), context
+
+
+# -- on every backend, without Spark -------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["heap", "filesystem", "rocksdb"])
+def test_every_backend_keeps_a_full_copy_in_each_key_group(tmp_path: Path, kind: str) -> None:
+    """The operator's own calls (a BroadcastContext per partition), written at parallelism 2
+    and read back at 3 and 1: each partition restores the same map, after a put, a remove
+    and a clear-and-refill."""
+    backend = make_backend(kind, tmp_path, cache=False)
+    limits = RankPerKeyWithRules.rules
+    updates: list[Callable[[BroadcastMap], None]] = [
+        lambda m: [m.put(f"s{i}", i) for i in range(5)],
+        lambda m: m.remove("s1"),
+        lambda m: (m.clear(), m.put("s9", 9)),
+    ]
+    expected = [{f"s{i}": i for i in range(5)}, {f"s{i}": i for i in (0, 2, 3, 4)}, {"s9": 9}]
+    for batch, (update, parallelism) in enumerate(zip(updates, (2, 3, 1), strict=True)):
+        driver = Driver(backend, parallelism, [limits])
+        seen = []
+        for partition in range(parallelism):
+            task = driver.task(batch, partition)
+            store = backend.open_store(driver.spec, task, StateDeclarations([limits]), 0)
+            context = BroadcastContext(store, task.key_groups, batch, partition, [limits])
+            before = dict(context.state(limits).items())
+            update(context.state(limits))
+            seen.append((before, dict(context.state(limits).items())))
+            store.snapshot().wait()
+        previous = expected[batch - 1] if batch else {}
+        assert seen == [(previous, expected[batch])] * parallelism

@@ -135,17 +135,9 @@ class BroadcastMap:
         self._key_groups = key_groups
         self._descriptor = descriptor
 
-    def _copies(self) -> list[MapState]:
-        found = []
-        for key_group in self._key_groups:
-            self._store.set_current_key(BROADCAST_KEY, key_group)
-            state = self._store.state(self._descriptor)
-            assert isinstance(state, MapState)
-            found.append(state)
-        return found
-
-    def _first(self) -> MapState:
-        self._store.set_current_key(BROADCAST_KEY, self._key_groups.start)
+    def _bound(self, key_group: int) -> MapState:
+        """The map state, bound to the copy in ``key_group`` (until the next key switch)."""
+        self._store.set_current_key(BROADCAST_KEY, key_group)
         state = self._store.state(self._descriptor)
         assert isinstance(state, MapState)
         return state
@@ -153,10 +145,7 @@ class BroadcastMap:
     def put(self, user_key: Any, value: Any) -> None:
         """Store one entry in every copy; ``None`` removes it."""
         for key_group in self._key_groups:
-            self._store.set_current_key(BROADCAST_KEY, key_group)
-            state = self._store.state(self._descriptor)
-            assert isinstance(state, MapState)
-            state.put(user_key, value)
+            self._bound(key_group).put(user_key, value)
 
     def remove(self, user_key: Any) -> None:
         """Remove one entry from every copy."""
@@ -164,16 +153,16 @@ class BroadcastMap:
 
     def clear(self) -> None:
         """Empty the map in every copy."""
-        for state in self._copies():
-            state.clear()
+        for key_group in self._key_groups:
+            self._bound(key_group).clear()
 
     def get(self, user_key: Any, default: Any = None) -> Any:
         """The value stored under ``user_key``, or ``default``."""
-        return self._first().get(user_key, default)
+        return self._bound(self._key_groups.start).get(user_key, default)
 
     def items(self) -> list[tuple[Any, Any]]:
         """The entries."""
-        return self._first().items()
+        return self._bound(self._key_groups.start).items()
 
 
 class BroadcastContext:
