@@ -159,7 +159,22 @@ def _scope_v2() -> dict[str, type]:
         country: str
 
     no_default = Profile
+
+    @dataclasses.dataclass  # type: ignore[no-redef]
+    class Profile:  # str -> str | None
+        name: str | None
+        visits: int
+
+    optional = Profile
+
+    @dataclasses.dataclass
+    class Visitor:  # the class renamed, through renames={"Profile": "Visitor"}
+        name: str
+        visits: int
+
     return {
+        "optional": optional,
+        "class_renamed": Visitor,
         "added": added,
         "removed": removed,
         "widened": widened,
@@ -175,6 +190,12 @@ RULES: dict[str, tuple[type, dict[str, str] | None, Callable[[int], Any]]] = {
     "remove a field": (V2["removed"], None, V2["removed"]),
     "widen int to float": (V2["widened"], None, lambda n: V2["widened"](f"n{n}", float(n))),
     "rename a field": (V2["renamed"], {"name": "label"}, lambda n: V2["renamed"](f"n{n}", n)),
+    "make a field optional": (V2["optional"], None, lambda n: V2["optional"](f"n{n}", n)),
+    "rename the dataclass": (
+        V2["class_renamed"],
+        {"Profile": "Visitor"},
+        lambda n: V2["class_renamed"](f"n{n}", n),
+    ),
 }
 
 
@@ -217,8 +238,9 @@ def _tree(root: Path) -> dict[str, str]:
         (lambda: _states(V2["incompatible"]), "reader type: string not compatible with writer"),
         (lambda: _states(V2["no_default"]), "country"),
         (lambda: _states(int), "not compatible"),
+        (lambda: _states(V2["class_renamed"]), "expected: Profile (at /, /name)"),
     ],
-    ids=["int to str", "added without default", "record to number"],
+    ids=["int to str", "added without default", "record to number", "class renamed unmapped"],
 )
 def test_an_incompatible_change_is_refused_before_any_state_is_touched(
     tmp_path: Path, kind: str, new: Callable[[], list[StateDescriptor]], why: str
