@@ -36,6 +36,7 @@ evolve; a state with another serializer (pickle) restores only unchanged.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import json
 import logging
@@ -216,15 +217,12 @@ class StateUpgrade:
         assert isinstance(serializer, MsgpackSerializer)
         return serializer.build(resolved)
 
-    @property
+    @functools.cached_property
     def _parsed(self) -> tuple[Any, Any]:
-        cached = self.__dict__.get("_parsed_schemas")
-        if cached is None:
-            import fastavro
+        """The writer's and reader's schemas parsed by fastavro (once per upgrade)."""
+        import fastavro
 
-            cached = (fastavro.parse_schema(self.writer), fastavro.parse_schema(self.reader))
-            object.__setattr__(self, "_parsed_schemas", cached)
-        return typing.cast(tuple[Any, Any], cached)
+        return fastavro.parse_schema(self.writer), fastavro.parse_schema(self.reader)
 
 
 def _incompatibility(reader: Any, writer: Any) -> str | None:
