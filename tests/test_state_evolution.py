@@ -4,7 +4,8 @@ Each test writes state with version 1 of a processor's types on a real backend
 (heap, filesystem, RocksDB), restores it with version 2 and compares every
 key's value state, list state and map state with a reference computed in plain
 Python. The incompatible cases are refused before any stored state changes
-(every file of the state location hashed before and after).
+(every file of the state location hashed before and after). A real query
+(the shared Spark session) is upgraded between two runs as well.
 """
 
 from __future__ import annotations
@@ -14,16 +15,27 @@ import hashlib
 import json
 import logging
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from pyspark import cloudpickle
 from test_state_backends import Driver, make_backend
+from test_state_operator import (
+    expected_counts,
+    latest_counts,
+    readings,
+    run_query,
+    write_inputs,
+)
 
 from firesteel.core.errors import ConfigError
 from firesteel.state import (
+    KeyedProcessor,
+    KeyState,
     ListStateDescriptor,
     MapStateDescriptor,
     PickleSerializer,
@@ -31,6 +43,9 @@ from firesteel.state import (
 )
 from firesteel.state.backend import StateDescriptor
 from firesteel.state.schemas import OPAQUE, value_schema
+
+# Spark's Python workers cannot import this test module by name: ship it by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 KEYS = [(f"user-{i}",) for i in range(30)]
 BACKENDS = ["heap", "filesystem", "rocksdb"]
@@ -325,3 +340,62 @@ def test_checkpoints_record_each_state_schema(tmp_path: Path) -> None:
     manifest = next((tmp_path / "rocksdb" / "op").rglob("v*/*.json"))
     states = json.loads(manifest.read_text())["content"]["states"]
     assert json.loads(states["profile"]["schema"]) == value_schema(Profile)
+
+
+# -- a real query upgraded between two runs ------------------------------------------------
+
+
+@dataclasses.dataclass
+class Tally:
+    count: int
+
+
+def _tally_v2() -> type:
+    @dataclasses.dataclass
+    class Tally:  # count widened to float, total added with a default
+        count: float
+        total: float = 0.0
+
+    return Tally
+
+
+TALLY_V2 = _tally_v2()
+
+
+class TallyV1(KeyedProcessor):
+    tally = ValueStateDescriptor("tally", Tally)
+
+    def process(self, key: Any, rows: Any, state: KeyState) -> Any:
+        tally = state.value(self.tally)
+        current = tally.value() or Tally(0)
+        tally.update(Tally(current.count + rows.num_rows))
+        yield {"sensor": key[0], "count": current.count + rows.num_rows, "total": 0.0}
+
+
+class TallyV2(KeyedProcessor):
+    tally = ValueStateDescriptor("tally", TALLY_V2)
+
+    def process(self, key: Any, rows: Any, state: KeyState) -> Any:
+        tally = state.value(self.tally)
+        current = tally.value() or TALLY_V2(0.0)
+        total = current.total + sum(rows.column("value").to_pylist())
+        tally.update(TALLY_V2(current.count + rows.num_rows, total))
+        yield {"sensor": key[0], "count": int(current.count) + rows.num_rows, "total": total}
+
+
+def test_a_query_upgraded_between_runs_keeps_counting(spark: Any, tmp_path: Path) -> None:
+    """Version 1 of a job counts per key; version 2, restarted on its state at another
+    parallelism, widens the count to float and adds a total with a default: every key's
+    count goes on from where version 1 left it, its total starts at the default."""
+    src = tmp_path / "in"
+    first = [readings(b) for b in range(2)]
+    write_inputs(src, first)
+    run_query(spark, src, tmp_path, TallyV1(), parallelism=2, files_per_batch=2)
+    second = [readings(b) for b in range(2, 4)]
+    write_inputs(src, second, start=1000)
+    run_query(spark, src, tmp_path, TallyV2(), parallelism=3, files_per_batch=2)
+    counts = expected_counts(first + second)
+    totals = expected_counts(second)
+    assert latest_counts(tmp_path) == {
+        sensor: (count, totals.get(sensor, (0, 0.0))[1]) for sensor, (count, _) in counts.items()
+    }

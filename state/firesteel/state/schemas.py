@@ -92,6 +92,12 @@ def _plain_default(value: Any) -> Any:
     return value
 
 
+def _missing(value: Any) -> bool:
+    """Whether a dataclass field's default is ``dataclasses.MISSING``: by type, since a
+    dataclass cloudpickle shipped by value to a Spark worker carries a copy of the sentinel."""
+    return isinstance(value, type(dataclasses.MISSING))
+
+
 class _Builder:
     def __init__(self, renames: Mapping[str, str]) -> None:
         self.aliases: dict[str, list[str]] = {}
@@ -129,11 +135,12 @@ class _Builder:
             schema = self.schema(hints[item.name])
             entry: dict[str, Any] = {"name": item.name, "type": schema}
             default: Any = dataclasses.MISSING
-            if item.default is not dataclasses.MISSING:
+            factory: Any = item.default_factory
+            if not _missing(item.default):
                 default = item.default
-            elif item.default_factory is not dataclasses.MISSING:
-                default = item.default_factory()
-            if default is not dataclasses.MISSING:
+            elif not _missing(factory):
+                default = factory()
+            if not _missing(default):
                 if isinstance(schema, list) and default is not None:
                     # Avro takes a union's default from its first branch.
                     entry["type"] = [*schema[1:], "null"]
