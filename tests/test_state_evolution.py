@@ -238,6 +238,14 @@ def test_plain_numbers_widen_int32_to_int64_to_float(tmp_path: Path, kind: str) 
     assert all(isinstance(v[0], float) for v in upgraded.values())
 
 
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_a_type_taken_from_a_state_gives_the_stored_values_as_they_are(
+    tmp_path: Path, kind: str
+) -> None:
+    upgraded = _upgrade(tmp_path, kind, _states(Profile), _profile, _states(None))
+    assert upgraded == _expected(lambda n: dataclasses.asdict(_profile(n)))
+
+
 def _tree(root: Path) -> dict[str, str]:
     return {
         str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()

@@ -269,8 +269,9 @@ def upgrade(
     writer = json.loads(stored)
     if _shape(writer) == _shape(declared):
         return None
-    if writer is None:
-        # Untyped values gain a type: they were never checked against one, so read as they are.
+    if writer is None or declared is None:
+        # A state gaining or losing its type: untyped values were never checked against one,
+        # and an untyped state takes whatever is stored, so values load as they are.
         return None
     fix = (
         "declare the old type again; or make the change one Avro resolves (add a field with a "
