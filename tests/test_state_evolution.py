@@ -246,6 +246,27 @@ def test_a_type_taken_from_a_state_gives_the_stored_values_as_they_are(
     assert upgraded == _expected(lambda n: dataclasses.asdict(_profile(n)))
 
 
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_an_evolved_state_keeps_each_entry_expiry(tmp_path: Path, kind: str) -> None:
+    """TTL state widened from int to float: values converted, each one's expiry (set when it
+    was written, not when it was converted) kept."""
+    old = ValueStateDescriptor("level", int, ttl=10.0)
+    new = ValueStateDescriptor("level", float, ttl=10.0)
+    backend = make_backend(kind, tmp_path, cache=False)
+    Driver(backend, 1, [old]).batch(
+        0, KEYS[:10], lambda s, k: s.state(old).update(len(k[0])), now_ms=1_000
+    )
+    Driver(backend, 1, [old]).batch(
+        1, KEYS[10:], lambda s, k: s.state(old).update(len(k[0])), now_ms=6_000
+    )
+    read = Driver(backend, 2, [new]).batch(2, KEYS, lambda s, _: s.state(new).value(), 8_000)
+    assert read == {key: float(len(key[0])) for key in KEYS}
+    assert all(isinstance(value, float) for value in read.values())
+    # The first ten were written at 1 s and expire at 11 s; the rest live until 16 s.
+    later = Driver(backend, 2, [new]).batch(3, KEYS, lambda s, _: s.state(new).value(), 12_000)
+    assert later == {key: (None if key in KEYS[:10] else float(len(key[0]))) for key in KEYS}
+
+
 def _tree(root: Path) -> dict[str, str]:
     return {
         str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
