@@ -130,6 +130,8 @@ def run_query(
     parallelism: int | None = 2,
     schema: str = COUNT_SCHEMA,
     backend: Any = None,
+    restore_from: str | None = None,
+    checkpoint: str = "checkpoint",
     files_per_batch: int = 1,
     **options: Any,
 ) -> None:
@@ -146,6 +148,7 @@ def run_query(
         name="counts",
         parallelism=parallelism,
         max_parallelism=16,
+        restore_from=restore_from,
         **options,
     )
     target = str(root / "out")
@@ -155,7 +158,7 @@ def run_query(
 
     query = (
         out.writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(root / "checkpoint"))
+        .option("checkpointLocation", str(root / checkpoint))
         .trigger(availableNow=True)
         .start()
     )

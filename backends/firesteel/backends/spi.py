@@ -18,7 +18,7 @@ The contract (the protocol itself is :mod:`firesteel.state.backend`'s):
   task restores from storage), and :func:`check_owner`, :func:`check_declared` and
   :func:`undeclared_state` refuse recorded state that does not match, in the
   same words on every backend. A snapshot records each state as
-  :func:`stored_state` gives it; :func:`check_declared` returns the
+  :func:`state_record` gives it; :func:`check_declared` returns the
   :class:`StateUpgrade` whose ``loads`` reads values stored under an older
   schema (None when they load as they are).
 - A snapshot is written by :class:`SnapshotThread` (a
@@ -30,15 +30,20 @@ The contract (the protocol itself is :mod:`firesteel.state.backend`'s):
 - :class:`SnapshotStorage` reads and writes the operator record
   (``_operator.json``) every backend keeps; :data:`SCHEMA`, :func:`to_table`,
   :func:`list_operators`, :func:`recorded_operator` and :func:`chosen_version`
-  make a backend's state readable as a table.
+  make a backend's state readable as a table; a backend's ``stored_state(operator,
+  batch)`` returning a :class:`StoredState` (``stored_table`` turns it into that
+  table) is what savepoints are made from.
 """
 
 from firesteel.backends.async_snapshot import SnapshotThread
 from firesteel.backends.inspect import (
     SCHEMA,
+    Entries,
+    StoredState,
     chosen_version,
     list_operators,
     recorded_operator,
+    stored_table,
     to_table,
 )
 from firesteel.backends.storage import SnapshotStorage, read_stored
@@ -47,7 +52,7 @@ from firesteel.backends.store_base import (
     TaskStoreBackend,
     check_declared,
     check_owner,
-    stored_state,
+    state_record,
     undeclared_state,
 )
 from firesteel.state.api import ListState, MapState, ValueState
@@ -67,6 +72,7 @@ from firesteel.state.serializers import key_packer, pack, unpack, unpack_key
 
 __all__ = [
     "SCHEMA",
+    "Entries",
     "Key",
     "KeyGroupRange",
     "KeyedStateStore",
@@ -82,6 +88,7 @@ __all__ = [
     "StateDescriptor",
     "StateKind",
     "StateUpgrade",
+    "StoredState",
     "TaskStore",
     "TaskStoreBackend",
     "ValueState",
@@ -93,7 +100,8 @@ __all__ = [
     "pack",
     "read_stored",
     "recorded_operator",
-    "stored_state",
+    "state_record",
+    "stored_table",
     "to_table",
     "undeclared_state",
     "unpack",

@@ -8,7 +8,7 @@ restores from storage.
 Both the heap store and the RocksDB store record an operator's identity once
 (``_operator.json``: query, key columns, max parallelism, first batch) and the
 kind, serializer and value schema of every state in each snapshot
-(:func:`stored_state`); a restart that does not match fails with a
+(:func:`state_record`); a restart that does not match fails with a
 :class:`~firesteel.core.errors.ConfigError` naming what changed, the same words
 on every backend, and a value schema that evolved by Avro's rules is resolved
 (:mod:`firesteel.state.schemas`).
@@ -198,7 +198,7 @@ def undeclared_state(operator: str, name: str, info: dict[str, str], where: str)
     return ConfigError(msg)
 
 
-def stored_state(desc: StateDescriptor) -> dict[str, str]:
+def state_record(desc: StateDescriptor) -> dict[str, str]:
     """What a snapshot records of a state: its kind, serializer and value schema (JSON)."""
     return {
         "kind": desc.kind.value,

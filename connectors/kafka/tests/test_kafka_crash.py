@@ -222,11 +222,14 @@ def test_exactly_once_under_kills_that_change_the_partition_count(bootstrap, tmp
 
 
 def test_at_least_once_loses_nothing_under_kills(bootstrap, tmp_path):
-    points = ["kafka.after_produce", "kafka.after_flush", "sink.after_write", "driver.after_commit"]
+    """Killed after records were produced but not flushed, and after the flush before the
+    vote: nothing lost. Two kills, not eight: an at-least-once path (issue 30 keeps eight
+    whole-job kills for the exactly-once ones, which run the same source)."""
+    points = ["kafka.after_produce", "kafka.after_flush"]
     result, live, view, _target = _run(
-        bootstrap, tmp_path, "at-least-once", lambda ck: _kills(ck, points, rounds=3, randoms=1)
+        bootstrap, tmp_path, "at-least-once", lambda ck: _kills(ck, points, rounds=2, randoms=0)
     )
-    assert result.kills >= 3, result.summary()
+    assert result.all_fired and result.kills == 2, result.summary()
     assert not live.violations, live.violations
     assert_at_least_once(_sequence(view.values), range(RECORDS), "output")
 

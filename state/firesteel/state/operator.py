@@ -66,12 +66,12 @@ from firesteel.state.backend import (
     KeyedTask,
     OperatorSpec,
     StateBackend,
-    StateDeclarations,
 )
 from firesteel.state.descriptors import StateDescriptor
 from firesteel.state.keygroups import KeyGroupRange
 from firesteel.state.output import OutputBuilder
 from firesteel.state.processor import KeyedProcessor, KeyState, OpenContext
+from firesteel.state.savepoint.restore import SavepointRestore, declarations
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -119,6 +119,7 @@ def stateful(
     name: str | None = None,
     parallelism: int | None = None,
     max_parallelism: int = keygroups.DEFAULT_MAX_PARALLELISM,
+    restore_from: str | SavepointRestore | None = None,
     broadcast: DataFrame | None = None,
     broadcast_order: str | None = None,
 ) -> DataFrame:
@@ -131,9 +132,12 @@ def stateful(
     operator's newest snapshot was written with (as Spark pins its own shuffle
     partitions in the checkpoint), else ``spark.sql.shuffle.partitions``; an
     explicit value may change between restarts. ``max_parallelism``: number of key groups,
-    fixed for the life of the state. ``broadcast``: a second streaming DataFrame (rules,
-    configuration) whose records every partition gets, in order of the column
-    ``broadcast_order`` (see :mod:`firesteel.state.broadcast`).
+    fixed for the life of the state. ``restore_from``: a savepoint (its path, or a
+    :class:`~firesteel.state.savepoint.SavepointRestore` with storage settings or
+    ``allow_non_restored_state``) the operator's state starts from, on any backend and
+    at any parallelism (see :mod:`firesteel.state.savepoint.restore`). ``broadcast``: a
+    second streaming DataFrame (rules, configuration) whose records every partition gets,
+    in order of the column ``broadcast_order`` (see :mod:`firesteel.state.broadcast`).
 
     The result is a streaming DataFrame of ``output_schema``: write it with any
     sink. State is exactly-once with any sink (a batch's state commits with the
@@ -179,8 +183,11 @@ def stateful(
         df = broadcasts.union_input(df, broadcast, broadcast_order)
     spark_schema, arrow_schema = _arrow_schema(df, output_schema)
     spec = OperatorSpec(operator, key_columns, max_parallelism, parallelism)
+    restore = SavepointRestore(restore_from) if isinstance(restore_from, str) else restore_from
+    if restore is not None:
+        restore.check(spec)
 
-    key_group = F.pmod(F.hash(*[F.col(c) for c in key_columns]), F.lit(max_parallelism))
+    key_group = keygroups.key_group_column(key_columns, max_parallelism)
     first_of_task = _first_row_of_task()(F.spark_partition_id())
     route = F.when(first_of_task, F.sequence(F.lit(-parallelism), F.lit(0))).otherwise(
         F.array(F.lit(0))
@@ -199,7 +206,7 @@ def stateful(
         .withColumn(BATCH_TIME_COLUMN, F.current_timestamp())
         .repartitionById(parallelism, partition.cast("int"))
     )
-    task = OperatorTask(spec, processor, backend, arrow_schema, broadcast_order)
+    task = OperatorTask(spec, processor, backend, arrow_schema, restore, broadcast_order)
     logger.info(
         "firesteel: stateful operator %s on %s, %d partitions over %d key groups, %s backend at %s",
         operator,
@@ -246,6 +253,7 @@ class OperatorTask:
     processor: KeyedProcessor
     backend: StateBackend
     schema: pa.Schema
+    restore: SavepointRestore | None = None
     broadcast_order: str | None = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -327,8 +335,10 @@ def run_task(
     pending = None
     try:
         processor.open(open_ctx)
-        states = StateDeclarations([*declared.values(), clock.CLOCK], open_ctx.dropped)
+        states = declarations(operator.restore, [*declared.values(), clock.CLOCK], open_ctx.dropped)
         store = operator.backend.open_store(spec, task, states, now_ms)
+        if operator.restore is not None:
+            operator.restore.apply(store, spec, task, states)
         if batch_time is not None:
             now_ms = clock.advance(store, task.key_groups, batch_time)
         builder = OutputBuilder(operator.schema, spec.name, task.scope.batch_id)

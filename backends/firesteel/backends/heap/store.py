@@ -45,7 +45,7 @@ from firesteel.backends.store_base import (
     TaskStore,
     check_declared,
     check_owner,
-    stored_state,
+    state_record,
     undeclared_state,
 )
 from firesteel.core.errors import CheckpointCorruptError
@@ -317,7 +317,7 @@ class HeapKeyedStore(TaskStore):
             "query_id": task.scope.query_id,
             "parents": parents,
             "rows": len(rows),
-            "states": {name: stored_state(d) for name, d in self.descriptors.items()},
+            "states": {name: state_record(d) for name, d in self.descriptors.items()},
         }
         data, body_digest = fmt.encode(header, fmt.encode_body(rows.to_table()))
         written = self.storage.write(task.scope.batch_id, task.key_groups, kind, data, body_digest)

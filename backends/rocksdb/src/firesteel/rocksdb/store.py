@@ -62,7 +62,7 @@ from firesteel.backends.spi import (
     check_declared,
     check_owner,
     key_packer,
-    stored_state,
+    state_record,
     undeclared_state,
     unpack_key,
 )
@@ -466,7 +466,7 @@ class RocksDBKeyedStore(TaskStore):
         attempt = uuid.uuid4().hex[:16]
         checkpoint = self.folder.checkpoint_dir(task.scope.batch_id, attempt)
         rd.Checkpoint(self.db).create_checkpoint(str(checkpoint))
-        states = {name: stored_state(d) for name, d in self.descriptors.items()}
+        states = {name: state_record(d) for name, d in self.descriptors.items()}
         return SnapshotThread(lambda: self._upload(task, attempt, checkpoint, states))
 
     def _sweep_expired(self, task: KeyedTask) -> None:
