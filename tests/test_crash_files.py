@@ -21,6 +21,8 @@ pyarrow's own S3 filesystem and a boto3 listing.
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -34,6 +36,7 @@ from firesteel.files import read_committed
 from firesteel.testing import (
     CrashHarness,
     CrashResult,
+    JobFailedError,
     Spellings,
     assert_exactly_once,
     at_point,
@@ -41,6 +44,7 @@ from firesteel.testing import (
     batch_started,
     task_kills,
 )
+from firesteel.testing.proxy import DroppingProxy
 from firesteel.testing.s3 import ACCESS_KEY, REGION, SECRET_KEY, S3Server
 from firesteel.testing.scripts import script
 
@@ -71,9 +75,11 @@ S3_RESTART_BEFORE_RUN = 3
 class FilesJob:
     """Input, output and checkpoint folders of one crash test (output local or on S3)."""
 
-    def __init__(self, root: Path, s3: S3Server | None = None) -> None:
+    def __init__(self, root: Path, s3: S3Server | None = None, endpoint: str = "") -> None:
         self.source = root / "in"
         self.s3 = s3
+        self.endpoint = endpoint
+        """Where the job reaches the S3 server (a proxy's address), if not directly."""
         self.bucket = ""
         if s3 is None:
             self.out = str(root / "out")
@@ -95,7 +101,11 @@ class FilesJob:
             return args
         if run == S3_RESTART_BEFORE_RUN:
             self.s3.restart()
-        return args + [f"spark.hadoop.{k}={v}" for k, v in self.s3.settings().items()]
+        settings = {
+            **self.s3.settings(),
+            **({"fs.s3a.endpoint": self.endpoint} if self.endpoint else {}),
+        }
+        return args + [f"spark.hadoop.{k}={v}" for k, v in settings.items()]
 
     def check(self, result: CrashResult) -> None:
         """Output == input exactly, by the committed-file reader and by plain reads."""
@@ -168,6 +178,39 @@ def test_job_killed_at_protocol_points_and_at_random_then_tasks_killed(
     assert result.all_fired, result.summary()
     assert result.kills == 10
     assert result.exit_codes == [-9] * 4 + [0]
+    files_job.check(result)
+
+
+def test_a_store_dropping_every_connection_fails_the_query_naming_it_then_restart_is_exact(
+    crash_harness: CrashHarness, tmp_path: Path, s3_server: S3Server
+) -> None:
+    """The job reaches the S3 server through a proxy that resets every connection from the
+    moment batch 3 starts (its files uploading, or its commit publishing) until the job has
+    failed: the query fails with an error naming the bucket, loses nothing, and a restart
+    once the store answers again completes exactly."""
+    with DroppingProxy(s3_server.port) as proxy:
+        files_job = FilesJob(tmp_path / "job", s3_server, endpoint=proxy.endpoint)
+        third_batch = batch_started(files_job.checkpoint, 3)
+        failed_run = threading.Event()
+
+        def refuse_from_batch_3() -> None:
+            while not third_batch() and not failed_run.is_set():
+                time.sleep(0.05)
+            with proxy.refusing():
+                failed_run.wait()
+
+        refuser = threading.Thread(target=refuse_from_batch_3)
+        refuser.start()
+        try:
+            with pytest.raises(JobFailedError) as failure:
+                crash_harness.attempt(JOB, files_job.args(0), None)
+        finally:
+            failed_run.set()
+            refuser.join()
+        assert proxy.dropped > 0
+        assert "StorageError" in str(failure.value) and files_job.bucket in str(failure.value)
+        result = crash_harness.run(JOB, lambda run: files_job.args(run + 1))
+    assert result.exit_codes == [0]
     files_job.check(result)
 
 
