@@ -43,7 +43,7 @@ from firesteel.state.savepoint.format import (
     SavepointError,
     open_savepoint,
 )
-from firesteel.state.schemas import upgrade
+from firesteel.state.schemas import recorded, upgrade
 from firesteel.state.serializers import check_serializer, unpack, unpack_key
 
 logger = logging.getLogger(__name__)
@@ -254,7 +254,8 @@ def restored_states(
             # holds values of both schemas under the newest one, so none is converted here.
             msg = (
                 f"operator '{part.name}': state '{name}' in savepoint {where} was written as "
-                f"{info.get('schema')}, and its type changed since; schema evolution applies to "
+                f"{info.get('schema')} and is declared as {recorded(desc.schema)}; schema "
+                "evolution applies to "
                 "checkpoints only: restore the savepoint with the old type, let the job commit "
                 "a batch, then upgrade it from its checkpoint"
             )
