@@ -163,9 +163,9 @@ def test_the_savepoint_is_self_describing_parquet(savepoints: dict[str, str]) ->
     assert savepoint.batch == 1
     assert part.key_columns == ["sensor", "zone"] and part.max_parallelism == MAX_P
     assert part.states == {
-        "count": {"kind": "value", "serializer": "msgpack"},
-        "events": {"kind": "list", "serializer": "msgpack"},
-        "attrs": {"kind": "map", "serializer": "msgpack"},
+        "count": {"kind": "value", "serializer": "msgpack", "schema": '"long"'},
+        "events": {"kind": "list", "serializer": "msgpack", "schema": '"string"'},
+        "attrs": {"kind": "map", "serializer": "msgpack", "schema": '"double"'},
         "__timers__": {"kind": "timer", "serializer": "msgpack"},
     }
     assert part.processing_time == (5_001, 5_001)
@@ -199,6 +199,19 @@ def test_state_the_job_does_not_declare_is_refused_listing_it(
         descriptors=[COUNT],
     )
     assert only_count == {key: value[0] for key, value in reference(2).items()}
+
+
+def test_a_state_whose_type_changed_since_the_savepoint_is_refused(
+    savepoints: dict[str, str], tmp_path: Path
+) -> None:
+    """Schema evolution applies to checkpoints only (see firesteel.state.savepoint.restore)."""
+    backend = make_backend("rocksdb", tmp_path, cache=False)
+    widened = [ValueStateDescriptor("count", float), EVENTS, ATTRS]
+    restore = SavepointRestore(savepoints["filesystem"])
+    refusal = r"state 'count' .* written as \"long\" and is declared as \"double\""
+    with pytest.raises(SavepointError, match=refusal):
+        run_batch(backend, 2, 0, read, query="q", restore=restore, descriptors=widened)
+    assert not list((tmp_path / "rocksdb").rglob("v*")), "a checkpoint was written"
 
 
 def test_an_operator_the_savepoint_does_not_know_is_refused_naming_what_it_holds(
