@@ -40,15 +40,11 @@ from pyspark import cloudpickle
 
 from benchmarks.framework import Figure, Workload
 from benchmarks.keyed import Scratch, alternatives, keyed_count_workloads
+from benchmarks.state_ops import DECLARED, VALUE, ops_per_second
 from firesteel.backends import FilesystemBackend, HeapBackend
 from firesteel.backends.heap.store import HeapKeyedStore
 from firesteel.backends.savepoint import create
 from firesteel.core.context import TaskScope
-from firesteel.state import (
-    ListStateDescriptor,
-    MapStateDescriptor,
-    ValueStateDescriptor,
-)
 from firesteel.state.backend import KeyedTask, OperatorSpec, StateBackend, StateDeclarations
 from firesteel.state.clock import CLOCK
 from firesteel.state.keygroups import KeyGroupRange
@@ -59,9 +55,6 @@ from firesteel.state.savepoint.restore import declarations
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 # Untyped, the default: a declared ``type`` adds an isinstance check per write.
-VALUE = ValueStateDescriptor("value")
-LIST = ListStateDescriptor("list")
-MAP = MapStateDescriptor("map")
 MAX_P = 128
 
 
@@ -89,7 +82,7 @@ def _store(kind: str) -> Any:
     )
     spec = OperatorSpec("bench", ("key",), MAX_P, 1)
     task = KeyedTask(TaskScope("bench", 0, 0, 0), KeyGroupRange(0, MAX_P - 1))
-    return backend.open_store(spec, task, StateDeclarations([VALUE, LIST, MAP]), 0)
+    return backend.open_store(spec, task, StateDeclarations(DECLARED), 0)
 
 
 def _per_op(kind: str, op: str, keys: int) -> tuple[Callable[[], float], Callable[[], float]]:
@@ -97,34 +90,7 @@ def _per_op(kind: str, op: str, keys: int) -> tuple[Callable[[], float], Callabl
 
     def firesteel_side() -> float:
         store = _store(kind)
-        switch = store.set_current_key
-        value, lst, mapping = store.state(VALUE), store.state(LIST), store.state(MAP)
-        for key, kg in pairs:  # populate (not timed) so reads hit
-            switch(key, kg)
-            value.update(1)
-            mapping.put("field", 1)
-        started = time.perf_counter()
-        if op == "value get":
-            for key, kg in pairs:
-                switch(key, kg)
-                value.value()
-        elif op == "value put":
-            for key, kg in pairs:
-                switch(key, kg)
-                value.update(2)
-        elif op == "list append":
-            for key, kg in pairs:
-                switch(key, kg)
-                lst.append(2)
-        elif op == "map put":
-            for key, kg in pairs:
-                switch(key, kg)
-                mapping.put("other", 2)
-        else:
-            for key, kg in pairs:
-                switch(key, kg)
-                mapping.get("field")
-        return len(pairs) / (time.perf_counter() - started)
+        return ops_per_second(store, op, pairs)
 
     def dict_side() -> float:
         values: dict[Any, int] = {}
