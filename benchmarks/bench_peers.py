@@ -72,6 +72,8 @@ FIRST_OUTPUT_GOAL_S = 5.0
 
 @dataclass(frozen=True)
 class Sizes:
+    """The inputs and repetitions of a run: :data:`FULL` (issue 36's sizes) or :data:`QUICK`."""
+
     identity: dict[str, int]
     """Records per record size."""
     events: int
@@ -668,13 +670,13 @@ def _latency_and_start(
             goal=None,
             lower_is_better=True,
             firesteel=recorded(pss_of),
-            baseline=_rss(identity_sides(quick, first, "1", "default")[0]),
+            baseline=_pss(identity_sides(quick, first, "1", "default")[0]),
             **common,  # type: ignore[arg-type]
         ),
     ]
 
 
-def _rss(side: Measure) -> Measure:
+def _pss(side: Measure) -> Measure:
     """``side``'s peak PSS as its headline, its peak RSS and throughput kept beside it."""
 
     def run() -> Figure:

@@ -25,7 +25,7 @@ from pyflink.datastream.connectors.file_system import FileSink, FileSource, Stre
 from pyflink.datastream.state import ValueStateDescriptor
 
 
-class Count(KeyedProcessFunction):  # type: ignore[misc]
+class Count(KeyedProcessFunction):
     def open(self, runtime_context: RuntimeContext) -> None:
         self.count = runtime_context.get_state(ValueStateDescriptor("count", Types.LONG()))
 
