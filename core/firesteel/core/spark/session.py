@@ -35,7 +35,7 @@ LOCAL_PROFILE: Mapping[str, str] = {
     "spark.sql.streaming.numRecentProgressUpdates": "20",
     "spark.ui.enabled": "false",
 }
-"""The ``local`` memory profile: one machine, a small job, the whole process tree near 1 GB.
+"""The ``local`` memory profile: one machine, a small job, the JVM kept small.
 
 Give it as ``config`` to :func:`local_session`, or set it on any builder before the
 first session of the process (the JVM's heap and flags are fixed when it starts).
@@ -43,7 +43,10 @@ Why each: a 512 MB heap is plenty for a ``local[2]`` driver whose data lives in 
 workers and Kafka; the serial collector and C1-only JIT keep the JVM's own memory
 (GC structures, code cache) small and start it faster, at some cost in peak
 throughput; reused Python workers are started once; 2,000-row Arrow batches bound
-what each worker holds at once; two shuffle partitions match two cores.
+what each worker holds at once; two shuffle partitions match two cores. Measured
+(issue 36, Kafka -> Kafka exactly-once): a peak of 1.60 GB PSS for the whole
+process tree against 1.67 GB with a 2 GB driver, at the same throughput; most of
+it is Spark's Python processes, which no setting here removes.
 """
 
 
