@@ -8,11 +8,11 @@ only; the runner stops the others); in the second, supervised, the stateful
 streamlet is SIGKILLed at a random moment once it has published a batch, the
 runner restarts it and the readings so far are counted exactly, then the whole
 pipeline is SIGKILLed (every streamlet at once) once the egress has more
-output; the third runs with another trigger interval and another Spark
-shuffle-partition count until every reading is counted. The egress output is
-read with pyarrow's dataset reader, not firesteel's: each sensor's final count
-is its number of readings, with its mean, and no (sensor, count) row appears
-twice.
+output; the third, given one more input file while the pipeline was down,
+runs with another trigger interval and another Spark shuffle-partition count
+until every reading is counted. The egress output is read with pyarrow's
+dataset reader, not firesteel's: each sensor's final count is its number of
+readings, with its mean, and no (sensor, count) row appears twice.
 
 On Kafka (the suite's broker) the test runs a copy of the example whose
 blueprint names topics of its own, so no earlier run's records are read; a
@@ -118,12 +118,16 @@ def test_every_reading_counted_once_across_kills_and_a_changed_configuration(
         assert supervised.restarts["metrics"].total == 1
         _assert_exact(output_rows(output), 6 * PER_FILE)
 
-        write_inputs(inputs, 6, 3)
+        write_inputs(inputs, 6, 2)
         seen = len(output_rows(output))
         wait(supervised, lambda: len(output_rows(output)) > seen, "the egress to write")
         _kill(supervised, *supervised.processes)
     finally:
         supervised.stop()
+
+    # The last input arrives while the pipeline is down: the run with the changed
+    # configuration has work of its own.
+    write_inputs(inputs, 8, 1)
 
     readings = 9 * PER_FILE
     changed = [
