@@ -98,30 +98,23 @@ class _Input:
 _STATE = _Input()
 
 
-def _fill(bootstrap: str, topic: str, records: int) -> None:
+def _values(records: int) -> list[bytes]:
+    """``records`` Avro values of :data:`RECORD`, ids 0 to ``records - 1``."""
     import fastavro
-    from confluent_kafka import Producer
 
     schema = fastavro.parse_schema(RECORD)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "acks": "all"})
+    values = []
     for index in range(records):
         buffer = io.BytesIO()
         fastavro.schemaless_writer(buffer, schema, {"id": index, "payload": PAYLOAD})
-        while True:
-            try:
-                producer.produce(topic, buffer.getvalue(), key=str(index))
-                break
-            except BufferError:
-                producer.poll(0.05)
-    if producer.flush(120):
-        msg = f"bench_pipelines: could not fill {topic}"
-        raise RuntimeError(msg)
+        values.append(buffer.getvalue())
+    return values
 
 
 @contextmanager
 def setup(quick: bool) -> Iterator[None]:
     """Start the broker and the Spark session; fill the input topic."""
-    from firesteel.testing.kafka import create_topic, kafka_cluster
+    from firesteel.testing.kafka import create_topic, kafka_cluster, produce
 
     spark.session()
     with (
@@ -130,7 +123,7 @@ def setup(quick: bool) -> Iterator[None]:
     ):
         records = QUICK_RECORDS if quick else FULL_RECORDS
         topic = create_topic(bootstrap, PARTITIONS)
-        _fill(bootstrap, topic, records)
+        produce(bootstrap, topic, _values(records))
         _STATE.bootstrap, _STATE.topic, _STATE.records = bootstrap, topic, records
         _STATE.scratch = Path(scratch)
         try:
