@@ -55,6 +55,9 @@ from firesteel.pipelines import (
 from firesteel.pipelines.process import start_streamlet
 
 PARTITIONS = 4
+QUICK_PARTITIONS = 1
+"""The quick run's: one task, one write-ahead segment, so the second streamlet reads the
+first's output in one batch (a test of the code paths, not a measurement)."""
 RECORD = {
     "type": "record",
     "name": "Record",
@@ -92,6 +95,7 @@ class _Input:
     bootstrap: str = ""
     topic: str = ""
     records: int = 0
+    partitions: int = PARTITIONS
     scratch: Path | None = None
 
 
@@ -122,7 +126,8 @@ def setup(quick: bool) -> Iterator[None]:
         tempfile.TemporaryDirectory(prefix="firesteel-bench-pipelines-") as scratch,
     ):
         records = QUICK_RECORDS if quick else FULL_RECORDS
-        topic = create_topic(bootstrap, PARTITIONS)
+        _STATE.partitions = QUICK_PARTITIONS if quick else PARTITIONS
+        topic = create_topic(bootstrap, _STATE.partitions)
         produce(bootstrap, topic, _values(records))
         _STATE.bootstrap, _STATE.topic, _STATE.records = bootstrap, topic, records
         _STATE.scratch = Path(scratch)
@@ -170,9 +175,9 @@ blueprint {{
   streamlets {{ first = benchmarks.bench_pipelines.Copy, second = benchmarks.bench_pipelines.Copy }}
   topics {{
     in {{ topic.name = "{_STATE.topic}", consumers = [first.in] }}
-    mid {{ topic.name = "{mid}", partitions = {PARTITIONS}, producers = [first.out],
+    mid {{ topic.name = "{mid}", partitions = {_STATE.partitions}, producers = [first.out],
           consumers = [second.in] }}
-    out {{ topic.name = "{output}", partitions = {PARTITIONS}, producers = [second.out] }}
+    out {{ topic.name = "{output}", partitions = {_STATE.partitions}, producers = [second.out] }}
   }}
 }}
 """
@@ -215,7 +220,7 @@ def one_query(trigger_s: float) -> Callable[[], float]:
     def run() -> float:
         from firesteel.testing.kafka import create_topic
 
-        output = create_topic(_STATE.bootstrap, PARTITIONS)
+        output = create_topic(_STATE.bootstrap, _STATE.partitions)
         checkpoint = tempfile.mkdtemp(prefix="query-", dir=_STATE.scratch)
         avro = json.dumps(RECORD)
         started = time.perf_counter()
@@ -254,12 +259,13 @@ def workloads(quick: bool) -> list[Workload]:
     records = QUICK_RECORDS if quick else FULL_RECORDS
     trigger_s = QUICK_TRIGGER_S if quick else TRIGGER_S
     n = f"{records // 1000}k" if records >= 1000 else str(records)
+    partitions = QUICK_PARTITIONS if quick else PARTITIONS
     return [
         Workload(
             group="pipelines",
             name=(
                 f"two-streamlet pipeline over Kafka (identity maps, one Kafka hop) vs one query, "
-                f"exactly-once, {trigger_s:g} s triggers, {n} x 100 B"
+                f"exactly-once, {trigger_s:g} s triggers, {n} x 100 B, {partitions} partitions"
             ),
             unit="rows/s",
             baseline_name="one query kafka -> identity map -> kafka, exactly-once",
