@@ -64,7 +64,7 @@ typecheck: install
 # CPU. Each worker starts its own broker, CQL server and Spark session on free ports.
 PYTEST_WORKERS ?= 2
 pytest: install
-	$(BIN)/pytest -p no:cacheprovider --durations=15 -n $(PYTEST_WORKERS) --maxschedchunk 1
+	$(BIN)/pytest -p no:cacheprovider --durations=40 -n $(PYTEST_WORKERS) --maxschedchunk 1
 
 test: lint typecheck pytest
 

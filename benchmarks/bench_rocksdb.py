@@ -59,13 +59,9 @@ from pyspark import cloudpickle
 
 from benchmarks.framework import Figure, Workload
 from benchmarks.keyed import Scratch, alternatives, keyed_count_workloads
+from benchmarks.state_ops import DECLARED, VALUE, ops_per_second
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import MissingDependencyError
-from firesteel.state import (
-    ListStateDescriptor,
-    MapStateDescriptor,
-    ValueStateDescriptor,
-)
 from firesteel.state.backend import KeyedTask, OperatorSpec, StateDeclarations
 from firesteel.state.keygroups import KeyGroupRange
 
@@ -79,9 +75,6 @@ except ModuleNotFoundError as exc:
 # Spark's Python workers cannot import this module by name (benchmarks/ is not installed).
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-VALUE = ValueStateDescriptor("value")
-LIST = ListStateDescriptor("list")
-MAP = MapStateDescriptor("map")
 MAX_P = 128
 EVERYTHING = KeyGroupRange(0, MAX_P - 1)
 SPEC = OperatorSpec("bench", ("key",), MAX_P, 1)
@@ -144,38 +137,11 @@ def _per_op(
 
     def firesteel_side() -> float:
         store: Any = _backend(_DIRS.fresh("op"), cache=False, options=tuning).open_store(
-            SPEC, _task(0), StateDeclarations([VALUE, LIST, MAP]), 0
+            SPEC, _task(0), StateDeclarations(DECLARED), 0
         )
-        switch = store.set_current_key
-        value, lst, mapping = store.state(VALUE), store.state(LIST), store.state(MAP)
-        for key, kg in pairs:  # populate (not timed) so reads hit
-            switch(key, kg)
-            value.update(1)
-            mapping.put("field", 1)
-        started = time.perf_counter()
-        if op == "value get":
-            for key, kg in pairs:
-                switch(key, kg)
-                value.value()
-        elif op == "value put":
-            for key, kg in pairs:
-                switch(key, kg)
-                value.update(2)
-        elif op == "list append":
-            for key, kg in pairs:
-                switch(key, kg)
-                lst.append(2)
-        elif op == "map put":
-            for key, kg in pairs:
-                switch(key, kg)
-                mapping.put("other", 2)
-        else:
-            for key, kg in pairs:
-                switch(key, kg)
-                mapping.get("field")
-        elapsed = time.perf_counter() - started
+        rate = ops_per_second(store, op, pairs)
         store.discard()
-        return len(pairs) / elapsed
+        return rate
 
     def rocksdict_side() -> float:
         folder = _DIRS.fresh("raw")

@@ -15,6 +15,10 @@ reported without a goal).
   a delta snapshot after 1% of the keys changed, written to local disk,
   against ``msgpack`` of the same entries written to a file in one call.
   Seconds, with the file size in MB beside them.
+- Savepoints (reported only, issue 34): writing a savepoint of 1M keys of a value
+  state (10M in the full run) from the filesystem backend's checkpoint, against a
+  full checkpoint of the same state; restoring it into a fresh heap store, against
+  restoring that full checkpoint. Seconds, with each one's size in MB beside them.
 - End to end (:mod:`benchmarks.keyed`): 5M events over 100k and over 1M keys,
   counted per key by the firesteel operator (filesystem backend) and by each
   alternative a PySpark user has: ``applyInPandasWithState`` and
@@ -28,6 +32,7 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -35,24 +40,21 @@ from pyspark import cloudpickle
 
 from benchmarks.framework import Figure, Workload
 from benchmarks.keyed import Scratch, alternatives, keyed_count_workloads
+from benchmarks.state_ops import DECLARED, VALUE, ops_per_second
 from firesteel.backends import FilesystemBackend, HeapBackend
 from firesteel.backends.heap.store import HeapKeyedStore
+from firesteel.backends.savepoint import create
 from firesteel.core.context import TaskScope
-from firesteel.state import (
-    ListStateDescriptor,
-    MapStateDescriptor,
-    ValueStateDescriptor,
-)
 from firesteel.state.backend import KeyedTask, OperatorSpec, StateBackend, StateDeclarations
+from firesteel.state.clock import CLOCK
 from firesteel.state.keygroups import KeyGroupRange
+from firesteel.state.savepoint import SavepointRestore
+from firesteel.state.savepoint.restore import declarations
 
 # Spark's Python workers cannot import this module by name (benchmarks/ is not installed).
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 # Untyped, the default: a declared ``type`` adds an isinstance check per write.
-VALUE = ValueStateDescriptor("value")
-LIST = ListStateDescriptor("list")
-MAP = MapStateDescriptor("map")
 MAX_P = 128
 
 
@@ -80,7 +82,7 @@ def _store(kind: str) -> Any:
     )
     spec = OperatorSpec("bench", ("key",), MAX_P, 1)
     task = KeyedTask(TaskScope("bench", 0, 0, 0), KeyGroupRange(0, MAX_P - 1))
-    return backend.open_store(spec, task, StateDeclarations([VALUE, LIST, MAP]), 0)
+    return backend.open_store(spec, task, StateDeclarations(DECLARED), 0)
 
 
 def _per_op(kind: str, op: str, keys: int) -> tuple[Callable[[], float], Callable[[], float]]:
@@ -88,34 +90,7 @@ def _per_op(kind: str, op: str, keys: int) -> tuple[Callable[[], float], Callabl
 
     def firesteel_side() -> float:
         store = _store(kind)
-        switch = store.set_current_key
-        value, lst, mapping = store.state(VALUE), store.state(LIST), store.state(MAP)
-        for key, kg in pairs:  # populate (not timed) so reads hit
-            switch(key, kg)
-            value.update(1)
-            mapping.put("field", 1)
-        started = time.perf_counter()
-        if op == "value get":
-            for key, kg in pairs:
-                switch(key, kg)
-                value.value()
-        elif op == "value put":
-            for key, kg in pairs:
-                switch(key, kg)
-                value.update(2)
-        elif op == "list append":
-            for key, kg in pairs:
-                switch(key, kg)
-                lst.append(2)
-        elif op == "map put":
-            for key, kg in pairs:
-                switch(key, kg)
-                mapping.put("other", 2)
-        else:
-            for key, kg in pairs:
-                switch(key, kg)
-                mapping.get("field")
-        return len(pairs) / (time.perf_counter() - started)
+        return ops_per_second(store, op, pairs)
 
     def dict_side() -> float:
         values: dict[Any, int] = {}
@@ -202,6 +177,76 @@ def _snapshot(keys: int, churn: float) -> tuple[Callable[[], Figure], Callable[[
     return firesteel_side, msgpack_side
 
 
+# -- savepoints ----------------------------------------------------------------------------
+
+
+def _checkpointed(keys: int) -> tuple[FilesystemBackend, float]:
+    """A filesystem backend holding ``keys`` keys of a value state in one full snapshot of
+    batch 0, and that snapshot's size in MB."""
+    folder = _DIRS.fresh("checkpoint")
+    backend = FilesystemBackend(f"file://{folder}", cache=False)
+    store = _begin(backend, 0, StateDeclarations([VALUE]))
+    value = store.state(VALUE)
+    for key, kg in _keys(keys):
+        store.set_current_key(key, kg)
+        value.update(1)
+    store.snapshot().wait()
+    return backend, sum(p.stat().st_size for p in folder.rglob("*.snap")) / 2**20
+
+
+def _begin(backend: FilesystemBackend, batch: int, declared: StateDeclarations) -> Any:
+    spec = OperatorSpec("bench", ("key",), MAX_P, 1)
+    task = KeyedTask(TaskScope("bench", batch, 0, 0), KeyGroupRange(0, MAX_P - 1))
+    return backend.open_store(spec, task, declared, 0)
+
+
+def _savepoint(keys: int) -> dict[str, tuple[Callable[[], Figure], Callable[[], Figure]]]:
+    """The write and restore workloads' two sides, over one checkpoint made on first use."""
+    made: dict[str, Any] = {}
+
+    def checkpoint() -> tuple[FilesystemBackend, float]:
+        if "backend" not in made:
+            made["backend"], made["MB"] = _checkpointed(keys)
+        return made["backend"], made["MB"]
+
+    def write_savepoint() -> Figure:
+        backend, _ = checkpoint()
+        target = _DIRS.fresh("savepoint") / "sp"
+        started = time.perf_counter()
+        create(backend.location, str(target), batch=0)
+        elapsed = time.perf_counter() - started
+        made["savepoint"] = str(target)
+        size = sum(p.stat().st_size for p in target.rglob("*") if p.is_file())
+        return Figure(elapsed, {"MB": size / 2**20})
+
+    def write_checkpoint() -> Figure:
+        return _snapshot(keys, 1.0)[0]()
+
+    def restore_savepoint() -> Figure:
+        if "savepoint" not in made:
+            write_savepoint()
+        restore = SavepointRestore(made["savepoint"])
+        fresh = FilesystemBackend(f"file://{_DIRS.fresh('restored')}", cache=False)
+        started = time.perf_counter()
+        declared = declarations(restore, [VALUE, CLOCK], [])
+        store = _begin(fresh, 0, declared)
+        restore.apply(store, store.spec, store.task, declared)
+        elapsed = time.perf_counter() - started
+        sizes = [p.stat().st_size for p in Path(made["savepoint"]).rglob("*.parquet")]
+        return Figure(elapsed, {"MB": sum(sizes) / 2**20})
+
+    def restore_checkpoint() -> Figure:
+        backend, size = checkpoint()
+        started = time.perf_counter()
+        _begin(backend, 1, StateDeclarations([VALUE]))
+        return Figure(time.perf_counter() - started, {"MB": size})
+
+    return {
+        "write": (write_savepoint, write_checkpoint),
+        "restore": (restore_savepoint, restore_checkpoint),
+    }
+
+
 # -- end to end ----------------------------------------------------------------------------
 
 
@@ -245,6 +290,23 @@ def workloads(quick: bool) -> list[Workload]:
                 warmup=0,
             )
         )
+    for savepoint_keys in [20_000] if quick else [1_000_000, 10_000_000]:
+        for what, (ours_savepoint, checkpoint) in _savepoint(savepoint_keys).items():
+            result.append(
+                Workload(
+                    group="state",
+                    name=f"savepoint {what}, {savepoint_keys:,} keys",
+                    unit="s",
+                    baseline_name=f"full checkpoint {what} of the same state (filesystem)",
+                    goal=None,
+                    issue="issue 34",
+                    firesteel=ours_savepoint,
+                    baseline=checkpoint,
+                    lower_is_better=True,
+                    repetitions=repetitions,
+                    warmup=0,
+                )
+            )
     result.extend(
         keyed_count_workloads(
             "state",

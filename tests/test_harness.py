@@ -135,13 +135,16 @@ def test_counting_accepts_exact_and_duplicates_for_at_least_once() -> None:
 def test_soak_command_counts_a_killed_and_restarted_pipeline(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from firesteel.testing.soak import main
+    """The write-ahead-log path on the S3 server (the local paths run the same soak code;
+    the terminated soak below runs one of them)."""
+    from firesteel.testing.soak import SETTINGS_ENV, main
 
-    code = main(["wal", "--cycles", "1", "--seed", "7", "--workdir", str(tmp_path / "soak")])
+    code = main(["wal-s3", "--cycles", "1", "--seed", "7", "--workdir", str(tmp_path / "soak")])
     report = json.loads(capsys.readouterr().out)
-    assert (report["path"], report["cycles"], report["records"]) == ("wal", 1, 200)
+    assert (report["path"], report["cycles"], report["records"]) == ("wal-s3", 1, 200)
     assert report["lost"] == report["duplicated"] == 0
     assert code == 0
+    assert SETTINGS_ENV not in os.environ, "the soak left its S3 settings behind"
 
 
 @pytest.mark.soak

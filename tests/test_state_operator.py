@@ -130,11 +130,17 @@ def run_query(
     parallelism: int | None = 2,
     schema: str = COUNT_SCHEMA,
     backend: Any = None,
+    restore_from: str | None = None,
+    checkpoint: str = "checkpoint",
+    files_per_batch: int = 1,
+    **options: Any,
 ) -> None:
+    """Run ``processor`` over the JSON files in ``src`` until they are consumed; ``options``
+    go to :func:`stateful` (a broadcast input)."""
     backend = backend or FilesystemBackend(f"file://{root}/state")
-    df = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).json(str(src))
+    df = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", files_per_batch)
     out = stateful(
-        df,
+        df.json(str(src)),
         key=["sensor"],
         processor=processor,
         output_schema=schema,
@@ -142,6 +148,8 @@ def run_query(
         name="counts",
         parallelism=parallelism,
         max_parallelism=16,
+        restore_from=restore_from,
+        **options,
     )
     target = str(root / "out")
 
@@ -150,7 +158,7 @@ def run_query(
 
     query = (
         out.writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(root / "checkpoint"))
+        .option("checkpointLocation", str(root / checkpoint))
         .trigger(availableNow=True)
         .start()
     )

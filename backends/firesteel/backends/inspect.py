@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -61,6 +62,26 @@ SCHEMA = pa.schema(
     ]
 )
 """Columns of :func:`read_state`'s table."""
+
+
+Entries = dict[tuple[int, str], dict[Any, Any]]
+"""Decoded-but-serialized entries by (key group, state); see :func:`to_table` for the forms."""
+
+
+@dataclass(frozen=True)
+class StoredState:
+    """One operator's state at one version, as every backend reads it back (still serialized).
+
+    ``entries`` as :func:`to_table` takes them; ``kinds``: each state's recorded
+    description (kind, serializer, and whatever else the snapshot records); ``meta``:
+    the operator record (``_operator.json``).
+    """
+
+    operator: str
+    batch: int
+    meta: dict[str, Any]
+    entries: Entries
+    kinds: dict[str, dict[str, Any]]
 
 
 def _json(value: Any) -> str:
@@ -173,17 +194,49 @@ def chosen_version(
 def _read_operator(
     location: str, operator: str, batch: int | None, config: StorageConfig | None
 ) -> pa.Table:
+    written_by = _writer(location, operator, config)
+    if written_by is not None:
+        return written_by.inspect(operator=operator, batch=batch)
+    stored = read_stored_state(location, operator, batch, config)
+    return SCHEMA.empty_table() if stored is None else stored_table(stored)
+
+
+def _writer(location: str, operator: str, config: StorageConfig | None) -> StateBackend | None:
+    """The backend that wrote ``operator``'s state when it is not one of the dict backends."""
     storage = SnapshotStorage(location, operator, config=config)
     meta = recorded_operator(storage.read_metadata(), operator, location)
-    if meta.get("backend") is not None:
-        backend = backend_class(str(meta["backend"]))(
-            location, storage_options=config or StorageConfig()
-        )
-        return backend.inspect(operator=operator, batch=batch)
+    if meta.get("backend") is None:
+        return None
+    return backend_class(str(meta["backend"]))(location, storage_options=config or StorageConfig())
+
+
+def stored_state(
+    location: str, operator: str, batch: int | None, config: StorageConfig | None = None
+) -> StoredState | None:
+    """``operator``'s state under ``location`` at version ``batch`` (default: the latest
+    complete one; None when there is none), whichever backend wrote it."""
+    written_by = _writer(location, operator, config)
+    if written_by is None:
+        return read_stored_state(location, operator, batch, config)
+    read = getattr(written_by, "stored_state", None)
+    if read is None:
+        msg = f"the {written_by.name} backend cannot export operator '{operator}' under {location}"
+        raise ConfigError(msg)
+    result: StoredState | None = read(operator, batch)
+    return result
+
+
+def read_stored_state(
+    location: str, operator: str, batch: int | None, config: StorageConfig | None = None
+) -> StoredState | None:
+    """``operator``'s state under ``location`` as the dict backends wrote it, at version
+    ``batch`` (default: the latest complete one; None when there is none)."""
+    storage = SnapshotStorage(location, operator, config=config)
+    meta = recorded_operator(storage.read_metadata(), operator, location)
     listing = storage.list_versions()
     batch = chosen_version(meta, listing, batch, operator=operator, location=location)
     if batch is None:
-        return SCHEMA.empty_table()
+        return None
     everything = KeyGroupRange(0, int(meta["max_parallelism"]) - 1)
     plans = plan_restore(
         storage, listing, everything, batch, first_version=int(meta["first_batch"]), in_memory={}
@@ -192,18 +245,16 @@ def _read_operator(
     for key_group, plan in plans.items():
         for file in plan.files:
             needed.setdefault(file.path, (file, set()))[1].add(key_group)
-    entries: dict[tuple[int, str], dict[Any, Any]] = {}
-    kinds: dict[str, dict[str, str]] = {}
+    entries: Entries = {}
+    kinds: dict[str, dict[str, Any]] = {}
     for file, key_groups in sorted(needed.values(), key=lambda item: item[0].version):
         snapshot = storage.read(file)
         kinds.update(snapshot.header.get("states", {}))
         _apply(entries, snapshot.rows, key_groups)
-    return to_table(operator, batch, entries, kinds)
+    return StoredState(operator, batch, meta, entries, kinds)
 
 
-def _apply(
-    entries: dict[tuple[int, str], dict[Any, Any]], rows: pa.Table, wanted: set[int]
-) -> None:
+def _apply(entries: Entries, rows: pa.Table, wanted: set[int]) -> None:
     """Apply rows generically: bytes stay bytes; lists/maps/timers by operation."""
     for kg, state, op, key, user_key, value, expires in zip(
         *(rows.column(name).to_pylist() for name in fmt.BODY_SCHEMA.names), strict=True
@@ -234,11 +285,16 @@ def _decode(data: bytes | None, serializer: str) -> str | None:
     return _json(unpack(data))
 
 
+def stored_table(stored: StoredState) -> pa.Table:
+    """:func:`to_table` of a :class:`StoredState`."""
+    return to_table(stored.operator, stored.batch, stored.entries, stored.kinds)
+
+
 def to_table(
     operator: str,
     batch: int,
-    entries: dict[tuple[int, str], dict[Any, Any]],
-    kinds: dict[str, dict[str, str]],
+    entries: Entries,
+    kinds: dict[str, dict[str, Any]],
 ) -> pa.Table:
     """Rows of :data:`SCHEMA` from decoded-but-serialized entries, for every backend.
 

@@ -17,7 +17,10 @@ The contract (the protocol itself is :mod:`firesteel.state.backend`'s):
   the same decision about a failed ``begin`` (the store is discarded, the next
   task restores from storage), and :func:`check_owner`, :func:`check_declared` and
   :func:`undeclared_state` refuse recorded state that does not match, in the
-  same words on every backend.
+  same words on every backend. A snapshot records each state as
+  :func:`state_record` gives it; :func:`check_declared` returns the
+  :class:`StateUpgrade` whose ``loads`` reads values stored under an older
+  schema (None when they load as they are).
 - A snapshot is written by :class:`SnapshotThread` (a
   :class:`PendingSnapshot`); batch N commits only after it is durable.
 - State values and keys are encoded with :func:`pack` / :func:`unpack` and
@@ -27,15 +30,20 @@ The contract (the protocol itself is :mod:`firesteel.state.backend`'s):
 - :class:`SnapshotStorage` reads and writes the operator record
   (``_operator.json``) every backend keeps; :data:`SCHEMA`, :func:`to_table`,
   :func:`list_operators`, :func:`recorded_operator` and :func:`chosen_version`
-  make a backend's state readable as a table.
+  make a backend's state readable as a table; a backend's ``stored_state(operator,
+  batch)`` returning a :class:`StoredState` (``stored_table`` turns it into that
+  table) is what savepoints are made from.
 """
 
 from firesteel.backends.async_snapshot import SnapshotThread
 from firesteel.backends.inspect import (
     SCHEMA,
+    Entries,
+    StoredState,
     chosen_version,
     list_operators,
     recorded_operator,
+    stored_table,
     to_table,
 )
 from firesteel.backends.storage import SnapshotStorage, read_stored
@@ -44,6 +52,7 @@ from firesteel.backends.store_base import (
     TaskStoreBackend,
     check_declared,
     check_owner,
+    state_record,
     undeclared_state,
 )
 from firesteel.state.api import ListState, MapState, ValueState
@@ -58,10 +67,12 @@ from firesteel.state.backend import (
 )
 from firesteel.state.descriptors import StateDescriptor, StateKind
 from firesteel.state.keygroups import KeyGroupRange
+from firesteel.state.schemas import StateUpgrade
 from firesteel.state.serializers import key_packer, pack, unpack, unpack_key
 
 __all__ = [
     "SCHEMA",
+    "Entries",
     "Key",
     "KeyGroupRange",
     "KeyedStateStore",
@@ -76,6 +87,8 @@ __all__ = [
     "StateDeclarations",
     "StateDescriptor",
     "StateKind",
+    "StateUpgrade",
+    "StoredState",
     "TaskStore",
     "TaskStoreBackend",
     "ValueState",
@@ -87,6 +100,8 @@ __all__ = [
     "pack",
     "read_stored",
     "recorded_operator",
+    "state_record",
+    "stored_table",
     "to_table",
     "undeclared_state",
     "unpack",

@@ -7,9 +7,11 @@ restores from storage.
 
 Both the heap store and the RocksDB store record an operator's identity once
 (``_operator.json``: query, key columns, max parallelism, first batch) and the
-kind and serializer of every state in each snapshot; a restart that does not
-match fails with a :class:`~firesteel.core.errors.ConfigError` naming what
-changed, the same words on every backend.
+kind, serializer and value schema of every state in each snapshot
+(:func:`state_record`); a restart that does not match fails with a
+:class:`~firesteel.core.errors.ConfigError` naming what changed, the same words
+on every backend, and a value schema that evolved by Avro's rules is resolved
+(:mod:`firesteel.state.schemas`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from firesteel.state.backend import (
     StateDeclarations,
 )
 from firesteel.state.descriptors import StateDescriptor
+from firesteel.state.schemas import StateUpgrade, recorded, upgrade
 from firesteel.state.serializers import check_serializer
 
 
@@ -195,10 +198,21 @@ def undeclared_state(operator: str, name: str, info: dict[str, str], where: str)
     return ConfigError(msg)
 
 
+def state_record(desc: StateDescriptor) -> dict[str, str]:
+    """What a snapshot records of a state: its kind, serializer and value schema (JSON)."""
+    return {
+        "kind": desc.kind.value,
+        "serializer": desc.value_serializer.name,
+        "schema": recorded(desc.schema),
+    }
+
+
 def check_declared(
     operator: str, name: str, info: dict[str, str], desc: StateDescriptor, where: str
-) -> None:
-    """A stored state's kind and serializer must match its declared descriptor."""
+) -> StateUpgrade | None:
+    """A stored state's kind and serializer must match its declared descriptor, and its
+    recorded schema must resolve to the declared one: None when its values load as they
+    are, else the :class:`StateUpgrade` that converts them."""
     if desc.kind.value != info["kind"]:
         msg = (
             f"operator '{operator}': state '{name}' is a {info['kind']} state in "
@@ -206,3 +220,11 @@ def check_declared(
         )
         raise ConfigError(msg)
     check_serializer(name, desc.value_serializer, info["serializer"], where)
+    return upgrade(
+        operator,
+        name,
+        info.get("schema"),
+        declared=desc.schema,
+        serializer=desc.value_serializer,
+        where=where,
+    )

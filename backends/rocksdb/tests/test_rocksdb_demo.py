@@ -1,8 +1,8 @@
-"""``firesteel demo --backend rocksdb`` as a user runs it, twice, then ``firesteel state`` on it.
+"""``firesteel demo --backend rocksdb`` as a user runs it, then ``firesteel state`` on it.
 
-The second run (after more input files arrive) is a new process: its workers
-hold no instance, so the statistics continue only if the state is restored
-from the incremental checkpoint.
+Once, not twice as the filesystem demo's test runs it: a run restored from
+RocksDB's incremental checkpoint in a new process is what the RocksDB crash
+test does at every restart (issue 30: one JVM start less).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from firesteel.examples.demo import generate_readings, latest_per_sensor
+from firesteel.examples.demo import latest_per_sensor
 
-# Minutes each (a whole demo job twice): handed out first, left out of `make test-fast`.
+# A minute or more (a whole demo job): handed out first, left out of `make test-fast`.
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
 
@@ -55,17 +55,12 @@ def _counts(inputs: Path) -> Counter[str]:
     )
 
 
-def test_demo_on_rocksdb_resumes_from_its_checkpoint_and_can_be_inspected(tmp_path: Path) -> None:
+def test_demo_on_rocksdb_counts_every_reading_and_can_be_inspected(tmp_path: Path) -> None:
     folder = tmp_path / "demo"
     first = _demo(folder)
     assert "guarantee: exactly-once" in first
     assert f"keyed state (rocksdb backend): {folder / 'state'}" in first
-    more = tmp_path / "more"
-    generate_readings(more, files=2, per_file=30, sensors=4, seed=7)
-    for index, path in enumerate(sorted(more.glob("*.json"))):
-        path.rename(folder / "input" / f"readings-extra-{index}.json")
-    second = _demo(folder)
-    assert "batch 2: 60 readings" in second
+    assert "batch 1: 60 readings" in first
     latest = {row["sensor"]: row["count"] for row in latest_per_sensor(str(folder / "output"))}
     assert latest == dict(_counts(folder / "input"))
 

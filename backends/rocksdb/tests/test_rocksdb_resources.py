@@ -148,7 +148,9 @@ def test_a_worker_keeps_a_bounded_number_of_stores_open(tmp_path: Path) -> None:
 def test_state_several_times_the_budget_keeps_memory_within_budget_plus_a_constant(
     tmp_path: Path,
 ) -> None:
-    keys, budget_mb = 5_000_000, 64
+    # 135 MB of state, 8x the budget; with a 512 MB budget the same run grows by 181 MB
+    # (measured 2026-11-26, 27 MB at this budget), so a budget that stops holding fails it.
+    keys, budget_mb = 1_250_000, 16
     done = subprocess.run(
         [
             sys.executable,

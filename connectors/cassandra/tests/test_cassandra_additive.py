@@ -220,19 +220,21 @@ def test_kills_lose_nothing_and_add_at_most_the_segment_of_a_resend_window_twice
     tmp_path: Path,
     mode: str,
 ) -> None:
-    """Killed at three points outside the re-send windows and once inside one (after a
-    segment was sent, before it was recorded), with another partition count and spelling
-    on every restart: nothing is lost, and only that segment (at most one batch's rows)
-    arrives twice, the documented at-least-once window. The WAL insert tests prove from
-    the server's write counts that the segments outside a window go exactly once."""
+    """Killed between two segments of a commit (outside the re-send windows) and once
+    inside one (after a segment was sent, before it was recorded), with another
+    partition count and spelling on every restart: nothing is lost, and only that
+    segment (at most one batch's rows) arrives twice, the documented at-least-once
+    window. Two kills, not eight: an at-least-once path (issue 30 keeps eight whole-job
+    kills for the exactly-once ones); the WAL sink's own test kills this commit code
+    eight times, and the WAL insert tests prove from the server's write counts that the
+    segments outside a window go exactly once."""
     kills = [
-        at_point("sink.after_write", batch=1, partition=0),
+        at_point(AFTER_SEND, batch=1, partition=0),
+        # The second run has two partitions, so batch 2's commit has two segments to be between.
         at_point("driver.mid_commit", batch=2),
-        at_point(AFTER_SEND, batch=3, partition=0),
-        at_point("driver.after_commit", batch=4),
     ]
     result, table = _run(crash_harness, session, cluster_address, tmp_path, mode, kills, "kills")
-    assert result.kills == 4 and f"{AFTER_SEND.name}@3:0" in result.fired, result.summary()
+    assert result.kills == 2 and f"{AFTER_SEND.name}@1:0" in result.fired, result.summary()
     excess = _excess(session, mode, table)
     assert all(n >= 0 for n in excess.values()), f"lost: {excess}"
     assert 0 < sum(excess.values()) <= FILES_PER_BATCH * ROWS_PER_FILE, excess

@@ -18,7 +18,6 @@ trailing slash, as a ``file://`` URI, through a symlink.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import Counter
 from pathlib import Path
@@ -222,11 +221,14 @@ def test_exactly_once_under_kills_that_change_the_partition_count(bootstrap, tmp
 
 
 def test_at_least_once_loses_nothing_under_kills(bootstrap, tmp_path):
-    points = ["kafka.after_produce", "kafka.after_flush", "sink.after_write", "driver.after_commit"]
+    """Killed after records were produced but not flushed, and after the flush before the
+    vote: nothing lost. Two kills, not eight: an at-least-once path (issue 30 keeps eight
+    whole-job kills for the exactly-once ones, which run the same source)."""
+    points = ["kafka.after_produce", "kafka.after_flush"]
     result, live, view, _target = _run(
-        bootstrap, tmp_path, "at-least-once", lambda ck: _kills(ck, points, rounds=3, randoms=1)
+        bootstrap, tmp_path, "at-least-once", lambda ck: _kills(ck, points, rounds=2, randoms=0)
     )
-    assert result.kills >= 3, result.summary()
+    assert result.all_fired and result.kills == 2, result.summary()
     assert not live.violations, live.violations
     assert_at_least_once(_sequence(view.values), range(RECORDS), "output")
 
@@ -363,20 +365,3 @@ def test_the_state_soak_ranks_follow_each_input_partition_not_the_global_order()
     assert misranked_per_partition(lost) == 1
     reordered = [["0", "k0", "2"], ["15", "k0", "1"]]  # partition 0 out of order
     assert misranked_per_partition(reordered) == 1
-
-
-@pytest.mark.soak
-def test_soak_command_counts_a_killed_and_restarted_kafka_pipeline(
-    bootstrap, tmp_path, monkeypatch, capsys
-):
-    from firesteel.testing.kafka.soak import main
-
-    monkeypatch.setenv("FIRESTEEL_KAFKA_BOOTSTRAP", bootstrap)
-    # The paused and resumed soak of test_kafka_soak.py runs the "map" path.
-    workdir = str(tmp_path / "soak")
-    code = main(["map-write-ahead", "--cycles", "1", "--seed", "2", "--workdir", workdir])
-    report = json.loads(capsys.readouterr().out)
-    assert (report["path"], report["cycles"], report["records"]) == ("map-write-ahead", 1, 240)
-    assert report["kills"] == 1
-    assert report["lost"] == report["duplicated"] == report["unexpected"] == 0
-    assert code == 0

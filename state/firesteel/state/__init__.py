@@ -20,7 +20,9 @@ from firesteel.state.backend import (
     StateBackend,
     StateDeclarations,
 )
+from firesteel.state.broadcast import BroadcastContext, BroadcastMap
 from firesteel.state.descriptors import (
+    BroadcastStateDescriptor,
     ListStateDescriptor,
     MapStateDescriptor,
     StateDescriptor,
@@ -35,6 +37,9 @@ from firesteel.state.serializers import MsgpackSerializer, PickleSerializer, Ser
 
 __all__ = [
     "DEFAULT_MAX_PARALLELISM",
+    "BroadcastContext",
+    "BroadcastMap",
+    "BroadcastStateDescriptor",
     "KeyGroupRange",
     "KeyState",
     "KeyedProcessor",

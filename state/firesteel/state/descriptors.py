@@ -8,18 +8,26 @@ create them in ``open``) and fetch the state for the current key with
 
 Names are the identity of a state across restarts: renaming a descriptor
 starts that state empty; changing its kind or serializer is refused on restore.
+Its ``type`` may evolve by Avro's rules (:mod:`firesteel.state.schemas`): a
+field added with a default, a field removed, a number widened, a field renamed
+through ``renames``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import enum
+import logging
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from firesteel.core.errors import ConfigError
-from firesteel.state.serializers import MsgpackSerializer, Serializer
+from firesteel.state.schemas import value_schema
+from firesteel.state.serializers import MsgpackSerializer, PickleSerializer, Serializer
+
+logger = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
 RESERVED_PREFIX = "__"
@@ -75,13 +83,16 @@ class StateDescriptor:
     ``type`` documents and checks what is stored: ``update`` refuses a value
     that is not an instance of it (``int`` is accepted for ``float``), and the
     default serializer rebuilds dataclasses and tuples from it. ``ttl`` accepts
-    a :class:`StateTtl`, a ``timedelta`` or seconds.
+    a :class:`StateTtl`, a ``timedelta`` or seconds. ``renames`` maps the old
+    names of renamed fields (or dataclasses) of ``type`` to their new names, so
+    a restore finds the values stored under the old ones (Avro aliases).
     """
 
     name: str
     type: type | None = None
     ttl: StateTtl | dt.timedelta | float | None = None
     serializer: Serializer | None = None
+    renames: Mapping[str, str] | None = field(default=None, compare=False, hash=False)
     kind: StateKind = field(init=False, default=StateKind.VALUE)
 
     def __post_init__(self) -> None:
@@ -94,6 +105,19 @@ class StateDescriptor:
         object.__setattr__(self, "ttl", _ttl(self.ttl))
         if self.serializer is None:
             object.__setattr__(self, "serializer", MsgpackSerializer(self.type))
+        elif isinstance(self.serializer, PickleSerializer):
+            logger.warning(
+                "state '%s' is pickled: its type cannot evolve (a restore refuses any other "
+                "type than the one its snapshots recorded); use the default msgpack "
+                "serializer for state whose type will change",
+                self.name,
+            )
+        object.__setattr__(self, "renames", dict(self.renames or {}))
+
+    @property
+    def schema(self) -> Any:
+        """The Avro schema of the values (see :mod:`firesteel.state.schemas`)."""
+        return value_schema(self.type, self.renames)
 
     @property
     def ttl_config(self) -> StateTtl | None:
@@ -144,6 +168,22 @@ class MapStateDescriptor(StateDescriptor):
 
     key_type: type | None = None
     kind: StateKind = field(init=False, default=StateKind.MAP)
+
+
+@dataclass(frozen=True)
+class BroadcastStateDescriptor(MapStateDescriptor):
+    """A map kept identically in every operator partition, fed by the operator's broadcast
+    input (Flink's ``BroadcastState``; see :mod:`firesteel.state.broadcast`).
+
+    ``process_broadcast`` writes it; ``process`` and ``on_timer`` read it with
+    ``state.broadcast(descriptor)``. No TTL: every partition must hold the same entries.
+    """
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.ttl is not None:
+            msg = f"broadcast state '{self.name}' cannot have a TTL"
+            raise ConfigError(msg)
 
 
 def reserved_value_state(name: str, value_type: type) -> ValueStateDescriptor:

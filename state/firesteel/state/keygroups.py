@@ -14,8 +14,9 @@ computed in the JVM before the shuffle, so the Python side never hashes keys.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from firesteel.core.errors import ConfigError
 
@@ -37,6 +38,13 @@ def validate(parallelism: int, max_parallelism: int) -> None:
             "each operator partition owns at least one key group"
         )
         raise ConfigError(msg)
+
+
+def key_group_column(key_columns: Sequence[str], max_parallelism: int) -> Any:
+    """The Spark column of each row's key group: ``pmod(hash(key columns), max_parallelism)``."""
+    from pyspark.sql import functions as F
+
+    return F.pmod(F.hash(*[F.col(c) for c in key_columns]), F.lit(max_parallelism))
 
 
 def operator_index(key_group: int, parallelism: int, max_parallelism: int) -> int:

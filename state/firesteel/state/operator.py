@@ -59,17 +59,19 @@ from firesteel.core.context import TaskScope
 from firesteel.core.errors import ConfigError, FiresteelError, ProcessorError
 from firesteel.core.faults import fault_point
 from firesteel.core.storage import session_settings
+from firesteel.state import broadcast as broadcasts
 from firesteel.state import clock, keygroups
 from firesteel.state.backend import (
     KeyedStateStore,
     KeyedTask,
     OperatorSpec,
     StateBackend,
-    StateDeclarations,
 )
+from firesteel.state.descriptors import StateDescriptor
 from firesteel.state.keygroups import KeyGroupRange
 from firesteel.state.output import OutputBuilder
 from firesteel.state.processor import KeyedProcessor, KeyState, OpenContext
+from firesteel.state.savepoint.restore import SavepointRestore, declarations
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -117,6 +119,9 @@ def stateful(
     name: str | None = None,
     parallelism: int | None = None,
     max_parallelism: int = keygroups.DEFAULT_MAX_PARALLELISM,
+    restore_from: str | SavepointRestore | None = None,
+    broadcast: DataFrame | None = None,
+    broadcast_order: str | None = None,
 ) -> DataFrame:
     """Run ``processor`` per key of ``df`` with keyed state in ``backend``.
 
@@ -127,7 +132,12 @@ def stateful(
     operator's newest snapshot was written with (as Spark pins its own shuffle
     partitions in the checkpoint), else ``spark.sql.shuffle.partitions``; an
     explicit value may change between restarts. ``max_parallelism``: number of key groups,
-    fixed for the life of the state.
+    fixed for the life of the state. ``restore_from``: a savepoint (its path, or a
+    :class:`~firesteel.state.savepoint.SavepointRestore` with storage settings or
+    ``allow_non_restored_state``) the operator's state starts from, on any backend and
+    at any parallelism (see :mod:`firesteel.state.savepoint.restore`). ``broadcast``: a
+    second streaming DataFrame (rules, configuration) whose records every partition gets,
+    in order of the column ``broadcast_order`` (see :mod:`firesteel.state.broadcast`).
 
     The result is a streaming DataFrame of ``output_schema``: write it with any
     sink. State is exactly-once with any sink (a batch's state commits with the
@@ -144,7 +154,9 @@ def stateful(
     if missing:
         msg = f"stateful(): key column '{missing[0]}' is not in the input ({', '.join(df.columns)})"
         raise ConfigError(msg)
-    clash = {KEY_GROUP_COLUMN, BATCH_TIME_COLUMN, ROUTE_COLUMN} & set(df.columns)
+    clash = {KEY_GROUP_COLUMN, BATCH_TIME_COLUMN, ROUTE_COLUMN, broadcasts.BROADCAST_COLUMN} & set(
+        df.columns
+    )
     if clash:
         msg = f"stateful(): input column '{sorted(clash)[0]}' is reserved by firesteel"
         raise ConfigError(msg)
@@ -164,14 +176,24 @@ def stateful(
             df.sparkSession.conf.get("spark.sql.shuffle.partitions") or "200"
         )
     keygroups.validate(parallelism, max_parallelism)
+    if broadcast is not None:
+        if type(processor).process_broadcast is KeyedProcessor.process_broadcast:
+            msg = f"stateful(): {type(processor).__name__} has no process_broadcast(record, ctx)"
+            raise ConfigError(msg)
+        df = broadcasts.union_input(df, broadcast, broadcast_order)
     spark_schema, arrow_schema = _arrow_schema(df, output_schema)
     spec = OperatorSpec(operator, key_columns, max_parallelism, parallelism)
+    restore = SavepointRestore(restore_from) if isinstance(restore_from, str) else restore_from
+    if restore is not None:
+        restore.check(spec)
 
-    key_group = F.pmod(F.hash(*[F.col(c) for c in key_columns]), F.lit(max_parallelism))
+    key_group = keygroups.key_group_column(key_columns, max_parallelism)
     first_of_task = _first_row_of_task()(F.spark_partition_id())
     route = F.when(first_of_task, F.sequence(F.lit(-parallelism), F.lit(0))).otherwise(
         F.array(F.lit(0))
     )
+    if broadcast is not None:
+        route = broadcasts.route(route, parallelism)
     routed = F.col(ROUTE_COLUMN)
     group = F.col(KEY_GROUP_COLUMN)
     partition = F.when(group < 0, -group - 1).otherwise(
@@ -184,7 +206,7 @@ def stateful(
         .withColumn(BATCH_TIME_COLUMN, F.current_timestamp())
         .repartitionById(parallelism, partition.cast("int"))
     )
-    task = OperatorTask(spec, processor, backend, arrow_schema)
+    task = OperatorTask(spec, processor, backend, arrow_schema, restore, broadcast_order)
     logger.info(
         "firesteel: stateful operator %s on %s, %d partitions over %d key groups, %s backend at %s",
         operator,
@@ -231,6 +253,8 @@ class OperatorTask:
     processor: KeyedProcessor
     backend: StateBackend
     schema: pa.Schema
+    restore: SavepointRestore | None = None
+    broadcast_order: str | None = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         scope = TaskScope.running()
@@ -267,7 +291,7 @@ def _records(table: pa.Table | None) -> pa.Table | None:
     if table is None:
         return None
     records = table.filter(pc.greater_equal(table.column(KEY_GROUP_COLUMN), 0))
-    return records if records.num_rows else None
+    return broadcasts.without_column(records) if records.num_rows else None
 
 
 _ROW_INDEX = "__firesteel_row__"
@@ -311,12 +335,18 @@ def run_task(
     pending = None
     try:
         processor.open(open_ctx)
-        states = StateDeclarations([*declared.values(), clock.CLOCK], open_ctx.dropped)
+        states = declarations(operator.restore, [*declared.values(), clock.CLOCK], open_ctx.dropped)
         store = operator.backend.open_store(spec, task, states, now_ms)
+        if operator.restore is not None:
+            operator.restore.apply(store, spec, task, states)
         if batch_time is not None:
             now_ms = clock.advance(store, task.key_groups, batch_time)
         builder = OutputBuilder(operator.schema, spec.name, task.scope.batch_id)
         handle = KeyState(store, spec.name, task.scope.batch_id)
+        handle.broadcast_maps = _apply_broadcast(
+            operator, store, task, handle, builder=builder, received=received, states=declared
+        )
+        yield from builder.drain()
         due = store.pop_due_timers(now_ms) if batch_time is not None else []
         for timestamp, key_group, key in due:
             store.set_current_key(key, key_group)
@@ -390,6 +420,33 @@ def _process_input(
         _call(processor.process, key, rows, handle, builder, what="process")
         if builder.ready:
             yield from builder.drain()
+
+
+def _apply_broadcast(
+    operator: OperatorTask,
+    store: KeyedStateStore,
+    task: KeyedTask,
+    handle: KeyState,
+    *,
+    builder: OutputBuilder,
+    received: pa.Table | None,
+    states: dict[str, StateDescriptor],
+) -> dict[str, Any]:
+    """Apply the batch's broadcast records; the broadcast maps, read-only."""
+    declared = broadcasts.broadcast_descriptors(states)
+    if not declared:
+        return {}
+    context = broadcasts.BroadcastContext(
+        store, task.key_groups, task.scope.batch_id, task.scope.partition_id, declared
+    )
+
+    def one(record: dict[str, Any]) -> None:
+        def call(_key: Any, given: Any, _handle: Any) -> Any:
+            return operator.processor.process_broadcast(given, context)
+
+        _call(call, (), record, handle, builder, what="process_broadcast")
+
+    return broadcasts.apply(context, broadcasts.records(received, operator.broadcast_order), one)
 
 
 def _call(

@@ -23,6 +23,10 @@ Call order, per task (one operator partition of one micro-batch):
    ``pyarrow.Table``, or a ``pandas.DataFrame`` with ``input_format = "pandas"``).
 4. ``close()`` -- also after a failure.
 
+With a broadcast input (``stateful(..., broadcast=df)``), ``process_broadcast(record, ctx)``
+runs first, in every partition, for each broadcast record of the batch (see
+:mod:`firesteel.state.broadcast`).
+
 ``process`` and ``on_timer`` return output rows: an iterable of dicts (or
 tuples in output-schema order), a ``pyarrow.Table``/``RecordBatch``, a
 ``pandas.DataFrame``, or None.
@@ -36,18 +40,22 @@ from __future__ import annotations
 
 import builtins
 import datetime as dt
-from collections.abc import Iterable
-from typing import Any, ClassVar, Literal, cast
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 
 from firesteel.core.errors import ConfigError
 from firesteel.state.api import ListState, MapState, ValueState
 from firesteel.state.backend import Key, KeyedStateStore
 from firesteel.state.descriptors import (
+    BroadcastStateDescriptor,
     ListStateDescriptor,
     MapStateDescriptor,
     StateDescriptor,
     ValueStateDescriptor,
 )
+
+if TYPE_CHECKING:
+    from firesteel.state.broadcast import BroadcastContext
 
 Output = Iterable[Any] | Any | None
 """What ``process`` and ``on_timer`` may return (see module docs)."""
@@ -104,6 +112,19 @@ class KeyState:
         """The micro-batch id."""
         self.key: Key = ()
         """The current key (a tuple of the key columns' values)."""
+        self.broadcast_maps: Mapping[str, Mapping[Any, Any]] = {}
+        """The broadcast maps of this batch, read-only, by state name."""
+
+    def broadcast(self, descriptor: BroadcastStateDescriptor) -> Mapping[Any, Any]:
+        """The broadcast map of ``descriptor`` (read-only; ``process_broadcast`` writes it)."""
+        found = self.broadcast_maps.get(descriptor.name)
+        if found is None:
+            msg = (
+                f"operator '{self.operator}': broadcast state '{descriptor.name}' is not "
+                "declared, or the operator has no broadcast input (stateful(broadcast=...))"
+            )
+            raise ConfigError(msg)
+        return found
 
     @property
     def processing_time_ms(self) -> int:
@@ -168,6 +189,16 @@ class KeyedProcessor:
     def on_timer(self, key: Key, timestamp_ms: int, state: KeyState) -> Output:
         """Called for each due timer of ``key``; returns output rows."""
         return None
+
+    def process_broadcast(self, record: dict[str, Any], ctx: BroadcastContext) -> Output:
+        """Called in every partition for each record of the broadcast input, before timers
+        and keys; writes broadcast state through ``ctx.state(descriptor)``. Output rows it
+        returns are emitted by every partition."""
+        msg = (
+            f"{type(self).__name__} must implement process_broadcast(record, ctx) to take "
+            "a broadcast input"
+        )
+        raise NotImplementedError(msg)
 
     def close(self) -> None:
         """Called once per task after everything else, also after a failure."""

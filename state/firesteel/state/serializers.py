@@ -145,7 +145,10 @@ class MsgpackSerializer(Serializer):
         return _packer().pack(value)
 
     def loads(self, data: bytes) -> Any:
-        value = unpack(data)
+        return self.build(unpack(data))
+
+    def build(self, value: Any) -> Any:
+        """Rebuild ``type`` from the plain value msgpack (or a schema resolution) gave."""
         if self._is_dataclass and isinstance(value, dict):
             return self.type(**value)  # type: ignore[misc]
         if self.type is tuple and isinstance(value, list):
@@ -156,7 +159,9 @@ class MsgpackSerializer(Serializer):
 class PickleSerializer(Serializer):
     """Pickle: only by explicit opt-in. Loading a pickled snapshot runs code.
 
-    Use it only for state whose snapshots nobody else can write to.
+    Use it only for state whose snapshots nobody else can write to. A pickled
+    state cannot evolve: a restore refuses a declared type other than the one
+    its snapshot recorded (see :mod:`firesteel.state.schemas`).
     """
 
     name = "pickle"

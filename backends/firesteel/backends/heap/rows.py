@@ -9,7 +9,7 @@ changed since the previous snapshot, from the change tracking of
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from firesteel.backends import format as fmt
@@ -300,14 +300,16 @@ class RowApplier:
         user_keys: list[Any],
         values: list[Any],
         expires: list[int | None],
+        load: Callable[[bytes], Any] | None = None,
     ) -> None:
         """Apply the rows of one state of one key group, in order (``None`` only where the
-        operation has no user key or value)."""
+        operation has no user key or value); ``load`` decodes values stored under an older
+        schema (default: the state's serializer)."""
         if state == TIMERS:
             self._apply_timers(group, ops, keys, user_keys)
             return
         desc = self.descriptors[state]
-        load = desc.value_serializer.loads
+        load = load or desc.value_serializer.loads
         ttl = desc.ttl_config
         default_expiry = self.now_ms + ttl.millis if ttl else None
         table = group.slots[state].table

@@ -41,7 +41,13 @@ from firesteel.backends.storage import (
     SnapshotStorage,
     plan_restore,
 )
-from firesteel.backends.store_base import TaskStore, check_declared, check_owner, undeclared_state
+from firesteel.backends.store_base import (
+    TaskStore,
+    check_declared,
+    check_owner,
+    state_record,
+    undeclared_state,
+)
 from firesteel.core.errors import CheckpointCorruptError
 from firesteel.core.worker_cache import WorkerCache
 from firesteel.state.backend import (
@@ -52,6 +58,7 @@ from firesteel.state.backend import (
     StateDeclarations,
 )
 from firesteel.state.descriptors import StateDescriptor
+from firesteel.state.schemas import StateUpgrade, recorded
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +73,7 @@ def fingerprint(descriptors: Sequence[StateDescriptor]) -> tuple[Any, ...]:
                 d.ttl_config.millis if d.ttl_config else None,
                 d.value_serializer.name,
                 getattr(d.type, "__qualname__", None),
+                recorded(d.schema),
             )
             for d in descriptors
         )
@@ -175,13 +183,16 @@ class HeapKeyedStore(TaskStore):
         snapshot = self.storage.read(file)
         where = self.storage.describe(file.path)
         states: dict[str, dict[str, str]] = snapshot.header.get("states", {})
+        upgrades: dict[str, StateUpgrade] = {}
         for name, info in states.items():
             desc = self.descriptors.get(name)
             if desc is None:
                 if name in self._dropped:
                     continue
                 raise undeclared_state(self.spec.name, name, info, f"snapshot {where}")
-            check_declared(self.spec.name, name, info, desc, where)
+            found = check_declared(self.spec.name, name, info, desc, where)
+            if found is not None:
+                upgrades[name] = found
         rows = snapshot.rows
         groups_col = rows.column("key_group").to_pylist()
         state_col = rows.column("state").to_pylist()
@@ -198,6 +209,7 @@ class HeapKeyedStore(TaskStore):
             while end < total and groups_col[end] == key_group and state_col[end] == state:
                 end += 1
             if key_group in key_groups and (state == TIMERS or state in self.descriptors):
+                upgraded = upgrades.get(state)
                 applier.apply(
                     self.groups[key_group],
                     state,
@@ -206,6 +218,7 @@ class HeapKeyedStore(TaskStore):
                     user_keys=user_keys[start:end],
                     values=values[start:end],
                     expires=expires[start:end],
+                    load=upgraded.loads if upgraded is not None else None,
                 )
             start = end
 
@@ -304,10 +317,7 @@ class HeapKeyedStore(TaskStore):
             "query_id": task.scope.query_id,
             "parents": parents,
             "rows": len(rows),
-            "states": {
-                name: {"kind": d.kind.value, "serializer": d.value_serializer.name}
-                for name, d in self.descriptors.items()
-            },
+            "states": {name: state_record(d) for name, d in self.descriptors.items()},
         }
         data, body_digest = fmt.encode(header, fmt.encode_body(rows.to_table()))
         written = self.storage.write(task.scope.batch_id, task.key_groups, kind, data, body_digest)

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
-from firesteel.state import KeyedProcessor, KeyState, ValueStateDescriptor
+from firesteel.state import (
+    BroadcastContext,
+    BroadcastStateDescriptor,
+    KeyedProcessor,
+    KeyState,
+    OpenContext,
+    ValueStateDescriptor,
+)
 
 
 class RankPerKey(KeyedProcessor):
@@ -44,3 +53,39 @@ class RankPerKeyWithTimers(RankPerKey):
 
     def on_timer(self, key: Any, timestamp_ms: int, state: KeyState) -> Any:
         return [{"seq": -timestamp_ms, "key": key[0], "rank": 0}]
+
+
+class RankPerKeyWithRules(RankPerKey):
+    """:class:`RankPerKey` with a broadcast input of rules (``rule``, ``limit``, ``version``):
+    the latest limit per rule is kept in broadcast state, and every output row carries
+    a digest of the whole map the partition held (column ``rules``) and the partition.
+
+    Every partition of a batch must show the digest of the rules up to that batch,
+    applied in version order, however often the job was killed and rescaled.
+    """
+
+    rules = BroadcastStateDescriptor("rules", int)
+
+    def open(self, ctx: OpenContext) -> None:
+        self.partition = ctx.partition
+
+    def process_broadcast(self, record: dict[str, Any], ctx: BroadcastContext) -> None:
+        ctx.state(self.rules).put(record["rule"], record["limit"])
+
+    def process(self, key: Any, rows: Any, state: KeyState) -> Any:
+        self.digest = rules_digest(dict(state.broadcast(self.rules)))
+        return super().process(key, rows, state)
+
+    def row(self, seq: int, key: Any, rank: int) -> dict[str, Any]:
+        return {
+            "seq": seq,
+            "key": key,
+            "rank": rank,
+            "rules": self.digest,
+            "partition": self.partition,
+        }
+
+
+def rules_digest(rules: dict[str, int]) -> str:
+    """A short digest of a broadcast map (what :class:`RankPerKeyWithRules` emits)."""
+    return hashlib.sha256(json.dumps(sorted(rules.items())).encode()).hexdigest()[:16]

@@ -13,7 +13,14 @@ Usage::
 - ``state``: firesteel.files -> keyed state with timers -> firesteel.files, with
   a random operator parallelism (1-4) on every restart;
 - ``wal``: firesteel.files -> a write-ahead-log sink into an upsert target
-  (SQLite), with a random partition count (1-4) on every restart.
+  (SQLite), with a random partition count (1-4) on every restart;
+- ``files-s3``, ``state-s3``, ``wal-s3``: the same paths with the file sink's
+  output, the keyed state, or the write-ahead log on an S3 API server process
+  (moto, started by the soak in ``WORKDIR/s3`` and stopped with it), spelled
+  ``s3a://`` and ``s3://`` on alternate restarts and reached through the
+  session's ``spark.hadoop.fs.s3a.*``; every fifth cycle restarts the server
+  (objects kept) while no job runs. The server keeps its objects in memory, so
+  these runs cannot be paused and resumed.
 
 Every cycle adds input files and starts the job from its checkpoint armed
 with one kill (a named protocol point of the path, or a random moment, in one
@@ -69,6 +76,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
+from pyarrow import fs
 
 from firesteel.testing.counting import count_sequence
 from firesteel.testing.harness import (
@@ -80,6 +88,7 @@ from firesteel.testing.harness import (
     next_batch,
 )
 from firesteel.testing.ranked import misranked, ranks_by_key
+from firesteel.testing.s3 import ACCESS_KEY, REGION, SECRET_KEY, SETTINGS_ENV, S3Server
 from firesteel.testing.scripts import script
 from firesteel.testing.spellings import Spellings
 
@@ -100,6 +109,10 @@ class SoakError(Exception):
     """A soak cannot start or resume as asked; the message says why and what to do."""
 
 
+S3_RESTART_EVERY = 5
+"""An S3 path's server is restarted (objects kept) before every fifth cycle's job."""
+
+
 @dataclass(frozen=True)
 class SoakPath:
     """One pipeline the soak command can run."""
@@ -111,7 +124,7 @@ class SoakPath:
     """Whether restarts draw a new parallelism."""
 
 
-PATHS = {
+LOCAL_PATHS = {
     "files": SoakPath(
         "files_job",
         ("sink.after_write", "driver.before_commit", "driver.mid_commit", "driver.after_commit"),
@@ -126,6 +139,8 @@ PATHS = {
         "wal_job", ("wal.after_send", "driver.mid_commit", "driver.after_commit"), rescales=True
     ),
 }
+S3_SUFFIX = "-s3"
+PATHS = {**LOCAL_PATHS, **{name + S3_SUFFIX: path for name, path in LOCAL_PATHS.items()}}
 
 
 class SoakRun(Protocol):
@@ -291,12 +306,16 @@ class Soak:
         workdir: Path,
         rng: random.Random,
         saved: SavedRun | None = None,
+        s3: S3Server | None = None,
     ) -> None:
-        self.name = name
+        self.name = name.removesuffix(S3_SUFFIX)
         self.path = PATHS[name]
         self.rng = rng
         self.source = workdir / "in"
-        self.out = workdir / ("target.sqlite" if name == "wal" else "out")
+        self.out = workdir / ("target.sqlite" if self.name == "wal" else "out")
+        self.s3 = s3
+        self.bucket = s3.create_bucket("soak") if s3 else ""
+        self.s3_out = f"s3a://{self.bucket}/out"
         self.checkpoint = workdir / "ck"
         self.state = workdir / "state"
         self.checkpoints = Spellings(self.checkpoint)
@@ -317,7 +336,11 @@ class Soak:
         }
 
     def feed(self) -> None:
-        """Add one cycle's input files (seq, text, key), named so they sort in order."""
+        """Add one cycle's input files (seq, text, key), named so they sort in order; on S3,
+        restart the server every :data:`S3_RESTART_EVERY` cycles (no job runs now)."""
+        cycle = self.files // FILES_PER_CYCLE
+        if self.s3 is not None and cycle % S3_RESTART_EVERY == S3_RESTART_EVERY - 1:
+            self.s3.restart()
         for _ in range(FILES_PER_CYCLE):
             start = self.files * ROWS_PER_FILE
             seqs = list(range(start, start + ROWS_PER_FILE))
@@ -335,18 +358,22 @@ class Soak:
         """The job's arguments for restart ``run``: the checkpoint (and state folder) spelled
         otherwise than in the previous start, and a new parallelism where the path allows."""
         parallelism = str(self.rng.randint(1, 4)) if self.path.rescales else "2"
+        start = self.checkpoints.starts
         checkpoint = self.checkpoints.next()
         if self.name == "files":
-            return [str(self.source), str(self.out), checkpoint, FILES_PER_BATCH]
+            out = self.s3_out if self.s3 else str(self.out)
+            return [str(self.source), out, checkpoint, FILES_PER_BATCH]
         if self.name == "state":
+            state = self.states.next()
             return [
                 str(self.source),
                 str(self.out),
                 checkpoint,
-                self.states.next(),
+                S3Server.spellings(self.bucket, "state")(start) if self.s3 else state,
                 FILES_PER_BATCH,
                 parallelism,
             ]
+        location = [S3Server.spellings(self.bucket, "wal")(start)] if self.s3 else []
         return [
             str(self.source),
             str(self.out),
@@ -355,6 +382,7 @@ class Soak:
             "upsert",
             "exactly-once",
             parallelism,
+            *location,
         ]
 
     @property
@@ -369,12 +397,43 @@ class Soak:
             with sqlite3.connect(self.out) as db:
                 seqs = [row[0] for row in db.execute("SELECT seq FROM records")]
         else:
-            table = ds.dataset(self.out, format="parquet").to_table()
+            table = self._output()
             if self.name == "state":
                 table = table.filter(pc.greater_equal(table.column("seq"), 0))
                 wrong = misranked(ranks_by_key(table))
             seqs = table.column("seq").to_pylist()
         return counts(seqs, expected, misranked=wrong)
+
+    def _output(self) -> pa.Table:
+        """The Parquet output, read with pyarrow (``_``-folders skipped), from S3 with
+        pyarrow's own S3 filesystem."""
+        if self.name != "files" or self.s3 is None:
+            return ds.dataset(self.out, format="parquet").to_table()
+        filesystem = fs.S3FileSystem(
+            endpoint_override=self.s3.endpoint.removeprefix("http://"),
+            scheme="http",
+            access_key=ACCESS_KEY,
+            secret_key=SECRET_KEY,
+            region=REGION,
+        )
+        return ds.dataset(f"{self.bucket}/out", format="parquet", filesystem=filesystem).to_table()
+
+
+@contextlib.contextmanager
+def on_s3(name: str, workdir: Path, rng: random.Random) -> Iterator[Soak]:
+    """Path ``name`` (an ``-s3`` one) with its S3 server started in ``workdir/s3`` and its
+    settings in the environment the jobs inherit (:data:`SETTINGS_ENV`); both undone after."""
+    server = S3Server(workdir / "s3").start()
+    previous = os.environ.get(SETTINGS_ENV)
+    os.environ[SETTINGS_ENV] = json.dumps(server.settings())
+    try:
+        yield Soak(name, workdir, rng, s3=server)
+    finally:
+        if previous is None:
+            os.environ.pop(SETTINGS_ENV, None)
+        else:
+            os.environ[SETTINGS_ENV] = previous
+        server.stop()
 
 
 def arm(run: SoakRun, rng: random.Random) -> Kill:
@@ -567,7 +626,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     def factory(
         name: str, workdir: Path, rng: random.Random, saved: SavedRun | None
     ) -> AbstractContextManager[SoakRun]:
-        return nullcontext(Soak(name, workdir, rng, saved))
+        if not name.endswith(S3_SUFFIX):
+            return nullcontext(Soak(name, workdir, rng, saved))
+        if saved is not None:
+            msg = (
+                f"a {name} soak cannot be resumed: its S3 test server kept the objects in "
+                "memory and stopped with the paused sitting; start a new soak elsewhere"
+            )
+            raise SoakError(msg)
+        return on_s3(name, workdir, rng)
 
     return run_cli("python -m firesteel.testing.soak", list(PATHS), factory, argv)
 

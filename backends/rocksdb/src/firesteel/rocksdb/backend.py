@@ -19,6 +19,7 @@ import pyarrow as pa
 from firesteel.backends.spi import (
     KeyedTask,
     OperatorSpec,
+    StoredState,
     TaskStore,
     TaskStoreBackend,
 )
@@ -99,4 +100,13 @@ class RocksDBBackend(TaskStoreBackend):
             batch=batch,
             options=self.options,
             storage=self._storage_config,
+        )
+
+    def stored_state(self, operator: str, batch: int | None = None) -> StoredState | None:
+        """``operator``'s entries at version ``batch`` (default: the latest complete one),
+        still serialized: what a savepoint exports."""
+        from firesteel.rocksdb.inspect import read_stored
+
+        return read_stored(
+            self.location, operator, batch, options=self.options, config=self._storage_config
         )

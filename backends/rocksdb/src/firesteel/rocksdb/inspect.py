@@ -17,7 +17,7 @@ from typing import Any
 import msgpack
 import pyarrow as pa
 
-from firesteel.backends.spi import KeyGroupRange, pack
+from firesteel.backends.spi import Entries, KeyGroupRange, StoredState, pack
 from firesteel.core.spi import ConfigError, StorageConfig
 from firesteel.rocksdb import keys
 from firesteel.rocksdb.local import LocalFolder, open_instance
@@ -25,8 +25,6 @@ from firesteel.rocksdb.manifest import Manifest
 from firesteel.rocksdb.options import RocksDBOptions
 from firesteel.rocksdb.storage import CheckpointStorage
 from firesteel.rocksdb.store import BACKEND
-
-Entries = dict[tuple[int, str], dict[Any, Any]]
 
 
 def is_rocksdb_operator(location: str, operator: str, storage: StorageConfig | None = None) -> bool:
@@ -70,7 +68,22 @@ def read_operator(
     config: StorageConfig | None = None,
 ) -> pa.Table:
     """One operator's state at version ``batch`` (default: the latest complete version)."""
-    from firesteel.backends.spi import SCHEMA, chosen_version, recorded_operator, to_table
+    from firesteel.backends.spi import SCHEMA, stored_table
+
+    stored = read_stored(location, operator, batch, options, config)
+    return SCHEMA.empty_table() if stored is None else stored_table(stored)
+
+
+def read_stored(
+    location: str,
+    operator: str,
+    batch: int | None,
+    options: RocksDBOptions,
+    config: StorageConfig | None = None,
+) -> StoredState | None:
+    """One operator's entries at version ``batch`` (default: the latest complete version;
+    None when there is none), still serialized: what a savepoint is made of."""
+    from firesteel.backends.spi import chosen_version, recorded_operator
 
     storage = CheckpointStorage(location, operator, config)
     meta = recorded_operator(storage.metadata.read_metadata(), operator, location)
@@ -80,10 +93,10 @@ def read_operator(
     listing = storage.list_versions()
     batch = chosen_version(meta, listing, batch, operator=operator, location=location)
     if batch is None:
-        return SCHEMA.empty_table()
+        return None
     manifests = storage.covering(batch, KeyGroupRange(0, int(meta["max_parallelism"]) - 1))
     entries: Entries = {}
-    kinds: dict[str, dict[str, str]] = {}
+    kinds: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="firesteel-inspect-") as scratch:
         folder = LocalFolder(Path(scratch))
         for manifest in manifests:
@@ -95,7 +108,7 @@ def read_operator(
                 _collect(db, manifest, entries)
             finally:
                 db.close()
-    return to_table(operator, batch, entries, kinds)
+    return StoredState(operator, batch, meta, entries, kinds)
 
 
 def _split(rest: bytes) -> tuple[bytes, bytes]:

@@ -57,10 +57,12 @@ from firesteel.backends.spi import (
     SnapshotThread,
     StateDeclarations,
     StateDescriptor,
+    StateUpgrade,
     TaskStore,
     check_declared,
     check_owner,
     key_packer,
+    state_record,
     undeclared_state,
     unpack_key,
 )
@@ -302,16 +304,57 @@ class RocksDBKeyedStore(TaskStore):
         self._instance_dir = None
 
     def _check_states(self, declared: dict[str, StateDescriptor], dropped: frozenset[str]) -> None:
+        """Refuse stored states the declarations do not match, all of them before the
+        instance changes; then delete the dropped ones and rewrite evolved ones."""
         where = self.storage.describe(self.storage.path(self.parents[0])) if self.parents else ""
-        for name, info in list(self.stored_states.items()):
+        to_drop: list[str] = []
+        upgrades: list[StateUpgrade] = []
+        for name, info in self.stored_states.items():
             desc = declared.get(name)
             if desc is None:
-                if name in dropped:
-                    self._delete_state(name)
-                    del self.stored_states[name]
-                    continue
-                raise undeclared_state(self.spec.name, name, info, f"checkpoint {where}")
-            check_declared(self.spec.name, name, info, desc, where)
+                if name not in dropped:
+                    raise undeclared_state(self.spec.name, name, info, f"checkpoint {where}")
+                to_drop.append(name)
+                continue
+            found = check_declared(self.spec.name, name, info, desc, where)
+            if found is not None:
+                upgrades.append(found)
+        for name in to_drop:
+            self._delete_state(name)
+            del self.stored_states[name]
+        for found in upgrades:
+            self._upgrade_state(found, declared[found.state])
+
+    def _upgrade_state(self, found: StateUpgrade, desc: StateDescriptor) -> None:
+        """Rewrite every stored value of a state whose schema evolved (expiry kept), as
+        Flink's RocksDB backend migrates state on restore; the next checkpoint uploads it."""
+        import rocksdict as rd
+
+        state_id = keys.state_id(found.state)
+        dumps = desc.value_serializer.dumps
+        rewritten = 0
+        for key_group in self.key_groups:
+            prefix = self._prefixes[key_group] + state_id
+            batch = rd.WriteBatch(raw_mode=True)
+            for stored_key, stored in self.db.items(from_key=prefix):
+                if not stored_key.startswith(prefix):
+                    break
+                data, expires = keys.decode_value(stored)
+                batch.put(stored_key, keys.encode_value(dumps(found.loads(data)), expires))
+                if len(batch) >= _MERGE_CHUNK:
+                    rewritten += len(batch)
+                    self.db.write(batch)
+                    batch = rd.WriteBatch(raw_mode=True)
+            if len(batch):
+                rewritten += len(batch)
+                self.db.write(batch)
+        self.changed = True
+        logger.info(
+            "state: %s rewrote %d value(s) of state %s to its declared schema",
+            self._label(),
+            rewritten,
+            found.state,
+        )
 
     def _delete_state(self, name: str) -> None:
         import rocksdict as rd
@@ -423,10 +466,7 @@ class RocksDBKeyedStore(TaskStore):
         attempt = uuid.uuid4().hex[:16]
         checkpoint = self.folder.checkpoint_dir(task.scope.batch_id, attempt)
         rd.Checkpoint(self.db).create_checkpoint(str(checkpoint))
-        states = {
-            name: {"kind": d.kind.value, "serializer": d.value_serializer.name}
-            for name, d in self.descriptors.items()
-        }
+        states = {name: state_record(d) for name, d in self.descriptors.items()}
         return SnapshotThread(lambda: self._upload(task, attempt, checkpoint, states))
 
     def _sweep_expired(self, task: KeyedTask) -> None:

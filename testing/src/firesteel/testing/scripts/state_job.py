@@ -1,7 +1,7 @@
 """Crash-test job: firesteel.files source -> stateful running count -> firesteel.files sink.
 
 Usage: state_job.py <input dir> <output dir> <checkpoint> <state uri> <files per batch>
-<parallelism>
+<parallelism> [<savepoint to restore from>]
 
 Input rows are ``(seq, key)``. The processor keeps a per-key count in keyed
 state (filesystem backend) and emits one row per input record:
@@ -25,6 +25,7 @@ from firesteel.testing.processors import RankPerKeyWithTimers
 
 def main() -> None:
     source, out, checkpoint, state_uri, files_per_batch, parallelism = sys.argv[1:7]
+    restore_from = sys.argv[7] if len(sys.argv) > 7 else None
     spark = job_session("firesteel-state-crash")
     records = read_parquet_files(spark, source, files_per_batch)
     ranked = stateful(
@@ -36,6 +37,7 @@ def main() -> None:
         name="rank",
         parallelism=int(parallelism),
         max_parallelism=32,
+        restore_from=restore_from,
     )
     write_files_exactly_once(spark, ranked, out, checkpoint)
 

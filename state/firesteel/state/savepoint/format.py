@@ -1,0 +1,309 @@
+"""The savepoint layout: Parquet files of canonical rows, and a metadata record written last.
+
+::
+
+    <savepoint>/
+      <operator>/<id>.parquet     one file per operator, rows of ROWS_SCHEMA
+      offsets/<N>                 Spark's offsets log entry of batch N, copied byte for byte
+      _savepoint.json             the metadata record (written last)
+
+A savepoint exists only once ``_savepoint.json`` is whole: it is a firesteel
+record (kind ``savepoint``, a format version and a SHA-256 of its content) that
+names every data file with its size and checksum. Files without it (a writer
+killed half-way) are never read; a reader checks each file's size against the
+record before using it, and :meth:`Savepoint.verify` its checksum.
+
+A row is one entry of one state of one key (:data:`ROWS_SCHEMA`): the key as a
+msgpack array of the key columns' values, the value as the state's serializer
+wrote it (``msgpack`` unless the state opted into ``pickle``), the user key of a
+map entry or the timestamp of a timer as msgpack. List elements are rows in
+list order. Rows are ordered by key group, so a task reads only the row groups
+of the key groups it owns.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import logging
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyarrow import fs
+
+from firesteel.core.checkpoint import filesystem
+from firesteel.core.durable import create_record, make_parent, read_record, write_atomically
+from firesteel.core.errors import CheckpointCorruptError, ConfigError
+from firesteel.core.faults import fault_point
+from firesteel.core.storage import StorageConfig
+from firesteel.state.keygroups import KeyGroupRange
+
+logger = logging.getLogger(__name__)
+
+METADATA = "_savepoint.json"
+RECORD_KIND = "savepoint"
+FORMAT_VERSION = 1
+TIMERS = "__timers__"
+"""The state name of processing-time timers in rows (user key: the timestamp)."""
+
+BEFORE_METADATA = fault_point(
+    "savepoint.before_metadata", "a savepoint's data files are written, its metadata is not"
+)
+
+ROWS_SCHEMA = pa.schema(
+    [
+        pa.field("key_group", pa.int32(), nullable=False),
+        pa.field("key", pa.binary(), nullable=False),
+        pa.field("state", pa.string(), nullable=False),
+        pa.field("user_key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("expires_ms", pa.int64()),
+    ]
+)
+"""One state entry per row (see module docs)."""
+
+_ROW_GROUP = 64 * 1024
+
+
+class SavepointError(ConfigError):
+    """A savepoint is missing, incomplete, or does not fit the job restoring from it."""
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class OperatorSavepoint:
+    """One operator's part of a savepoint."""
+
+    savepoint: Savepoint
+    name: str
+    info: dict[str, Any]
+
+    @property
+    def key_columns(self) -> list[str]:
+        """The operator's key columns."""
+        return list(self.info["key"])
+
+    @property
+    def max_parallelism(self) -> int:
+        """The operator's number of key groups."""
+        return int(self.info["max_parallelism"])
+
+    @property
+    def states(self) -> dict[str, dict[str, Any]]:
+        """Each state's description (kind, serializer, ...), by name; timers as ``__timers__``."""
+        return dict(self.info["states"])
+
+    @property
+    def processing_time(self) -> tuple[int, int] | None:
+        """``(processing time, Spark's batch time)`` of the batch, as the operator's clock."""
+        clock = self.info.get("processing_time")
+        return None if clock is None else (int(clock[0]), int(clock[1]))
+
+    def rows(self, key_groups: KeyGroupRange | None = None) -> pa.Table:
+        """The rows of ``key_groups`` (default: all), in file order."""
+        filters = (
+            None
+            if key_groups is None
+            else [("key_group", ">=", key_groups.start), ("key_group", "<=", key_groups.end)]
+        )
+        tables = []
+        for file in self.info["files"]:
+            path = self.savepoint.checked_file(file)
+            tables.append(
+                pq.read_table(
+                    path, filesystem=self.savepoint.filesystem, filters=filters, schema=ROWS_SCHEMA
+                )
+            )
+        return pa.concat_tables(tables) if tables else ROWS_SCHEMA.empty_table()
+
+
+@dataclass(frozen=True)
+class Savepoint:
+    """A whole savepoint, opened by :func:`open_savepoint`."""
+
+    location: str
+    metadata: dict[str, Any]
+    storage: StorageConfig
+
+    @property
+    def id(self) -> str:
+        """Unique per savepoint written."""
+        return str(self.metadata["id"])
+
+    @property
+    def batch(self) -> int:
+        """The committed batch whose state this is."""
+        return int(self.metadata["batch"])
+
+    @property
+    def operators(self) -> list[str]:
+        """The operators it holds state for."""
+        return sorted(self.metadata["operators"])
+
+    @cached_property
+    def filesystem(self) -> fs.FileSystem:
+        """Where its files are."""
+        return filesystem(self.location, self.storage)[0]
+
+    @cached_property
+    def base(self) -> str:
+        """Its folder on :attr:`filesystem`."""
+        return filesystem(self.location, self.storage)[1]
+
+    def operator(self, name: str) -> OperatorSavepoint:
+        """Operator ``name``'s part; a :class:`SavepointError` listing the operators it has."""
+        info = self.metadata["operators"].get(name)
+        if info is None:
+            msg = (
+                f"savepoint {self.location} has no state of operator '{name}' "
+                f"(it holds: {', '.join(self.operators) or 'nothing'})"
+            )
+            raise SavepointError(msg)
+        return OperatorSavepoint(self, name, info)
+
+    def offsets(self) -> bytes | None:
+        """Spark's offsets log entry of :attr:`batch` (where a restored job's sources must
+        start), or None for a savepoint written from a table."""
+        entry = self.metadata.get("offsets")
+        if entry is None:
+            return None
+        with self.filesystem.open_input_stream(self.checked_file(entry)) as stream:
+            data: bytes = stream.read()
+        return data
+
+    def checked_file(self, entry: Mapping[str, Any]) -> str:
+        """The full path of the data file ``entry`` names, once its size matches the record."""
+        path = f"{self.base}/{entry['path']}"
+        info = self.filesystem.get_file_info(path)
+        if info.type != fs.FileType.File or info.size != int(entry["size"]):
+            found = "missing" if info.type != fs.FileType.File else f"{info.size} bytes"
+            msg = (
+                f"savepoint {self.location}: {entry['path']} is {found}, its metadata says "
+                f"{entry['size']} bytes; the savepoint was damaged: take a new one"
+            )
+            raise CheckpointCorruptError(msg)
+        return path
+
+    def verify(self) -> None:
+        """Check every file's checksum against the metadata record."""
+        entries = [f for op in self.metadata["operators"].values() for f in op["files"]]
+        if self.metadata.get("offsets") is not None:
+            entries.append(self.metadata["offsets"])
+        for entry in entries:
+            with self.filesystem.open_input_stream(self.checked_file(entry)) as stream:
+                if _sha256(stream.read()) != entry["sha256"]:
+                    msg = (
+                        f"savepoint {self.location}: {entry['path']} does not match its "
+                        "checksum; the savepoint was damaged: take a new one"
+                    )
+                    raise CheckpointCorruptError(msg)
+
+
+def open_savepoint(location: str, storage: StorageConfig | None = None) -> Savepoint:
+    """The savepoint at ``location`` (a path or URI); a :class:`SavepointError` when it has
+    no whole metadata record (never written, or its writer died before finishing)."""
+    config = storage or StorageConfig()
+    fsys, base = filesystem(location, config)
+    if fsys.get_file_info(f"{base}/{METADATA}").type != fs.FileType.File:
+        msg = (
+            f"no savepoint at {location}: {METADATA} is missing (never written, or its writer "
+            "stopped before finishing; files without it are never read): take the savepoint again"
+        )
+        raise SavepointError(msg)
+    metadata = read_record(
+        f"{location.rstrip('/')}/{METADATA}", RECORD_KIND, (FORMAT_VERSION,), config
+    )
+    return Savepoint(location, metadata, config)
+
+
+@dataclass(frozen=True)
+class OperatorRows:
+    """What :func:`write_savepoint` writes for one operator."""
+
+    key_columns: list[str]
+    max_parallelism: int
+    states: dict[str, dict[str, Any]]
+    rows: pa.Table
+    processing_time: tuple[int, int] | None = None
+    written_by: str | None = None
+
+
+def _write_file(fsys: fs.FileSystem, base: str, relative: str, data: bytes) -> dict[str, Any]:
+    path = f"{base}/{relative}"
+    make_parent(fsys, path)
+    write_atomically(fsys, path, data)
+    return {"path": relative, "size": len(data), "sha256": _sha256(data)}
+
+
+def _parquet(rows: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(rows.cast(ROWS_SCHEMA), sink, row_group_size=_ROW_GROUP, compression="zstd")
+    return bytes(sink.getvalue())
+
+
+def write_savepoint(
+    target: str,
+    *,
+    batch: int,
+    operators: Mapping[str, OperatorRows],
+    offsets: bytes | None,
+    origin: Mapping[str, Any],
+    storage: StorageConfig | None = None,
+) -> Savepoint:
+    """Write a savepoint at ``target``: data files first, the metadata record last.
+
+    ``offsets``: Spark's offsets log entry of ``batch`` (None when the state did not
+    come from a query); ``origin``: where the state came from, recorded as it is.
+    A target that already holds a savepoint is refused.
+    """
+    config = storage or StorageConfig()
+    fsys, base = filesystem(target, config)
+    if fsys.get_file_info(f"{base}/{METADATA}").type != fs.FileType.NotFound:
+        msg = f"{target} already holds a savepoint; choose a new target (savepoints are immutable)"
+        raise SavepointError(msg)
+    savepoint_id = uuid.uuid4().hex
+    described: dict[str, Any] = {}
+    for name, part in operators.items():
+        file = _write_file(fsys, base, f"{name}/{savepoint_id}.parquet", _parquet(part.rows))
+        file["rows"] = part.rows.num_rows
+        described[name] = {
+            "key": list(part.key_columns),
+            "max_parallelism": part.max_parallelism,
+            "states": part.states,
+            "processing_time": None if part.processing_time is None else list(part.processing_time),
+            "written_by": part.written_by,
+            "files": [file],
+        }
+    offsets_entry = (
+        None if offsets is None else _write_file(fsys, base, f"offsets/{batch}", offsets)
+    )
+    BEFORE_METADATA.fire(batch)
+    metadata = {
+        "id": savepoint_id,
+        "batch": batch,
+        "created_at": dt.datetime.now(dt.timezone.utc).isoformat(),
+        "origin": dict(origin),
+        "offsets": offsets_entry,
+        "operators": described,
+    }
+    location = f"{target.rstrip('/')}/{METADATA}"
+    if not create_record(location, RECORD_KIND, FORMAT_VERSION, metadata, config):
+        msg = f"{target}: another writer finished a savepoint there first; choose a new target"
+        raise SavepointError(msg)
+    logger.info(
+        "savepoint %s of batch %d written at %s: %s",
+        savepoint_id,
+        batch,
+        target,
+        json.dumps({n: f["files"][0]["rows"] for n, f in described.items()}),
+    )
+    return Savepoint(target, metadata, config)

@@ -1,0 +1,264 @@
+"""Starting a stateful operator from a savepoint, on any backend, at any parallelism.
+
+``stateful(..., restore_from=<savepoint>)`` gives the operator a
+:class:`SavepointRestore`. On the driver, :meth:`SavepointRestore.check` refuses a
+savepoint that does not fit before the query starts: no state for this operator's
+name (its uid, as in Flink; the message lists the operators it holds), other key
+columns, another key-group count. In each task, :meth:`SavepointRestore.apply`
+loads the savepoint's rows of the task's key groups through the ordinary state
+API, so every backend stores them its own way and snapshots them with the batch.
+
+Each key group loaded records the savepoint's id in a reserved state
+(:data:`MARKER`) written in the same snapshot, so the load happens exactly once
+per key group: a re-run of the first batch (its snapshot never committed) loads
+again from nothing, a later batch finds the marker and loads nothing, and a key
+group that already holds state of another origin (a clock but no marker) is
+refused rather than overwritten.
+
+A state in the savepoint that the processor neither declares nor drops
+(``ctx.drop_state``) is refused, listing every such state, unless
+``allow_non_restored_state`` says to drop them (Flink's ``--allowNonRestoredState``).
+TTL entries restart their time-to-live at the restore.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from firesteel.core.storage import StorageConfig
+from firesteel.state.api import ListState, MapState, ValueState
+from firesteel.state.backend import KeyedStateStore, KeyedTask, OperatorSpec, StateDeclarations
+from firesteel.state.clock import CLOCK, CLOCK_KEY
+from firesteel.state.descriptors import StateDescriptor, StateKind, reserved_value_state
+from firesteel.state.keygroups import KeyGroupRange
+from firesteel.state.savepoint.format import (
+    TIMERS,
+    OperatorSavepoint,
+    SavepointError,
+    open_savepoint,
+)
+from firesteel.state.schemas import recorded, upgrade
+from firesteel.state.serializers import check_serializer, unpack, unpack_key
+
+logger = logging.getLogger(__name__)
+
+MARKER = reserved_value_state("__firesteel_savepoint__", str)
+"""Per key group: the id of the savepoint it was loaded from (see module docs)."""
+
+
+def declarations(
+    restore: SavepointRestore | None,
+    descriptors: Sequence[StateDescriptor],
+    dropped: Sequence[str],
+) -> StateDeclarations:
+    """The states a task opens its store with: the marker while restoring; otherwise a
+    marker left by an earlier restore is dropped silently."""
+    if restore is None:
+        return StateDeclarations(descriptors, [*dropped, MARKER.name])
+    return StateDeclarations([*descriptors, MARKER], dropped)
+
+
+@dataclass(frozen=True)
+class SavepointRestore:
+    """Where an operator's state starts: the savepoint at ``path`` (picklable)."""
+
+    path: str
+    allow_non_restored_state: bool = False
+    """Drop the savepoint's states (or whole operator) that the job has no use for."""
+    storage: StorageConfig | Mapping[str, str] = field(default_factory=StorageConfig)
+    """How to reach the savepoint's object store (Hadoop's names: ``fs.s3a.endpoint``...)."""
+
+    def __post_init__(self) -> None:
+        # A frozen dataclass: the settings become their hashable, secret-hiding form.
+        object.__setattr__(self, "storage", StorageConfig.given(self.storage))
+
+    @property
+    def _storage(self) -> StorageConfig:
+        assert isinstance(self.storage, StorageConfig)
+        return self.storage
+
+    def check(self, spec: OperatorSpec) -> None:
+        """Driver side: the savepoint is whole and fits operator ``spec``."""
+        savepoint = open_savepoint(self.path, self._storage)
+        if spec.name not in savepoint.operators:
+            if self.allow_non_restored_state:
+                logger.warning(
+                    "operator %s starts empty: savepoint %s holds no state for it (it holds %s)",
+                    spec.name,
+                    self.path,
+                    savepoint.operators,
+                )
+                return
+            listed = ", ".join(f"'{name}'" for name in savepoint.operators) or "nothing"
+            msg = (
+                f"operator '{spec.name}': savepoint {self.path} has no state for it; it holds "
+                f"the state of {listed}, which would be dropped. Name the operator as in the "
+                "savepoint (stateful(name=...)) if it is the same one, or pass "
+                "allow_non_restored_state=True to start it empty"
+            )
+            raise SavepointError(msg)
+        part = savepoint.operator(spec.name)
+        if part.key_columns != list(spec.key_columns):
+            msg = (
+                f"operator '{spec.name}': key columns {list(spec.key_columns)} differ from "
+                f"{part.key_columns} in savepoint {self.path}; state cannot be re-keyed"
+            )
+            raise SavepointError(msg)
+        if part.max_parallelism != spec.max_parallelism:
+            msg = (
+                f"operator '{spec.name}': savepoint {self.path} has {part.max_parallelism} key "
+                f"groups; set max_parallelism={part.max_parallelism} (parallelism may change)"
+            )
+            raise SavepointError(msg)
+        logger.info(
+            "operator %s restores from savepoint %s of batch %d; its sources' positions are "
+            "in %s/offsets/%d",
+            spec.name,
+            self.path,
+            savepoint.batch,
+            self.path,
+            savepoint.batch,
+        )
+
+    def apply(
+        self,
+        store: KeyedStateStore,
+        spec: OperatorSpec,
+        task: KeyedTask,
+        declared: StateDeclarations,
+    ) -> None:
+        """Task side: load the savepoint into the task's key groups that never had it."""
+        marker = cast(ValueState, store.state(MARKER))
+        clock = cast(ValueState, store.state(CLOCK))
+        fresh: list[int] = []
+        for key_group in task.key_groups:
+            store.set_current_key(CLOCK_KEY, key_group)
+            if marker.value() is not None:
+                continue
+            if clock.value() is not None:
+                msg = (
+                    f"operator '{spec.name}': key group {key_group} already holds state that "
+                    f"was not restored from savepoint {self.path}; restore into a fresh state "
+                    "location, or leave out restore_from to keep the existing state"
+                )
+                raise SavepointError(msg)
+            fresh.append(key_group)
+        if not fresh:
+            return
+        savepoint = open_savepoint(self.path, self._storage)
+        if spec.name in savepoint.operators:
+            part = savepoint.operator(spec.name)
+            self._load(store, part, declared, fresh)
+            processing_time = part.processing_time
+        else:
+            processing_time = None
+        for key_group in fresh:
+            store.set_current_key(CLOCK_KEY, key_group)
+            marker.update(savepoint.id)
+            if processing_time is not None:
+                clock.update(list(processing_time))
+        logger.info(
+            "operator %s: key groups %d-%d loaded from savepoint %s",
+            spec.name,
+            fresh[0],
+            fresh[-1],
+            self.path,
+        )
+
+    def _load(
+        self,
+        store: KeyedStateStore,
+        part: OperatorSavepoint,
+        declared: StateDeclarations,
+        key_groups: list[int],
+    ) -> None:
+        descriptors = restored_states(part, declared, self.allow_non_restored_state, self.path)
+        rows = part.rows(KeyGroupRange(key_groups[0], key_groups[-1]))
+        rows = rows.filter(pc.is_in(rows.column("key_group"), pa.array(key_groups, pa.int32())))
+        columns = ("key_group", "key", "state", "user_key", "value")
+        current: tuple[int, bytes] | None = None
+        for key_group, key, state, user_key, value in zip(
+            *(rows.column(c).to_pylist() for c in columns), strict=True
+        ):
+            if state != TIMERS and state not in descriptors:
+                continue
+            if current != (key_group, key):
+                store.set_current_key(unpack_key(key), key_group)
+                current = (key_group, key)
+            if state == TIMERS:
+                store.register_timer(int(unpack(user_key)))
+                continue
+            _put(store, descriptors[state], user_key, value)
+
+
+def _put(store: KeyedStateStore, desc: StateDescriptor, user_key: Any, value: Any) -> None:
+    decoded = desc.value_serializer.loads(value)
+    if desc.kind is StateKind.VALUE:
+        cast(ValueState, store.state(desc)).update(decoded)
+    elif desc.kind is StateKind.LIST:
+        cast(ListState, store.state(desc)).append(decoded)
+    else:
+        cast(MapState, store.state(desc)).put(unpack(user_key), decoded)
+
+
+def restored_states(
+    part: OperatorSavepoint,
+    declared: StateDeclarations,
+    allow_non_restored_state: bool,
+    where: str,
+) -> dict[str, StateDescriptor]:
+    """The declared descriptors of the savepoint's states, checked (kind, serializer); a
+    :class:`SavepointError` listing every state the job would drop unless it says so."""
+    by_name = declared.by_name()
+    dropped = set(declared.dropped)
+    unclaimed = sorted(
+        f"{info['kind']} state '{name}'"
+        for name, info in part.states.items()
+        if name != TIMERS and name not in by_name and name not in dropped
+    )
+    if unclaimed and not allow_non_restored_state:
+        msg = (
+            f"operator '{part.name}': savepoint {where} holds {', '.join(unclaimed)}, which the "
+            "processor does not declare and would be dropped; declare them, call "
+            "ctx.drop_state(name) in open() for each, or pass allow_non_restored_state=True"
+        )
+        raise SavepointError(msg)
+    found: dict[str, StateDescriptor] = {}
+    for name, info in part.states.items():
+        desc = by_name.get(name)
+        if desc is None or name == TIMERS:
+            continue
+        if desc.kind.value != info["kind"]:
+            msg = (
+                f"operator '{part.name}': state '{name}' is a {info['kind']} state in savepoint "
+                f"{where} but is declared as {desc.kind.value}"
+            )
+            raise SavepointError(msg)
+        check_serializer(name, desc.value_serializer, info["serializer"], f"savepoint {where}")
+        evolved = upgrade(
+            part.name,
+            name,
+            info.get("schema"),
+            declared=desc.schema,
+            serializer=desc.value_serializer,
+            where=f"savepoint {where}",
+        )
+        if evolved is not None:
+            # A dict backend's savepoint taken between an upgrade and the next full snapshot
+            # holds values of both schemas under the newest one, so none is converted here.
+            msg = (
+                f"operator '{part.name}': state '{name}' in savepoint {where} was written as "
+                f"{info.get('schema')} and is declared as {recorded(desc.schema)}; schema "
+                "evolution applies to "
+                "checkpoints only: restore the savepoint with the old type, let the job commit "
+                "a batch, then upgrade it from its checkpoint"
+            )
+            raise SavepointError(msg)
+        found[name] = desc
+    return found

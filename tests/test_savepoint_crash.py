@@ -1,0 +1,151 @@
+"""Crash tests of savepoints: the writer killed at chosen and random points, a restoring job
+killed once.
+
+The writer is the ``firesteel savepoint create`` command, a plain Python process
+(cheap to kill and restart). After each kill the target holds either a whole
+savepoint or none: ``_savepoint.json`` is missing and :func:`open_savepoint`
+refuses it; once it exists, every file it names is read with pyarrow's Parquet
+reader (not firesteel's) and holds exactly the state of the source. A new
+attempt on the same target after a kill succeeds over the leftovers.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+from test_savepoints import ALL, COUNT, EVENTS, MAX_P
+
+from firesteel.backends.inspect import read_state
+from firesteel.backends.savepoint import create
+from firesteel.cli import main as cli
+from firesteel.core.context import TaskScope
+from firesteel.state.backend import KeyedTask, OperatorSpec, StateDeclarations
+from firesteel.state.keygroups import KeyGroupRange
+from firesteel.state.savepoint import SavepointError, open_savepoint
+from firesteel.testing import CrashHarness, at_point, at_random
+from firesteel.testing.ranked import assert_ranked_output, assert_ranked_state
+from firesteel.testing.scripts import script
+from tests.test_state_backends import make_backend
+
+JOB = script("state_job")
+
+KEYS = 30_000
+"""Enough state that writing the savepoint takes a good part of a second."""
+
+pytestmark = pytest.mark.crash
+
+
+def ranked_key(seq: int) -> str:
+    return f"k{(seq * 5) % 7}"
+
+
+def whole_or_refused(target: Path, expected_rows: int) -> bool:
+    """True when ``target`` holds a whole savepoint (checked with pyarrow and json); False
+    when it holds none and firesteel refuses it."""
+    metadata_file = target / "_savepoint.json"
+    if not metadata_file.exists():
+        with pytest.raises(SavepointError, match="is missing"):
+            open_savepoint(str(target))
+        return False
+    record = json.loads(metadata_file.read_text())
+    files = [file for op in record["content"]["operators"].values() for file in op["files"]]
+    rows = sum(pq.read_table(target / file["path"]).num_rows for file in files)
+    assert rows == expected_rows == sum(file["rows"] for file in files)
+    open_savepoint(str(target)).verify()
+    return True
+
+
+def test_the_writer_killed_at_chosen_and_random_points_leaves_whole_or_nothing(
+    crash_harness: CrashHarness, tmp_path: Path
+) -> None:
+    backend = make_backend("filesystem", tmp_path, cache=False)
+    for batch in range(2):
+        task = KeyedTask(TaskScope("q", batch, 0, 0), KeyGroupRange(0, MAX_P - 1))
+        spec = OperatorSpec("op", ("sensor",), MAX_P, 1)
+        store = backend.open_store(spec, task, StateDeclarations(ALL), 1_000)
+        for index in range(KEYS):
+            store.set_current_key((f"s{index}",), index % MAX_P)
+            store.state(COUNT).update(index + batch)
+            store.state(EVENTS).append(f"e{batch}")
+        store.snapshot().wait()
+    expected_rows = len(read_state(backend.location, batch=1))
+    assert expected_rows == 3 * KEYS
+    # The command takes about 2.5 s here, the last second of it reading and writing state.
+    kills = [
+        at_point("savepoint.before_metadata", batch=1),
+        at_random((1.4, 2.6)),
+        at_point("savepoint.before_metadata", batch=1),
+        at_random((1.4, 2.6)),
+        at_random((1.4, 2.6)),
+    ]
+    target_index = 0
+    outcomes = []
+    for kill in [*kills, None]:
+        target = tmp_path / f"savepoint-{target_index}"
+        args = ["savepoint", "create", backend.location, str(target), "--batch", "1"]
+        record = crash_harness.attempt(cli.__file__, args, kill)
+        whole = whole_or_refused(target, expected_rows)
+        assert whole == (record.exit_code == 0), record
+        outcomes.append((record.exit_code, whole))
+        if whole:
+            target_index += 1
+    assert outcomes[0] == (-9, False) and outcomes[2] == (-9, False), outcomes
+    assert outcomes[-1] == (0, True), outcomes
+
+
+def test_a_job_killed_while_restoring_from_a_savepoint_stays_exactly_once(
+    crash_harness: CrashHarness, tmp_path: Path
+) -> None:
+    """The keyed-state crash job runs half its input, a savepoint of its last committed
+    batch is taken, and it goes on from the savepoint with its state in a new location
+    and another parallelism, on the same Spark checkpoint: SIGKILLed once after the
+    restoring batch's snapshot (the load then runs again from nothing), restarted at yet
+    another parallelism. Output (read with pyarrow) and state are those of one run
+    without failures."""
+    files, per_file, per_batch = 24, 20, 3
+    source, out, checkpoint = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
+    source.mkdir()
+
+    def write_files(indexes: range) -> None:
+        for index in indexes:
+            seqs = range(index * per_file, (index + 1) * per_file)
+            table = pa.table(
+                {"seq": pa.array(seqs, pa.int64()), "key": [ranked_key(s) for s in seqs]}
+            )
+            pq.write_table(table, source / f"part-{index:04d}.parquet")
+
+    def args(state: str, parallelism: int, *restore: str) -> list[str]:
+        return [
+            str(source),
+            str(out),
+            str(checkpoint),
+            state,
+            str(per_batch),
+            str(parallelism),
+            *restore,
+        ]
+
+    write_files(range(files // 2))
+    first_state = f"file://{tmp_path}/state-1"
+    assert crash_harness.run(JOB, args(first_state, 2)).exit_codes == [0]
+    savepoint = str(tmp_path / "savepoint")
+    taken = create(first_state, savepoint, checkpoint=str(checkpoint))
+    restoring = taken.batch + 1
+    write_files(range(files // 2, files))
+    state = f"file://{tmp_path}/state-2"
+    kills = [at_point("state.after_snapshot", batch=restoring, partition=0)]
+    result = crash_harness.run(
+        JOB, lambda run: args(state, (3, 4)[run], savepoint), kills, max_runs=2
+    )
+    assert result.all_fired and result.exit_codes == [-9, 0], result.summary()
+    batches = files // per_batch
+    expected = range(files * per_file)
+    committed = ds.dataset(str(out), format="parquet").to_table()
+    assert_ranked_output(committed, expected, ranked_key, batches, result.summary())
+    restored = read_state(state, operator="rank")
+    assert_ranked_state(restored, expected, ranked_key, batches, result.summary())

@@ -1,0 +1,293 @@
+"""Savepoints in-process: taken on each backend, restored on each other at parallelism 1, 4, 16.
+
+The executor-side protocol is driven directly (as in ``test_state_backends.py``):
+state is written on one backend, a savepoint is taken of a batch, another
+backend's stores are opened for a new query's first batch and load it through
+:class:`SavepointRestore`, and the state is read back through the state API
+and compared with a reference kept in plain Python dicts.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from firesteel.backends.inspect import read_state
+from firesteel.backends.savepoint import create, read_savepoint
+from firesteel.core.context import TaskScope
+from firesteel.core.errors import ConfigError
+from firesteel.core.storage import StorageConfig
+from firesteel.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
+from firesteel.state.backend import KeyedTask, OperatorSpec, StateBackend
+from firesteel.state.clock import CLOCK, advance
+from firesteel.state.keygroups import KeyGroupRange, operator_index
+from firesteel.state.savepoint import SavepointError, SavepointRestore, open_savepoint
+from firesteel.state.savepoint.restore import declarations
+from tests.test_state_backends import make_backend
+
+COUNT = ValueStateDescriptor("count", int)
+EVENTS = ListStateDescriptor("events", str)
+ATTRS = MapStateDescriptor("attrs", float)
+ALL = [COUNT, EVENTS, ATTRS]
+MAX_P = 32
+KEYS = [(f"sensor-{i}", i % 3) for i in range(60)]
+BACKENDS = ["heap", "filesystem", "rocksdb"]
+
+Reference = dict[tuple[Any, ...], tuple[Any, list[str], dict[str, float], list[int]]]
+
+
+def key_group(key: tuple[Any, ...]) -> int:
+    return zlib.crc32(repr(key).encode()) % MAX_P
+
+
+def run_batch(
+    backend: StateBackend,
+    parallelism: int,
+    batch: int,
+    fn: Any,
+    *,
+    query: str = "query-1",
+    restore: SavepointRestore | None = None,
+    descriptors: list[Any] = ALL,
+    dropped: tuple[str, ...] = (),
+) -> dict[tuple[Any, ...], Any]:
+    """One batch over every partition, as the operator runs it; ``fn(store, key)`` per key."""
+    spec = OperatorSpec("op", ("sensor", "zone"), MAX_P, parallelism)
+    seen = {}
+    for partition in range(parallelism):
+        task = KeyedTask(
+            TaskScope(query, batch, partition, 0),
+            KeyGroupRange.for_partition(partition, parallelism, MAX_P),
+        )
+        states = declarations(restore, [*descriptors, CLOCK], dropped)
+        store = backend.open_store(spec, task, states, 5_000 + batch)
+        if restore is not None:
+            restore.apply(store, spec, task, states)
+        advance(store, task.key_groups, 5_000 + batch)
+        for key in KEYS:
+            kg = key_group(key)
+            if operator_index(kg, parallelism, MAX_P) == partition:
+                store.set_current_key(key, kg)
+                seen[key] = fn(store, key)
+        store.snapshot().wait()
+    return seen
+
+
+def write(store: Any, key: tuple[Any, ...]) -> None:
+    index = KEYS.index(key)
+    if index % 5 == 4:
+        return  # a fifth of the keys have no state at all
+    count = store.state(COUNT)
+    count.update((count.value() or 0) + index)
+    store.state(EVENTS).append(f"e{index}-{count.value()}")
+    store.state(ATTRS).put(f"a{index % 4}", index / 2)
+    if index % 3 == 0:
+        store.register_timer(100_000 + index)
+
+
+def read(store: Any, key: tuple[Any, ...]) -> tuple[Any, list[str], dict[str, float], list[int]]:
+    return (
+        store.state(COUNT).value(),
+        store.state(EVENTS).get(),
+        dict(store.state(ATTRS).items()),
+        store.timers(),
+    )
+
+
+def reference(batches: int) -> Reference:
+    """The state ``batches`` runs of :func:`write` leave, computed in plain Python."""
+    expected: Reference = {}
+    for key in KEYS:
+        index = KEYS.index(key)
+        if index % 5 == 4:
+            expected[key] = (None, [], {}, [])
+            continue
+        counts = [index * (b + 1) for b in range(batches)]
+        timers = [100_000 + index] if index % 3 == 0 else []
+        expected[key] = (
+            counts[-1],
+            [f"e{index}-{c}" for c in counts],
+            {f"a{index % 4}": index / 2},
+            timers,
+        )
+    return expected
+
+
+@pytest.fixture(scope="module")
+def savepoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """One savepoint of batch 1 per backend (written at parallelism 3)."""
+    made = {}
+    for kind in BACKENDS:
+        root = tmp_path_factory.mktemp(f"source-{kind}")
+        backend = make_backend(kind, root, cache=False)
+        for batch in range(2):
+            run_batch(backend, 3, batch, write)
+        target = str(root / "savepoint")
+        create(backend.location, target, batch=1)
+        made[kind] = target
+    return made
+
+
+@pytest.mark.parametrize("parallelism", [1, 4, 16])
+@pytest.mark.parametrize("target_kind", BACKENDS)
+@pytest.mark.parametrize("source_kind", BACKENDS)
+def test_a_savepoint_restores_on_every_backend_at_any_parallelism(
+    savepoints: dict[str, str],
+    tmp_path: Path,
+    source_kind: str,
+    target_kind: str,
+    parallelism: int,
+) -> None:
+    backend = make_backend(target_kind, tmp_path, cache=False)
+    restore = SavepointRestore(savepoints[source_kind])
+    loaded = run_batch(backend, parallelism, 0, read, query="query-2", restore=restore)
+    assert loaded == reference(2)
+    # The next batch (another parallelism) finds the marker and does not load again.
+    run_batch(backend, 2, 1, write, query="query-2", restore=restore)
+    assert run_batch(backend, 5, 2, read, query="query-2", restore=restore) == reference(3)
+    # The job may drop restore_from once restored: the marker state is then dropped quietly.
+    assert run_batch(backend, 1, 3, read, query="query-2") == reference(3)
+
+
+def test_the_savepoint_is_self_describing_parquet(savepoints: dict[str, str]) -> None:
+    savepoint = open_savepoint(savepoints["rocksdb"])
+    savepoint.verify()
+    part = savepoint.operator("op")
+    assert savepoint.batch == 1
+    assert part.key_columns == ["sensor", "zone"] and part.max_parallelism == MAX_P
+    assert part.states == {
+        "count": {"kind": "value", "serializer": "msgpack", "schema": '"long"'},
+        "events": {"kind": "list", "serializer": "msgpack", "schema": '"string"'},
+        "attrs": {"kind": "map", "serializer": "msgpack", "schema": '"double"'},
+        "__timers__": {"kind": "timer", "serializer": "msgpack"},
+    }
+    assert part.processing_time == (5_001, 5_001)
+    files = list(Path(savepoints["rocksdb"]).glob("op/*.parquet"))
+    assert len(files) == 1 and pq.read_table(files[0]).num_rows == part.rows().num_rows
+    # The savepoint reads as the same table a checkpoint does, whichever backend wrote it.
+    for kind in BACKENDS:
+        table = read_savepoint(savepoints[kind]).to_pandas().drop(columns=["key_group"])
+        assert len(table) == len(read_savepoint(savepoints["heap"]))
+        states = {"count", "events", "attrs", "__timers__", "__firesteel_clock__"}
+        assert set(table["state"]) == states
+
+
+def test_state_the_job_does_not_declare_is_refused_listing_it(
+    savepoints: dict[str, str], tmp_path: Path
+) -> None:
+    backend = make_backend("filesystem", tmp_path, cache=False)
+    restore = SavepointRestore(savepoints["heap"])
+    with pytest.raises(SavepointError) as refused:
+        run_batch(backend, 2, 0, read, query="q", restore=restore, descriptors=[COUNT])
+    assert "list state 'events'" in str(refused.value)
+    assert "map state 'attrs'" in str(refused.value)
+    assert "allow_non_restored_state=True" in str(refused.value)
+    only_count = run_batch(
+        backend,
+        2,
+        0,
+        lambda store, key: store.state(COUNT).value(),
+        query="q",
+        restore=SavepointRestore(savepoints["heap"], allow_non_restored_state=True),
+        descriptors=[COUNT],
+    )
+    assert only_count == {key: value[0] for key, value in reference(2).items()}
+
+
+def test_a_state_whose_type_changed_since_the_savepoint_is_refused(
+    savepoints: dict[str, str], tmp_path: Path
+) -> None:
+    """Schema evolution applies to checkpoints only (see firesteel.state.savepoint.restore)."""
+    backend = make_backend("rocksdb", tmp_path, cache=False)
+    widened = [ValueStateDescriptor("count", float), EVENTS, ATTRS]
+    restore = SavepointRestore(savepoints["filesystem"])
+    refusal = r"state 'count' .* written as \"long\" and is declared as \"double\""
+    with pytest.raises(SavepointError, match=refusal):
+        run_batch(backend, 2, 0, read, query="q", restore=restore, descriptors=widened)
+    assert not list((tmp_path / "rocksdb").rglob("v*")), "a checkpoint was written"
+
+
+def test_an_operator_the_savepoint_does_not_know_is_refused_naming_what_it_holds(
+    savepoints: dict[str, str],
+) -> None:
+    renamed = OperatorSpec("renamed", ("sensor", "zone"), MAX_P, 2)
+    with pytest.raises(SavepointError, match="it holds the state of 'op', which would be dropped"):
+        SavepointRestore(savepoints["heap"]).check(renamed)
+    SavepointRestore(savepoints["heap"], allow_non_restored_state=True).check(renamed)
+    with pytest.raises(SavepointError, match="set max_parallelism=32"):
+        SavepointRestore(savepoints["heap"]).check(OperatorSpec("op", ("sensor", "zone"), 64, 2))
+
+
+def test_a_state_location_with_state_of_its_own_is_not_overwritten(
+    savepoints: dict[str, str], tmp_path: Path
+) -> None:
+    backend = make_backend("heap", tmp_path, cache=False)
+    run_batch(backend, 2, 0, write, query="q")
+    with pytest.raises(SavepointError, match="already holds state that was not restored"):
+        run_batch(backend, 2, 1, read, query="q", restore=SavepointRestore(savepoints["heap"]))
+
+
+def test_a_savepoint_without_metadata_is_refused_and_targets_are_never_reused(
+    savepoints: dict[str, str], tmp_path: Path
+) -> None:
+    with pytest.raises(SavepointError, match=r"_savepoint\.json is missing"):
+        open_savepoint(str(tmp_path / "nothing"))
+    source = str(Path(savepoints["heap"]).parent / "heap")
+    with pytest.raises(SavepointError, match="already holds a savepoint"):
+        create(source, savepoints["heap"], batch=1)
+    with pytest.raises(ConfigError, match="give the query's checkpoint"):
+        create(source, str(tmp_path / "sp"))
+
+
+def test_the_cli_takes_and_shows_a_savepoint(savepoints: dict[str, str], tmp_path: Path) -> None:
+    source = str(Path(savepoints["filesystem"]).parent / "fs")
+    target = tmp_path / "cli-savepoint"
+    cli = [sys.executable, "-m", "firesteel.cli.main", "savepoint"]
+    made = subprocess.run(
+        [*cli, "create", source, str(target), "--batch", "1"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "of batch 1" in made.stdout
+    shown = subprocess.run(
+        [*cli, "inspect", str(target)], capture_output=True, text=True, check=True
+    )
+    metadata = json.loads(shown.stdout[: shown.stdout.index("\n}\n") + 2])
+    assert metadata["batch"] == 1 and list(metadata["operators"]) == ["op"]
+    assert f"({len(read_state(source, batch=1))} entries)" in shown.stdout
+
+
+def test_a_savepoint_on_an_object_store(
+    savepoints: dict[str, str], tmp_path: Path, s3_server: Any
+) -> None:
+    """Written to the S3 server process from a RocksDB checkpoint, listed with boto3, shown
+    by the command with the server's settings, and restored from there into the filesystem
+    backend."""
+    bucket = s3_server.create_bucket("savepoints")
+    storage = StorageConfig.of(s3_server.settings())
+    source = str(Path(savepoints["rocksdb"]).parent / "rocksdb")
+    target = f"s3a://{bucket}/sp/v1"
+    create(f"file://{source}", target, batch=1, target_storage=storage)
+    listed = s3_server.client().list_objects_v2(Bucket=bucket, Prefix="sp/v1/")
+    names = sorted(item["Key"] for item in listed["Contents"])
+    assert len(names) == 2 and names[0] == "sp/v1/_savepoint.json"
+    assert names[1].startswith("sp/v1/op/") and names[1].endswith(".parquet")
+    settings = [f"--conf={name}={value}" for name, value in s3_server.settings().items()]
+    shown = subprocess.run(
+        [sys.executable, "-m", "firesteel.cli.main", "savepoint", *settings, "inspect", target],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert f"({len(read_state(f'file://{source}', batch=1))} entries)" in shown.stdout
+    restore = SavepointRestore(target, storage=s3_server.settings())
+    backend = make_backend("filesystem", tmp_path, cache=False)
+    assert run_batch(backend, 4, 0, read, query="q", restore=restore) == reference(2)
