@@ -260,12 +260,13 @@ def workloads(quick: bool) -> list[Workload]:
     trigger_s = QUICK_TRIGGER_S if quick else TRIGGER_S
     n = f"{records // 1000}k" if records >= 1000 else str(records)
     partitions = QUICK_PARTITIONS if quick else PARTITIONS
+    spread = f"{partitions} partition{'s' if partitions > 1 else ''}"
     return [
         Workload(
             group="pipelines",
             name=(
                 f"two-streamlet pipeline over Kafka (identity maps, one Kafka hop) vs one query, "
-                f"exactly-once, {trigger_s:g} s triggers, {n} x 100 B, {partitions} partitions"
+                f"exactly-once, {trigger_s:g} s triggers, {n} x 100 B, {spread}"
             ),
             unit="rows/s",
             baseline_name="one query kafka -> identity map -> kafka, exactly-once",
