@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -14,6 +11,7 @@ from firesteel.core.errors import ConfigError
 from firesteel.core.options import parse_options
 from firesteel.kafka.config import client_config, consumer_config, redact, safe_error
 from firesteel.kafka.options import PASSTHROUGH, KafkaSinkOptions, KafkaSourceOptions
+from firesteel.testing import CrashHarness
 from firesteel.testing.kafka import create_topic, produce, read_log
 
 JOB = Path(__file__).parent / "jobs" / "secrets_job.py"
@@ -65,21 +63,17 @@ def test_a_bad_secret_option_is_not_echoed():
 
 
 def test_secrets_never_appear_in_logs_errors_or_progress(bootstrap, tmp_path):
+    """The job runs through the harness (its quick-start JVM and Python workers), which
+    keeps the job's stdout and stderr in its log and its temporary files in ``tmp_path``."""
     secret = f"pw-{uuid.uuid4().hex}"
     source = create_topic(bootstrap, partitions=1)
     target = create_topic(bootstrap, partitions=1)
     produce(bootstrap, source, [b"a", b"b"])
-    env = {**os.environ, "FIRESTEEL_LOG_LEVEL": "DEBUG", "PYSPARK_PYTHON": sys.executable}
-    done = subprocess.run(
-        [sys.executable, str(JOB), bootstrap, source, target, str(tmp_path / "ck"), secret],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output[-3000:]
+    args = [bootstrap, source, target, str(tmp_path / "ck"), secret]
+    with CrashHarness(tmp_path / "harness", env={"FIRESTEEL_LOG_LEVEL": "DEBUG"}) as harness:
+        result = harness.run(JOB, args)
+    output = result.logs[0].read_text(errors="replace")
+    assert result.exit_codes == [0], output[-3000:]
     assert "PROGRESS:" in output and "QUERY FAILED" in output, output[-3000:]
     assert sorted(read_log(bootstrap, target).values) == [b"a", b"b"]
     assert secret not in output

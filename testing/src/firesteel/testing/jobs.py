@@ -154,6 +154,23 @@ def read_parquet_files(spark: SparkSession, source: str, max_files_per_batch: st
     )
 
 
+def read_kafka_topic(
+    spark: SparkSession, bootstrap: str, topic: str, checkpoint: str, per_batch: str
+) -> DataFrame:
+    """The ``firesteel.kafka`` stream of ``topic`` from its earliest offsets, at most
+    ``per_batch`` records (an option string) per batch; the source keeps its own log in
+    the query's ``checkpoint``."""
+    return (
+        spark.readStream.format("firesteel.kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("checkpointLocation", checkpoint)
+        .option("maxOffsetsPerTrigger", per_batch)
+        .load()
+    )
+
+
 def run_available(spark: SparkSession, writer: DataStreamWriter, checkpoint: str) -> None:
     """Run ``writer`` over everything available from the fixed ``checkpoint``, then stop.
 

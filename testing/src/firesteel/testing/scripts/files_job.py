@@ -18,7 +18,12 @@ import sys
 
 from pyspark.sql import functions as F
 
-from firesteel.testing.jobs import job_session, read_parquet_files, write_files_exactly_once
+from firesteel.testing.jobs import (
+    job_session,
+    read_kafka_topic,
+    read_parquet_files,
+    write_files_exactly_once,
+)
 
 KAFKA = "kafka://"
 
@@ -30,13 +35,7 @@ def main() -> None:
     if source.startswith(KAFKA):
         bootstrap, topic = source.removeprefix(KAFKA).split("/", 1)
         records = (
-            spark.readStream.format("firesteel.kafka")
-            .option("kafka.bootstrap.servers", bootstrap)
-            .option("subscribe", topic)
-            .option("startingOffsets", "earliest")
-            .option("maxOffsetsPerTrigger", max_files)
-            .option("checkpointLocation", checkpoint)
-            .load()
+            read_kafka_topic(spark, bootstrap, topic, checkpoint, max_files)
             .select(F.from_json(F.col("value").cast("string"), "seq long, text string").alias("r"))
             .select("r.*")
         )

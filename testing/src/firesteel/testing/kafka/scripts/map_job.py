@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 
-from firesteel.testing.jobs import job_session, sends_on_executors
+from firesteel.testing.jobs import job_session, read_kafka_topic, sends_on_executors
 
 
 def main() -> None:
@@ -23,15 +23,7 @@ def main() -> None:
     marker_log = sys.argv[9] if len(sys.argv) > 9 else ""
     extra, connect = sends_on_executors() if send == "executors" else ({}, {})
     spark = job_session("kafka-map-job", shuffle_partitions=2, extra_config=extra)
-    records = (
-        spark.readStream.format("firesteel.kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", source)
-        .option("startingOffsets", "earliest")
-        .option("checkpointLocation", checkpoint)
-        .option("maxOffsetsPerTrigger", "60")
-        .load()
-    )
+    records = read_kafka_topic(spark, bootstrap, source, checkpoint, "60")
     mapped = records.selectExpr(
         "key", "CAST(concat('out-', CAST(value AS STRING)) AS BINARY) AS value"
     )

@@ -18,7 +18,7 @@ from typing import Any
 from firesteel.backends import FilesystemBackend
 from firesteel.state import stateful
 from firesteel.testing import processors
-from firesteel.testing.jobs import job_session
+from firesteel.testing.jobs import job_session, read_kafka_topic
 
 
 class RankPerKey(processors.RankPerKey):
@@ -33,13 +33,7 @@ def main() -> None:
     marker_log = sys.argv[7] if len(sys.argv) > 7 else ""
     spark = job_session("kafka-state-job")
     records = (
-        spark.readStream.format("firesteel.kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", source)
-        .option("startingOffsets", "earliest")
-        .option("checkpointLocation", checkpoint)
-        .option("maxOffsetsPerTrigger", "80")
-        .load()
+        read_kafka_topic(spark, bootstrap, source, checkpoint, "80")
         .selectExpr("CAST(CAST(value AS STRING) AS BIGINT) AS seq")
         .selectExpr("seq", "concat('k', CAST(seq % 5 AS STRING)) AS key")
     )
