@@ -38,11 +38,11 @@ def output_rows(folder: Path) -> list[dict[str, object]]:
 
 
 def wait(runner: LocalRunner, done: Callable[[], bool], what: str) -> None:
+    """Wait for ``done()`` while the runner supervises its streamlets (restarts the dead)."""
     deadline = time.monotonic() + TIMEOUT_S
     while not done():
-        for name, process in runner.processes.items():
-            code = process.poll()
-            assert code is None, f"streamlet {name} exited with {code}: {runner.log_path(name)}"
+        failed = runner.step()
+        assert failed is None, f"streamlet {failed} stopped for good: {runner.log_path(failed)}"
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.5)
 

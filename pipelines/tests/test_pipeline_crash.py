@@ -1,16 +1,18 @@
 """The example pipeline on local and on Kafka topics, killed and restarted: every reading
 counted once.
 
-Four runs of ``LocalRunner`` (one process and SparkSession per streamlet):
-the first loses its stateful streamlet at a protocol point of its outlet's
-sink (a fault point armed in that streamlet's process only); the second
-loses it to a SIGKILL at a random moment once it has published a batch (the
-runner notices and stops the others); the third is SIGKILLed whole (every
-streamlet at once) once the egress has output; the fourth runs with another
-trigger interval and another Spark shuffle-partition count until every
-reading is counted. The egress output is
-read with pyarrow's dataset reader, not firesteel's: each sensor's final count
-is its number of readings, and no (sensor, count) row appears twice.
+Three runs of ``LocalRunner`` (one process and SparkSession per streamlet):
+the first, with supervision off, loses its stateful streamlet at a protocol
+point of its outlet's sink (a fault point armed in that streamlet's process
+only; the runner stops the others); in the second, supervised, the stateful
+streamlet is SIGKILLed at a random moment once it has published a batch, the
+runner restarts it and the readings so far are counted exactly, then the whole
+pipeline is SIGKILLed (every streamlet at once) once the egress has more
+output; the third, given one more input file while the pipeline was down,
+runs with another trigger interval and another Spark shuffle-partition count
+until every reading is counted. The egress output is read with pyarrow's
+dataset reader, not firesteel's: each sensor's final count is its number of
+readings, with its mean, and no (sensor, count) row appears twice.
 
 On Kafka (the suite's broker) the test runs a copy of the example whose
 blueprint names topics of its own, so no earlier run's records are read; a
@@ -81,7 +83,12 @@ def test_every_reading_counted_once_across_kills_and_a_changed_configuration(
     # files not yet all published. The fault kills the streamlet's own process group.
     point = "kafka.after_commit_transaction" if topics == "kafka" else "driver.mid_commit"
     armed = {"FIRESTEEL_FAULT": point, "FIRESTEEL_FAULT_DIR": str(tmp_path / "faults")}
-    at_point = LocalRunner(blueprint, work, settings=settings, environment={"metrics": armed})
+    at_point = LocalRunner(
+        blueprint,
+        work,
+        settings=[*settings, "firesteel.supervision.restarts = 0"],
+        environment={"metrics": armed},
+    )
     at_point.start()
     try:
         wait_for_exit(at_point, "metrics")
@@ -90,26 +97,37 @@ def test_every_reading_counted_once_across_kills_and_a_changed_configuration(
         at_point.stop()
     assert (tmp_path / "faults" / point).exists()
 
+    # Under supervision (on by default) the runner restarts a streamlet SIGKILLed at a random
+    # moment; the readings so far are then counted exactly, before the whole pipeline is
+    # SIGKILLed with more input on its way.
     write_inputs(inputs, 3, 3)
-    first = LocalRunner(blueprint, work, settings=settings)
-    first.start()
+    supervised = LocalRunner(blueprint, work, settings=settings)
+    supervised.start()
     try:
-        wait(first, published, "metrics to publish")
+        wait(supervised, published, "metrics to publish")
         time.sleep(random.uniform(0, 3))
-        _kill(first, "metrics")
-        assert first.wait() == 1
-    finally:
-        first.stop()
+        killed = supervised.processes["metrics"].pid
+        _kill(supervised, "metrics")
+        wait(
+            supervised,
+            lambda: (
+                supervised.processes["metrics"].pid != killed and counted(output) >= 6 * PER_FILE
+            ),
+            "the restarted metrics",
+        )
+        assert supervised.restarts["metrics"].total == 1
+        _assert_exact(output_rows(output), 6 * PER_FILE)
 
-    write_inputs(inputs, 6, 3)
-    second = LocalRunner(blueprint, work, settings=settings)
-    second.start()
-    try:
+        write_inputs(inputs, 6, 2)
         seen = len(output_rows(output))
-        wait(second, lambda: len(output_rows(output)) > seen, "the egress to write")
-        _kill(second, *second.processes)
+        wait(supervised, lambda: len(output_rows(output)) > seen, "the egress to write")
+        _kill(supervised, *supervised.processes)
     finally:
-        second.stop()
+        supervised.stop()
+
+    # The last input arrives while the pipeline is down: the run with the changed
+    # configuration has work of its own.
+    write_inputs(inputs, 8, 1)
 
     readings = 9 * PER_FILE
     changed = [
@@ -120,24 +138,26 @@ def test_every_reading_counted_once_across_kills_and_a_changed_configuration(
     third = LocalRunner(blueprint, work, settings=changed)
     third.start()
     try:
-
-        def counted() -> bool:
-            rows = output_rows(output)
-            return (
-                sum(
-                    max((r["count"] for r in rows if r["sensor"] == s), default=0)
-                    for s in {r["sensor"] for r in rows}
-                )
-                >= readings
-            )
-
-        wait(third, counted, "every reading to be counted")
+        wait(third, lambda: counted(output) >= readings, "every reading to be counted")
     finally:
         third.stop()
+    _assert_exact(output_rows(output), readings)
 
+
+def counted(output: Path) -> int:
+    """The readings the egress output counts: the sum of each sensor's latest count."""
     rows = output_rows(output)
+    return sum(
+        max(int(str(r["count"])) for r in rows if r["sensor"] == s)
+        for s in {r["sensor"] for r in rows}
+    )
+
+
+def _assert_exact(rows: list[dict[str, object]], readings: int) -> None:
+    """Each sensor counted ``readings / SENSORS`` readings with their mean, no row twice."""
     final = {
-        s: max(r["count"] for r in rows if r["sensor"] == s) for s in {r["sensor"] for r in rows}
+        s: max(int(str(r["count"])) for r in rows if r["sensor"] == s)
+        for s in {r["sensor"] for r in rows}
     }
     assert final == {f"s{i}": readings // SENSORS for i in range(SENSORS)}
     repeated = [key for key, n in Counter((r["sensor"], r["count"]) for r in rows).items() if n > 1]

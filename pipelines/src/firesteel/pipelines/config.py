@@ -14,7 +14,11 @@ wins key by key (files in the order given, then arguments in order)::
         checkpointing { interval = 1s }                   # its queries
       }
       kafka { bootstrap.servers = "127.0.0.1:9092" }      # topics on Kafka (else local topics)
+      supervision { restarts = 3 }                        # restarts of a dead streamlet
     }
+
+``supervision``: how the runner restarts a streamlet whose process died
+(:mod:`firesteel.pipelines.supervision`).
 
 Checkpointing, with Cloudflow's Flink-runtime defaults and what each means in Spark:
 
@@ -62,6 +66,7 @@ from pyparsing import ParseBaseException
 
 from firesteel.pipelines.errors import ConfigurationError, did_you_mean
 from firesteel.pipelines.parameters import parse_duration
+from firesteel.pipelines.supervision import RestartPolicy, restart_policy
 from firesteel.pipelines.verify import VerifiedBlueprint
 
 ROOT_KEYS = (
@@ -70,6 +75,7 @@ ROOT_KEYS = (
     "kafka",
     "blueprint-name",
     "guarantee",
+    "supervision",
 )
 GUARANTEES = ("none", "at-least-once", "exactly-once")
 """Weakest first: a pipeline gives the weakest of its streamlets' guarantees."""
@@ -195,6 +201,7 @@ class PipelineConfig:
             if config is not None:
                 resolved[name] = config.checkpointing.guarantee
         problems.extend(self._guarantee_problems(resolved))
+        problems.extend(restart_policy(_flatten(_child(self.tree, "supervision")))[1])
         problems = list(dict.fromkeys(problems))
         if problems:
             listed = "\n".join(f"  - {p}" for p in problems)
@@ -275,6 +282,13 @@ class PipelineConfig:
         except ConfigurationError as exc:
             return None, [str(exc)]
         return StreamletConfig(name, parameters, spark_conf, checkpointing, not_applied), []
+
+    def supervision(self) -> RestartPolicy:
+        """How the runner restarts a streamlet whose process died."""
+        policy, problems = restart_policy(_flatten(_child(self.tree, "supervision")))
+        if policy is None:
+            raise ConfigurationError("; ".join(problems))
+        return policy
 
     def kafka_properties(self) -> dict[str, str]:
         """``firesteel.kafka``'s librdkafka properties (``bootstrap.servers`` and any other);

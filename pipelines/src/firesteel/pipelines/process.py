@@ -18,9 +18,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from firesteel.pipelines.config import PipelineConfig
 from firesteel.pipelines.kafka import KafkaContext
 from firesteel.pipelines.local import LocalContext
 from firesteel.pipelines.runner import load
+from firesteel.pipelines.verify import VerifiedBlueprint
 
 logger = logging.getLogger("firesteel.pipelines.process")
 
@@ -55,15 +57,23 @@ def main(argv: list[str] | None = None) -> int:
         config={**conf, **resolved.spark_conf},
         log_level="WARN",
     )
-    runtime = KafkaContext if config.kafka_properties() else LocalContext
-    context = runtime(spark, verified, config, args.streamlet, Path(args.work))
     stopping = threading.Event()
     # Only a flag here: a Py4J call from a signal handler would interrupt the main
     # thread's own call on the same connection.
     signal.signal(signal.SIGTERM, lambda signum, frame: stopping.set())
-    queries = verified.streamlets[args.streamlet]().create_logic(context).run()
+    queries = start_streamlet(spark, verified, config, args.streamlet, Path(args.work))
     logger.info("streamlet %s running %d queries", args.streamlet, len(queries))
     return _watch(args.streamlet, queries, stopping)
+
+
+def start_streamlet(
+    spark: Any, verified: VerifiedBlueprint, config: PipelineConfig, streamlet: str, work: Path
+) -> Sequence[Any]:
+    """Start streamlet ``streamlet``'s queries in ``spark``, on Kafka topics when the
+    configuration names a cluster, else on the local topics under ``work``."""
+    runtime = KafkaContext if config.kafka_properties() else LocalContext
+    context = runtime(spark, verified, config, streamlet, work)
+    return verified.streamlets[streamlet]().create_logic(context).run()
 
 
 def _watch(streamlet: str, queries: Sequence[Any], stopping: threading.Event) -> int:

@@ -15,12 +15,16 @@ the processes' ``PYTHONPATH`` (Spark's Python workers inherit it), so
 
 Ctrl-C (or SIGTERM) stops every streamlet: each stops its queries, waiting for
 a running batch to end; one still running after :data:`STOP_TIMEOUT_S` is
-killed (its next start recovers from its checkpoint). If one streamlet fails,
-the others are stopped and the runner exits non-zero, naming its log.
+killed (its next start recovers from its checkpoint). A streamlet whose process
+dies is restarted under ``firesteel.supervision``
+(:mod:`firesteel.pipelines.supervision`: bounded restarts with backoff, each
+logged); one that dies more often than that allows, or exits by itself, stops
+the others and the runner exits non-zero, naming its log.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -35,6 +39,7 @@ from firesteel.pipelines.blueprint import load_blueprint
 from firesteel.pipelines.config import PipelineConfig
 from firesteel.pipelines.kafka import create_topics
 from firesteel.pipelines.redeploy import check_recorded_schemas, record_schemas
+from firesteel.pipelines.supervision import Restarts
 from firesteel.pipelines.verify import VerifiedBlueprint, verify
 
 logger = logging.getLogger(__name__)
@@ -90,6 +95,13 @@ class LocalRunner:
         self.verified, self.config = load(self.blueprint, self.files, self.settings)
         check_recorded_schemas(self.verified, self.work)
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.restarts = {
+            name: Restarts(self.config.supervision()) for name in self.verified.streamlets
+        }
+        """Each streamlet's restarts in this run."""
+        self._due: dict[str, float] = {}
+        """When each dead streamlet waiting for its restart is due (monotonic seconds)."""
+        self._env: dict[str, str] = {}
         self._stopping = False
 
     def log_path(self, streamlet: str) -> Path:
@@ -106,45 +118,101 @@ class LocalRunner:
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(self.blueprint.parent), env.get("PYTHONPATH", "")) if p
         )
+        self._env = env
         for name in self.verified.streamlets:
-            command = [
-                sys.executable,
-                "-m",
-                "firesteel.pipelines.process",
-                str(self.blueprint),
-                name,
-                "--work",
-                str(self.work),
-            ]
-            if self.master:
-                command += ["--master", self.master]
-            for path in self.files:
-                command += ["--conf", path]
-            command += self.settings
-            with open(self.log_path(name), "ab") as log:
-                self.processes[name] = subprocess.Popen(
-                    command,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    env={**env, **self.environment.get(name, {})},
-                    start_new_session=True,
+            self._launch(name)
+
+    def _launch(self, name: str) -> None:
+        """Start streamlet ``name``'s process, appending to its log."""
+        command = [
+            sys.executable,
+            "-m",
+            "firesteel.pipelines.process",
+            str(self.blueprint),
+            name,
+            "--work",
+            str(self.work),
+        ]
+        if self.master:
+            command += ["--master", self.master]
+        for path in self.files:
+            command += ["--conf", path]
+        command += self.settings
+        with open(self.log_path(name), "ab") as log:
+            self.processes[name] = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**self._env, **self.environment.get(name, {})},
+                start_new_session=True,
+            )
+        logger.info("streamlet %s started (pid %d)", name, self.processes[name].pid)
+
+    def step(self) -> str | None:
+        """Restart each dead streamlet once its backoff is over; the name of one that may not
+        be restarted (it exited by itself, or died more often than supervision allows)."""
+        now = time.monotonic()
+        for name, process in self.processes.items():
+            due = self._due.get(name)
+            if due is not None:
+                if now >= due:
+                    del self._due[name]
+                    self._launch(name)
+                continue
+            code = process.poll()
+            if code is None:
+                continue
+            delay = self.restarts[name].after_death(now) if code != 0 else None
+            if delay is None:
+                logger.error(
+                    "streamlet %s exited with %d%s: stopping the pipeline; see %s",
+                    name,
+                    code,
+                    self._given_up(name, code),
+                    self.log_path(name),
                 )
-            logger.info("streamlet %s started (pid %d)", name, self.processes[name].pid)
+                return name
+            # The dead driver's group may still hold its JVM or Python workers: none of them
+            # may write beside the restarted streamlet.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            policy = self.restarts[name].policy
+            logger.warning(
+                "streamlet %s exited with %d: restart %d (at most %d within %g s) in %.1f s; "
+                "see %s",
+                name,
+                code,
+                self.restarts[name].total,
+                policy.restarts,
+                policy.window.total_seconds(),
+                delay,
+                self.log_path(name),
+            )
+            self._due[name] = now + delay
+        return None
+
+    def _given_up(self, name: str, code: int) -> str:
+        """Why streamlet ``name``, exited with ``code``, is not restarted."""
+        policy = self.restarts[name].policy
+        if code == 0:
+            return " (its queries finished)"
+        if policy.restarts == 0:
+            return " (supervision is off: firesteel.supervision.restarts = 0)"
+        return (
+            f" after {self.restarts[name].total} restarts, more than "
+            f"firesteel.supervision.restarts = {policy.restarts} within "
+            f"{policy.window.total_seconds():g} s allows"
+        )
 
     def wait(self) -> int:
-        """Run until stopped (0) or until a streamlet fails (1, its log named)."""
+        """Run until stopped (0) or until a streamlet fails for good (1, its log named)."""
         previous = signal.signal(signal.SIGTERM, self._on_signal)
         try:
             while not self._stopping:
-                for name, process in self.processes.items():
-                    code = process.poll()
-                    if code is not None:
-                        logger.error(
-                            "streamlet %s exited with %d: see %s", name, code, self.log_path(name)
-                        )
-                        self.stop()
-                        return 1
+                if self.step() is not None:
+                    self.stop()
+                    return 1
                 time.sleep(POLL_S)
         except KeyboardInterrupt:
             logger.info("stopping every streamlet")
@@ -159,6 +227,7 @@ class LocalRunner:
 
     def stop(self) -> None:
         """Ask every streamlet to stop; kill what has not stopped within the timeout."""
+        self._due.clear()
         for process in self.processes.values():
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)

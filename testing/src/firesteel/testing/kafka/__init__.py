@@ -375,12 +375,17 @@ def produce(bootstrap: str, topic: str, values: list[bytes], **kwargs: Any) -> N
         {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5}
     )
     for value in values:
-        producer.produce(
-            topic,
-            value,
-            on_delivery=lambda err, _m: failures.append(err.str()) if err else None,
-            **kwargs,
-        )
+        while True:
+            try:
+                producer.produce(
+                    topic,
+                    value,
+                    on_delivery=lambda err, _m: failures.append(err.str()) if err else None,
+                    **kwargs,
+                )
+                break
+            except BufferError:  # librdkafka's queue is full: let deliveries drain it
+                producer.poll(0.05)
         producer.poll(0)
     if producer.flush(60) or failures:
         msg = f"produce to {topic} failed: {failures[:3]}"
