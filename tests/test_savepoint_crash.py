@@ -75,13 +75,14 @@ def test_the_writer_killed_at_chosen_and_random_points_leaves_whole_or_nothing(
         store.snapshot().wait()
     expected_rows = len(read_state(backend.location, batch=1))
     assert expected_rows == 3 * KEYS
-    # The command takes about 2.5 s here, the last second of it reading and writing state.
+    # The command takes 1.5-2.5 s here (idle or loaded), its last second reading and
+    # writing state: a random kill lands before, during or just after its writes.
     kills = [
         at_point("savepoint.before_metadata", batch=1),
-        at_random((1.4, 2.6)),
+        at_random((0.8, 2.2)),
         at_point("savepoint.before_metadata", batch=1),
-        at_random((1.4, 2.6)),
-        at_random((1.4, 2.6)),
+        at_random((0.8, 2.2)),
+        at_random((0.8, 2.2)),
     ]
     target_index = 0
     outcomes = []
@@ -90,7 +91,9 @@ def test_the_writer_killed_at_chosen_and_random_points_leaves_whole_or_nothing(
         args = ["savepoint", "create", backend.location, str(target), "--batch", "1"]
         record = crash_harness.attempt(cli.__file__, args, kill)
         whole = whole_or_refused(target, expected_rows)
-        assert whole == (record.exit_code == 0), record
+        # A run that completed left it whole; a killed one left it whole (killed after
+        # its metadata record was written) or refused, never anything between.
+        assert whole or record.exit_code != 0, record
         outcomes.append((record.exit_code, whole))
         if whole:
             target_index += 1

@@ -428,3 +428,21 @@ def test_a_query_upgraded_between_runs_keeps_counting(spark: Any, tmp_path: Path
     assert latest_counts(tmp_path) == {
         sensor: (count, totals.get(sensor, (0, 0.0))[1]) for sensor, (count, _) in counts.items()
     }
+
+
+@dataclasses.dataclass
+class _Unresolvable:
+    """As a job's ``__main__`` dataclass looks on a Spark worker: its string annotation
+    names an import the worker's process lacks."""
+
+    last_seen: missing_module.Moment  # type: ignore[name-defined]  # noqa: F821
+
+
+def test_a_dataclass_whose_annotations_cannot_be_resolved_is_opaque_and_says_why(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="firesteel.state.schemas"):
+        schema = value_schema(_Unresolvable)
+    assert schema == {OPAQUE: f"{__name__}._Unresolvable"}
+    assert "annotations cannot be resolved" in caplog.text
+    assert "missing_module" in caplog.text

@@ -129,7 +129,11 @@ class _Builder:
         if name in self.named:
             return name
         self.named.add(name)
-        hints = typing.get_type_hints(cls)
+        try:
+            hints = typing.get_type_hints(cls)
+        except NameError as exc:
+            _unresolved(f"{cls.__module__}.{cls.__qualname__}", str(exc))
+            raise _Opaque(cls.__qualname__) from exc
         fields = []
         for item in dataclasses.fields(cls):
             schema = self.schema(hints[item.name])
@@ -152,6 +156,22 @@ class _Builder:
         if name in self.aliases:
             record["aliases"] = sorted(self.aliases[name])
         return record
+
+
+@functools.cache
+def _unresolved(name: str, error: str) -> None:
+    """Say once per process why a dataclass state is opaque: its string annotations
+    (``from __future__ import annotations``) name something this process lacks. A class
+    of the job's ``__main__`` reaches Spark's workers by value, without its module's
+    imports, so ``dt.datetime`` cannot be resolved there."""
+    logger.warning(
+        "state type %s: its annotations cannot be resolved in this process (%s); its state "
+        "is recorded as opaque and restores only unchanged (no schema evolution). Define "
+        "the class in a module the workers can import, not the job's __main__, to let it "
+        "evolve",
+        name,
+        error,
+    )
 
 
 def value_schema(python_type: type | None, renames: Mapping[str, str] | None = None) -> Any:
