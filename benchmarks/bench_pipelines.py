@@ -20,9 +20,20 @@ record (its progress reports count them), so the ratio pipeline / one query is
 the cost of the Kafka hop: a second exactly-once write and read, and the second
 streamlet's wait for its next trigger. Every run's output topic is counted
 afterwards from the raw log (outside the timing): a run that lost records
-fails the benchmark. The same two-stage pipeline in Quix Streams is not
-measured here yet: it belongs beside the ``peers`` group's Quix Streams
-environment, which is not on this branch.
+fails the benchmark.
+
+The full run also measures the same two stages in Quix Streams (issue 33's
+"beside Quix Streams doing the same pipeline"): two exactly-once applications
+(``in`` -> ``mid``, ``mid`` -> ``out``, identity), each its own process in the
+``peers`` group's Quix Streams environment (:data:`benchmarks.peers.venv.QUIX`,
+created from PyPI on first use), timed from their launch to the last output
+record committed (a plain ``read_committed`` consumer,
+:class:`benchmarks.peers.watch.Watcher`). Quix copies the bytes without
+decoding them where firesteel's ports decode and encode Avro, and its start-up
+(two Python processes) is inside its time where the streamlets' queries start
+in a warm session: both favour Quix. ``--quick`` leaves it out, as the quick
+benchmark run leaves the ``peers`` group out: creating the environment takes
+minutes.
 """
 
 from __future__ import annotations
@@ -253,6 +264,50 @@ def one_query(trigger_s: float) -> Callable[[], float]:
     return run
 
 
+def quix_pipeline(commit_s: float) -> Callable[[], float]:
+    """The same two stages in Quix Streams (module docs), each committing its transaction
+    every ``commit_s`` (the streamlets' trigger interval); rows per second from launch."""
+
+    def run() -> float:
+        from benchmarks.peers.job import Job
+        from benchmarks.peers.venv import QUIX
+        from benchmarks.peers.watch import Watcher
+        from firesteel.testing.kafka import create_topic
+
+        QUIX.ensure()
+        mid = create_topic(_STATE.bootstrap, _STATE.partitions)
+        output = create_topic(_STATE.bootstrap, _STATE.partitions)
+        work = Path(tempfile.mkdtemp(prefix="quix-", dir=_STATE.scratch))
+
+        def stage(source: str, target: str, name: str) -> Job:
+            script = Path(__file__).parent / "peers" / "quix_job.py"
+            command = [str(QUIX.python), str(script), "identity", _STATE.bootstrap, source, target]
+            state = [str(work / name), "--commit-interval", f"{commit_s:g}"]
+            return Job([*command, *state], cwd=work)
+
+        watcher = Watcher(_STATE.bootstrap, output, _STATE.partitions, counts=False, stamps=False)
+        try:
+            with (
+                stage(_STATE.topic, mid, "first") as first,
+                stage(mid, output, "second") as second,
+            ):
+
+                def alive() -> None:
+                    first.check()
+                    second.check()
+
+                done = watcher.wait_records(_STATE.records, TIMEOUT_S, alive)
+            seen = watcher.output.records
+        finally:
+            watcher.close()
+        if seen != _STATE.records:
+            msg = f"bench_pipelines: Quix Streams wrote {seen} of {_STATE.records} to {output}"
+            raise RuntimeError(msg)
+        return _STATE.records / (done - first.launched)
+
+    return run
+
+
 def workloads(quick: bool) -> list[Workload]:
     """The pipeline beside one query, 100 B records, exactly-once."""
     repetitions, warmup = (1, 0) if quick else (3, 1)
@@ -261,7 +316,7 @@ def workloads(quick: bool) -> list[Workload]:
     n = f"{records // 1000}k" if records >= 1000 else str(records)
     partitions = QUICK_PARTITIONS if quick else PARTITIONS
     spread = f"{partitions} partition{'s' if partitions > 1 else ''}"
-    return [
+    shown = [
         Workload(
             group="pipelines",
             name=(
@@ -277,4 +332,24 @@ def workloads(quick: bool) -> list[Workload]:
             repetitions=repetitions,
             warmup=warmup,
         )
+    ]
+    if quick:
+        return shown
+    return [
+        *shown,
+        Workload(
+            group="pipelines",
+            name=(
+                f"two-streamlet pipeline over Kafka vs the same two stages in Quix Streams, "
+                f"exactly-once, {trigger_s:g} s triggers, {n} x 100 B, {spread}"
+            ),
+            unit="rows/s",
+            baseline_name="Quix Streams, two exactly-once applications (in -> mid -> out)",
+            goal=None,
+            issue="issue 33",
+            firesteel=pipeline(trigger_s),
+            baseline=quix_pipeline(trigger_s),
+            repetitions=repetitions,
+            warmup=warmup,
+        ),
     ]
