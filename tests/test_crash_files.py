@@ -8,7 +8,7 @@ the output twice, through ``read_committed`` and through a plain pyarrow
 dataset read of the output folder: 0 lost, 0 duplicated.
 
 The kill test runs twice: files in, output in a local folder; and the same
-records from a Kafka topic of four partitions (the suite's broker), output on the
+records from a Kafka topic of two partitions (the suite's broker), output on the
 S3 API server (``s3a://``, settings as the session's ``spark.hadoop.fs.s3a.*``;
 Spark's checkpoint stays local, the wheel has no S3A jar). Both stores go through the
 same commit protocol (``firesteel.core.storage``), so the path's eight whole-job
@@ -97,7 +97,7 @@ class FilesJob:
         self.checkpoint = root / "ck"
         self.checkpoints = Spellings(self.checkpoint)
         if kafka:
-            topic = create_topic(kafka, 4)
+            topic = create_topic(kafka, 2)
             self.expected = range(FILES * ROWS_PER_FILE)
             records = [json.dumps({"seq": i, "text": f"r{i}"}).encode() for i in self.expected]
             produce(kafka, topic, records)
