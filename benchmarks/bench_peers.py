@@ -55,7 +55,7 @@ import pyarrow.parquet as pq
 
 from benchmarks.framework import Figure, Measure, Workload
 from benchmarks.peers.job import Job
-from benchmarks.peers.venv import PYFLINK, QUIX
+from benchmarks.peers.venv import PYFLINK, QUIX, quix_command
 from benchmarks.peers.watch import Watcher
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -210,16 +210,7 @@ def _firesteel(workload: str, source: str, target: str, work: Path, *extra: str)
 
 
 def _quix(workload: str, source: str, target: str, work: Path, *extra: str) -> list[str]:
-    return [
-        str(QUIX.python),
-        str(PEERS / "quix_job.py"),
-        workload,
-        _RUN.bootstrap,
-        source,
-        target,
-        str(work / "state"),
-        *extra,
-    ]
+    return quix_command(workload, _RUN.bootstrap, source, target, work / "state", *extra)
 
 
 Command = Callable[[str, Path], list[str]]

@@ -270,7 +270,7 @@ def quix_pipeline(commit_s: float) -> Callable[[], float]:
 
     def run() -> float:
         from benchmarks.peers.job import Job
-        from benchmarks.peers.venv import QUIX
+        from benchmarks.peers.venv import QUIX, quix_command
         from benchmarks.peers.watch import Watcher
         from firesteel.testing.kafka import create_topic
 
@@ -280,10 +280,9 @@ def quix_pipeline(commit_s: float) -> Callable[[], float]:
         work = Path(tempfile.mkdtemp(prefix="quix-", dir=_STATE.scratch))
 
         def stage(source: str, target: str, name: str) -> Job:
-            script = Path(__file__).parent / "peers" / "quix_job.py"
-            command = [str(QUIX.python), str(script), "identity", _STATE.bootstrap, source, target]
-            state = [str(work / name), "--commit-interval", f"{commit_s:g}"]
-            return Job([*command, *state], cwd=work)
+            interval = ["--commit-interval", f"{commit_s:g}"]
+            command = quix_command("identity", _STATE.bootstrap, source, target, work / name)
+            return Job([*command, *interval], cwd=work)
 
         watcher = Watcher(_STATE.bootstrap, output, _STATE.partitions, counts=False, stamps=False)
         try:
@@ -316,40 +315,34 @@ def workloads(quick: bool) -> list[Workload]:
     n = f"{records // 1000}k" if records >= 1000 else str(records)
     partitions = QUICK_PARTITIONS if quick else PARTITIONS
     spread = f"{partitions} partition{'s' if partitions > 1 else ''}"
-    shown = [
-        Workload(
+
+    def beside(what: str, baseline_name: str, baseline: Callable[[], float]) -> Workload:
+        return Workload(
             group="pipelines",
             name=(
-                f"two-streamlet pipeline over Kafka (identity maps, one Kafka hop) vs one query, "
+                f"two-streamlet pipeline over Kafka {what}, "
                 f"exactly-once, {trigger_s:g} s triggers, {n} x 100 B, {spread}"
             ),
             unit="rows/s",
-            baseline_name="one query kafka -> identity map -> kafka, exactly-once",
+            baseline_name=baseline_name,
             goal=None,
             issue="issue 33",
             firesteel=pipeline(trigger_s),
-            baseline=one_query(trigger_s),
+            baseline=baseline,
             repetitions=repetitions,
             warmup=warmup,
         )
-    ]
+
+    against_one_query = beside(
+        "(identity maps, one Kafka hop) vs one query",
+        "one query kafka -> identity map -> kafka, exactly-once",
+        one_query(trigger_s),
+    )
     if quick:
-        return shown
-    return [
-        *shown,
-        Workload(
-            group="pipelines",
-            name=(
-                f"two-streamlet pipeline over Kafka vs the same two stages in Quix Streams, "
-                f"exactly-once, {trigger_s:g} s triggers, {n} x 100 B, {spread}"
-            ),
-            unit="rows/s",
-            baseline_name="Quix Streams, two exactly-once applications (in -> mid -> out)",
-            goal=None,
-            issue="issue 33",
-            firesteel=pipeline(trigger_s),
-            baseline=quix_pipeline(trigger_s),
-            repetitions=repetitions,
-            warmup=warmup,
-        ),
-    ]
+        return [against_one_query]
+    against_quix = beside(
+        "vs the same two stages in Quix Streams",
+        "Quix Streams, two exactly-once applications (in -> mid -> out)",
+        quix_pipeline(trigger_s),
+    )
+    return [against_one_query, against_quix]

@@ -89,3 +89,12 @@ class PeerEnv:
 
 QUIX = PeerEnv("quixstreams", "3.28.1")
 PYFLINK = PeerEnv("apache-flink", "2.3.0")
+
+
+def quix_command(
+    workload: str, bootstrap: str, source: str, target: str, state_dir: Path, *extra: str
+) -> list[str]:
+    """``quix_job.py`` (``identity`` or ``count``) run by Quix Streams' own interpreter."""
+    script = Path(__file__).resolve().parent / "quix_job.py"
+    command = [str(QUIX.python), str(script), workload, bootstrap, source, target]
+    return [*command, str(state_dir), *extra]
