@@ -87,7 +87,7 @@ class Sizes:
 
 
 FULL = Sizes({"100 B": 1_000_000, "1 KB": 300_000}, 5_000_000, 100_000, 60, 5_000, 3, 3600, 8)
-QUICK = Sizes({"100 B": 20_000}, 50_000, 1_000, 5, 1_000, 1, 600, 2)
+QUICK = Sizes({"100 B": 20_000, "1 KB": 5_000}, 50_000, 1_000, 5, 1_000, 1, 600, 2)
 RECORD_BYTES = {"100 B": 100, "1 KB": 1024}
 RSS = "peak RSS MB"
 PSS = "peak PSS MB"
@@ -284,20 +284,21 @@ def kafka_side(
 
 
 def identity_sides(
-    quick: bool, label: str, trigger: str, profile: str = "local"
+    quick: bool, label: str, trigger: str, profile: str = "local", workers: str = "site-packages"
 ) -> tuple[Measure, Measure]:
-    """(a): firesteel at ``trigger`` and Quix, on the ``label`` records."""
+    """(a): firesteel at ``trigger`` and Quix, on the ``label`` records; ``profile`` and
+    ``workers`` are ``firesteel_job``'s options of those names."""
     sizes = QUICK if quick else FULL
     records = sizes.identity[label]
     batches = ["--max-per-batch", str(-(-records // sizes.batches))]
-    extra = ["--trigger", trigger, "--profile", profile]
+    extra = ["--trigger", trigger, "--profile", profile, "--workers", workers]
     extra += batches if trigger != "available-now" else []
     ours = kafka_side(
         lambda target, work: _firesteel("identity", _RUN.topics[label], target, work, *extra),
         records,
         counts=False,
         ends=trigger == "available-now",
-        record_as=f"identity {label} {trigger} {profile}",
+        record_as=f"identity {label} {trigger} {profile} {workers}",
     )
     quix = kafka_side(
         lambda target, work: _quix("identity", _RUN.topics[label], target, work),
@@ -532,8 +533,8 @@ def workloads(quick: bool) -> list[Workload]:
     quix_count_side = shared(quix_count(sizes))
     for label, records in sizes.identity.items():
         n = f"{records // 1000}k x {label}"
-        triggered, quix_runs = identity_sides(quick, label, "1")
-        quix = shared(quix_runs)
+        triggered_runs, quix_runs = identity_sides(quick, label, "1")
+        triggered, quix = shared(triggered_runs), shared(quix_runs)
         available_now, _ = identity_sides(quick, label, "available-now")
         out += [
             Workload(
@@ -541,7 +542,7 @@ def workloads(quick: bool) -> list[Workload]:
                 unit="rows/s",
                 baseline_name="Quix Streams exactly-once",
                 goal=3.0,
-                firesteel=triggered,
+                firesteel=triggered(),
                 baseline=quix(),
                 **common,  # type: ignore[arg-type]
             ),
@@ -555,6 +556,8 @@ def workloads(quick: bool) -> list[Workload]:
                 **common,  # type: ignore[arg-type]
             ),
         ]
+        if label == next(iter(sizes.identity)):
+            out.append(_workers_workload(quick, label, n, triggered(), common))
     first = next(iter(sizes.identity))
     events = f"{sizes.events:,} events, {sizes.keys:,} keys"
     for backend in ("heap", "rocksdb"):
@@ -585,6 +588,22 @@ def workloads(quick: bool) -> list[Workload]:
     return out
 
 
+def _workers_workload(
+    quick: bool, label: str, n: str, triggered: Measure, common: dict[str, object]
+) -> Workload:
+    """(a) at 1 s triggers as measured (Python workers importing PySpark from site-packages)
+    beside the same job on Spark's own path (from ``pyspark.zip``): the change's effect."""
+    return Workload(
+        name=f"(a) kafka -> kafka exactly-once identity, {n}, 1 s triggers: workers' PySpark",
+        unit="rows/s",
+        baseline_name="PySpark imported from Spark's pyspark.zip",
+        goal=None,
+        firesteel=triggered,
+        baseline=identity_sides(quick, label, "1", workers="zip")[0],
+        **common,  # type: ignore[arg-type]
+    )
+
+
 def _latency_and_start(
     quick: bool, sizes: Sizes, common: dict[str, object], first: str
 ) -> list[Workload]:
@@ -598,7 +617,7 @@ def _latency_and_start(
     start_quix = cold_start_side(
         lambda target, work: _quix("count", _RUN.topics["cold"], target, work)
     )
-    pss_of = f"identity {first} 1 local"
+    pss_of = f"identity {first} 1 local site-packages"
     return [
         Workload(
             name=f"(d) latency p50, {RATE:,} records/s for {sizes.latency_s} s, to committed",

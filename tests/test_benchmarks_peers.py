@@ -3,6 +3,8 @@ created here (installing apache-flink takes minutes), no broker is started."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import textwrap
 import time
@@ -123,11 +125,27 @@ def test_a_peer_env_is_reused_only_after_a_finished_install_of_its_exact_version
 
 def test_peers_are_pinned_and_live_under_the_firesteel_cache() -> None:
     from benchmarks.peers.venv import CACHE, PYFLINK, QUIX
+    from firesteel.testing.jvm import cache_dir
 
     assert QUIX.package == "quixstreams" and PYFLINK.package == "apache-flink"
     for env in (QUIX, PYFLINK):
         assert env.version.count(".") == 2
-        assert env.folder.parent == CACHE and CACHE.parts[-2:] == ("firesteel", "peers")
+        assert env.folder.parent == CACHE == cache_dir() / "peers"
+
+
+def test_the_peers_cache_moves_with_firesteel_cache_dir(tmp_path: Path) -> None:
+    # A fresh process: the cache is read when the module is imported.
+    from firesteel.testing.jvm import CACHE_ENV
+
+    shown = subprocess.run(
+        [sys.executable, "-c", "from benchmarks.peers.venv import QUIX; print(QUIX.folder)"],
+        cwd=ROOT,
+        env={**os.environ, CACHE_ENV: str(tmp_path)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert Path(shown) == tmp_path / "peers" / "quixstreams-3.28.1"
 
 
 def test_a_goal_workload_reads_every_recorded_figure_in_order() -> None:

@@ -11,6 +11,13 @@
 
 ``--trigger`` is seconds between micro-batches, or ``available-now`` (the job ends
 when its input is done); with seconds the job runs until it is killed.
+
+``--workers site-packages`` (the default) starts Spark's Python processes through
+:func:`firesteel.testing.workerpython.use_worker_python`, as the test harness does:
+they import PySpark from the installed package, compiled, instead of compiling it
+from ``pyspark.zip`` in each of the job's dozen processes (profiled in issue 36:
+about a third of the Python workers' CPU of a Kafka identity job). ``--workers zip``
+keeps Spark's own path, to measure the difference.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from benchmarks.keyed import KeyedCount
 from firesteel.core import LOCAL_PROFILE, local_session
 from firesteel.state import stateful
 from firesteel.state.backend import StateBackend
+from firesteel.testing.workerpython import use_worker_python
 
 
 def _backend(name: str, folder: Path) -> StateBackend:
@@ -105,7 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", choices=["local", "default"], default="local")
     parser.add_argument("--max-per-batch", type=int, default=0)
     parser.add_argument("--files-per-batch", type=int, default=1)
+    parser.add_argument("--workers", choices=["site-packages", "zip"], default="site-packages")
     args = parser.parse_args(argv)
+    if args.workers == "site-packages":
+        use_worker_python()
     config = dict(LOCAL_PROFILE) if args.profile == "local" else {"spark.driver.memory": "2g"}
     spark = local_session("firesteel-peers", config=config)
     print(json.dumps({"event": "ready"}), flush=True)

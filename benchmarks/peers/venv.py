@@ -1,24 +1,26 @@
 """A peer's own virtual environment, created from PyPI on first use and reused after.
 
 Peers (Quix Streams, PyFlink) are never dependencies of firesteel: each lives in
-``~/.cache/firesteel/peers/<package>-<version>``, made with ``python -m venv`` and
-``pip install <package>==<version>``. A folder is reused only when the install
-finished (its ``installed`` marker names the requirement), so an interrupted
-install is redone instead of half-used.
+``~/.cache/firesteel/peers/<package>-<version>`` (``$FIRESTEEL_CACHE_DIR/peers/...``
+when that is set: an empty folder there shows what a fresh machine does), made with
+``python -m venv`` and ``pip install <package>==<version>``. A folder is reused only
+when the install finished (its ``installed`` marker names the requirement), so an
+interrupted install is redone instead of half-used.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from firesteel.testing.jvm import cache_dir
+
 logger = logging.getLogger(__name__)
 
-CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "firesteel" / "peers"
+CACHE = cache_dir() / "peers"
 MARKER = "installed"
 INSTALL_TIMEOUT_S = 1800
 
