@@ -222,7 +222,9 @@ def markdown(results: Sequence[dict[str, Any]], image_dir: str) -> str:
         ]
         for rerun in result.get("reruns", []):
             chosen = ", ".join(f"`{text}`" for text in rerun["only"])
-            out += [f"Re-run {rerun['started']}: the workloads named with {chosen}.", ""]
+            load = rerun.get("machine", {}).get("load_average")
+            at = f" at load {load[0]:.1f}" if load else ""
+            out += [f"Re-run {rerun['started']}{at}: the workloads named with {chosen}.", ""]
         if result["status"] != "ok" and not result["workloads"]:
             out += [f"**{result['status']}**: {result.get('reason', '')}", ""]
             continue

@@ -32,6 +32,21 @@ def test_missing_optional_dependency_gets_a_pip_hint(monkeypatch: pytest.MonkeyP
     assert "pip install confluent-kafka" in install_hint(missing.value)
 
 
+def test_a_partial_rerun_folded_into_a_result_is_named_with_its_load(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.syspath_prepend(str(ROOT))
+    from benchmarks.report import markdown
+
+    rerun = {"started": "2026-11-26T15:09:15+00:00", "only": ["(b)"]}
+    result = {"group": "peers", "status": "ok", "workloads": [], "reruns": [rerun]}
+    text = markdown([result], "results")
+    assert "Re-run 2026-11-26T15:09:15+00:00: the workloads named with `(b)`." in text
+    rerun["machine"] = {"load_average": [12.34, 10.0, 9.0]}
+    text = markdown([result], "results")
+    assert "Re-run 2026-11-26T15:09:15+00:00 at load 12.3: the workloads named with" in text
+
+
 def _benchmarks(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "benchmarks", *args],
