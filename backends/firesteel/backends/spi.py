@@ -39,6 +39,7 @@ from firesteel.backends.async_snapshot import SnapshotThread
 from firesteel.backends.inspect import (
     SCHEMA,
     Entries,
+    KeyGroupEntries,
     StoredState,
     chosen_version,
     list_operators,
@@ -74,6 +75,7 @@ __all__ = [
     "SCHEMA",
     "Entries",
     "Key",
+    "KeyGroupEntries",
     "KeyGroupRange",
     "KeyedStateStore",
     "KeyedTask",

@@ -48,6 +48,9 @@ from firesteel.state.serializers import check_serializer, unpack, unpack_key
 
 logger = logging.getLogger(__name__)
 
+_CHUNK = 64 * 1024
+"""Rows turned into Python objects at a time while loading (a savepoint's row group)."""
+
 MARKER = reserved_value_state("__firesteel_savepoint__", str)
 """Per key group: the id of the savepoint it was loaded from (see module docs)."""
 
@@ -183,18 +186,20 @@ class SavepointRestore:
         rows = rows.filter(pc.is_in(rows.column("key_group"), pa.array(key_groups, pa.int32())))
         columns = ("key_group", "key", "state", "user_key", "value")
         current: tuple[int, bytes] | None = None
-        for key_group, key, state, user_key, value in zip(
-            *(rows.column(c).to_pylist() for c in columns), strict=True
-        ):
-            if state != TIMERS and state not in descriptors:
-                continue
-            if current != (key_group, key):
-                store.set_current_key(unpack_key(key), key_group)
-                current = (key_group, key)
-            if state == TIMERS:
-                store.register_timer(int(unpack(user_key)))
-                continue
-            _put(store, descriptors[state], user_key, value)
+        # A row group's worth of Python objects at a time, not the task's whole share.
+        for chunk in rows.select(columns).to_batches(max_chunksize=_CHUNK):
+            for key_group, key, state, user_key, value in zip(
+                *(column.to_pylist() for column in chunk.columns), strict=True
+            ):
+                if state != TIMERS and state not in descriptors:
+                    continue
+                if current != (key_group, key):
+                    store.set_current_key(unpack_key(key), key_group)
+                    current = (key_group, key)
+                if state == TIMERS:
+                    store.register_timer(int(unpack(user_key)))
+                    continue
+                _put(store, descriptors[state], user_key, value)
 
 
 def _put(store: KeyedStateStore, desc: StateDescriptor, user_key: Any, value: Any) -> None:
