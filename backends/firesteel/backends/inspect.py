@@ -274,13 +274,28 @@ def _key_groups(
         for file in files:
             snapshot = storage.read(file)
             kinds.update(snapshot.header.get("states", {}))
-            bodies.append(snapshot.rows)
+            bodies.append((snapshot.rows, _rows_by_key_group(snapshot.rows)))
         for key_group in key_groups:
             tables: KeyGroupEntries = {}
-            for rows in bodies:
-                _apply(tables, rows.filter(pc.equal(rows.column("key_group"), key_group)))
+            for rows, positions in bodies:
+                found = positions.get(key_group)
+                if found is not None:
+                    _apply(tables, rows.take(found))
             if tables:
                 yield key_group, tables
+
+
+def _rows_by_key_group(rows: pa.Table) -> dict[int, pa.Array]:
+    """The positions of each key group's rows in ``rows``, in file order (a stable sort)."""
+    column = rows.column("key_group").combine_chunks()
+    order = pc.sort_indices(column)
+    runs = pc.run_end_encode(column.take(order))
+    result: dict[int, pa.Array] = {}
+    start = 0
+    for key_group, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist(), strict=True):
+        result[key_group] = order.slice(start, end - start)
+        start = end
+    return result
 
 
 def _apply(tables: KeyGroupEntries, rows: pa.Table) -> None:
