@@ -32,7 +32,8 @@ The contract (the protocol itself is :mod:`firesteel.state.backend`'s):
   :func:`list_operators`, :func:`recorded_operator` and :func:`chosen_version`
   make a backend's state readable as a table; a backend's ``stored_state(operator,
   batch)`` returning a :class:`StoredState` (``stored_table`` turns it into that
-  table) is what savepoints are made from.
+  table) is what savepoints are made from: its ``key_groups`` yields one key
+  group's :data:`KeyGroupEntries` at a time, reading as it goes.
 """
 
 from firesteel.backends.async_snapshot import SnapshotThread
