@@ -47,6 +47,7 @@ from firesteel.core.durable import (
 )
 from firesteel.core.errors import CheckpointCorruptError, ConfigError
 from firesteel.core.faults import fault_point
+from firesteel.core.hashing import HashingWriter
 from firesteel.core.storage import StorageConfig
 from firesteel.state.keygroups import KeyGroupRange
 
@@ -249,32 +250,6 @@ class OperatorRows(OperatorInfo):
     rows: pa.Table
 
 
-class _Digesting:
-    """A binary file object passing writes on to ``out`` while hashing and counting them:
-    a streamed file's checksum and size without reading it back."""
-
-    def __init__(self, out: pa.NativeFile) -> None:
-        self._out = out
-        self.sha256 = hashlib.sha256()
-        self.size = 0
-        self.closed = False
-
-    def write(self, data: bytes) -> int:
-        self.sha256.update(data)
-        self._out.write(data)
-        self.size += len(data)
-        return len(data)
-
-    def tell(self) -> int:
-        return self.size
-
-    def flush(self) -> None:
-        """Nothing to flush: ``out`` is flushed when its own block ends."""
-
-    def close(self) -> None:
-        self.closed = True
-
-
 class SavepointWriter:
     """Writes one savepoint at ``target``: each operator's rows streamed into its Parquet
     file (:meth:`write_rows`, any number of row chunks, memory bounded by one row group),
@@ -302,8 +277,10 @@ class SavepointWriter:
         make_parent(self._fs, path)
         rows = 0
         with atomic_output(self._fs, path) as out:
-            sink = _Digesting(out)
-            with pq.ParquetWriter(sink, ROWS_SCHEMA, compression="zstd") as writer:
+            sink = HashingWriter(out)
+            with pq.ParquetWriter(
+                pa.PythonFile(sink, mode="w"), ROWS_SCHEMA, compression="zstd"
+            ) as writer:
                 pending: list[pa.Table] = []
                 held = 0
                 for chunk in chunks:
@@ -317,7 +294,7 @@ class SavepointWriter:
                         pending, held = [whole.slice(full)], held - full
                 if held:
                     writer.write_table(pa.concat_tables(pending), row_group_size=_ROW_GROUP)
-        digest = sink.sha256.hexdigest()
+        digest = sink.digest.hexdigest()
         return {"path": relative, "size": sink.size, "sha256": digest, "rows": rows}
 
     def describe(self, name: str, info: OperatorInfo, file: dict[str, Any]) -> None:
