@@ -17,7 +17,9 @@ Workloads (issue 36's items):
 
 - (a) Kafka -> Kafka exactly-once identity, 4 partitions, 100 B and 1 KB:
   firesteel at 1 s triggers (the input in 8 batches by ``maxOffsetsPerTrigger``,
-  2 in a quick run) and with ``availableNow``, beside Quix;
+  2 in a quick run) and with ``availableNow``, beside Quix; at 100 B also the 1 s
+  trigger runs beside the same job whose Python workers import PySpark from
+  ``pyspark.zip`` (``firesteel_job --workers zip``: Spark's own path);
 - (b) keyed running count Kafka -> Kafka exactly-once, heap and RocksDB state,
   1 s triggers, beside Quix's RocksDB state (firesteel emits each key's count
   once per batch, Quix once per event: the output a micro-batch engine gives);
