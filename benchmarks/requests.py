@@ -11,7 +11,20 @@ requests at the server, from its request log, not in firesteel
   (two tasks of ten rows per batch);
 - ``state-filesystem`` / ``state-rocksdb``: a keyed-state snapshot per task and
   batch (two tasks, eight keys), ``retain=10``, the filesystem backend's full
-  snapshot every 10 batches.
+  snapshot every 10 batches;
+- ``files-sink``: the two-phase-commit file sink writing Parquet to an ``s3a://``
+  prefix (two tasks of ten rows per batch), built and prepared again for every
+  batch as Spark does;
+- ``files-source``: the file source reading an ``s3a://`` prefix where two new
+  Parquet files arrive before every batch (their uploads are not counted),
+  ``cleanup=archive`` to another prefix of the bucket;
+- ``files-source-keep``: the same with ``cleanup=none``, which leaves every file
+  read in the prefix. Its requests per batch grow: pyarrow lists the whole
+  prefix, one LIST request per 1,000 keys, so one more request per batch for
+  every 500 batches here. Listing from the last key seen (S3's ``start-after``)
+  would keep it flat only where new files sort after old ones, which arrival
+  order does not promise, and ``pyarrow.fs`` has no such listing; archive or
+  delete what was read to keep an object-store prefix cheap.
 
 For each path it prints the mean requests per batch by kind (LIST, GET, HEAD,
 PUT, DELETE, POST) over the first and the last 100 batches (``--quick``: 60
@@ -32,7 +45,12 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from firesteel.testing.economy import state_batches, wal_batches
+from firesteel.testing.economy import (
+    files_sink_batches,
+    files_source_batches,
+    state_batches,
+    wal_batches,
+)
 from firesteel.testing.s3 import KINDS, S3Server
 
 HERE = Path(__file__).resolve().parent
@@ -44,6 +62,9 @@ WORKLOADS: dict[str, Workload] = {
     "wal": wal_batches,
     "state-filesystem": lambda server, work, n: state_batches(server, "filesystem", work, n),
     "state-rocksdb": lambda server, work, n: state_batches(server, "rocksdb", work, n),
+    "files-sink": files_sink_batches,
+    "files-source": files_source_batches,
+    "files-source-keep": lambda server, work, n: files_source_batches(server, work, n, "none"),
 }
 
 

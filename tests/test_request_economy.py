@@ -1,10 +1,12 @@
 """Requests per micro-batch on an object store stay flat, counted at the S3 server.
 
 Thirty-six tiny batches of the write-ahead-log sink (segments, plans and commit
-markers on S3) and of keyed-state snapshots (filesystem and RocksDB backends)
-against the moto server; its request log gives each batch's LIST / GET / HEAD /
-PUT / DELETE / POST count (:mod:`firesteel.testing.economy`). After a warm-up (the
-retained versions filling up), no batch of the last twelve costs more than the
+markers on S3), of keyed-state snapshots (filesystem and RocksDB backends), of
+the file sink writing to S3 and of the file source reading new files from S3
+(``cleanup=archive``) against the moto server; its request log gives each
+batch's LIST / GET / HEAD / PUT / DELETE / POST count
+(:mod:`firesteel.testing.economy`). After a warm-up (the retained versions
+filling up), no batch of the last twelve costs more than the
 most expensive of twelve earlier ones, and the twelve cost at most a tenth
 and one request per batch more in all (periodic work, a full snapshot or a
 RocksDB compaction, need not fall evenly into the two windows). A
@@ -19,7 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from firesteel.testing.economy import state_batches, wal_batches
+from firesteel.testing.economy import (
+    files_sink_batches,
+    files_source_batches,
+    state_batches,
+    wal_batches,
+)
 from firesteel.testing.s3 import KINDS, S3Server
 
 BATCHES = 36
@@ -53,3 +60,18 @@ def test_state_snapshot_requests_per_batch_stay_flat(
 ) -> None:
     options = {"retain": 3, **({"full_snapshot_every": 5} if kind == "filesystem" else {})}
     _assert_flat(state_batches(s3_server, kind, tmp_path, BATCHES, **options))
+
+
+def test_file_sink_requests_per_batch_stay_flat(s3_server: S3Server, tmp_path: Path) -> None:
+    counts = files_sink_batches(s3_server, tmp_path, BATCHES)
+    _assert_flat(counts)
+    # Two pending uploads, the manifest, the owner record and the write probe; two
+    # server-side copies publish the files (moto logs a copy as a PUT).
+    assert counts[-1]["PUT"] <= 7, counts[-1]
+
+
+def test_file_source_requests_per_batch_stay_flat(s3_server: S3Server, tmp_path: Path) -> None:
+    counts = files_source_batches(s3_server, tmp_path, BATCHES, "archive")
+    _assert_flat(counts)
+    # One listing of the input prefix a batch: the log is read by number, never listed.
+    assert counts[-1]["LIST"] <= 2, counts[-1]
