@@ -29,6 +29,8 @@ requests at the server, from its request log, not in firesteel
 For each path it prints the mean requests per batch by kind (LIST, GET, HEAD,
 PUT, DELETE, POST) over the first and the last 100 batches (``--quick``: 60
 batches, first and last 20), and writes them to ``benchmarks/results/requests.json``
+with the mean of all requests per batch in every window of the run (``all_by_window``:
+where a path grows, the steps show), one path at a time as each finishes
 (``--quick``: to the system temp folder, so a smoke run never replaces a real one),
 keeping the figures of paths not run this time.
 Counts are deterministic: the same code gives the same figures on any machine.
@@ -75,6 +77,16 @@ def means(counts: list[Counter[str]]) -> dict[str, float]:
     return figures
 
 
+def _save(out: Path, name: str, figures: dict[str, object]) -> None:
+    """Write one path's figures into ``out/requests.json`` as soon as it is measured,
+    keeping every other path's: paths run separately (in parallel, or on another day)
+    keep each other's figures, and a long run that stops keeps what it finished."""
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / "requests.json"
+    earlier = json.loads(target.read_text()) if target.exists() else {}
+    target.write_text(json.dumps({**earlier, name: figures}, indent=2, sort_keys=True) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.requests", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="60 batches, windows of 20")
@@ -87,7 +99,6 @@ def main(argv: list[str] | None = None) -> int:
     batches = args.batches or (QUICK_BATCHES if args.quick else FULL_BATCHES)
     window = min(QUICK_WINDOW if args.quick else FULL_WINDOW, batches // 2)
     out = Path(tempfile.gettempdir()) if args.quick else HERE / "results"
-    results: dict[str, dict[str, object]] = {}
     with tempfile.TemporaryDirectory(prefix="firesteel-requests-") as scratch:
         work = Path(scratch)
         server = S3Server(work / "s3").start()
@@ -96,16 +107,17 @@ def main(argv: list[str] | None = None) -> int:
                 (work / name).mkdir()
                 counts = WORKLOADS[name](server, work / name, batches)
                 first, last = means(counts[:window]), means(counts[-window:])
-                results[name] = {"batches": batches, "window": window, "first": first, "last": last}
+                windows = [
+                    statistics.fmean(sum(c.values()) for c in counts[i : i + window])
+                    for i in range(0, batches - window + 1, window)
+                ]
+                figures = {"batches": batches, "window": window, "first": first, "last": last}
+                _save(out, name, {**figures, "all_by_window": windows})
                 row = "  ".join(f"{k} {first[k]:.1f} -> {last[k]:.1f}" for k in (*KINDS, "all"))
                 sys.stdout.write(f"{name}: {row}\n")
+                sys.stdout.flush()
         finally:
             server.stop()
-    out.mkdir(parents=True, exist_ok=True)
-    # Paths run separately (in parallel, or on another day) keep each other's figures.
-    target = out / "requests.json"
-    earlier = json.loads(target.read_text()) if target.exists() else {}
-    target.write_text(json.dumps({**earlier, **results}, indent=2, sort_keys=True) + "\n")
     sys.stdout.write(f"requests per batch, first {window} -> last {window} of {batches}\n")
     return 0
 
