@@ -47,6 +47,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+from benchmarks import report
 from firesteel.testing.economy import (
     files_sink_batches,
     files_source_batches,
@@ -118,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
                 sys.stdout.flush()
         finally:
             server.stop()
+    if not args.quick:
+        report.write_report(out, HERE / "RESULTS.md")
     sys.stdout.write(f"requests per batch, first {window} -> last {window} of {batches}\n")
     return 0
 
