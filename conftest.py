@@ -13,6 +13,17 @@ from collections.abc import Iterator
 
 import pytest
 
+from firesteel.testing.workerpython import use_worker_python
+
+pytest_plugins = ["firesteel.testing.fixtures"]
+"""The shared fixtures of every folder: ``spark`` (one session per test process), the
+crash harness, the standalone cluster, the S3 server and the storage emulators."""
+
+# Spark starts its Python processes with PYSPARK_PYTHON / PYSPARK_DRIVER_PYTHON: this
+# interpreter (it has firesteel installed), through a wrapper that keeps PySpark's zip
+# copies off their path (firesteel.testing.workerpython).
+use_worker_python()
+
 SLOW = ("crash", "slow", "soak")
 """Markers of the tests handed out first."""
 

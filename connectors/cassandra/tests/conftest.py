@@ -1,4 +1,6 @@
-"""Fixtures for the Cassandra connector: one CQL server process per session (or a real cluster)."""
+"""Fixtures for the Cassandra connector: one CQL server process per session (or a real cluster).
+
+The SparkSession, ``spark``, is the suite's (the root ``conftest.py``)."""
 
 from __future__ import annotations
 
@@ -8,15 +10,6 @@ from collections.abc import Iterator
 import pytest
 
 from firesteel.testing.cassandra import cassandra_cluster, connect
-from firesteel.testing.workerpython import use_worker_python
-
-pytest_plugins = ["firesteel.testing.fixtures"]
-"""The shared fixtures (the S3 server of the write-ahead log's ``log.location`` test)."""
-
-# Spark starts its Python processes with PYSPARK_PYTHON / PYSPARK_DRIVER_PYTHON: this
-# interpreter (it has firesteel installed), through a wrapper that keeps PySpark's zip
-# copies off their path (firesteel.testing.workerpython).
-use_worker_python()
 
 _keyspaces = itertools.count()
 
@@ -41,13 +34,3 @@ def session(cluster_address: tuple[str, int]) -> Iterator[object]:
     sess.set_keyspace(name)  # type: ignore[attr-defined]
     yield sess
     sess.cluster.shutdown()  # type: ignore[attr-defined]
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[object]:
-    """A ``local[2]`` session with every installed connector registered."""
-    from firesteel.core.spark.session import local_session
-
-    session = local_session("firesteel-cassandra-tests")
-    yield session
-    session.stop()

@@ -1,5 +1,5 @@
-"""Fixtures for the Kafka connector: a local SparkSession (the broker, ``bootstrap``, is the
-suite's, in the root ``conftest.py``)."""
+"""Fixtures for the Kafka connector's producer pools (the broker, ``bootstrap``, and the
+SparkSession, ``spark``, are the suite's, from the root ``conftest.py``)."""
 
 from __future__ import annotations
 
@@ -10,30 +10,12 @@ import pytest
 
 from firesteel.kafka.pool import TransactionalPool
 from firesteel.kafka.sink import exactly_once
-from firesteel.testing.workerpython import use_worker_python
 
-# Spark starts its Python processes with PYSPARK_PYTHON / PYSPARK_DRIVER_PYTHON: this
-# interpreter (it has firesteel installed), through a wrapper that keeps PySpark's zip
-# copies off their path (firesteel.testing.workerpython).
-use_worker_python()
 # Python workers import test helpers (e.g. a custom partitioner) from this folder.
 _HERE = os.path.dirname(os.path.abspath(__file__))
 os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (_HERE, os.environ.get("PYTHONPATH", "")) if p
 )
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[object]:
-    """A ``local[2]`` session with firesteel (and so firesteel.kafka) registered."""
-    from firesteel.core.spark.session import LOOPBACK, local_session
-
-    session = local_session(
-        "firesteel-kafka-tests",
-        config={**LOOPBACK, "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true"},
-    )
-    yield session
-    session.stop()
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ from pathlib import Path
 import psutil
 
 from firesteel.testing.harness import HarnessError
+from firesteel.testing.jobs import QUICK_START_JVM
 from firesteel.testing.ports import free_port
 from firesteel.testing.processes import (
     find_executors,
@@ -72,9 +73,11 @@ class StandaloneCluster:
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
         # As for the harness's jobs: a stopped or killed daemon's scratch folders
-        # (spark-*, blockmgr-*) stay in the workdir, not in /tmp (Java ignores TMPDIR).
+        # (spark-*, blockmgr-*) stay in the workdir, not in /tmp (Java ignores TMPDIR),
+        # and the master and workers, which only hand out executors, start on C1.
         daemon_options = (
-            f"{env.get('SPARK_DAEMON_JAVA_OPTS', '')} -Djava.io.tmpdir={self.workdir / 'tmp'}"
+            f"{env.get('SPARK_DAEMON_JAVA_OPTS', '')} {QUICK_START_JVM}"
+            f" -Djava.io.tmpdir={self.workdir / 'tmp'}"
         )
         env.update(
             {

@@ -4,6 +4,8 @@ In a ``conftest.py``::
 
     pytest_plugins = ["firesteel.testing.fixtures"]
 
+* ``spark``: the test process's shared ``local[2]`` session
+  (:func:`~firesteel.testing.jobs.suite_session`), stopped at the end.
 * ``crash_harness``: a :class:`~firesteel.testing.harness.CrashHarness` on
   ``local[2,4]`` in the test's ``tmp_path``; everything it started is killed at
   teardown, also when the test fails.
@@ -30,8 +32,17 @@ import pytest
 from firesteel.testing.cluster import StandaloneCluster
 from firesteel.testing.emulators import Azurite, EmulatorNotInstalledError, GcsEmulator
 from firesteel.testing.harness import CrashHarness
+from firesteel.testing.jobs import suite_session
 from firesteel.testing.s3 import S3Server
 from firesteel.testing.servers import ServerProcess
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """The session every test of this process shares (:func:`suite_session`)."""
+    session = suite_session("firesteel-tests")
+    yield session
+    session.stop()
 
 
 @pytest.fixture

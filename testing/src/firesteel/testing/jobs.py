@@ -117,6 +117,32 @@ def job_session(
     )
 
 
+def suite_session(app_name: str, config: Mapping[str, str] | None = None) -> SparkSession:
+    """The ``local[2]`` SparkSession a test process shares between its tests.
+
+    Every firesteel connector registered, the driver on 127.0.0.1, temporary
+    checkpoints deleted, Spark's Python processes started through
+    :func:`~firesteel.testing.workerpython.worker_python`, and the driver JVM
+    started with :data:`QUICK_START_JVM`: a suite's queries are small and each
+    plan runs a few times, so C2's compilations never paid back. Measured on 51
+    tests of the suite (2 cores): the session JVM's CPU fell from 66 s to 40 s.
+    ``config`` is applied last.
+    """
+    from firesteel.core.spark.session import LOOPBACK, local_session
+    from firesteel.testing.workerpython import use_worker_python
+
+    use_worker_python()
+    return local_session(
+        app_name,
+        config={
+            **LOOPBACK,
+            "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+            "spark.driver.extraJavaOptions": QUICK_START_JVM,
+            **(config or {}),
+        },
+    )
+
+
 def sends_on_executors() -> tuple[dict[str, str], dict[str, str]]:
     """The session settings that run the Spark Connect server inside the job's driver on
     a free port, and the write-ahead sink option ``send.connect`` pointing at it
