@@ -21,13 +21,15 @@ from pathlib import Path
 
 import pytest
 
+from firesteel.core.durable import read_record, write_record
+from firesteel.core.storage import StorageConfig
 from firesteel.testing.economy import (
     files_sink_batches,
     files_source_batches,
     state_batches,
     wal_batches,
 )
-from firesteel.testing.s3 import KINDS, S3Server
+from firesteel.testing.s3 import KINDS, RequestLog, S3Server
 
 BATCHES = 36
 EARLY = slice(6, 18)
@@ -81,3 +83,18 @@ def test_file_source_requests_per_batch_stay_flat(s3_server: S3Server, tmp_path:
     # the one-key listings pyarrow sends after a HEAD finds no object (the next log
     # segment, each archive target). The log is read by number, never listed.
     assert counts[-1]["LIST"] <= 8, counts[-1]
+
+
+def test_a_large_record_is_read_with_one_get(s3_server: S3Server) -> None:
+    # The file sink's compact manifest holds every batch ever committed (about 700 KB
+    # after 2,000 batches of two files): read as a stream, pyarrow fetched it in 256 KiB
+    # GETs, so the requests of every tenth batch grew with the stream's age.
+    bucket = s3_server.create_bucket("economy-large-record")
+    config = StorageConfig.of({}, s3_server.settings())
+    location = f"s3a://{bucket}/record.json"
+    content = ["x" * 100] * 7_000
+    write_record(location, "large", 1, content, config)
+    log = RequestLog(s3_server, bucket)
+    log.mark()
+    assert read_record(location, "large", (1,), config) == content
+    assert log.take() == Counter({"HEAD": 1, "GET": 1})
