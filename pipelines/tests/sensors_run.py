@@ -12,11 +12,21 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from firesteel.pipelines.runner import LocalRunner
+from firesteel.testing.jobs import QUICK_START_JVM
+from firesteel.testing.jvm import driver_archive
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pipelines" / "sensors"
 SENSORS = 3
 PER_FILE = 10
 TIMEOUT_S = 420.0
+
+
+def quick_start() -> str:
+    """The setting that starts each streamlet's driver JVM as the crash harness starts its
+    jobs' (C1, the serial GC, the class-data archive): a run starts three of them."""
+    archive = driver_archive()
+    flags = f"{QUICK_START_JVM} -XX:SharedArchiveFile={archive}" if archive else QUICK_START_JVM
+    return f'firesteel.runtimes.spark.config {{ "spark.driver.extraJavaOptions" = "{flags}" }}'
 
 
 def write_inputs(folder: Path, first: int, count: int) -> None:

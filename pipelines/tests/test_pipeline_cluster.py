@@ -6,10 +6,19 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from sensors_run import PER_FILE, SENSORS, kafka_example, output_rows, wait, write_inputs
+from sensors_run import (
+    PER_FILE,
+    SENSORS,
+    kafka_example,
+    output_rows,
+    quick_start,
+    wait,
+    write_inputs,
+)
 
 from firesteel.pipelines.runner import LocalRunner
 from firesteel.testing.cluster import StandaloneCluster
+from firesteel.testing.jobs import QUICK_START_JVM
 
 pytestmark = pytest.mark.cluster
 
@@ -27,7 +36,9 @@ def test_each_streamlet_runs_as_its_own_application_on_a_standalone_cluster(
         "firesteel.runtimes.spark.checkpointing.interval = 1s",
         'firesteel.runtimes.spark.config { "spark.driver.host" = "127.0.0.1", '
         '"spark.driver.bindAddress" = "127.0.0.1", "spark.cores.max" = 1, '
-        '"spark.executor.cores" = 1, "spark.executor.memory" = "512m" }',
+        '"spark.executor.cores" = 1, "spark.executor.memory" = "512m", '
+        f'"spark.executor.extraJavaOptions" = "{QUICK_START_JVM}" }}',
+        quick_start(),
     ]
     # One core per streamlet: a streaming application keeps its executor for as long as it runs.
     with StandaloneCluster(tmp_path / "cluster", workers=1, cores=3, memory="2g") as cluster:

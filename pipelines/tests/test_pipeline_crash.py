@@ -37,6 +37,7 @@ from sensors_run import (
     kafka_example,
     kafka_published,
     output_rows,
+    quick_start,
     wait,
     wait_for_exit,
     write_inputs,
@@ -62,6 +63,7 @@ def test_every_reading_counted_once_across_kills_and_a_changed_configuration(
         f"firesteel.streamlets.readings.config-parameters.input-dir = {inputs}",
         f"firesteel.streamlets.store.config-parameters.output-dir = {output}",
         "firesteel.runtimes.spark.checkpointing.interval = 1s",
+        quick_start(),
     ]
     if topics == "kafka":
         bootstrap = request.getfixturevalue("bootstrap")

@@ -76,9 +76,10 @@ def processes_with_token(token: str) -> list[psutil.Process]:
 class ProcessTracker:
     """Every process of one job run: the root, its descendants, and token bearers.
 
-    Call :meth:`refresh` often while the job runs (the harness polls it), so
-    that descendants are recorded before a crash orphans them; :meth:`kill_all`
-    then reaches them even after their parent died.
+    Call :meth:`refresh` now and then while the job runs (the harness does every
+    :data:`~firesteel.testing.harness.TRACK_SECONDS`), so that descendants are
+    recorded before a crash orphans them; :meth:`kill_all` then reaches them even
+    after their parent died, and finds the rest by their token.
     """
 
     root: psutil.Process
