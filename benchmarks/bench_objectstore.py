@@ -44,7 +44,7 @@ from pyspark.sql.streaming import DataStreamWriter
 from benchmarks import cpu, spark
 from benchmarks.bench_files import write_input
 from benchmarks.framework import Figure, Workload
-from firesteel.testing.s3 import ACCESS_KEY, REGION, SECRET_KEY, S3Server
+from firesteel.testing.s3 import S3Server
 
 FULL_ROWS = 4_000_000
 FULL_FILES = 8
@@ -73,13 +73,7 @@ class _Store:
     def filesystem(self) -> fs.S3FileSystem:
         """pyarrow's own S3 client of the server: the baseline's writer and the checker."""
         server, _ = self.ready()
-        return fs.S3FileSystem(
-            endpoint_override=server.endpoint.removeprefix("http://"),
-            scheme="http",
-            access_key=ACCESS_KEY,
-            secret_key=SECRET_KEY,
-            region=REGION,
-        )
+        return server.filesystem()
 
     def prefix(self, side: str) -> str:
         """A new prefix of the bucket for one run's output."""
