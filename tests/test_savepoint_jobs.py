@@ -4,7 +4,8 @@
 job on the filesystem backend, a savepoint taken with the ``firesteel`` command,
 a new version of the processor started from it on RocksDB at another
 parallelism, on the same Spark checkpoint. ``test_a_bootstrapped_job_continues_counting``
-writes a savepoint from a DataFrame and starts a new job from it.
+writes a savepoint from a DataFrame and starts a new job from it (refused first
+while the savepoint holds an operator the job does not restore).
 """
 
 from __future__ import annotations
@@ -29,11 +30,12 @@ from firesteel.backends import FilesystemBackend
 from firesteel.backends.inspect import backend_class, read_state
 from firesteel.backends.savepoint import read_savepoint
 from firesteel.state import KeyState, StateBackend, ValueStateDescriptor
-from firesteel.state.savepoint import bootstrap, rewrite
+from firesteel.state.savepoint import SavepointRestore, bootstrap, open_savepoint, rewrite
+from firesteel.state.savepoint.format import OperatorRows, write_savepoint
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-# Three and two queries (about 80 s and 20 s on this machine): out of the fast loop.
+# Three queries each (about 80 s and 30 s on this machine): out of the fast loop.
 pytestmark = pytest.mark.slow
 
 
@@ -124,10 +126,39 @@ def test_a_bootstrapped_job_continues_counting(spark: Any, tmp_path: Path) -> No
     seeded = read_savepoint(fixed).to_pandas()
     assert sorted(seeded[seeded["state"] == "count"]["value"]) == ["10", "7"]
 
+    # A savepoint also holding an operator the job no longer has ("retired") is refused at
+    # the first batch, naming it; told to drop it, the job starts from "counts" alone.
+    part = open_savepoint(fixed).operator("counts")
+    kept = OperatorRows(
+        key_columns=part.key_columns,
+        max_parallelism=part.max_parallelism,
+        states=part.states,
+        rows=part.rows(),
+    )
+    with_retired = str(tmp_path / "bootstrap-with-retired")
+    write_savepoint(
+        with_retired,
+        batch=-1,
+        operators={"counts": kept, "retired": kept},
+        offsets=None,
+        origin={"bootstrap": True},
+    )
     files = [readings(b, sensors=6) for b in range(2)]
+    refused = tmp_path / "refused"
+    write_inputs(refused / "in", files)
+    with pytest.raises(Exception, match=r"holds the state of operator 'retired'.*would be dropped"):
+        run(
+            spark,
+            refused,
+            RunningCount(),
+            FilesystemBackend(f"file://{refused}/state"),
+            parallelism=3,
+            restore_from=with_retired,
+        )
     write_inputs(tmp_path / "in", files)
     backend = FilesystemBackend(f"file://{tmp_path}/state")
-    run(spark, tmp_path, RunningCount(), backend, parallelism=3, restore_from=fixed)
+    restore = SavepointRestore(with_retired, allow_non_restored_state=True)
+    run(spark, tmp_path, RunningCount(), backend, parallelism=3, restore_from=restore)
     expected = expected_counts(files)
     seeds = {"s0": (10, 100.0), "s1": (7, 200.0), "s5": (0, 0.5)}
     for sensor, (count, total) in seeds.items():

@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from firesteel.backends.inspect import read_state
+from firesteel.backends.inspect import read_state, stored_state
 from firesteel.backends.savepoint import create, read_savepoint
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import ConfigError
@@ -30,6 +30,7 @@ from firesteel.state.clock import CLOCK, advance
 from firesteel.state.keygroups import KeyGroupRange, operator_index
 from firesteel.state.savepoint import SavepointError, SavepointRestore, open_savepoint
 from firesteel.state.savepoint.restore import declarations
+from firesteel.state.serializers import unpack
 from tests.test_state_backends import make_backend
 
 COUNT = ValueStateDescriptor("count", int)
@@ -291,3 +292,49 @@ def test_a_savepoint_on_an_object_store(
     restore = SavepointRestore(target, storage=s3_server.settings())
     backend = make_backend("filesystem", tmp_path, cache=False)
     assert run_batch(backend, 4, 0, read, query="q", restore=restore) == reference(2)
+
+
+@pytest.mark.parametrize("kind", ["filesystem", "rocksdb"])
+def test_a_savepoint_is_written_a_key_group_at_a_time_in_whole_row_groups(
+    tmp_path: Path, kind: str
+) -> None:
+    """More rows than a row group, from two tasks' snapshots: the backend yields one key
+    group at a time, in order, and the writer cuts 64k-row groups across them."""
+    keys = 70_000
+    backend = make_backend(kind, tmp_path, cache=False)
+    spec = OperatorSpec("op", ("sensor", "zone"), MAX_P, 2)
+    for partition in range(2):
+        task = KeyedTask(
+            TaskScope("query-1", 0, partition, 0),
+            KeyGroupRange.for_partition(partition, 2, MAX_P),
+        )
+        store = backend.open_store(spec, task, declarations(None, [COUNT, CLOCK], ()), 5_000)
+        advance(store, task.key_groups, 5_000)
+        count = store.state(COUNT)
+        for i in range(keys):
+            key = (f"sensor-{i}", 0)
+            kg = i % MAX_P
+            if kg in task.key_groups:
+                store.set_current_key(key, kg)
+                count.update(i)
+        store.snapshot().wait()
+
+    stored = stored_state(backend.location, "op", 0)
+    assert stored is not None
+    first_group, first_entries = next(stored.key_groups)
+    assert first_group == 0
+    assert len(first_entries["count"]) == len(range(0, keys, MAX_P))
+    assert [kg for kg, _ in stored.key_groups] == list(range(1, MAX_P))
+
+    savepoint = create(backend.location, str(tmp_path / "savepoint"), batch=0)
+    savepoint.verify()
+    (file,) = Path(tmp_path / "savepoint").glob("op/*.parquet")
+    meta = pq.ParquetFile(file).metadata
+    sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    assert sizes == [65_536, keys - 65_536]
+    rows = pq.read_table(file)
+    groups = rows.column("key_group").to_pylist()
+    assert groups == sorted(groups) and set(groups) == set(range(MAX_P))
+    values = sorted(unpack(v) for v in rows.column("value").to_pylist())
+    assert values == list(range(keys))
+    assert savepoint.operator("op").processing_time == (5_000, 5_000)

@@ -21,16 +21,17 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyarrow import fs
 
 from firesteel.backends import format as fmt
-from firesteel.backends.storage import SnapshotStorage, plan_restore
+from firesteel.backends.storage import RestorePlan, SnapshotFile, SnapshotStorage, plan_restore
 from firesteel.core.checkpoint import filesystem
 from firesteel.core.errors import ConfigError, MissingDependencyError
 from firesteel.core.storage import StorageConfig
@@ -67,21 +68,36 @@ SCHEMA = pa.schema(
 Entries = dict[tuple[int, str], dict[Any, Any]]
 """Decoded-but-serialized entries by (key group, state); see :func:`to_table` for the forms."""
 
+KeyGroupEntries = dict[str, dict[Any, Any]]
+"""One key group's entries by state, in the forms of :data:`Entries`."""
+
 
 @dataclass(frozen=True)
 class StoredState:
     """One operator's state at one version, as every backend reads it back (still serialized).
 
-    ``entries`` as :func:`to_table` takes them; ``kinds``: each state's recorded
-    description (kind, serializer, and whatever else the snapshot records); ``meta``:
-    the operator record (``_operator.json``).
+    ``key_groups`` yields each key group holding state with its entries, in
+    ascending order, reading the stored files as it goes (so one key group's
+    entries are in memory at a time, not the operator's); it can be iterated
+    once. ``kinds``: each state's recorded description (kind, serializer, and
+    whatever else the snapshot records), filled in as the files are read: a
+    state's is there when a key group holding it is yielded, all of them once
+    ``key_groups`` is exhausted. ``meta``: the operator record (``_operator.json``).
     """
 
     operator: str
     batch: int
     meta: dict[str, Any]
-    entries: Entries
     kinds: dict[str, dict[str, Any]]
+    key_groups: Iterator[tuple[int, KeyGroupEntries]]
+
+    def entries(self) -> Entries:
+        """Every key group's entries at once (reads ``key_groups``)."""
+        return {
+            (key_group, state): table
+            for key_group, tables in self.key_groups
+            for state, table in tables.items()
+        }
 
 
 def _json(value: Any) -> str:
@@ -241,27 +257,54 @@ def read_stored_state(
     plans = plan_restore(
         storage, listing, everything, batch, first_version=int(meta["first_batch"]), in_memory={}
     )
-    needed: dict[str, tuple[Any, set[int]]] = {}
-    for key_group, plan in plans.items():
-        for file in plan.files:
-            needed.setdefault(file.path, (file, set()))[1].add(key_group)
-    entries: Entries = {}
     kinds: dict[str, dict[str, Any]] = {}
-    for file, key_groups in sorted(needed.values(), key=lambda item: item[0].version):
-        snapshot = storage.read(file)
-        kinds.update(snapshot.header.get("states", {}))
-        _apply(entries, snapshot.rows, key_groups)
-    return StoredState(operator, batch, meta, entries, kinds)
+    return StoredState(operator, batch, meta, kinds, _key_groups(storage, plans, kinds))
 
 
-def _apply(entries: Entries, rows: pa.Table, wanted: set[int]) -> None:
-    """Apply rows generically: bytes stay bytes; lists/maps/timers by operation."""
-    for kg, state, op, key, user_key, value, expires in zip(
-        *(rows.column(name).to_pylist() for name in fmt.BODY_SCHEMA.names), strict=True
+def _key_groups(
+    storage: SnapshotStorage, plans: Mapping[int, RestorePlan], kinds: dict[str, dict[str, Any]]
+) -> Iterator[tuple[int, KeyGroupEntries]]:
+    """Each key group's entries, the files of one chain (a task's key groups, usually)
+    read once for all the key groups rebuilt from them, then dropped."""
+    chains: dict[tuple[SnapshotFile, ...], list[int]] = {}
+    for key_group, plan in sorted(plans.items()):
+        chains.setdefault(plan.files, []).append(key_group)
+    for files, key_groups in sorted(chains.items(), key=lambda item: item[1][0]):
+        bodies = []
+        for file in files:
+            snapshot = storage.read(file)
+            kinds.update(snapshot.header.get("states", {}))
+            bodies.append((snapshot.rows, _rows_by_key_group(snapshot.rows)))
+        for key_group in key_groups:
+            tables: KeyGroupEntries = {}
+            for rows, positions in bodies:
+                found = positions.get(key_group)
+                if found is not None:
+                    _apply(tables, rows.take(found))
+            if tables:
+                yield key_group, tables
+
+
+def _rows_by_key_group(rows: pa.Table) -> dict[int, pa.Array]:
+    """The positions of each key group's rows in ``rows``, in file order (a stable sort)."""
+    column = rows.column("key_group").combine_chunks()
+    order = pc.sort_indices(column)
+    runs = pc.run_end_encode(column.take(order))
+    result: dict[int, pa.Array] = {}
+    start = 0
+    for key_group, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist(), strict=True):
+        result[key_group] = order.slice(start, end - start)
+        start = end
+    return result
+
+
+def _apply(tables: KeyGroupEntries, rows: pa.Table) -> None:
+    """Apply one key group's rows generically: bytes stay bytes; lists/maps/timers by
+    operation."""
+    for state, op, key, user_key, value, expires in zip(
+        *(rows.column(name).to_pylist() for name in fmt.BODY_SCHEMA.names[1:]), strict=True
     ):
-        if kg not in wanted:
-            continue
-        table = entries.setdefault((kg, state), {})
+        table = tables.setdefault(state, {})
         if op == fmt.OP_CLEAR:
             table.pop(key, None)
         elif op == fmt.OP_APPEND:
@@ -287,7 +330,7 @@ def _decode(data: bytes | None, serializer: str) -> str | None:
 
 def stored_table(stored: StoredState) -> pa.Table:
     """:func:`to_table` of a :class:`StoredState`."""
-    return to_table(stored.operator, stored.batch, stored.entries, stored.kinds)
+    return to_table(stored.operator, stored.batch, stored.entries(), stored.kinds)
 
 
 def to_table(

@@ -11,12 +11,16 @@ the last batch of ``checkpoint``'s commit log, Spark's own record of what
 committed), turns each backend's entries into the canonical rows of
 :mod:`firesteel.state.savepoint.format`, copies Spark's ``offsets/<N>`` beside
 them and writes the metadata record last. ``firesteel savepoint create`` runs it.
+It streams: a backend yields its stored state one key group at a time and the
+rows go into the Parquet writer as they come, so the process holds one key
+group's entries (and one stored file or RocksDB instance being read), not the
+operator's.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -26,6 +30,7 @@ from firesteel.backends.heap.states import TIMERS as STORED_TIMERS
 from firesteel.backends.inspect import (
     SCHEMA,
     Entries,
+    KeyGroupEntries,
     StoredState,
     list_operators,
     stored_state,
@@ -38,10 +43,10 @@ from firesteel.state.clock import CLOCK
 from firesteel.state.savepoint.format import (
     ROWS_SCHEMA,
     TIMERS,
-    OperatorRows,
+    OperatorInfo,
     Savepoint,
+    SavepointWriter,
     open_savepoint,
-    write_savepoint,
 )
 from firesteel.state.savepoint.restore import MARKER
 from firesteel.state.serializers import pack, unpack
@@ -68,60 +73,76 @@ def _offsets_entry(checkpoint: str, batch: int) -> bytes:
     return data
 
 
-def _canonical(stored: StoredState) -> OperatorRows:
-    """A backend's entries as savepoint rows: expired entries left out, the clock as metadata."""
-    clocks = [
-        unpack(content[0])
-        for (_, state), table in stored.entries.items()
-        if state == CLOCK.name
-        for content in table.values()
-    ]
-    clock = max(clocks) if clocks else None
-    now = clock[0] if clock else 0
-    columns: dict[str, list[Any]] = {name: [] for name in ROWS_SCHEMA.names}
+class _Canonical:
+    """One operator's stored state as savepoint rows, one key group at a time: expired
+    entries left out, the clock kept for the metadata."""
 
-    def add(kg: int, key: bytes, state: str, user_key: bytes | None, entry: Any) -> None:
-        data, expires = entry
-        if expires and expires <= now:
-            return
-        columns["key_group"].append(kg)
-        columns["key"].append(key)
-        columns["state"].append(state)
-        columns["user_key"].append(user_key)
-        columns["value"].append(data)
-        columns["expires_ms"].append(expires)
+    def __init__(self, stored: StoredState) -> None:
+        self.stored = stored
+        self.clock: tuple[int, int] | None = None
+        self.timers = False
 
-    states = {name: dict(info) for name, info in stored.kinds.items()}
-    for (kg, stored_name), table in sorted(stored.entries.items(), key=lambda item: item[0]):
-        if stored_name in _RESERVED:
-            continue
-        timers = stored_name == STORED_TIMERS
-        state = TIMERS if timers else stored_name
-        kind = "timer" if timers else states[state]["kind"]
-        for key, content in table.items():
-            if kind == "value":
-                add(kg, key, state, None, content)
-            elif kind == "list":
-                for element in content:
-                    add(kg, key, state, None, element)
-            elif kind == "map":
-                for user_key, element in content.items():
-                    add(kg, key, state, user_key, element)
-            else:
-                for stamp in content:
-                    add(kg, key, state, stamp, (None, None))
-    if any(state == STORED_TIMERS for _, state in stored.entries):
-        states[TIMERS] = {"kind": "timer", "serializer": "msgpack"}
-    for reserved in _RESERVED:
-        states.pop(reserved, None)
-    return OperatorRows(
-        key_columns=list(stored.meta.get("key", [])),
-        max_parallelism=int(stored.meta["max_parallelism"]),
-        states=states,
-        rows=pa.table(columns, schema=ROWS_SCHEMA),
-        processing_time=None if clock is None else (int(clock[0]), int(clock[1])),
-        written_by=str(stored.meta.get("backend") or "filesystem"),
-    )
+    def chunks(self) -> Iterator[pa.Table]:
+        """Each key group's rows (read :meth:`info` once they are consumed)."""
+        for key_group, tables in self.stored.key_groups:
+            yield self._rows(key_group, tables)
+
+    def _rows(self, key_group: int, tables: KeyGroupEntries) -> pa.Table:
+        clock = next(iter(tables.get(CLOCK.name, {}).values()), None)
+        stamp = None if clock is None else tuple(int(t) for t in unpack(clock[0]))
+        if stamp is not None and (self.clock is None or stamp > self.clock):
+            self.clock = (stamp[0], stamp[1])
+        # An entry expired at the time of the task that last wrote its key group, the
+        # time at which the job itself stopped seeing it.
+        now = 0 if stamp is None else stamp[0]
+        columns: dict[str, list[Any]] = {name: [] for name in ROWS_SCHEMA.names}
+
+        def add(key: bytes, state: str, user_key: bytes | None, entry: Any) -> None:
+            data, expires = entry
+            if expires and expires <= now:
+                return
+            columns["key_group"].append(key_group)
+            columns["key"].append(key)
+            columns["state"].append(state)
+            columns["user_key"].append(user_key)
+            columns["value"].append(data)
+            columns["expires_ms"].append(expires)
+
+        for stored_name, table in sorted(tables.items()):
+            if stored_name in _RESERVED:
+                continue
+            timers = stored_name == STORED_TIMERS
+            self.timers = self.timers or timers
+            state = TIMERS if timers else stored_name
+            kind = "timer" if timers else self.stored.kinds[state]["kind"]
+            for key, content in table.items():
+                if kind == "value":
+                    add(key, state, None, content)
+                elif kind == "list":
+                    for element in content:
+                        add(key, state, None, element)
+                elif kind == "map":
+                    for user_key, element in content.items():
+                        add(key, state, user_key, element)
+                else:
+                    for stamp_key in content:
+                        add(key, state, stamp_key, (None, None))
+        return pa.table(columns, schema=ROWS_SCHEMA)
+
+    def info(self) -> OperatorInfo:
+        """The operator's metadata, once :meth:`chunks` is consumed."""
+        states = {name: dict(info) for name, info in self.stored.kinds.items()}
+        if self.timers:
+            states[TIMERS] = {"kind": "timer", "serializer": "msgpack"}
+        for reserved in _RESERVED:
+            states.pop(reserved, None)
+        return OperatorInfo(
+            key_columns=list(self.stored.meta.get("key", [])),
+            max_parallelism=int(self.stored.meta["max_parallelism"]),
+            states=states,
+            processing_time=self.clock,
+            written_by=str(self.stored.meta.get("backend") or "filesystem"),
+        )
 
 
 def create(
@@ -160,23 +181,21 @@ def create(
     if not names:
         msg = f"savepoint: no operator state under {state_location}"
         raise ConfigError(msg)
-    parts: dict[str, OperatorRows] = {}
+    found: dict[str, StoredState] = {}
     for name in names:
         stored = stored_state(state_location, name, batch, storage)
         if stored is None:
             msg = f"savepoint: operator '{name}' has no state of batch {batch} in {state_location}"
             raise ConfigError(msg)
-        parts[name] = _canonical(stored)
+        found[name] = stored
+    writer = SavepointWriter(target, StorageConfig.given(target_storage))
+    for name, stored in found.items():
+        canonical = _Canonical(stored)
+        file = writer.write_rows(name, canonical.chunks())
+        writer.describe(name, canonical.info(), file)
     offsets = _offsets_entry(checkpoint, batch) if checkpoint is not None else None
     origin = {"state_location": state_location, "checkpoint": checkpoint}
-    return write_savepoint(
-        target,
-        batch=batch,
-        operators=parts,
-        offsets=offsets,
-        origin=origin,
-        storage=StorageConfig.given(target_storage),
-    )
+    return writer.finish(batch=batch, offsets=offsets, origin=origin)
 
 
 def read_savepoint(

@@ -32,13 +32,15 @@ The contract (the protocol itself is :mod:`firesteel.state.backend`'s):
   :func:`list_operators`, :func:`recorded_operator` and :func:`chosen_version`
   make a backend's state readable as a table; a backend's ``stored_state(operator,
   batch)`` returning a :class:`StoredState` (``stored_table`` turns it into that
-  table) is what savepoints are made from.
+  table) is what savepoints are made from: its ``key_groups`` yields one key
+  group's :data:`KeyGroupEntries` at a time, reading as it goes.
 """
 
 from firesteel.backends.async_snapshot import SnapshotThread
 from firesteel.backends.inspect import (
     SCHEMA,
     Entries,
+    KeyGroupEntries,
     StoredState,
     chosen_version,
     list_operators,
@@ -74,6 +76,7 @@ __all__ = [
     "SCHEMA",
     "Entries",
     "Key",
+    "KeyGroupEntries",
     "KeyGroupRange",
     "KeyedStateStore",
     "KeyedTask",

@@ -73,6 +73,7 @@ from firesteel.core.durable import atomic_output, make_parent, read_record, writ
 from firesteel.core.errors import CheckpointCorruptError, IncompatibleFormatError, SinkError
 from firesteel.core.faults import fault_point
 from firesteel.core.guarantee import SinkKind
+from firesteel.core.hashing import HashingWriter
 from firesteel.core.sink import (
     AFTER_COMMIT,
     AFTER_PRE_COMMIT,
@@ -123,28 +124,6 @@ class SegmentCommittable(Committable):
 def log_dir_for(checkpoint: str) -> str:
     """The conventional segment folder of a query: ``<checkpoint>/firesteel/wal``."""
     return f"{checkpoint.rstrip('/')}/{FIRESTEEL_DIR}/wal"
-
-
-class _HashingWriter:
-    """A write-only file object that hashes everything passing through to ``out``."""
-
-    def __init__(self, out: pa.NativeFile) -> None:
-        self.out = out
-        self.digest = hashlib.sha256()
-        self.size = 0
-        self.closed = False
-
-    def write(self, data: Any) -> int:
-        view = memoryview(data)
-        self.digest.update(view)
-        self.size += view.nbytes
-        return int(self.out.write(view))
-
-    def flush(self) -> None:
-        self.out.flush()
-
-    def close(self) -> None:
-        self.closed = True
 
 
 class WriteAheadSink(Sink):
@@ -268,7 +247,7 @@ class WriteAheadSink(Sink):
         )
         rows = 0
         with atomic_output(fsys, final) as out:
-            hashing = _HashingWriter(out)
+            hashing = HashingWriter(out)
             with pa.ipc.new_file(pa.PythonFile(hashing, mode="w"), schema) as writer:
                 for batch in _chain(first, iterator):
                     writer.write_batch(batch)

@@ -186,6 +186,7 @@ def stateful(
     restore = SavepointRestore(restore_from) if isinstance(restore_from, str) else restore_from
     if restore is not None:
         restore.check(spec)
+        restore.claim(df.sparkSession.sparkContext, operator)
 
     key_group = keygroups.key_group_column(key_columns, max_parallelism)
     first_of_task = _first_row_of_task()(F.spark_partition_id())

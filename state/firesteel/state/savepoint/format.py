@@ -28,7 +28,7 @@ import hashlib
 import json
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -38,9 +38,16 @@ import pyarrow.parquet as pq
 from pyarrow import fs
 
 from firesteel.core.checkpoint import filesystem
-from firesteel.core.durable import create_record, make_parent, read_record, write_atomically
+from firesteel.core.durable import (
+    atomic_output,
+    create_record,
+    make_parent,
+    read_record,
+    write_atomically,
+)
 from firesteel.core.errors import CheckpointCorruptError, ConfigError
 from firesteel.core.faults import fault_point
+from firesteel.core.hashing import HashingWriter
 from firesteel.core.storage import StorageConfig
 from firesteel.state.keygroups import KeyGroupRange
 
@@ -225,16 +232,115 @@ def open_savepoint(location: str, storage: StorageConfig | None = None) -> Savep
     return Savepoint(location, metadata, config)
 
 
-@dataclass(frozen=True)
-class OperatorRows:
-    """What :func:`write_savepoint` writes for one operator."""
+@dataclass(frozen=True, kw_only=True)
+class OperatorInfo:
+    """What a savepoint's metadata records of one operator, beside its files."""
 
     key_columns: list[str]
     max_parallelism: int
     states: dict[str, dict[str, Any]]
-    rows: pa.Table
     processing_time: tuple[int, int] | None = None
     written_by: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class OperatorRows(OperatorInfo):
+    """What :func:`write_savepoint` writes for one operator: its record and all its rows."""
+
+    rows: pa.Table
+
+
+class SavepointWriter:
+    """Writes one savepoint at ``target``: each operator's rows streamed into its Parquet
+    file (:meth:`write_rows`, any number of row chunks, memory bounded by one row group),
+    then the metadata record (:meth:`finish`). A target that already holds a savepoint is
+    refused."""
+
+    def __init__(self, target: str, storage: StorageConfig | None = None) -> None:
+        self.target = target
+        self._config = storage or StorageConfig()
+        self._fs, self._base = filesystem(target, self._config)
+        if self._fs.get_file_info(f"{self._base}/{METADATA}").type != fs.FileType.NotFound:
+            msg = (
+                f"{target} already holds a savepoint; choose a new target (savepoints are "
+                "immutable)"
+            )
+            raise SavepointError(msg)
+        self.id = uuid.uuid4().hex
+        self._operators: dict[str, Any] = {}
+
+    def write_rows(self, name: str, chunks: Iterable[pa.Table]) -> dict[str, Any]:
+        """Write operator ``name``'s rows (``chunks`` of :data:`ROWS_SCHEMA`, in key group
+        order) in row groups of 64k rows; the file's entry for :meth:`describe`."""
+        relative = f"{name}/{self.id}.parquet"
+        path = f"{self._base}/{relative}"
+        make_parent(self._fs, path)
+        rows = 0
+        with atomic_output(self._fs, path) as out:
+            sink = HashingWriter(out)
+            with pq.ParquetWriter(
+                pa.PythonFile(sink, mode="w"), ROWS_SCHEMA, compression="zstd"
+            ) as writer:
+                pending: list[pa.Table] = []
+                held = 0
+                for chunk in chunks:
+                    pending.append(chunk.cast(ROWS_SCHEMA))
+                    held += chunk.num_rows
+                    rows += chunk.num_rows
+                    if held >= _ROW_GROUP:
+                        whole = pa.concat_tables(pending)
+                        full = held - held % _ROW_GROUP
+                        writer.write_table(whole.slice(0, full), row_group_size=_ROW_GROUP)
+                        pending, held = [whole.slice(full)], held - full
+                if held:
+                    writer.write_table(pa.concat_tables(pending), row_group_size=_ROW_GROUP)
+        digest = sink.digest.hexdigest()
+        return {"path": relative, "size": sink.size, "sha256": digest, "rows": rows}
+
+    def describe(self, name: str, info: OperatorInfo, file: dict[str, Any]) -> None:
+        """Record operator ``name`` in the metadata, with the file :meth:`write_rows` wrote."""
+        self._operators[name] = {
+            "key": list(info.key_columns),
+            "max_parallelism": info.max_parallelism,
+            "states": info.states,
+            "processing_time": None if info.processing_time is None else list(info.processing_time),
+            "written_by": info.written_by,
+            "files": [file],
+        }
+
+    def finish(self, *, batch: int, offsets: bytes | None, origin: Mapping[str, Any]) -> Savepoint:
+        """Copy ``offsets`` (Spark's offsets log entry of ``batch``; None when the state did
+        not come from a query) and write the metadata record: the savepoint exists from here.
+        ``origin``: where the state came from, recorded as it is."""
+        offsets_entry = (
+            None
+            if offsets is None
+            else _write_file(self._fs, self._base, f"offsets/{batch}", offsets)
+        )
+        BEFORE_METADATA.fire(batch)
+        metadata = {
+            "id": self.id,
+            "batch": batch,
+            "created_at": dt.datetime.now(dt.timezone.utc).isoformat(),
+            "origin": dict(origin),
+            "offsets": offsets_entry,
+            "operators": self._operators,
+        }
+        location = f"{self.target.rstrip('/')}/{METADATA}"
+        if not create_record(location, RECORD_KIND, FORMAT_VERSION, metadata, self._config):
+            msg = (
+                f"{self.target}: another writer finished a savepoint there first; choose a new "
+                "target"
+            )
+            raise SavepointError(msg)
+        logger.info(
+            "savepoint %s of batch %d written at %s: %s",
+            self.id,
+            batch,
+            self.target,
+            json.dumps({n: op["files"][0]["rows"] for n, op in self._operators.items()}),
+        )
+        return Savepoint(self.target, metadata, self._config)
 
 
 def _write_file(fsys: fs.FileSystem, base: str, relative: str, data: bytes) -> dict[str, Any]:
@@ -242,12 +348,6 @@ def _write_file(fsys: fs.FileSystem, base: str, relative: str, data: bytes) -> d
     make_parent(fsys, path)
     write_atomically(fsys, path, data)
     return {"path": relative, "size": len(data), "sha256": _sha256(data)}
-
-
-def _parquet(rows: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    pq.write_table(rows.cast(ROWS_SCHEMA), sink, row_group_size=_ROW_GROUP, compression="zstd")
-    return bytes(sink.getvalue())
 
 
 def write_savepoint(
@@ -259,51 +359,8 @@ def write_savepoint(
     origin: Mapping[str, Any],
     storage: StorageConfig | None = None,
 ) -> Savepoint:
-    """Write a savepoint at ``target``: data files first, the metadata record last.
-
-    ``offsets``: Spark's offsets log entry of ``batch`` (None when the state did not
-    come from a query); ``origin``: where the state came from, recorded as it is.
-    A target that already holds a savepoint is refused.
-    """
-    config = storage or StorageConfig()
-    fsys, base = filesystem(target, config)
-    if fsys.get_file_info(f"{base}/{METADATA}").type != fs.FileType.NotFound:
-        msg = f"{target} already holds a savepoint; choose a new target (savepoints are immutable)"
-        raise SavepointError(msg)
-    savepoint_id = uuid.uuid4().hex
-    described: dict[str, Any] = {}
+    """Write a savepoint at ``target`` of rows already in memory (see :class:`SavepointWriter`)."""
+    writer = SavepointWriter(target, storage)
     for name, part in operators.items():
-        file = _write_file(fsys, base, f"{name}/{savepoint_id}.parquet", _parquet(part.rows))
-        file["rows"] = part.rows.num_rows
-        described[name] = {
-            "key": list(part.key_columns),
-            "max_parallelism": part.max_parallelism,
-            "states": part.states,
-            "processing_time": None if part.processing_time is None else list(part.processing_time),
-            "written_by": part.written_by,
-            "files": [file],
-        }
-    offsets_entry = (
-        None if offsets is None else _write_file(fsys, base, f"offsets/{batch}", offsets)
-    )
-    BEFORE_METADATA.fire(batch)
-    metadata = {
-        "id": savepoint_id,
-        "batch": batch,
-        "created_at": dt.datetime.now(dt.timezone.utc).isoformat(),
-        "origin": dict(origin),
-        "offsets": offsets_entry,
-        "operators": described,
-    }
-    location = f"{target.rstrip('/')}/{METADATA}"
-    if not create_record(location, RECORD_KIND, FORMAT_VERSION, metadata, config):
-        msg = f"{target}: another writer finished a savepoint there first; choose a new target"
-        raise SavepointError(msg)
-    logger.info(
-        "savepoint %s of batch %d written at %s: %s",
-        savepoint_id,
-        batch,
-        target,
-        json.dumps({n: f["files"][0]["rows"] for n, f in described.items()}),
-    )
-    return Savepoint(target, metadata, config)
+        writer.describe(name, part, writer.write_rows(name, [part.rows]))
+    return writer.finish(batch=batch, offsets=offsets, origin=origin)

@@ -18,15 +18,21 @@ refused rather than overwritten.
 A state in the savepoint that the processor neither declares nor drops
 (``ctx.drop_state``) is refused, listing every such state, unless
 ``allow_non_restored_state`` says to drop them (Flink's ``--allowNonRestoredState``).
-TTL entries restart their time-to-live at the restore.
+So is an operator of the savepoint that no operator of the query restores: each
+``stateful()`` restoring from a savepoint adds its name to a Spark local property
+of the driver thread (:meth:`SavepointRestore.claim`), which the query started
+from that thread hands to its tasks; the first batch's tasks refuse to load when
+the savepoint holds an operator no one claimed. TTL entries restart their
+time-to-live at the restore.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -40,16 +46,27 @@ from firesteel.state.keygroups import KeyGroupRange
 from firesteel.state.savepoint.format import (
     TIMERS,
     OperatorSavepoint,
+    Savepoint,
     SavepointError,
     open_savepoint,
 )
 from firesteel.state.schemas import recorded, upgrade
 from firesteel.state.serializers import check_serializer, unpack, unpack_key
 
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+
 logger = logging.getLogger(__name__)
+
+_CHUNK = 64 * 1024
+"""Rows turned into Python objects at a time while loading (a savepoint's row group)."""
 
 MARKER = reserved_value_state("__firesteel_savepoint__", str)
 """Per key group: the id of the savepoint it was loaded from (see module docs)."""
+
+CLAIMED = "firesteel.savepoint.claimed"
+"""The Spark local property naming, per savepoint path, the operators restoring from it
+(JSON: path -> sorted names)."""
 
 
 def declarations(
@@ -126,6 +143,34 @@ class SavepointRestore:
             savepoint.batch,
         )
 
+    def claim(self, context: SparkContext, operator: str) -> None:
+        """Driver side: record in ``context``'s local properties (of this thread, inherited
+        by a query started from it) that ``operator`` restores from this savepoint."""
+        claimed = json.loads(context.getLocalProperty(CLAIMED) or "{}")
+        claimed[self.path] = sorted({*claimed.get(self.path, []), operator})
+        context.setLocalProperty(CLAIMED, json.dumps(claimed, sort_keys=True))
+
+    def _check_claimed(self, savepoint: Savepoint) -> None:
+        """Task side: refuse when the savepoint holds an operator that no operator of the
+        running query claimed (unless told to drop it)."""
+        from pyspark import TaskContext
+
+        task = TaskContext.get()
+        recorded = task.getLocalProperty(CLAIMED) if task is not None else None
+        if recorded is None or self.allow_non_restored_state:
+            return  # not a Spark task of a query started after stateful() (driven directly)
+        claimed = set(json.loads(recorded).get(self.path, []))
+        unclaimed = [name for name in savepoint.operators if name not in claimed]
+        if unclaimed:
+            listed = ", ".join(f"'{name}'" for name in unclaimed)
+            msg = (
+                f"savepoint {self.path} holds the state of operator {listed}, which no "
+                "stateful() of this query restores and would be dropped; restore it "
+                "(stateful(name=..., restore_from=...)) or pass "
+                "allow_non_restored_state=True"
+            )
+            raise SavepointError(msg)
+
     def apply(
         self,
         store: KeyedStateStore,
@@ -152,6 +197,7 @@ class SavepointRestore:
         if not fresh:
             return
         savepoint = open_savepoint(self.path, self._storage)
+        self._check_claimed(savepoint)
         if spec.name in savepoint.operators:
             part = savepoint.operator(spec.name)
             self._load(store, part, declared, fresh)
@@ -183,18 +229,20 @@ class SavepointRestore:
         rows = rows.filter(pc.is_in(rows.column("key_group"), pa.array(key_groups, pa.int32())))
         columns = ("key_group", "key", "state", "user_key", "value")
         current: tuple[int, bytes] | None = None
-        for key_group, key, state, user_key, value in zip(
-            *(rows.column(c).to_pylist() for c in columns), strict=True
-        ):
-            if state != TIMERS and state not in descriptors:
-                continue
-            if current != (key_group, key):
-                store.set_current_key(unpack_key(key), key_group)
-                current = (key_group, key)
-            if state == TIMERS:
-                store.register_timer(int(unpack(user_key)))
-                continue
-            _put(store, descriptors[state], user_key, value)
+        # A row group's worth of Python objects at a time, not the task's whole share.
+        for chunk in rows.select(columns).to_batches(max_chunksize=_CHUNK):
+            for key_group, key, state, user_key, value in zip(
+                *(column.to_pylist() for column in chunk.columns), strict=True
+            ):
+                if state != TIMERS and state not in descriptors:
+                    continue
+                if current != (key_group, key):
+                    store.set_current_key(unpack_key(key), key_group)
+                    current = (key_group, key)
+                if state == TIMERS:
+                    store.register_timer(int(unpack(user_key)))
+                    continue
+                _put(store, descriptors[state], user_key, value)
 
 
 def _put(store: KeyedStateStore, desc: StateDescriptor, user_key: Any, value: Any) -> None:

@@ -11,13 +11,14 @@ hex, never unpickled.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import msgpack
 import pyarrow as pa
 
-from firesteel.backends.spi import Entries, KeyGroupRange, StoredState, pack
+from firesteel.backends.spi import KeyGroupEntries, KeyGroupRange, StoredState, pack
 from firesteel.core.spi import ConfigError, StorageConfig
 from firesteel.rocksdb import keys
 from firesteel.rocksdb.local import LocalFolder, open_instance
@@ -95,20 +96,26 @@ def read_stored(
     if batch is None:
         return None
     manifests = storage.covering(batch, KeyGroupRange(0, int(meta["max_parallelism"]) - 1))
-    entries: Entries = {}
     kinds: dict[str, dict[str, Any]] = {}
+    for manifest in manifests:
+        kinds.update(manifest.states)
+    return StoredState(operator, batch, meta, kinds, _key_groups(storage, manifests, options))
+
+
+def _key_groups(
+    storage: CheckpointStorage, manifests: list[Manifest], options: RocksDBOptions
+) -> Iterator[tuple[int, KeyGroupEntries]]:
+    """Each key group's entries, one manifest's instance downloaded and scanned at a time."""
     with tempfile.TemporaryDirectory(prefix="firesteel-inspect-") as scratch:
         folder = LocalFolder(Path(scratch))
-        for manifest in manifests:
-            kinds.update(manifest.states)
+        for manifest in sorted(manifests, key=lambda m: m.key_groups.start):
             target = folder.new_temp_dir()
             folder.materialize(manifest, storage, target, lambda: None)
             db = open_instance(target, options, read_only=True)
             try:
-                _collect(db, manifest, entries)
+                yield from _scan(db, manifest)
             finally:
                 db.close()
-    return StoredState(operator, batch, meta, entries, kinds)
 
 
 def _split(rest: bytes) -> tuple[bytes, bytes]:
@@ -120,26 +127,33 @@ def _split(rest: bytes) -> tuple[bytes, bytes]:
     return rest[:end], rest[end:]
 
 
-def _collect(db: Any, manifest: Manifest, entries: Entries) -> None:
+def _scan(db: Any, manifest: Manifest) -> Iterator[tuple[int, KeyGroupEntries]]:
+    """The instance's key groups in order (stored keys begin with their key group)."""
     names = {keys.state_id(name): name for name in manifest.states}
     start = keys.key_group_prefix(manifest.key_groups.start)
     end = keys.key_group_prefix(manifest.key_groups.end + 1)
+    current: int | None = None
+    tables: KeyGroupEntries = {}
     for stored_key, stored in db.items(from_key=start):
         if stored_key >= end:
             break
         key_group = keys.key_group_of(stored_key)
+        if key_group != current:
+            if current is not None and tables:
+                yield current, tables
+            current, tables = key_group, {}
         state_id = stored_key[keys.KEY_GROUP_BYTES : keys.PREFIX_BYTES]
         rest = stored_key[keys.PREFIX_BYTES :]
         if state_id == keys.TIMERS_BY_KEY:
             packed, stamp = rest[: -keys.STAMP_BYTES], rest[-keys.STAMP_BYTES :]
-            timers = entries.setdefault((key_group, keys.TIMERS), {})
+            timers = tables.setdefault(keys.TIMERS, {})
             timers.setdefault(packed, {})[pack(keys.unstamp(stamp))] = None
             continue
         name = names.get(state_id)
         if name is None:
             continue
         kind = manifest.states[name]["kind"]
-        table = entries.setdefault((key_group, name), {})
+        table = tables.setdefault(name, {})
         data, expires = keys.decode_value(stored)
         if kind == "value":
             table[rest] = (data, expires)
@@ -148,3 +162,5 @@ def _collect(db: Any, manifest: Manifest, entries: Entries) -> None:
         else:
             packed, user_key = _split(rest)
             table.setdefault(packed, {})[user_key] = (data, expires)
+    if current is not None and tables:
+        yield current, tables
