@@ -70,6 +70,9 @@ record, file or batch at fault. Bad records go to the configured
 :class:`ErrorPolicy` through an :class:`ErrorHandler` (quarantined, for
 example, into a :class:`FolderDeadLetter`).
 
+**Timestamps.** :func:`to_epoch` counts a datetime (naive means UTC) or a
+number in :data:`MILLIS` or :data:`MICROS` since the epoch.
+
 **Fault points.** :func:`fault_point` declares, at module level, a named
 :class:`FaultPoint` where the crash tests kill the job (its module is listed
 under the entry point group ``firesteel.fault_points``); ``POINT.fire(batch,
@@ -90,6 +93,7 @@ from firesteel.core.durable import (
     write_atomically,
     write_record,
 )
+from firesteel.core.epoch import MICROS, MILLIS, to_epoch
 from firesteel.core.error_policy import (
     BadRecord,
     DeadLetter,
@@ -140,7 +144,9 @@ from firesteel.core.worker_cache import WorkerCache
 
 __all__ = [
     "FIRESTEEL_DIR",
+    "MICROS",
     "MID_COMMIT",
+    "MILLIS",
     "OBJECT_STORES",
     "SETTING_PREFIX",
     "BadRecord",
@@ -198,6 +204,7 @@ __all__ = [
     "require_absolute",
     "resolve",
     "storage_error",
+    "to_epoch",
     "write_atomically",
     "write_record",
 ]

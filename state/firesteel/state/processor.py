@@ -43,6 +43,7 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 
+from firesteel.core.epoch import MILLIS, to_epoch
 from firesteel.core.errors import ConfigError
 from firesteel.state.api import ListState, MapState, ValueState
 from firesteel.state.backend import Key, KeyedStateStore
@@ -59,15 +60,6 @@ if TYPE_CHECKING:
 
 Output = Iterable[Any] | Any | None
 """What ``process`` and ``on_timer`` may return (see module docs)."""
-
-
-def to_millis(timestamp: dt.datetime | int | float) -> int:
-    """Epoch milliseconds from a datetime (naive means UTC) or a number of milliseconds."""
-    if isinstance(timestamp, dt.datetime):
-        if timestamp.tzinfo is None:
-            timestamp = timestamp.replace(tzinfo=dt.timezone.utc)
-        return int(timestamp.timestamp() * 1000)
-    return int(timestamp)
 
 
 class OpenContext:
@@ -158,11 +150,11 @@ class KeyState:
         ``when`` is a datetime or epoch milliseconds. Registering the same time
         twice gives one timer. Timers are part of the snapshot.
         """
-        self._store.register_timer(to_millis(when))
+        self._store.register_timer(to_epoch(when, MILLIS))
 
     def delete_timer(self, when: dt.datetime | int | float) -> None:
         """Remove a timer of this key (no error when absent)."""
-        self._store.delete_timer(to_millis(when))
+        self._store.delete_timer(to_epoch(when, MILLIS))
 
     def timers(self) -> builtins.list[int]:
         """This key's pending timers (epoch milliseconds, ascending)."""

@@ -48,32 +48,22 @@ def spark() -> Iterator[object]:
 @pytest.fixture
 def crash_harness(tmp_path: Path) -> Iterator[CrashHarness]:
     """A crash harness on ``local[2,4]``, closed (every process killed) at teardown."""
-    harness = CrashHarness(tmp_path / "harness")
-    try:
+    with CrashHarness(tmp_path / "harness") as harness:
         yield harness
-    finally:
-        harness.close()
 
 
 @pytest.fixture(scope="session")
 def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
     """A local standalone cluster for the session; stopped by PID at the end."""
-    cluster = StandaloneCluster(tmp_path_factory.mktemp("spark-cluster"))
-    cluster.start()
-    try:
+    with StandaloneCluster(tmp_path_factory.mktemp("spark-cluster")) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture
 def cluster_harness(spark_cluster: StandaloneCluster, tmp_path: Path) -> Iterator[CrashHarness]:
     """A crash harness whose jobs run on the standalone cluster."""
-    harness = CrashHarness(tmp_path / "harness", master=spark_cluster.master_url)
-    try:
+    with CrashHarness(tmp_path / "harness", master=spark_cluster.master_url) as harness:
         yield harness
-    finally:
-        harness.close()
 
 
 Served = TypeVar("Served", bound=ServerProcess)

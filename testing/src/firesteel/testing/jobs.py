@@ -197,6 +197,38 @@ def read_kafka_topic(
     )
 
 
+def write_kafka_topic(
+    spark: SparkSession,
+    frame: DataFrame,
+    bootstrap: str,
+    topic: str,
+    checkpoint: str,
+    *,
+    guarantee: str,
+    mode: str,
+    marker_log: str = "",
+    options: Mapping[str, str] | None = None,
+) -> None:
+    """Write ``frame`` to ``topic`` through the ``firesteel.kafka`` sink with ``guarantee``
+    and ``exactly.once.mode`` ``mode``, via :func:`run_available`.
+
+    A ``marker_log`` topic also gets a marker record per task transaction, read back
+    with the raw-log reader (for tansu 0.6, which can lose a transaction's group
+    offsets; Apache Kafka runs without one); ``options`` are further sink options.
+    """
+    writer = (
+        frame.writeStream.format("firesteel.kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", topic)
+        .option("guarantee", guarantee)
+        .option("exactly.once.mode", mode)
+        .options(**(options or {}))
+    )
+    if marker_log:
+        writer = writer.option("marker.log.topic", marker_log).option("marker.log.reader", "raw")
+    run_available(spark, writer, checkpoint)
+
+
 def run_available(spark: SparkSession, writer: DataStreamWriter, checkpoint: str) -> None:
     """Run ``writer`` over everything available from the fixed ``checkpoint``, then stop.
 

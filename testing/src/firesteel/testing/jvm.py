@@ -25,6 +25,7 @@ import hashlib
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -156,18 +157,27 @@ def _create(archive: Path) -> None:
             _DUMP_ENV: str(partial),
         }
         logger.info("making the JVM class archive %s (once per Java and PySpark)", archive)
-        done = subprocess.run(
+        # A session of its own: on a timeout the job's JVM, its child, is killed with it
+        # instead of living on orphaned.
+        job = subprocess.Popen(
             [sys.executable, "-c", _ARCHIVING_JOB, work],
-            check=False,
             env=env,
-            capture_output=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=CREATE_TIMEOUT,
+            start_new_session=True,
         )
-    if done.returncode != 0 or not partial.exists():
+        try:
+            _, errors = job.communicate(timeout=CREATE_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.communicate()
+            partial.unlink(missing_ok=True)
+            raise
+    if job.returncode != 0 or not partial.exists():
         partial.unlink(missing_ok=True)
-        tail = "\n".join(done.stderr.splitlines()[-20:])
-        msg = f"the archiving job exited with {done.returncode}:\n{tail}"
+        tail = "\n".join(errors.splitlines()[-20:])
+        msg = f"the archiving job exited with {job.returncode}:\n{tail}"
         raise OSError(msg)
     os.replace(partial, archive)
 

@@ -152,6 +152,22 @@ class _Bound:
             return None
         return data
 
+    def _read_expiring(
+        self, stored_key: bytes, stored: bytes, default: Any, *, refresh: bool
+    ) -> Any:
+        """The value of an entry stored with an expiry, or ``default`` when it has passed (the
+        entry is then deleted); ``refresh`` restarts a live entry's TTL (refresh on read).
+
+        The reads' slow path: entries without an expiry are decoded inline by the caller.
+        """
+        data = self._live(stored)
+        if data is None:
+            self._delete(stored_key)
+            return default
+        if refresh and self._expires_in is not None:
+            self._put(stored_key, encode_value(data, self._cursor.now_ms + self._expires_in))
+        return self._loads(data)
+
     def _prefix(self) -> bytes:
         cursor = self._cursor
         return cursor.key_group + self._id + cursor.packed
@@ -170,13 +186,7 @@ class RocksValueState(_Bound, ValueState):
             return None
         if stored[0] != WITH_EXPIRY:
             return self._loads(stored[1:])
-        data = self._live(stored)
-        if data is None:
-            self._delete(stored_key)
-            return None
-        if self._refresh and self._expires_in is not None:
-            self._put(stored_key, encode_value(data, cursor.now_ms + self._expires_in))
-        return self._loads(data)
+        return self._read_expiring(stored_key, stored, None, refresh=self._refresh)
 
     def update(self, value: Any) -> None:
         cursor = self._cursor
@@ -273,11 +283,7 @@ class RocksMapState(_Bound, MapState):
             return default
         if stored[0] != WITH_EXPIRY:
             return self._loads(stored[1:])
-        data = self._live(stored)
-        if data is None:
-            self._delete(stored_key)
-            return default
-        return self._loads(data)
+        return self._read_expiring(stored_key, stored, default, refresh=False)
 
     def put(self, user_key: Any, value: Any) -> None:
         if value is None:

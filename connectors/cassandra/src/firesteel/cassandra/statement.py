@@ -53,7 +53,6 @@ INSERTs, and retried as one.
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import uuid
 from collections.abc import Iterable, Iterator
@@ -64,6 +63,7 @@ import pyarrow as pa
 from firesteel.cassandra.client import Backoff
 from firesteel.cassandra.errors import CassandraRecordError, CassandraSchemaError
 from firesteel.cassandra.options import CassandraSinkOptions
+from firesteel.core.spi import MICROS, to_epoch
 
 logger = logging.getLogger(__name__)
 
@@ -116,14 +116,6 @@ def _partition_of(values: list[Any], indexes: list[int]) -> tuple[Any, ...]:
     except TypeError:
         return tuple(repr(v) for v in key)
     return key
-
-
-def _micros(value: Any) -> int:
-    if isinstance(value, dt.datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=dt.timezone.utc)
-        return int(value.timestamp() * 1_000_000)
-    return int(value)
 
 
 class RowStatement:
@@ -417,7 +409,7 @@ class RowStatement:
                     f"(option 'timestamp.column') is null in row {row!r}"
                 )
                 raise CassandraRecordError(msg)
-            values.append(_micros(stamp))
+            values.append(to_epoch(stamp, MICROS))
         elif self.batch_timestamp:
             values.append(timestamp_us)
         return values

@@ -40,7 +40,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -48,7 +47,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any, Literal
 
-from firesteel.testing.ports import free_port
+from firesteel.testing.ports import NotListeningError, await_listening, free_port
 
 __all__ = [
     "HOSTS_ENV",
@@ -75,13 +74,13 @@ def start_server(timeout: float = 20.0) -> tuple[subprocess.Popen[bytes], int]:
             [sys.executable, "-m", "firesteel.testing.cassandra", str(port)],
             stdout=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and proc.poll() is None:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
-                return proc, port
-            time.sleep(0.05)
-        proc.kill()
-        proc.wait()
+        try:
+            await_listening(proc, port, timeout, what="the CQL test server")
+        except NotListeningError:
+            proc.kill()
+            proc.wait()
+            continue
+        return proc, port
     msg = "the CQL test server did not start (tried 5 free ports)"
     raise RuntimeError(msg)
 

@@ -37,14 +37,7 @@ import pyarrow.parquet as pq
 from firesteel.cassandra.wal import MID_SEND
 from firesteel.sinks.write_ahead import AFTER_SEND
 from firesteel.testing.cassandra import HOSTS_ENV, cassandra_cluster, connect
-from firesteel.testing.soak import (
-    SavedRun,
-    SoakError,
-    SoakRun,
-    counts,
-    resumed_spellings,
-    run_cli,
-)
+from firesteel.testing.soak import SavedRun, SoakError, SoakRun, counts, resumed_spellings, run_cli
 from firesteel.testing.spellings import Spellings
 
 SINK_JOB = Path(__file__).with_name("sink_job.py")

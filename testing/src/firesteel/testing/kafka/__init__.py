@@ -27,7 +27,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -38,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from firesteel.kafka.rawlog import LogRecord, LogView, read_log
-from firesteel.testing.ports import free_port
+from firesteel.testing.ports import NotListeningError, await_listening, free_port
 
 __all__ = [
     "BOOTSTRAP_ENV",
@@ -111,17 +110,12 @@ class LocalBroker:
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                msg = f"tansu exited with {process.returncode}; see {log}"
-                raise RuntimeError(msg)
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-                return cls(port, process, log)
-            time.sleep(0.05)
-        process.kill()
-        msg = f"tansu did not listen on {port} within {timeout}s; see {log}"
-        raise RuntimeError(msg)
+        try:
+            await_listening(process, port, timeout, what="tansu", log=log, probe=0.2)
+        except NotListeningError:
+            process.kill()
+            raise
+        return cls(port, process, log)
 
     def stop(self) -> None:
         """Kill the broker process (by its PID) and reap it."""
@@ -264,17 +258,13 @@ class ApacheKafkaBroker:
                 start_new_session=True,
             )
         broker = cls(port, process, workdir, owned=folder is None)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                msg = f"Apache Kafka exited with {process.returncode}; see {log}"
-                raise RuntimeError(msg)
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
-                return broker
-            time.sleep(0.2)
-        broker.stop()
-        msg = f"Apache Kafka did not listen on {port} within {timeout}s; see {log}"
-        raise RuntimeError(msg)
+        try:
+            await_listening(process, port, timeout, what="Apache Kafka", log=log, interval=0.2)
+        except NotListeningError:
+            if process.poll() is None:  # an exited broker keeps its folder: the log tells why
+                broker.stop()
+            raise
+        return broker
 
     def stop(self, grace: float = 30.0) -> None:
         """SIGTERM the broker by PID, SIGKILL after ``grace`` seconds; remove its temp folder

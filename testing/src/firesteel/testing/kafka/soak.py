@@ -54,14 +54,7 @@ from firesteel.testing.kafka import (
     read_committed,
 )
 from firesteel.testing.kafka.scripts import script
-from firesteel.testing.soak import (
-    SavedRun,
-    SoakError,
-    SoakRun,
-    counts,
-    resumed_spellings,
-    run_cli,
-)
+from firesteel.testing.soak import SavedRun, SoakError, SoakRun, counts, resumed_spellings, run_cli
 from firesteel.testing.spellings import Spellings
 
 RECORDS_PER_CYCLE = 240

@@ -15,7 +15,12 @@ from __future__ import annotations
 
 import sys
 
-from firesteel.testing.jobs import job_session, read_kafka_topic, sends_on_executors
+from firesteel.testing.jobs import (
+    job_session,
+    read_kafka_topic,
+    sends_on_executors,
+    write_kafka_topic,
+)
 
 
 def main() -> None:
@@ -29,22 +34,17 @@ def main() -> None:
     )
     if int(partitions):
         mapped = mapped.repartition(int(partitions))
-    writer = (
-        mapped.writeStream.format("firesteel.kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("topic", target)
-        .option("guarantee", guarantee)
-        .option("exactly.once.mode", mode)
-        .options(**connect)
-        .option("kafka.linger.ms", "5")
-        .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
+    write_kafka_topic(
+        spark,
+        mapped,
+        bootstrap,
+        target,
+        checkpoint,
+        guarantee=guarantee,
+        mode=mode,
+        marker_log=marker_log,
+        options={**connect, "kafka.linger.ms": "5"},
     )
-    if marker_log:
-        writer = writer.option("marker.log.topic", marker_log).option("marker.log.reader", "raw")
-    query = writer.start()
-    query.awaitTermination()
-    spark.stop()
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from typing import Any
 from firesteel.backends import FilesystemBackend
 from firesteel.state import stateful
 from firesteel.testing import processors
-from firesteel.testing.jobs import job_session, read_kafka_topic
+from firesteel.testing.jobs import job_session, read_kafka_topic, write_kafka_topic
 
 
 class RankPerKey(processors.RankPerKey):
@@ -47,21 +47,16 @@ def main() -> None:
         parallelism=2,
         max_parallelism=32,
     )
-    writer = (
-        ranked.writeStream.format("firesteel.kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("topic", target)
-        .option("guarantee", "exactly-once")
-        .option("exactly.once.mode", mode)
-        .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
+    write_kafka_topic(
+        spark,
+        ranked,
+        bootstrap,
+        target,
+        checkpoint,
+        guarantee="exactly-once",
+        mode=mode,
+        marker_log=marker_log,
     )
-    if marker_log:
-        # tansu 0.6 only: Apache Kafka runs the default configuration.
-        writer = writer.option("marker.log.topic", marker_log).option("marker.log.reader", "raw")
-    query = writer.start()
-    query.awaitTermination()
-    spark.stop()
 
 
 if __name__ == "__main__":
