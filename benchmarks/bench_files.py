@@ -94,7 +94,7 @@ class _Data:
 _DATA = _Data()
 
 
-def _table(start: int, rows: int) -> pa.Table:
+def event_table(start: int, rows: int) -> pa.Table:
     """Sequence-numbered rows with a string key, a float and a timestamp, like event data."""
     seq = np.arange(start, start + rows, dtype=np.int64)
     rng = np.random.default_rng(start)
@@ -109,11 +109,11 @@ def _table(start: int, rows: int) -> pa.Table:
     )
 
 
-def _write_input(directory: Path, rows: int, files: int) -> int:
+def write_input(directory: Path, rows: int, files: int) -> int:
     directory.mkdir(parents=True)
     per_file = -(-rows // files)
     for index, start in enumerate(range(0, rows, per_file)):
-        part = _table(start, min(per_file, rows - start))
+        part = event_table(start, min(per_file, rows - start))
         pq.write_table(part, directory / f"part-{index:05d}.parquet")
     return sum(path.stat().st_size for path in directory.glob("*.parquet"))
 
@@ -131,7 +131,7 @@ def setup(quick: bool) -> Iterator[None]:
     try:
         _DATA.root = root
         _DATA.rows = rows
-        _DATA.input_bytes = _write_input(root / "input", rows, files)
+        _DATA.input_bytes = write_input(root / "input", rows, files)
         yield
     finally:
         _DATA.root = None

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import machine
+from firesteel.testing.s3 import KINDS
 
 HEADERS = (
     "group",
@@ -244,7 +245,32 @@ def markdown(results: Sequence[dict[str, Any]], image_dir: str) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+def requests_markdown(figures: dict[str, Any]) -> str:
+    """The section of RESULTS.md for ``requests.json`` (``python -m benchmarks.requests``)."""
+    out = [
+        "## requests",
+        "",
+        "S3 requests per micro-batch of each path, counted at the S3 server process",
+        "(`python -m benchmarks.requests`): the mean over the first and the last window.",
+        "",
+        "| path | batches | first window | last window | last window by kind |",
+        "|---|---|---|---|---|",
+    ]
+    for name, entry in sorted(figures.items()):
+        last = entry["last"]
+        kinds = ", ".join(f"{kind} {last[kind]:.3g}" for kind in KINDS if last[kind])
+        out.append(
+            f"| {name} | {entry['batches']:,} | {entry['first']['all']:.1f} "
+            f"(first {entry['window']}) | {last['all']:.1f} (last {entry['window']}) | {kinds} |"
+        )
+    return "\n".join(out) + "\n"
+
+
 def write_report(out: Path, report_path: Path) -> None:
-    """Regenerate ``report_path`` from every JSON result in ``out``."""
+    """Regenerate ``report_path`` from every JSON result in ``out`` (and ``requests.json``)."""
     image_dir = Path(os.path.relpath(out, report_path.parent)).as_posix()
-    report_path.write_text(markdown(load(out), image_dir), encoding="utf-8")
+    text = markdown(load(out), image_dir)
+    requests = out / "requests.json"
+    if requests.exists():
+        text += "\n" + requests_markdown(json.loads(requests.read_text(encoding="utf-8")))
+    report_path.write_text(text, encoding="utf-8")

@@ -48,7 +48,7 @@ from firesteel.testing import (
 )
 from firesteel.testing.kafka import create_topic, produce
 from firesteel.testing.proxy import DroppingProxy
-from firesteel.testing.s3 import ACCESS_KEY, REGION, SECRET_KEY, S3Server
+from firesteel.testing.s3 import S3Server
 from firesteel.testing.scripts import script
 
 pytestmark = pytest.mark.crash
@@ -146,13 +146,7 @@ class FilesJob:
 
     def _plain_s3(self) -> fs.S3FileSystem:
         assert self.s3 is not None
-        return fs.S3FileSystem(
-            endpoint_override=self.s3.endpoint.removeprefix("http://"),
-            scheme="http",
-            access_key=ACCESS_KEY,
-            secret_key=SECRET_KEY,
-            region=REGION,
-        )
+        return self.s3.filesystem()
 
     def _check_listing(self, context: str) -> None:
         """boto3: outside ``_firesteel/`` only committed part files, one per batch."""

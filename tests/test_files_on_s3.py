@@ -16,7 +16,6 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 from files_helpers import rows, run_available_now, write_input
-from pyarrow import fs
 
 from firesteel.core import register
 from firesteel.core.context import TaskScope
@@ -28,20 +27,9 @@ from firesteel.files.sink.manifest import FileCommittable, Manifest, write_manif
 from firesteel.files.source import FilesSource
 from firesteel.files.source.options import FilesSourceOptions
 from firesteel.testing.ports import free_port
-from firesteel.testing.s3 import ACCESS_KEY, REGION, SECRET_KEY, S3Server
+from firesteel.testing.s3 import ACCESS_KEY, SECRET_KEY, S3Server
 
 FAIL_WITHIN_S = 30.0
-
-
-def plain_s3(server: S3Server) -> fs.S3FileSystem:
-    """pyarrow's S3 filesystem built here, not through firesteel's storage layer."""
-    return fs.S3FileSystem(
-        endpoint_override=server.endpoint.removeprefix("http://"),
-        scheme="http",
-        access_key=ACCESS_KEY,
-        secret_key=SECRET_KEY,
-        region=REGION,
-    )
 
 
 def data_keys(server: S3Server, bucket: str, prefix: str) -> list[str]:
@@ -53,7 +41,7 @@ def data_keys(server: S3Server, bucket: str, prefix: str) -> list[str]:
 
 def plain_seqs(server: S3Server, bucket: str, prefix: str) -> list[int]:
     """The ``seq`` column as pyarrow's dataset reader sees the output prefix, sorted."""
-    table = ds.dataset(f"{bucket}/{prefix}", format="parquet", filesystem=plain_s3(server))
+    table = ds.dataset(f"{bucket}/{prefix}", format="parquet", filesystem=server.filesystem())
     return sorted(table.to_table().column("seq").to_pylist())
 
 
@@ -216,7 +204,7 @@ def test_parquet_read_back_by_pyarrow_alone(s3_server: S3Server) -> None:
     sink = s3_sink(s3_server, bucket, "out")
     sink.commit_batch(0, [vote(sink, 0, 0, rows(0, 12))])
     (key,) = data_keys(s3_server, bucket, "out/")
-    table = pq.read_table(f"{bucket}/{key}", filesystem=plain_s3(s3_server))
+    table = pq.read_table(f"{bucket}/{key}", filesystem=s3_server.filesystem())
     assert table.column("seq").to_pylist() == list(range(12))
 
 

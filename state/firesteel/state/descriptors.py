@@ -47,7 +47,8 @@ class StateTtl:
     """Time-to-live of state entries, measured in processing time (batch time).
 
     An entry expires ``ttl`` after it was last written (``refresh_on_read``
-    also counts reads, like Flink's ``OnReadAndWrite``). Expired entries are
+    also counts reads, like Flink's ``OnReadAndWrite``, for value state only so
+    far: a list element or map entry is refreshed by writing it). Expired entries are
     invisible at once, are dropped when next touched, and are never written to
     a snapshot; a full snapshot sweeps all of them. For lists the TTL applies
     to each element, for maps to each entry.

@@ -27,10 +27,13 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from firesteel.core.errors import MissingDependencyError
 from firesteel.testing.servers import ServerProcess
+
+if TYPE_CHECKING:
+    from pyarrow import fs
 
 ACCESS_KEY = "firesteel-test"
 SECRET_KEY = "firesteel-test-secret"
@@ -124,6 +127,20 @@ class S3Server(ServerProcess):
             aws_access_key_id=ACCESS_KEY,
             aws_secret_access_key=SECRET_KEY,
             region_name=REGION,
+        )
+
+    def filesystem(self) -> fs.S3FileSystem:
+        """pyarrow's own S3 filesystem of this server (``pyarrow.fs.S3FileSystem``), built
+        here and not through firesteel's storage layer: a reader (or writer) that is not
+        firesteel's."""
+        from pyarrow.fs import S3FileSystem
+
+        return S3FileSystem(
+            endpoint_override=self.endpoint.removeprefix("http://"),
+            scheme="http",
+            access_key=ACCESS_KEY,
+            secret_key=SECRET_KEY,
+            region=REGION,
         )
 
     def create_bucket(self, name: str) -> str:

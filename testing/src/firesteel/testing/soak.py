@@ -76,7 +76,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
-from pyarrow import fs
 
 from firesteel.testing.counting import count_sequence
 from firesteel.testing.harness import (
@@ -88,7 +87,7 @@ from firesteel.testing.harness import (
     next_batch,
 )
 from firesteel.testing.ranked import misranked, ranks_by_key
-from firesteel.testing.s3 import ACCESS_KEY, REGION, SECRET_KEY, SETTINGS_ENV, S3Server
+from firesteel.testing.s3 import SETTINGS_ENV, S3Server
 from firesteel.testing.scripts import script
 from firesteel.testing.spellings import Spellings
 
@@ -409,13 +408,7 @@ class Soak:
         pyarrow's own S3 filesystem."""
         if self.name != "files" or self.s3 is None:
             return ds.dataset(self.out, format="parquet").to_table()
-        filesystem = fs.S3FileSystem(
-            endpoint_override=self.s3.endpoint.removeprefix("http://"),
-            scheme="http",
-            access_key=ACCESS_KEY,
-            secret_key=SECRET_KEY,
-            region=REGION,
-        )
+        filesystem = self.s3.filesystem()
         return ds.dataset(f"{self.bucket}/out", format="parquet", filesystem=filesystem).to_table()
 
 

@@ -18,6 +18,10 @@ Readers take the newest compact file plus the manifests after it
 (:func:`committed_manifests`), and list again if a compaction deleted a file
 under them. Listing the folder costs one LIST request on an object store: it
 never holds more than :data:`COMPACT_EVERY` manifests and two compact files.
+The compact record itself grows by every batch committed (about 350 bytes a
+batch of two files), as Spark's compacted metadata log does: each compaction
+reads and writes a larger object, in the same number of requests (a record
+is read in one GET, :func:`firesteel.core.spi.read_record`).
 """
 
 from __future__ import annotations
