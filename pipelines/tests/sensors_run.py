@@ -13,7 +13,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from firesteel.pipelines.runner import LocalRunner
 from firesteel.testing.jobs import QUICK_START_JVM
-from firesteel.testing.jvm import driver_archive
+from firesteel.testing.jvm import archive_option, driver_archive
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pipelines" / "sensors"
 SENSORS = 3
@@ -24,8 +24,7 @@ TIMEOUT_S = 420.0
 def quick_start() -> str:
     """The setting that starts each streamlet's driver JVM as the crash harness starts its
     jobs' (C1, the serial GC, the class-data archive): a run starts three of them."""
-    archive = driver_archive()
-    flags = f"{QUICK_START_JVM} -XX:SharedArchiveFile={archive}" if archive else QUICK_START_JVM
+    flags = f"{QUICK_START_JVM} {archive_option(driver_archive())}".strip()
     return f'firesteel.runtimes.spark.config {{ "spark.driver.extraJavaOptions" = "{flags}" }}'
 
 

@@ -187,5 +187,9 @@ def driver_java_options() -> str:
     dump = os.environ.get(_DUMP_ENV)
     if dump:
         return f"-XX:ArchiveClassesAtExit={dump}"
-    archive = os.environ.get(ARCHIVE_ENV)
+    return archive_option(os.environ.get(ARCHIVE_ENV))
+
+
+def archive_option(archive: Path | str | None) -> str:
+    """The JVM flag that maps ``archive`` ('' for none)."""
     return f"-XX:SharedArchiveFile={archive}" if archive else ""
