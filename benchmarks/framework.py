@@ -33,6 +33,9 @@ class Figure:
 
     value: float
     extra: Mapping[str, float] = field(default_factory=dict)
+    note: str = ""
+    """How this run was measured when it differs from the workload's rule (e.g. over a
+    window because the side could not finish); the report prints it beside the side."""
 
 
 Measure = Callable[[], "float | Figure"]

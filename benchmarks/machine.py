@@ -37,6 +37,11 @@ def _version(distribution: str) -> str | None:
         return None
 
 
+def load() -> float | None:
+    """The one-minute load average now (None where the OS has none)."""
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+
+
 def describe() -> dict[str, Any]:
     """Cores, memory, CPU, OS, Python and the versions of the packages measured."""
     memory = _memory_bytes()

@@ -181,10 +181,13 @@ def load(out: Path) -> list[dict[str, Any]]:
 
 
 def _extra_lines(entry: dict[str, Any]) -> list[str]:
-    """One line per secondary figure: both sides' medians and spread, and their ratio."""
+    """One line per secondary figure: both sides' medians and spread, and their ratio;
+    then each side's notes and the machine's load when the workload began and ended."""
     firesteel = (entry.get("firesteel") or {}).get("extra", {})
     baseline = (entry.get("baseline") or {}).get("extra", {})
     lines = []
+    for name, side in (("firesteel", "firesteel"), (entry["baseline_name"], "baseline")):
+        lines += [f"  - {name}: {note}" for note in (entry.get(side) or {}).get("notes", [])]
     for key in [*firesteel, *(k for k in baseline if k not in firesteel)]:
         ours, theirs = firesteel.get(key), baseline.get(key)
         ratio = ""
@@ -194,6 +197,9 @@ def _extra_lines(entry: dict[str, Any]) -> list[str]:
             f"  - {key}: firesteel {figure(ours, '')}; "
             f"{entry['baseline_name']} {figure(theirs, '')}{ratio}"
         )
+    load = entry.get("load")
+    if load and None not in load:
+        lines.append(f"  - load (1 min average) at start / end: {load[0]:.1f} / {load[1]:.1f}")
     return lines
 
 

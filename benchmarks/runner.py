@@ -91,6 +91,7 @@ class _Side:
         self.measure = measure
         self.values: list[float] = []
         self.extra: dict[str, list[float]] = {}
+        self.notes: list[str] = []
 
     def run(self, keep: bool) -> None:
         result = self.measure()
@@ -99,10 +100,14 @@ class _Side:
             self.values.append(float(figure.value))
             for key, value in figure.extra.items():
                 self.extra.setdefault(key, []).append(float(value))
+            if figure.note and figure.note not in self.notes:
+                self.notes.append(figure.note)
 
     def summary(self) -> dict[str, Any]:
         out = stats(self.values)
         out["extra"] = {key: stats(values) for key, values in self.extra.items()}
+        if self.notes:
+            out["notes"] = self.notes
         return out
 
 
@@ -133,6 +138,7 @@ def run_workload(workload: Workload, progress: bool) -> dict[str, Any]:
     sides = {"firesteel": _Side(workload.firesteel), "baseline": _Side(workload.baseline)}
     rounds = workload.warmup + workload.repetitions
     started = time.perf_counter()
+    load_before = machine.load()
     bar = tqdm(
         total=rounds * 2,
         desc=f"{workload.group}: {workload.name}",
@@ -172,6 +178,7 @@ def run_workload(workload: Workload, progress: bool) -> dict[str, Any]:
         ratio=ratio if finite else None,
         verdict=verdict(ratio if finite else None, workload),
         seconds=round(time.perf_counter() - started, 1),
+        load=[load_before, machine.load()],
     )
     if not finite:
         entry["error"] = f"baseline median is {baseline['median']}: no ratio"

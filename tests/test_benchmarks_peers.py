@@ -171,3 +171,91 @@ def test_a_shared_peer_run_stands_beside_each_consumer_once_per_repetition() -> 
     first, second = consumers(), consumers()
     assert [first(), second(), second(), first()] == [10.0, 10.0, 20.0, 20.0]
     assert second() == 30.0  # a run nobody asked for yet is run
+
+
+def _writer_script(tmp_path: Path, files: int) -> list[str]:
+    """A job that says ready, then every 0.2 s commits a file of 10 lines the way Flink's
+    FileSink does (written hidden, then renamed), ``files`` files in all, then exits."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    script = tmp_path / "writer.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import json, os, sys, time
+            out = sys.argv[1]
+            os.makedirs(out)
+            print(json.dumps({{"event": "ready"}}), flush=True)
+            for index in range({files}):
+                time.sleep(0.2)
+                hidden = os.path.join(out, f".part-{{index}}.inprogress")
+                with open(hidden, "w") as part:
+                    part.write("k,1\\n" * 10)
+                os.rename(hidden, os.path.join(out, f"part-{{index}}"))
+            """
+        ),
+        encoding="utf-8",
+    )
+    return [sys.executable, str(script), str(tmp_path / "out")]
+
+
+def test_a_job_that_cannot_finish_within_the_budget_is_measured_over_that_window(
+    tmp_path: Path,
+) -> None:
+    from benchmarks.peers.job import Job
+    from benchmarks.peers.window import FinishedLines, measure
+
+    job = Job(_writer_script(tmp_path, 10_000))
+    started = time.monotonic()
+    seen = measure(job, FinishedLines(tmp_path / "out"), 100_000, budget_s=3, timeout_s=60)
+    assert not seen.finished
+    assert 3 <= seen.window_s < 5 and time.monotonic() - started < 30
+    assert seen.in_window > 0 and seen.rate == pytest.approx(seen.in_window / seen.window_s)
+    assert 20 <= seen.rate <= 55  # 50 lines/s written, less under a loaded machine
+    assert job._process.poll() is not None  # type: ignore[union-attr]  # stopped once measured
+
+
+def test_a_job_that_finishes_within_the_budget_is_measured_whole_and_checked(
+    tmp_path: Path,
+) -> None:
+    from benchmarks.peers.job import Job, JobError
+    from benchmarks.peers.window import FinishedLines, measure
+
+    whole = measure(
+        Job(_writer_script(tmp_path / "a", 5)), FinishedLines(tmp_path / "a" / "out"), 50, 60, 60
+    )
+    assert whole.finished and whole.window_s == 0 and whole.in_window == 0
+    assert 0 < whole.rate <= 50  # five files 0.2 s apart: at least 1 s from ready to exit
+    with pytest.raises(JobError, match="accounts for 50 events of 60"):
+        measure(
+            Job(_writer_script(tmp_path / "b", 5)),
+            FinishedLines(tmp_path / "b" / "out"),
+            60,
+            60,
+            60,
+        )
+
+
+def test_a_measured_runs_note_and_the_load_are_in_the_report() -> None:
+    from benchmarks.framework import Figure, Workload
+    from benchmarks.report import markdown
+    from benchmarks.runner import run_workload
+
+    entry = run_workload(
+        Workload(
+            group="peers",
+            name="w",
+            unit="events/s",
+            baseline_name="peer",
+            goal=None,
+            firesteel=lambda: 2.0,
+            baseline=lambda: Figure(1.0, {}, "rate over a 240 s window; it did not finish"),
+            repetitions=2,
+            warmup=0,
+        ),
+        progress=False,
+    )
+    assert entry["baseline"]["notes"] == ["rate over a 240 s window; it did not finish"]
+    assert len(entry["load"]) == 2
+    text = markdown([{"group": "peers", "status": "ok", "workloads": [entry]}], "results")
+    assert "  - peer: rate over a 240 s window; it did not finish" in text
+    assert "load (1 min average) at start / end" in text

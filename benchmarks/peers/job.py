@@ -174,6 +174,12 @@ class Job:
             self._threads[0].join(10)
             raise self._failure(f"ended with status {code}")
 
+    def running(self) -> bool:
+        """Whether the job still runs; raises, as :meth:`check`, when it failed."""
+        assert self._process is not None
+        self.check(may_end=True)
+        return self._process.poll() is None
+
     def stop(self) -> None:
         """SIGKILL the job's process group (it and everything it started), then reap it."""
         self._done.set()
