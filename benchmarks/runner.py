@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -195,11 +195,19 @@ def _group_setup(module: Any, quick: bool) -> Iterator[None]:
         yield
 
 
-def run_group(group: str, quick: bool, progress: bool, only: Sequence[str] = ()) -> dict[str, Any]:
+def run_group(
+    group: str,
+    quick: bool,
+    progress: bool,
+    only: Sequence[str] = (),
+    save: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
     """Run the workloads of ``benchmarks/bench_<group>.py``; the group's JSON document.
 
     ``only``: run just the workloads whose name or baseline contains one of these
     texts (the document lists them under ``"only"``, so a partial run says so).
+    ``save``: called with the document (status ``running``) after each workload, so
+    an interrupted long group keeps the workloads it finished.
     """
     from firesteel.core.errors import MissingDependencyError
 
@@ -227,6 +235,8 @@ def run_group(group: str, quick: bool, progress: bool, only: Sequence[str] = ())
         with _group_setup(module, quick):
             for workload in workloads:
                 result["workloads"].append(run_workload(workload, progress))
+                if save is not None:
+                    save({**result, "status": "running"})
     except Exception as exc:  # the group's service failed: report it, run the other groups
         logger.error("benchmark group %s: setup failed", group, exc_info=True)
         return {**result, "status": "error", "reason": f"setup: {type(exc).__name__}: {exc}"}
@@ -318,7 +328,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             selected, desc="groups", file=sys.stderr, disable=True if args.no_progress else None
         )
         for group in groups:
-            result = run_group(group, args.quick, progress=not args.no_progress, only=args.only)
+            result = run_group(
+                group,
+                args.quick,
+                progress=not args.no_progress,
+                only=args.only,
+                save=lambda partial: report.write_group(partial, out),
+            )
             report.write_group(result, out)
             results.append(result)
             print(report.table([result]), flush=True)
