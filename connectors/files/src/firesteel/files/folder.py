@@ -36,11 +36,9 @@ class Folder:
         self.uri = uri.rstrip("/")
         self.config = config or StorageConfig()
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {"uri": self.uri, "config": self.config}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["uri"], state["config"])  # type: ignore[misc]
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt from its settings: the cached location (a filesystem) stays in this process.
+        return type(self), (self.uri, self.config)
 
     @functools.cached_property
     def location(self) -> Location:
