@@ -26,7 +26,24 @@ from typing import Any
 from pyarrow import NativeFile, fs
 from pyarrow.fs import FileInfo
 
-from firesteel.core.spi import OBJECT_STORES, Location, StorageConfig, resolve, storage_error
+from firesteel.core.spi import (
+    OBJECT_STORES,
+    Location,
+    StorageConfig,
+    option,
+    resolve,
+    storage_error,
+)
+
+
+def path_option(role: str) -> Any:
+    """Declare the ``path`` option of a side of the connector (see
+    :func:`~firesteel.core.options.option`); ``role`` says what the folder is to it."""
+    return option(
+        required=True,
+        doc=f"{role}: an absolute path or a URI (s3a://bucket/prefix, gs://, abfss://); a "
+        "store's fs.* settings (fs.s3a.endpoint, ...) are options too",
+    )
 
 
 class Folder:
