@@ -38,7 +38,7 @@ from firesteel.testing import (
     task_kills,
 )
 from firesteel.testing.clock import clock_offset
-from firesteel.testing.ranked import assert_ranked_output, assert_ranked_state
+from firesteel.testing.ranked import RankedRun
 from firesteel.testing.s3 import S3Server
 from firesteel.testing.scripts import script
 
@@ -111,10 +111,9 @@ class StateJob:
 
     def check(self, result: CrashResult) -> None:
         context = f"\n{result.summary()}"
-        batches = FILES // FILES_PER_BATCH
+        run = RankedRun(self.expected, key_of, FILES // FILES_PER_BATCH, context)
         # pyarrow's dataset reader, not firesteel's: it sees every visible file.
-        committed = ds.dataset(str(self.out), format="parquet").to_table()
-        assert_ranked_output(committed, self.expected, key_of, batches, context)
+        run.assert_output(ds.dataset(str(self.out), format="parquet").to_table())
         if self.s3:
             listed = self.s3.client().list_objects_v2(Bucket=self.bucket, Prefix="state/rank/")
             keys = [item["Key"] for item in listed.get("Contents", [])]
@@ -122,8 +121,7 @@ class StateJob:
             location, storage = f"s3a://{self.bucket}/state", StorageConfig.of(self.s3.settings())
         else:
             location, storage = f"file://{self.state}", None
-        state = read_state(location, operator="rank", storage=storage)
-        assert_ranked_state(state, self.expected, key_of, batches, context)
+        run.assert_state(read_state(location, operator="rank", storage=storage))
 
 
 @pytest.fixture(params=["local", "s3"])
