@@ -11,14 +11,18 @@ not firesteel's. :meth:`part` gives the path as one
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 import uuid
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 from files_helpers import write_sequence_files
 from pyarrow import fs
 
@@ -33,6 +37,7 @@ from firesteel.testing.s3 import S3Server
 from firesteel.testing.scripts import script
 from firesteel.testing.scripts.wal_target import read_sends, read_sqlite_bodies
 
+ROOT = Path(__file__).resolve().parents[1]
 FILES_JOB = script("files_job")
 FILES = 39
 ROWS_PER_FILE = 20
@@ -211,11 +216,122 @@ class StateJob:
         run.assert_state(read_state(location, operator="rank", storage=storage))
 
 
+ROCKS_JOB = ROOT / "backends" / "rocksdb" / "tests" / "jobs" / "rocksdb_state_job.py"
+ROCKS_FILES = 36
+ROCKS_BATCHES = ROCKS_FILES // FILES_PER_BATCH
+
+
+class RocksJob:
+    """files -> keyed state with timers (the RocksDB backend, ``retain=1``) -> the file sink.
+
+    With ``s3``, its checkpoints live in a bucket on the server, spelled ``s3a://`` and
+    ``s3://`` on alternate restarts, and the session reaches it through
+    ``spark.hadoop.fs.s3a.*``; they are listed and read back with boto3. Every restart
+    runs the operator at another parallelism, so restores move key-group ranges between
+    instances; ``check`` also finds exactly what the retained manifests reference in the
+    checkpoint folder (the killed attempts' uploads are gone)."""
+
+    name = "rocksdb"
+
+    def __init__(self, root: Path, s3: S3Server | None = None) -> None:
+        self.source = root / "in"
+        self.out = root / "out"
+        self.checkpoint = root / "ck"
+        self.state = root / "state"
+        self.local = root / "local"
+        self.checkpoints = Spellings(self.checkpoint)
+        self.s3 = s3
+        self.bucket = s3.create_bucket(f"rocksdb-crash-{uuid.uuid4().hex[:8]}") if s3 else ""
+        self.states = s3.spellings(self.bucket, "state") if s3 else Spellings(self.state)
+        self.source.mkdir(parents=True)
+        for index in range(ROCKS_FILES):
+            seqs = list(range(index * STATE_ROWS_PER_FILE, (index + 1) * STATE_ROWS_PER_FILE))
+            table = pa.table({"seq": pa.array(seqs, pa.int64()), "key": [key_of(s) for s in seqs]})
+            pq.write_table(table, self.source / f"part-{index:04d}.parquet")
+        self.expected = range(ROCKS_FILES * STATE_ROWS_PER_FILE)
+
+    def args(self, run: int) -> list[str]:
+        """Run ``run``'s arguments: each restart spells the checkpoint and state otherwise
+        and runs the operator at another parallelism (a user's rescale)."""
+        return [
+            str(self.source),
+            str(self.out),
+            self.checkpoints(run),
+            self.states(run),
+            str(self.local),
+            str(FILES_PER_BATCH),
+            str(PARALLELISM[run % len(PARALLELISM)]),
+        ]
+
+    def env(self, run: int) -> Mapping[str, str]:
+        """The S3 server's settings for the session, if the checkpoints are on S3."""
+        return self.s3.job_env() if self.s3 else {}
+
+    def part(self) -> Part:
+        """This path as a part of a group sharing a driver."""
+        return Part(self.name, ROCKS_JOB, self.args, self.env)
+
+    def check(self, result: CrashResult) -> None:
+        context = f"\n{result.summary()}"
+        run = RankedRun(self.expected, key_of, ROCKS_BATCHES, context)
+        # pyarrow's dataset reader, not firesteel's: it sees every visible file.
+        run.assert_output(ds.dataset(str(self.out), format="parquet").to_table())
+        if self.s3:
+            location, storage = f"s3a://{self.bucket}/state", StorageConfig.of(self.s3.settings())
+        else:
+            location, storage = f"file://{self.state}", None
+        run.assert_state(read_state(location, operator="rank", storage=storage))
+        self.check_storage(context)
+
+    def stored(self) -> dict[str, Callable[[], bytes]]:
+        """The operator's stored files by path relative to its folder, each with a reader:
+        local files, or the bucket's objects listed and read with boto3."""
+        if self.s3 is None:
+            base = self.state / "rank"
+            return {str(p.relative_to(base)): p.read_bytes for p in base.rglob("*") if p.is_file()}
+        client, prefix = self.s3.client(), "state/rank/"
+        pages = client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
+        # pyarrow leaves a zero-byte folder marker ("shared/") where it deleted a folder's
+        # last object: a marker, not a stored file.
+        keys = [
+            item["Key"]
+            for page in pages
+            for item in page.get("Contents", [])
+            if not item["Key"].endswith("/")
+        ]
+        return {
+            key[len(prefix) :]: functools.partial(
+                lambda k: client.get_object(Bucket=self.bucket, Key=k)["Body"].read(), key
+            )
+            for key in keys
+        }
+
+    def check_storage(self, context: str) -> None:
+        """Only retained versions remain, and shared/ holds exactly the files they reference
+        (files of the last batch's attempts aside, which the next batch would collect)."""
+        stored_files = self.stored()
+        versions = sorted({path.split("/")[0] for path in stored_files if path.startswith("v")})
+        assert versions == [f"v{v:012d}" for v in (ROCKS_BATCHES - 2, ROCKS_BATCHES - 1)], context
+        manifests = [p for p in stored_files if re.fullmatch(r"v\d{12}/[^/]+\.json", p)]
+        referenced = {
+            entry["path"].split("/", 1)[1]
+            for manifest in manifests
+            for entry in json.loads(stored_files[manifest]())["content"]["files"]
+            if entry["path"].startswith("shared/")
+        }
+        stored = {p.split("/", 1)[1] for p in stored_files if p.startswith("shared/")}
+        assert referenced <= stored, f"referenced files are missing{context}"
+        unreferenced = stored - referenced
+        oldest_kept = ROCKS_BATCHES - 2
+        stale = sorted(n for n in unreferenced if int(n.lstrip(".")[:12]) < oldest_kept)
+        assert not stale, f"files no retained version needs were kept: {stale}{context}"
+
+
 WAL_JOB = script("wal_job")
 WAL_FILES = 26
 """Thirteen batches of two files."""
-WAL_PARTITIONS = ("4", "2", "3", "1", "3")
-"""The partition count of each run: batch 1 is planned with 4 and re-run with 2."""
+WAL_PARTITIONS = ("4", "2", "3", "1", "3", "2", "1")
+"""The partition count of each run, in turn: batch 1 is planned with 4 and re-run with 2."""
 
 
 class WalUpsertJob:
@@ -247,7 +363,7 @@ class WalUpsertJob:
             "2",
             "upsert",
             "exactly-once",
-            WAL_PARTITIONS[run],
+            WAL_PARTITIONS[run % len(WAL_PARTITIONS)],
             *location,
         ]
 
