@@ -42,7 +42,7 @@ from firesteel.testing import (
     batch_started,
     task_kills,
 )
-from firesteel.testing.ranked import assert_ranked_output, assert_ranked_state
+from firesteel.testing.ranked import RankedRun
 from firesteel.testing.s3 import S3Server
 
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(600)]
@@ -111,15 +111,14 @@ class RocksJob:
 
     def check(self, result: CrashResult) -> None:
         context = f"\n{result.summary()}"
+        run = RankedRun(self.expected, key_of, BATCHES, context)
         # pyarrow's dataset reader, not firesteel's: it sees every visible file.
-        committed = ds.dataset(str(self.out), format="parquet").to_table()
-        assert_ranked_output(committed, self.expected, key_of, BATCHES, context)
+        run.assert_output(ds.dataset(str(self.out), format="parquet").to_table())
         if self.s3:
             location, storage = f"s3a://{self.bucket}/state", StorageConfig.of(self.s3.settings())
         else:
             location, storage = f"file://{self.state}", None
-        state = read_state(location, operator="rank", storage=storage)
-        assert_ranked_state(state, self.expected, key_of, BATCHES, context)
+        run.assert_state(read_state(location, operator="rank", storage=storage))
         self.check_storage(context)
 
     def stored(self) -> dict[str, Callable[[], bytes]]:
