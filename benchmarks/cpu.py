@@ -16,6 +16,8 @@ import psutil
 JVM = "JVM CPU s"
 PYTHON_WORKERS = "Python worker CPU s"
 DRIVER = "driver CPU s"
+S3_SERVER = "S3 server CPU s"
+"""moto's server process, which the object-store benchmarks start as a child."""
 TOTAL = "CPU s"
 
 
@@ -27,6 +29,8 @@ def _kind(process: psutil.Process, root: int) -> str:
         return JVM
     if name.startswith("python"):
         return PYTHON_WORKERS
+    if name.startswith("moto"):
+        return S3_SERVER
     return "other CPU s"
 
 

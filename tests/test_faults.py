@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from py4j.protocol import Py4JJavaError
+from pyspark.sql import SparkSession
 
 from firesteel.core.faults import (
     FAULT_ENV,
@@ -124,3 +126,37 @@ def test_every_soak_point_is_declared() -> None:
     points = {point for path in PATHS.values() for point in path.points}
     assert points
     assert points <= set(registered()), points - set(registered())
+
+
+def test_a_spec_for_one_query_never_fires_outside_a_task(tmp_path: Path) -> None:
+    result = run("sink.after_write@1#files", tmp_path)
+    assert result.returncode == 0
+    assert len(result.stdout.splitlines()) == 10
+
+
+@pytest.mark.parametrize(("query", "fires"), [("files", True), ("state", False)])
+def test_a_spec_for_one_query_fires_only_in_that_querys_tasks(
+    spark: SparkSession, tmp_path: Path, query: str, fires: bool
+) -> None:
+    """Spark describes a streaming query's jobs with its name on the first line; a task of a
+    job so described reaches an armed point (in its Python worker, killed if it fires)."""
+    markers = str(tmp_path)
+
+    def reach(_: int) -> str:
+        os.environ.update(
+            {FAULT_ENV: "sink.after_write@1#files", KILL_ENV: "process", MARKER_DIR_ENV: markers}
+        )
+        AFTER_WRITE.fire(1, 0)
+        return "alive"
+
+    context = spark.sparkContext
+    context.setJobDescription(f"{query}\nid = 0\nrunId = 0\nbatch = 1")
+    try:
+        if fires:
+            with pytest.raises(Py4JJavaError, match="Python worker exited unexpectedly"):
+                context.parallelize([0], 1).map(reach).collect()
+        else:
+            assert context.parallelize([0], 1).map(reach).collect() == ["alive"]
+    finally:
+        context.setJobDescription(None)
+    assert [p.name for p in tmp_path.iterdir()] == (["sink.after_write@1#files"] if fires else [])

@@ -19,6 +19,7 @@ from firesteel.testing import (
     CrashHarness,
     HarnessError,
     JobFailedError,
+    Part,
     RunTimeoutError,
     assert_at_least_once,
     assert_exactly_once,
@@ -390,3 +391,29 @@ def test_the_worker_python_imports_pyspark_from_site_packages_not_its_zip(
     use_worker_python()
     assert os.environ["PYSPARK_PYTHON"] == wrapper
     assert os.environ["PYSPARK_DRIVER_PYTHON"] == "/usr/bin/python3"
+
+
+def test_kills_aimed_at_one_query_of_a_group_carry_its_name() -> None:
+    assert at_point("sink.after_write", batch=2, query="files").specs == (
+        "sink.after_write@2#files",
+    )
+    assert task_kills(["sink.after_write"], [3], partitions=[1], query="wal").specs == (
+        "sink.after_write@3:1#wal",
+    )
+
+
+def test_parts_of_a_group_need_distinct_names(toy_harness: CrashHarness) -> None:
+    parts = [Part("a", TOY), Part("a", TOY)]
+    with pytest.raises(HarnessError, match="distinct names"):
+        toy_harness.run_together(parts)
+
+
+def test_the_launcher_refuses_a_part_without_a_script() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "firesteel.testing.launch", "--together", "files"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "each part needs a name and a script: files" in done.stderr

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from firesteel.testing.ranked import assert_ranked_output, misranked, ranks_by_key
+from firesteel.testing.ranked import RankedRun, misranked, ranks_by_key
 
 
 def key_of(seq: int) -> str:
@@ -22,7 +22,7 @@ GOOD = [(0, "k0", 1), (1, "k1", 1), (2, "k0", 2), (3, "k1", 2), (-1, "k0", 0), (
 
 
 def test_a_run_without_faults_passes() -> None:
-    assert_ranked_output(output(GOOD), range(4), key_of, batches=2)
+    RankedRun(range(4), key_of, batches=2).assert_output(output(GOOD))
 
 
 @pytest.mark.parametrize(
@@ -38,7 +38,7 @@ def test_a_run_without_faults_passes() -> None:
 )
 def test_each_fault_is_caught(rows: list[tuple[int, str, int]], error: str) -> None:
     with pytest.raises(AssertionError, match=error):
-        assert_ranked_output(output(rows), range(4), key_of, batches=2)
+        RankedRun(range(4), key_of, batches=2).assert_output(output(rows))
 
 
 def test_misranked_counts_per_key_in_seq_order() -> None:

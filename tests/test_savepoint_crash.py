@@ -28,7 +28,7 @@ from firesteel.state.backend import KeyedTask, OperatorSpec, StateDeclarations
 from firesteel.state.keygroups import KeyGroupRange
 from firesteel.state.savepoint import SavepointError, open_savepoint
 from firesteel.testing import CrashHarness, at_point, at_random
-from firesteel.testing.ranked import assert_ranked_output, assert_ranked_state
+from firesteel.testing.ranked import RankedRun
 from firesteel.testing.scripts import script
 from tests.test_state_backends import make_backend
 
@@ -146,9 +146,6 @@ def test_a_job_killed_while_restoring_from_a_savepoint_stays_exactly_once(
         JOB, lambda run: args(state, (3, 4)[run], savepoint), kills, max_runs=2
     )
     assert result.all_fired and result.exit_codes == [-9, 0], result.summary()
-    batches = files // per_batch
-    expected = range(files * per_file)
-    committed = ds.dataset(str(out), format="parquet").to_table()
-    assert_ranked_output(committed, expected, ranked_key, batches, result.summary())
-    restored = read_state(state, operator="rank")
-    assert_ranked_state(restored, expected, ranked_key, batches, result.summary())
+    run = RankedRun(range(files * per_file), ranked_key, files // per_batch, result.summary())
+    run.assert_output(ds.dataset(str(out), format="parquet").to_table())
+    run.assert_state(read_state(state, operator="rank"))

@@ -21,6 +21,7 @@ heap backend, development only, skips the fsyncs).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -102,18 +103,10 @@ class SnapshotStorage:
         self._fs: fs.FileSystem | None = None
         self._base = ""
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {
-            "location": self.location,
-            "operator": self.operator,
-            "durable": self.durable,
-            "config": self.config,
-        }
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(  # type: ignore[misc]
-            state["location"], state["operator"], durable=state["durable"], config=state["config"]
-        )
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt from its settings: the receiving process opens its own filesystem.
+        rebuild = functools.partial(type(self), durable=self.durable, config=self.config)
+        return rebuild, (self.location, self.operator)
 
     @property
     def fs(self) -> fs.FileSystem:

@@ -2,7 +2,9 @@
 
 The map job runs the sink's default ``exactly.once.mode=write-ahead`` with a
 ``repartition(n)`` that changes on every restart; the state job runs
-``exactly.once.mode=in-task`` with its partition count kept.
+``exactly.once.mode=in-task`` with its partition count kept. The two exactly-once jobs
+run as two queries of one driver (:meth:`~firesteel.testing.CrashHarness.run_together`),
+so each whole-job SIGKILL crashes both and each restart of Spark serves both (issue 30).
 
 On Apache Kafka the jobs run in the documented default configuration (the
 consumer-group marker only) and the output is judged twice: by a plain
@@ -18,17 +20,22 @@ trailing slash, as a ``file://`` URI, through a symlink.
 
 from __future__ import annotations
 
+import json
 import threading
+import uuid
 from collections import Counter
 from pathlib import Path
 
+import pyarrow.dataset as ds
 import pytest
 from kafka_support import check_with_read_committed
 
 from firesteel.core.logs import LEVEL_ENV
 from firesteel.testing import (
+    AtPoints,
     CrashHarness,
     HarnessError,
+    Part,
     Spellings,
     assert_at_least_once,
     assert_exactly_once,
@@ -39,6 +46,8 @@ from firesteel.testing import (
 )
 from firesteel.testing.kafka import broker_kind, create_topic, produce, read_committed, read_log
 from firesteel.testing.kafka.scripts import script
+from firesteel.testing.s3 import S3Server
+from firesteel.testing.scripts import script as files_script
 
 JOBS = Path(__file__).parent / "jobs"
 JOB = script("map_job")
@@ -48,23 +57,12 @@ PARTITIONS = 4
 # Each run starts a JVM (~20 s on a loaded machine); two dozen runs outlive the default timeout.
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(3600)]
 
-# Six of the soak command's points of the write-ahead path, the source's first (announced
-# without a batch id); the kafka.* points fire in the commit's sends there. The task kills of
-# the last run, whose sends run as Spark tasks (send.connect), take two points of its write
-# tasks and one of its send tasks.
-EXACTLY_ONCE_POINTS = [
-    "source.after_read",
-    "kafka.after_produce",
-    "kafka.after_commit_transaction",
-    "wal.after_send",
-    "driver.mid_commit",
-    "driver.after_commit",
-]
-EXACTLY_ONCE_TASK_POINTS = [
-    "sink.after_write",
-    "sink.after_pre_commit",
-    "kafka.after_commit_transaction",
-]
+# The task kills of the write-ahead query's last run, whose sends run as Spark tasks
+# (send.connect): two points of its write tasks and one of its send tasks, in its batches
+# 20-23 (24 batches of 60 records).
+MAP_WRITE_TASK_POINTS = ["sink.after_write", "sink.after_pre_commit"]
+MAP_SEND_TASK_POINT = "kafka.after_commit_transaction"
+MAP_TASK_BATCHES = range(20, 24)
 REPARTITIONS = (4, 2)
 """``repartition(n)`` of the write-ahead job's runs, alternating: every restart changes the
 count of the run it recovers, 4 -> 2 and 2 -> 4 in turn."""
@@ -79,8 +77,14 @@ def _marker_log_args(bootstrap: str) -> list[str]:
     return [] if broker_kind() == "kafka" else [create_topic(bootstrap, 1)]
 
 
+LIVE_CHECK_SECONDS = 3.0
+"""How often :class:`LiveChecker` reads the log: each read starts new clients and reads the
+whole topic in the test's process, which at every second took a good part of a core the
+job's restarts need on two cores."""
+
+
 class LiveChecker:
-    """Reads the raw output log every second while the job runs; records violations."""
+    """Reads the raw output log every few seconds while the job runs; records violations."""
 
     def __init__(self, bootstrap: str, topic: str, exactly_once: bool) -> None:
         self.bootstrap = bootstrap
@@ -101,7 +105,7 @@ class LiveChecker:
         self.thread.join(60)
 
     def _loop(self) -> None:
-        while not self.stop_event.wait(1.0):
+        while not self.stop_event.wait(LIVE_CHECK_SECONDS):
             try:
                 view = read_log(self.bootstrap, self.topic)
             except RuntimeError as exc:
@@ -119,53 +123,17 @@ class LiveChecker:
                     self.violations.append(f"check {self.checks}: duplicates visible {dupes[:5]}")
 
 
-def _kills(
-    checkpoint: Path, points: list[str], rounds: int, randoms: int, tasks: list[str] = ()
-) -> list:
-    """Point kills at batches 1, 2, ... with a random kill after every third, then the
-    ``tasks`` points killed in each of four batches of the run that completes.
-
-    A random kill strikes 0.2-1 s after its batch's offsets are logged, and the
-    next point kill (or task kill) aims three batches later, so every planned kill
-    still finds its batch ahead of the job even when batches take well under a second.
-    """
-    kills = []
-    batch = 1
-    for index in range(rounds):
-        point = points[index % len(points)]
-        # source.after_read is announced without a batch id: it fires at the first read.
-        kills.append(at_point(point, batch=None if point.startswith("source.") else batch))
-        batch += 1
-        if index % 3 == 2 and randoms:
-            kills.append(at_random((0.2, 1.0), when=batch_started(checkpoint, batch)))
-            batch += 3
-            randoms -= 1
-    if tasks:
-        kills.append(task_kills(tasks, range(batch + 3, batch + 7)))
-    return kills
-
-
-def _run(
-    bootstrap: str,
-    tmp_path: Path,
-    guarantee: str,
-    kills_for,
-    partitions=lambda run: 0,
-    send=lambda run: "driver",
-) -> tuple:
-    """Run the map job under ``kills_for(checkpoint)``; ``partitions(run)`` is the
-    ``repartition(n)`` of each run (0: none), ``send(run)`` where its commit's sends run."""
-    source = create_topic(bootstrap, PARTITIONS)
+def _run_at_least_once(bootstrap: str, tmp_path: Path, points: list[str]) -> tuple:
+    """Run the map job at-least-once, killed at ``points`` in batches 1, 2, ...; its
+    result, live checker and the output log."""
+    source = _input_topic(bootstrap, RECORDS)
     target = create_topic(bootstrap, PARTITIONS)
-    for partition in range(PARTITIONS):
-        values = [str(i).encode() for i in range(partition, RECORDS, PARTITIONS)]
-        produce(bootstrap, source, values, partition=partition)
     checkpoint = tmp_path / "checkpoint"
-    kills = kills_for(checkpoint)
+    kills = [at_point(point, batch=batch) for batch, point in enumerate(points, start=1)]
     spelled = Spellings(checkpoint)
     with (
         CrashHarness(tmp_path / "harness", timeout=300) as harness,
-        LiveChecker(bootstrap, target, guarantee == "exactly-once") as live,
+        LiveChecker(bootstrap, target, exactly_once=False) as live,
     ):
         result = harness.run(
             JOB,
@@ -174,50 +142,16 @@ def _run(
                 source,
                 target,
                 spelled(run),
-                guarantee,
+                "at-least-once",
                 "write-ahead",
-                str(partitions(run)),
-                send(run),
+                "0",
+                "driver",
                 *_marker_log_args(bootstrap),
             ],
             kills,
             max_runs=len(kills) + 3,
-            # The fan-out logs where its tasks ran at INFO.
-            env=lambda run: {LEVEL_ENV: "INFO"} if send(run) == "executors" else {},
         )
-    return result, live, read_log(bootstrap, target), target
-
-
-def test_exactly_once_under_kills_that_change_the_partition_count(bootstrap, tmp_path):
-    """The default write-ahead mode: eight SIGKILLs of the whole job, each restart with
-    another ``repartition(n)`` than the run it recovers (4 -> 2 and 2 -> 4 in turn), then
-    twelve task kills Spark retries in the run that completes. Every kill in a commit's
-    sends re-runs the batch with the other count: its plan rolls forward, and each segment's
-    send fences the killed one and reads its marker. The last run sends through its own
-    Spark Connect server (``send.connect``), one Spark task per segment: a write task
-    killed writes its segment anew, a send task killed after its transaction committed is
-    retried and finds its marker."""
-    whole_job_kills = 8
-    result, live, view, target = _run(
-        bootstrap,
-        tmp_path,
-        "exactly-once",
-        lambda ck: _kills(
-            ck, EXACTLY_ONCE_POINTS, rounds=6, randoms=2, tasks=EXACTLY_ONCE_TASK_POINTS
-        ),
-        partitions=lambda run: REPARTITIONS[run % 2],
-        send=lambda run: "executors" if run >= whole_job_kills else "driver",
-    )
-    assert result.all_fired, result.summary()
-    assert result.kills == whole_job_kills + 12, result.summary()
-    assert live.checks > 0
-    assert not live.violations, live.violations
-    assert_exactly_once(_sequence(view.values), range(RECORDS), "committed output")
-    check_with_read_committed(bootstrap, target, view)
-    assert not view.pending, f"{len(view.pending)} records in transactions never resolved"
-    assert not set(_sequence(r.value for r in view.aborted)) - set(range(RECORDS))
-    last = result.logs[-1].read_text()
-    assert "tasks ran on" in last, "the last run's sends did not run as Spark tasks"
+    return result, live, read_log(bootstrap, target)
 
 
 def test_at_least_once_loses_nothing_under_kills(bootstrap, tmp_path):
@@ -225,9 +159,7 @@ def test_at_least_once_loses_nothing_under_kills(bootstrap, tmp_path):
     vote: nothing lost. Two kills, not eight: an at-least-once path (issue 30 keeps eight
     whole-job kills for the exactly-once ones, which run the same source)."""
     points = ["kafka.after_produce", "kafka.after_flush"]
-    result, live, view, _target = _run(
-        bootstrap, tmp_path, "at-least-once", lambda ck: _kills(ck, points, rounds=2, randoms=0)
-    )
+    result, live, view = _run_at_least_once(bootstrap, tmp_path, points)
     assert result.all_fired and result.kills == 2, result.summary()
     assert not live.violations, live.violations
     assert_at_least_once(_sequence(view.values), range(RECORDS), "output")
@@ -235,15 +167,7 @@ def test_at_least_once_loses_nothing_under_kills(bootstrap, tmp_path):
 
 STATE_RECORDS = 1600
 """Twenty batches of the state job's 80 records: the whole-job kills take batches 1-10,
-the task kills batches 16-19 (see :func:`_kills`)."""
-STATE_POINTS = [
-    "state.after_snapshot",
-    "kafka.after_produce",
-    "kafka.before_commit_transaction",
-    "kafka.after_commit_transaction",
-    "driver.before_commit",
-    "driver.after_commit",
-]
+the state query's task kills its batches 16-19 (see :func:`_together_kills`)."""
 STATE_TASK_POINTS = [
     "state.after_snapshot",
     "kafka.after_flush",
@@ -251,46 +175,179 @@ STATE_TASK_POINTS = [
 ]
 
 
-def test_stateful_operator_between_kafka_topics_is_exactly_once_under_kills(bootstrap, tmp_path):
-    """``exactly.once.mode=in-task``: eight SIGKILLs of the whole job, then twelve task kills
-    Spark retries in the run that completes: each retry restores the state its killed attempt
-    may have snapshotted, fences the killed producer and reads its marker."""
-    source = create_topic(bootstrap, PARTITIONS)
-    target = create_topic(bootstrap, PARTITIONS)
+STATE_TASK_BATCHES = range(16, 20)
+FILES_TASK_POINTS = ["sink.after_write", "sink.after_pre_commit"]
+
+
+def _together_kills(map_checkpoint: Path) -> list:
+    """Ten whole-job kills shared by the map (write-ahead), state (in-task) and file-sink
+    queries, then twelve task kills aimed at each of the first two and six at the third.
+    A point only one query reaches (``wal.after_send``: the map's write-ahead commit;
+    ``#state``: the state query's tasks) is aimed at that query's batch; a point several
+    reach (``driver.mid_commit``: the map's sends or the file sink's publish) fires in
+    whichever gets there first. Random kills count in the map query's batches; the state
+    query (80 records a batch) is never ahead of the map query (60) by the batches aimed at."""
+    return [
+        at_point("source.after_read"),
+        at_point("wal.after_send", batch=1),
+        at_point("state.after_snapshot", batch=2, query="state"),
+        at_point("driver.mid_commit", batch=3),
+        at_random((0.2, 1.0), when=batch_started(map_checkpoint, 4)),
+        at_point("kafka.after_produce", batch=7, query="state"),
+        at_point("kafka.after_commit_transaction", batch=8),
+        at_point("driver.before_commit", batch=9),
+        at_point("driver.after_commit", batch=10),
+        at_random((0.2, 1.0), when=batch_started(map_checkpoint, 11)),
+        AtPoints(
+            task_kills(MAP_WRITE_TASK_POINTS, MAP_TASK_BATCHES, query="map").specs
+            # The map's send tasks run as a job of its Spark Connect server, which Spark
+            # describes as that server's, not the query's: aimed by batch instead, at
+            # batches the other queries (20 batches at most) never reach.
+            + task_kills([MAP_SEND_TASK_POINT], MAP_TASK_BATCHES).specs
+            + task_kills(STATE_TASK_POINTS, STATE_TASK_BATCHES, query="state").specs
+            + task_kills(FILES_TASK_POINTS, range(16, 19), query="files").specs,
+            mode="process",
+        ),
+    ]
+
+
+def _input_topic(bootstrap: str, records: int) -> str:
+    """A topic of :data:`PARTITIONS` partitions holding ``0 .. records - 1`` round robin."""
+    topic = create_topic(bootstrap, PARTITIONS)
     for partition in range(PARTITIONS):
-        values = [str(i).encode() for i in range(partition, STATE_RECORDS, PARTITIONS)]
-        produce(bootstrap, source, values, partition=partition)
-    kills = _kills(
-        tmp_path / "checkpoint", STATE_POINTS, rounds=6, randoms=2, tasks=STATE_TASK_POINTS
+        values = [str(i).encode() for i in range(partition, records, PARTITIONS)]
+        produce(bootstrap, topic, values, partition=partition)
+    return topic
+
+
+FILES_RECORDS = 1440
+"""The file-sink query's input: 24 batches of 60 JSON records from a topic of two partitions."""
+
+
+def _files_on_s3_part(bootstrap: str, s3: S3Server, root: Path) -> tuple[Part, str]:
+    """Kafka -> map -> the file sink with its output on the S3 server: the part and its
+    output bucket (the session reaches the server through ``spark.hadoop.fs.s3a.*``)."""
+    topic = create_topic(bootstrap, 2)
+    produce(
+        bootstrap,
+        topic,
+        [json.dumps({"seq": i, "text": f"r{i}"}).encode() for i in range(FILES_RECORDS)],
     )
+    bucket = s3.create_bucket(f"kafka-files-{uuid.uuid4().hex[:12]}")
+    checkpoints = Spellings(root / "files-checkpoint")
+    part = Part(
+        "files",
+        files_script("files_job"),
+        lambda run: [f"kafka://{bootstrap}/{topic}", f"s3a://{bucket}/out", checkpoints(run), "60"],
+        env=lambda run: s3.job_env(),
+    )
+    return part, bucket
+
+
+def _check_files_on_s3(s3: S3Server, bucket: str) -> None:
+    """pyarrow's dataset reader over the bucket, and a boto3 listing: every record once,
+    and outside ``_firesteel/`` only committed part files."""
+    table = ds.dataset(f"{bucket}/out", format="parquet", filesystem=s3.filesystem()).to_table()
+    assert_exactly_once(table.column("seq").to_pylist(), range(FILES_RECORDS), "file sink on S3")
+    assert table.column("tripled").to_pylist() == [
+        3 * seq for seq in table.column("seq").to_pylist()
+    ]
+    pages = s3.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="out/")
+    keys = [item["Key"] for page in pages for item in page.get("Contents", [])]
+    data = [key for key in keys if not key.startswith("out/_firesteel/")]
+    assert data and all(k.startswith("out/part-") and k.endswith(".parquet") for k in data), data
+
+
+def test_map_state_and_file_sink_on_s3_are_exactly_once_under_shared_kills(
+    bootstrap, s3_server, tmp_path
+):
+    """Both exactly-once modes in one driver (:meth:`CrashHarness.run_together`), so every
+    whole-job SIGKILL crashes both queries: Kafka -> map -> ``repartition(n)`` -> Kafka in
+    the default ``exactly.once.mode=write-ahead``, each restart with another ``n`` than the
+    run it recovers (4 -> 2 and 2 -> 4 in turn), and Kafka -> keyed state -> Kafka in
+    ``in-task`` mode. Ten whole-job kills, then twelve task kills of each query that Spark
+    retries in the run that completes. In the write-ahead query every kill in a commit's
+    sends re-runs the batch with the other count: its plan rolls forward, and each
+    segment's send fences the killed one and reads its marker; the last run sends through
+    its own Spark Connect server (``send.connect``), one Spark task per segment. In the
+    state query each task retry restores the state its killed attempt may have
+    snapshotted, fences the killed producer and reads its marker. A third query reads a
+    topic of JSON records and writes them through the file sink to the S3 server."""
+    map_source, map_target = _input_topic(bootstrap, RECORDS), create_topic(bootstrap, PARTITIONS)
+    state_source = _input_topic(bootstrap, STATE_RECORDS)
+    state_target = create_topic(bootstrap, PARTITIONS)
+    files_part, bucket = _files_on_s3_part(bootstrap, s3_server, tmp_path)
+    map_checkpoint = tmp_path / "map-checkpoint"
+    kills = _together_kills(map_checkpoint)
+    whole_job_kills = len(kills) - 1
+    map_checkpoints = Spellings(map_checkpoint)
     checkpoints, states = Spellings(tmp_path / "checkpoint"), Spellings(tmp_path / "state")
-    with CrashHarness(tmp_path / "harness", timeout=300) as harness:
-        result = harness.run(
-            script("state_job"),
-            lambda run: [
-                bootstrap,
-                source,
-                target,
-                checkpoints(run),
-                states(run),
-                "in-task",
-                *_marker_log_args(bootstrap),
-            ],
-            kills,
-            max_runs=len(kills) + 3,
+
+    def send(run: int) -> str:
+        return "executors" if run >= whole_job_kills else "driver"
+
+    map_part = Part(
+        "map",
+        JOB,
+        lambda run: [
+            bootstrap,
+            map_source,
+            map_target,
+            map_checkpoints(run),
+            "exactly-once",
+            "write-ahead",
+            str(REPARTITIONS[run % 2]),
+            send(run),
+            *_marker_log_args(bootstrap),
+        ],
+        # The fan-out logs where its tasks ran at INFO.
+        env=lambda run: {LEVEL_ENV: "INFO"} if send(run) == "executors" else {},
+    )
+    state_part = Part(
+        "state",
+        script("state_job"),
+        lambda run: [
+            bootstrap,
+            state_source,
+            state_target,
+            checkpoints(run),
+            states(run),
+            "in-task",
+            *_marker_log_args(bootstrap),
+        ],
+    )
+    with (
+        CrashHarness(tmp_path / "harness", timeout=300) as harness,
+        LiveChecker(bootstrap, map_target, exactly_once=True) as live,
+    ):
+        # The map part first: its session settings (the Spark Connect server) need a new session.
+        result = harness.run_together(
+            [map_part, state_part, files_part], kills, max_runs=len(kills) + 3
         )
     assert result.all_fired, result.summary()
-    assert result.kills == 20, result.summary()
-    view = read_log(bootstrap, target)
+    assert result.kills == whole_job_kills + 30, result.summary()
+    assert result.exit_codes == [-9] * whole_job_kills + [0], result.summary()
+
+    assert live.checks > 0
+    assert not live.violations, live.violations
+    view = read_log(bootstrap, map_target)
+    assert_exactly_once(_sequence(view.values), range(RECORDS), "committed map output")
+    check_with_read_committed(bootstrap, map_target, view)
+    assert not view.pending, f"{len(view.pending)} records in transactions never resolved"
+    assert not set(_sequence(r.value for r in view.aborted)) - set(range(RECORDS))
+    assert "tasks ran on" in result.logs[-1].read_text(), "the last run's sends were not tasks"
+
+    view = read_log(bootstrap, state_target)
     rows = [v.decode().split(":") for v in view.values]
-    assert_exactly_once([int(seq) for seq, _, _ in rows], range(STATE_RECORDS), "output")
-    check_with_read_committed(bootstrap, target, view)
+    assert_exactly_once([int(seq) for seq, _, _ in rows], range(STATE_RECORDS), "state output")
+    check_with_read_committed(bootstrap, state_target, view)
     ranks: dict[str, list[int]] = {}
     for _, key, rank in rows:
         ranks.setdefault(key, []).append(int(rank))
     for key, got in ranks.items():
         assert sorted(got) == list(range(1, len(got) + 1)), f"state of {key} lost or doubled"
     assert not view.pending
+    _check_files_on_s3(s3_server, bucket)
 
 
 def _latest_job_killed_then_restarted(

@@ -14,8 +14,12 @@ A distribution lists its declaring modules under the entry point group
 
 Firing does nothing unless the environment variable ``FIRESTEEL_FAULT`` names
 that point, as ``point``, ``point@batch`` or ``point@batch:partition`` (several,
-comma-separated); unarmed, it costs one environment lookup. A matching point
-kills with SIGKILL, as a crash would:
+comma-separated); unarmed, it costs one environment lookup. A spec ending in
+``#query`` fires only in a Spark task of the streaming query named ``query``
+(Spark's description of a micro-batch's jobs starts with the query's name), so
+the harness can aim a task kill at one of several queries sharing a driver; a
+point reached outside a task (the driver's commit) never matches such a spec.
+A matching point kills with SIGKILL, as a crash would:
 
 * ``FIRESTEEL_FAULT_KILL=job`` (default): the process group in
   ``FIRESTEEL_FAULT_PGID`` (the job the harness started: driver and JVM) and
@@ -86,16 +90,33 @@ def fault_point(name: str, meaning: str) -> FaultPoint:
     return point
 
 
+QUERY_DESCRIPTION = "spark.job.description"
+"""The task property whose first line names the streaming query (Spark's batch description)."""
+
+
+def _running_query() -> str | None:
+    """The name of the streaming query whose task is running here; None outside a task."""
+    try:
+        from pyspark import TaskContext
+    except ImportError:
+        return None
+    context = TaskContext.get()
+    description = context.getLocalProperty(QUERY_DESCRIPTION) if context else None
+    return description.split("\n", 1)[0] if description else None
+
+
 def _matches(spec: str, point: str, batch_id: int | None, partition: int | None) -> bool:
-    name, _, where = spec.strip().partition("@")
+    target, _, query = spec.strip().partition("#")
+    name, _, where = target.partition("@")
     if name != point:
         return False
-    if not where:
-        return True
-    batch_text, _, partition_text = where.partition(":")
-    if batch_id is None or int(batch_text) != batch_id:
-        return False
-    return not partition_text or (partition is not None and int(partition_text) == partition)
+    if where:
+        batch_text, _, partition_text = where.partition(":")
+        if batch_id is None or int(batch_text) != batch_id:
+            return False
+        if partition_text and (partition is None or int(partition_text) != partition):
+            return False
+    return not query or _running_query() == query
 
 
 def _claim(spec: str) -> bool:

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from firesteel.core.errors import ConfigError, SinkError
+from firesteel.core.options import option
 
 logger = logging.getLogger(__name__)
 
@@ -45,13 +46,40 @@ up: the client's default tolerates 10 minutes, which would hold the batch that l
 _RESULT_SCHEMA = "task long, pid long, host string"
 
 
-def check_connect_url(url: str, option: str) -> None:
-    """Raise :class:`ConfigError` naming ``option`` unless ``url`` is a Spark Connect URL
-    and the Spark Connect client can be imported (checked before the first batch, not
-    at its commit)."""
+def send_connect_option(applies: str) -> Any:
+    """Declare a write-ahead-log sink's ``send.connect`` option (see :func:`option`);
+    ``applies`` names the options under which the sink logs ahead."""
+    return option(
+        None,
+        name="send.connect",
+        doc=f"{applies}: Spark Connect URL of the job's own driver (sc://localhost:15002); "
+        "each committed segment is then sent by its own Spark task, across the executors, "
+        "instead of one after another in the commit",
+    )
+
+
+def check_send_connect(url: str | None, *, logs_ahead: bool, otherwise: str, use: str) -> None:
+    """Check a sink's ``send.connect`` option (checked before the first batch, not at its
+    commit): unset, or a Spark Connect URL (:func:`check_connect_url`) on a sink whose
+    options make it log ahead (``logs_ahead``; ``otherwise`` says why the option does
+    nothing then, ``use`` which options make it log ahead)."""
+    if url is None:
+        return
+    if not logs_ahead:
+        msg = (
+            "option 'send.connect' moves the write-ahead log's sends onto the executors; "
+            f"{otherwise}: drop the option or use {use}"
+        )
+        raise ConfigError(msg)
+    check_connect_url(url, "send.connect")
+
+
+def check_connect_url(url: str, name: str) -> None:
+    """Raise :class:`ConfigError` naming the option ``name`` unless ``url`` is a Spark
+    Connect URL and the Spark Connect client can be imported."""
     if not url.startswith("sc://") or len(url) <= len("sc://"):
         msg = (
-            f"option {option!r}: {url!r} is not a Spark Connect URL; give the job's own "
+            f"option {name!r}: {url!r} is not a Spark Connect URL; give the job's own "
             "driver as sc://localhost:<spark.connect.grpc.binding.port>"
         )
         raise ConfigError(msg)
@@ -59,7 +87,7 @@ def check_connect_url(url: str, option: str) -> None:
         import pyspark.sql.connect.session  # noqa: F401
     except ImportError as exc:
         msg = (
-            f"option {option!r} needs the Spark Connect client, which is not installed: "
+            f"option {name!r} needs the Spark Connect client, which is not installed: "
             f"pip install 'firesteel[connect]' ({exc})"
         )
         raise ConfigError(msg) from exc

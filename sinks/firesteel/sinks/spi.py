@@ -7,12 +7,12 @@ batch is **committed** sends them with ``send_values``; a
 :class:`CheckpointCommitter` records each sent (sink, batch, partition), so a
 retry re-sends at most the one segment whose send was not yet recorded, and
 never a recorded one (:class:`FileCheckpointCommitter`: marker files beside
-the checkpoint). ``send.connect`` URLs are checked with
-:func:`check_connect_url`.
+the checkpoint). A sink declares its ``send.connect`` option with
+:func:`send_connect_option` and checks it with :func:`check_send_connect`.
 """
 
 from firesteel.sinks.committers import CheckpointCommitter, FileCheckpointCommitter
-from firesteel.sinks.fanout import check_connect_url
+from firesteel.sinks.fanout import check_connect_url, check_send_connect, send_connect_option
 from firesteel.sinks.write_ahead import WriteAheadSink, log_dir_for
 
 __all__ = [
@@ -20,5 +20,7 @@ __all__ = [
     "FileCheckpointCommitter",
     "WriteAheadSink",
     "check_connect_url",
+    "check_send_connect",
     "log_dir_for",
+    "send_connect_option",
 ]

@@ -17,25 +17,16 @@ from __future__ import annotations
 import sys
 
 from firesteel.rocksdb import RocksDBBackend
-from firesteel.state import stateful
 from firesteel.testing.jobs import job_session, read_parquet_files, write_files_exactly_once
-from firesteel.testing.processors import RankPerKeyWithTimers
+from firesteel.testing.processors import rank_with_timers
 
 
 def main() -> None:
     source, out, checkpoint, state_uri, local_dir, files_per_batch, parallelism = sys.argv[1:8]
     spark = job_session("firesteel-rocksdb-crash")
     records = read_parquet_files(spark, source, files_per_batch)
-    ranked = stateful(
-        records,
-        key=["key"],
-        processor=RankPerKeyWithTimers(),
-        output_schema="seq long, key string, rank long",
-        backend=RocksDBBackend(state_uri, local_dir=local_dir, retain=1),
-        name="rank",
-        parallelism=int(parallelism),
-        max_parallelism=32,
-    )
+    backend = RocksDBBackend(state_uri, local_dir=local_dir, retain=1)
+    ranked = rank_with_timers(records, backend, int(parallelism))
     write_files_exactly_once(spark, ranked, out, checkpoint)
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from firesteel.pipelines.config import PipelineConfig
 from firesteel.pipelines.errors import ConfigurationError
-from firesteel.pipelines.ports import Codec, Inlet, Outlet
+from firesteel.pipelines.ports import Codec, Outlet, StreamletPort
 from firesteel.pipelines.schemas import spark_schema
 from firesteel.pipelines.verify import VerifiedBlueprint
 
@@ -70,7 +70,7 @@ class PortContext(ABC):
         outlets = list(cls.shape.outlets)
         self.main_query = outlets[0].name if len(outlets) == 1 else MAIN_QUERY
         self.ports: dict[str, Port] = {}
-        ports: list[Inlet | Outlet] = [*cls.shape.inlets, *outlets]
+        ports: list[StreamletPort] = [*cls.shape.inlets, *outlets]
         for port in ports:
             key = verified.topic_of(streamlet, port.name)
             if key is None:

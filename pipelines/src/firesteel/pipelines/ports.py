@@ -115,19 +115,22 @@ Codec = AvroCodec | JsonCodec
 
 
 @dataclass(frozen=True)
-class Inlet:
-    """A named input of a streamlet, read from the topic the blueprint binds it to."""
+class StreamletPort:
+    """A named end of a streamlet, whose ``codec`` reads or writes its topic's records."""
 
     name: str
     codec: Codec
 
 
 @dataclass(frozen=True)
-class Outlet:
+class Inlet(StreamletPort):
+    """A named input of a streamlet, read from the topic the blueprint binds it to."""
+
+
+@dataclass(frozen=True)
+class Outlet(StreamletPort):
     """A named output of a streamlet; ``key`` (a column) partitions the topic by record key."""
 
-    name: str
-    codec: Codec
     key: str | None = None
 
 

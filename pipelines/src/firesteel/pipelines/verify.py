@@ -30,7 +30,7 @@ from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibi
 
 from firesteel.pipelines.blueprint import TOPIC_KEYS, Blueprint
 from firesteel.pipelines.errors import BlueprintError, ConfigurationError, Problem, did_you_mean
-from firesteel.pipelines.ports import Inlet, Outlet
+from firesteel.pipelines.ports import StreamletPort
 from firesteel.pipelines.streamlet import Streamlet
 
 STREAMLET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -43,7 +43,7 @@ class Connection:
 
     topic: str
     streamlet: str
-    port: Inlet | Outlet
+    port: StreamletPort
 
 
 @dataclass(frozen=True)
@@ -196,7 +196,7 @@ def _port(
     classes: dict[str, type[Streamlet]],
     binding: tuple[str, str, str],
     problems: list[Problem],
-) -> tuple[str, Inlet | Outlet] | None:
+) -> tuple[str, StreamletPort] | None:
     """The streamlet and port ``binding`` (topic, role, reference) names, else a problem."""
     topic, role, reference = binding
     streamlet, _, port_name = reference.partition(".")

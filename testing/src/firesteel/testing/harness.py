@@ -66,6 +66,7 @@ from firesteel.testing.processes import (
     kill_process_and_descendants,
     spawn_logged,
 )
+from firesteel.testing.together import PART_SEPARATOR, TOGETHER_FLAG
 
 logger = logging.getLogger(__name__)
 
@@ -75,11 +76,13 @@ POLL_SECONDS = 0.2
 TRACK_SECONDS = 2.0
 """How often a running job's processes are recorded (:meth:`ProcessTracker.refresh`).
 
-A record reads every process's ``/proc`` entries, its environment included: at
-every poll it took the test's own process 40-100% of a core on a machine running
-a few hundred processes (profiled: 150 of a crash test's 268 s). Recording less
-often misses nothing: a kill records the tree again first, and the end of every
-run finds and kills the job's processes by their token wherever they are.
+A record walks the job's process tree; finding processes by their token also reads
+every process's environment, which at every poll took the test's own process
+40-100% of a core on a machine running a few hundred processes (profiled: 150 of a
+crash test's 268 s). So a running job is recorded through its tree only, and less
+often; that misses nothing: while the job runs, its processes hang from its tree
+(only a crash orphans them), a kill records the tree again first, and the end of
+every run finds and kills the job's processes by their token wherever they are.
 """
 
 
@@ -131,24 +134,57 @@ class AtRandom:
 Kill = AtPoints | AtRandom
 """What one run is armed with."""
 
+Args = Sequence[str | os.PathLike[str]]
+
+
+@dataclass(frozen=True)
+class Part:
+    """One job script of a group sharing a driver (:meth:`CrashHarness.run_together`).
+
+    ``name`` names the part's query (aim task kills at it with ``query=name``);
+    ``args`` and ``env`` are as :meth:`CrashHarness.run`'s, per run.
+    """
+
+    name: str
+    script: str | os.PathLike[str]
+    args: Args | Callable[[int], Args] = ()
+    env: Callable[[int], Mapping[str, str]] | None = None
+
+    def command(self, run: int) -> list[str]:
+        """The part's words on the launcher's command line in run ``run``."""
+        args = self.args(run) if callable(self.args) else self.args
+        return [self.name, str(self.script), *map(str, args)]
+
+
+def _in_query(query: str | None) -> str:
+    return f"#{query}" if query else ""
+
 
 def at_point(
     point: str | FaultPoint,
     batch: int | None = None,
     partition: int | None = None,
     mode: Literal["job", "process"] = "job",
+    query: str | None = None,
 ) -> AtPoints:
-    """Arm one declared fault point (see :mod:`firesteel.testing.points`) for one run."""
+    """Arm one declared fault point (see :mod:`firesteel.testing.points`) for one run.
+
+    ``query`` limits it to the tasks of the query of that name (a part of
+    :meth:`CrashHarness.run_together`); a point reached on the driver never matches then.
+    """
     spec = check_point(point)
     if batch is not None:
         spec += f"@{batch}"
         if partition is not None:
             spec += f":{partition}"
-    return AtPoints((spec,), mode)
+    return AtPoints((spec + _in_query(query),), mode)
 
 
 def task_kills(
-    points: Sequence[str | FaultPoint], batches: Sequence[int], partitions: Sequence[int] = ()
+    points: Sequence[str | FaultPoint],
+    batches: Sequence[int],
+    partitions: Sequence[int] = (),
+    query: str | None = None,
 ) -> AtPoints:
     """Kill a task at each of ``points`` in each of ``batches`` (``mode="process"``).
 
@@ -159,14 +195,18 @@ def task_kills(
     ``local[2,4]`` gives a task four attempts: give at most three points, or the
     fourth kill fails the query. Only points reached inside tasks belong here
     (``driver.*`` points run on the driver, where a killed Python process fails
-    the query, not a task).
+    the query, not a task). ``query`` aims the kills at the tasks of one query of a
+    :meth:`CrashHarness.run_together` group.
     """
     if len(points) > 3:
         msg = f"{len(points)} kills per task outlive its four attempts: give at most three"
         raise HarnessError(msg)
     names = [check_point(point) for point in points]
     where = [f":{partition}" for partition in partitions] or [""]
-    specs = tuple(f"{name}@{batch}{at}" for batch in batches for at in where for name in names)
+    scope = _in_query(query)
+    specs = tuple(
+        f"{name}@{batch}{at}{scope}" for batch in batches for at in where for name in names
+    )
     return AtPoints(specs, mode="process")
 
 
@@ -362,6 +402,41 @@ class CrashHarness:
         msg = f"{script}: no run completed within {limit} runs\n{summary}"
         raise HarnessError(msg)
 
+    def run_together(
+        self,
+        parts: Sequence[Part],
+        kills: Sequence[Kill] = (),
+        *,
+        max_runs: int | None = None,
+    ) -> CrashResult:
+        """Run several job scripts in one driver, as :meth:`run` runs one.
+
+        Each run starts one job process whose driver runs every part's query
+        (:mod:`firesteel.testing.together`), so every kill of the run (a point reached by
+        any part's query, a random moment) crashes all of them at once, and each part
+        recovers from it at its restart: several exactly-once paths share the price of
+        each restart. A run completes when every part's query has; one failed query
+        fails the run. The parts' environments are merged, later parts winning.
+        """
+        names = [part.name for part in parts]
+        if len(set(names)) != len(names):
+            msg = f"parts need distinct names (they name the queries): {names}"
+            raise HarnessError(msg)
+
+        def args(run: int) -> list[str]:
+            words: list[str] = []
+            for part in parts:
+                words += [PART_SEPARATOR, *part.command(run)] if words else part.command(run)
+            return words
+
+        def env(run: int) -> dict[str, str]:
+            merged: dict[str, str] = {}
+            for part in parts:
+                merged.update(part.env(run) if part.env is not None else {})
+            return merged
+
+        return self.run(TOGETHER_FLAG, args, kills, max_runs=max_runs, env=env)
+
     def attempt(
         self,
         script: str | os.PathLike[str],
@@ -470,7 +545,7 @@ class CrashHarness:
             while proc.poll() is None:
                 now = time.monotonic()
                 if now - tracked >= TRACK_SECONDS:
-                    tracker.refresh()
+                    tracker.refresh(scan_tokens=False)
                     tracked = now
                 if now > deadline:
                     msg = (

@@ -233,8 +233,14 @@ def run_available(spark: SparkSession, writer: DataStreamWriter, checkpoint: str
     """Run ``writer`` over everything available from the fixed ``checkpoint``, then stop.
 
     Returns when the query has processed all input (Trigger.AvailableNow) and
-    ``spark`` is stopped; a failed query raises, so the job exits non-zero.
+    ``spark`` is stopped; a failed query raises, so the job exits non-zero. In a
+    group of jobs sharing a driver (:mod:`firesteel.testing.together`) it only starts
+    the query, named after the job's part, and the group waits.
     """
+    from firesteel.testing.together import start_in_group
+
+    if start_in_group(writer, checkpoint):
+        return
     query = writer.option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
     query.awaitTermination()
     spark.stop()

@@ -4,7 +4,8 @@ The harness starts the job in a new session, so its process group id equals
 its PID, which is only known once the process exists. This launcher puts it
 into ``FIRESTEEL_FAULT_PGID`` (read by :mod:`firesteel.core.faults`, and
 inherited by the Spark JVM the script starts) and then runs the script as
-``__main__`` with the remaining arguments.
+``__main__`` with the remaining arguments, or several scripts in one driver
+(``--together``, see :mod:`firesteel.testing.together`).
 """
 
 from __future__ import annotations
@@ -14,14 +15,24 @@ import runpy
 import sys
 
 from firesteel.core.faults import PGID_ENV
+from firesteel.testing.together import TOGETHER_FLAG, run_parts, split_parts
 
 
 def main() -> None:
-    """Run ``sys.argv[1]`` as a script with ``sys.argv[2:]`` as its arguments."""
+    """Run ``sys.argv[1]`` as a script with ``sys.argv[2:]`` as its arguments, or, after
+    ``--together``, several named scripts in this one driver
+    (:mod:`firesteel.testing.together`)."""
     if len(sys.argv) < 2:
-        msg = "usage: python -m firesteel.testing.launch <script.py> [args...]"
+        msg = (
+            "usage: python -m firesteel.testing.launch <script.py> [args...]\n"
+            "       python -m firesteel.testing.launch --together "
+            "<name> <script.py> [args...] [--and <name> <script.py> [args...]]..."
+        )
         raise SystemExit(msg)
     os.environ[PGID_ENV] = str(os.getpgid(0))
+    if sys.argv[1] == TOGETHER_FLAG:
+        run_parts(split_parts(sys.argv[2:]))
+        return
     script = sys.argv[1]
     sys.argv = sys.argv[1:]
     # As `python script.py` would: the script's folder comes first on the path.

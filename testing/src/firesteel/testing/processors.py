@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from firesteel.state import (
     BroadcastContext,
@@ -12,8 +12,13 @@ from firesteel.state import (
     KeyedProcessor,
     KeyState,
     OpenContext,
+    StateBackend,
     ValueStateDescriptor,
+    stateful,
 )
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 
 class RankPerKey(KeyedProcessor):
@@ -53,6 +58,25 @@ class RankPerKeyWithTimers(RankPerKey):
 
     def on_timer(self, key: Any, timestamp_ms: int, state: KeyState) -> Any:
         return [{"seq": -timestamp_ms, "key": key[0], "rank": 0}]
+
+
+def rank_with_timers(
+    records: DataFrame, backend: StateBackend, parallelism: int, restore_from: str | None = None
+) -> DataFrame:
+    """``records`` (``seq``, ``key``) ranked per key by :class:`RankPerKeyWithTimers` in the
+    operator ``rank`` (max parallelism 32), as ``seq long, key string, rank long``: the
+    stateful step every backend's state crash job shares, so their outputs compare."""
+    return stateful(
+        records,
+        key=["key"],
+        processor=RankPerKeyWithTimers(),
+        output_schema="seq long, key string, rank long",
+        backend=backend,
+        name="rank",
+        parallelism=parallelism,
+        max_parallelism=32,
+        restore_from=restore_from,
+    )
 
 
 class RankPerKeyWithRules(RankPerKey):

@@ -11,7 +11,8 @@ but the last.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -39,46 +40,48 @@ def misranked(pairs_by_key: RankPairs) -> int:
     return wrong
 
 
-def assert_ranked_output(
-    committed: pa.Table,
-    expected: Iterable[int],
-    key_of: Callable[[int], str],
-    batches: int,
-    context: str = "",
-) -> None:
-    """Every expected seq once, ranked by its position among its key's records, and every
-    key's timer fired once in each batch but the last (each key has records in every batch)."""
-    expected = list(expected)
-    records = committed.filter(pc.greater_equal(committed.column("seq"), 0))
-    assert_exactly_once(records.column("seq"), expected, what="output" + context)
-    fired: dict[str, list[int]] = {}
-    for row in committed.filter(pc.less(committed.column("seq"), 0)).to_pylist():
-        fired.setdefault(row["key"], []).append(-row["seq"])
-    assert {k: len(set(v)) for k, v in fired.items()} == {
-        key_of(s): batches - 1 for s in expected
-    }, f"a key's timer did not fire once in each batch but the last{context}"
-    assert all(len(v) == len(set(v)) for v in fired.values()), f"a timer fired twice{context}"
-    wrong = misranked(ranks_by_key(records))
-    assert wrong == 0, f"{wrong} records ranked out of their key's order{context}"
+@dataclass(frozen=True)
+class RankedRun:
+    """What a run of the ranking job was fed, to check what it left against: every
+    ``expected`` seq, keyed by ``key_of``, in ``batches`` batches; ``context`` (the
+    harness's summary) ends every failure message."""
 
+    expected: Sequence[int]
+    key_of: Callable[[int], str]
+    batches: int
+    context: str = ""
 
-def assert_ranked_state(
-    state: pa.Table,
-    expected: Iterable[int],
-    key_of: Callable[[int], str],
-    batches: int,
-    context: str = "",
-) -> None:
-    """The state the job left (:func:`firesteel.backends.inspect.read_state`'s table): at the
-    last batch, one pending timer and the total ``count`` of every key."""
-    totals = Counter(key_of(s) for s in expected)
-    frame = state.to_pandas()
-    assert set(frame["batch"]) == {batches - 1}, context
-    timers = frame[frame["kind"] == "timer"]
-    assert sorted(timers["key"].str.strip('[]"')) == sorted(totals), f"one timer per key{context}"
-    counts = frame[frame["state"] == "count"]
-    stored = {
-        key.strip('[]"'): int(value)
-        for key, value in zip(counts["key"], counts["value"], strict=True)
-    }
-    assert stored == dict(totals), context
+    def assert_output(self, committed: pa.Table) -> None:
+        """Every expected seq once, ranked by its position among its key's records, and every
+        key's timer fired once in each batch but the last (each key has records in every
+        batch)."""
+        context = self.context
+        records = committed.filter(pc.greater_equal(committed.column("seq"), 0))
+        assert_exactly_once(records.column("seq"), self.expected, what="output" + context)
+        fired: dict[str, list[int]] = {}
+        for row in committed.filter(pc.less(committed.column("seq"), 0)).to_pylist():
+            fired.setdefault(row["key"], []).append(-row["seq"])
+        assert {k: len(set(v)) for k, v in fired.items()} == {
+            self.key_of(s): self.batches - 1 for s in self.expected
+        }, f"a key's timer did not fire once in each batch but the last{context}"
+        assert all(len(v) == len(set(v)) for v in fired.values()), f"a timer fired twice{context}"
+        wrong = misranked(ranks_by_key(records))
+        assert wrong == 0, f"{wrong} records ranked out of their key's order{context}"
+
+    def assert_state(self, state: pa.Table) -> None:
+        """The state the job left (:func:`firesteel.backends.inspect.read_state`'s table): at
+        the last batch, one pending timer and the total ``count`` of every key."""
+        context = self.context
+        totals = Counter(self.key_of(s) for s in self.expected)
+        frame = state.to_pandas()
+        assert set(frame["batch"]) == {self.batches - 1}, context
+        timers = frame[frame["kind"] == "timer"]
+        assert sorted(timers["key"].str.strip('[]"')) == sorted(totals), (
+            f"one timer per key{context}"
+        )
+        counts = frame[frame["state"] == "count"]
+        stored = {
+            key.strip('[]"'): int(value)
+            for key, value in zip(counts["key"], counts["value"], strict=True)
+        }
+        assert stored == dict(totals), context

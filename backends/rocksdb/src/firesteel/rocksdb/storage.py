@@ -81,11 +81,9 @@ class CheckpointStorage:
         """Reads and writes ``_operator.json`` (shared with the dict backends' layout)."""
         self._manifests: dict[str, Manifest] = {}
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {"location": self.location, "operator": self.operator, "config": self.config}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["location"], state["operator"], state["config"])  # type: ignore[misc]
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt from its settings: the receiving process opens its own filesystem.
+        return type(self), (self.location, self.operator, self.config)
 
     @property
     def fs(self) -> fs.FileSystem:

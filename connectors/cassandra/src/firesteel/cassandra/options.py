@@ -6,7 +6,7 @@ import dataclasses
 from typing import Literal
 
 from firesteel.core.spi import ConfigError, SinkOptions, option
-from firesteel.sinks.spi import check_connect_url
+from firesteel.sinks.spi import check_send_connect, send_connect_option
 
 CONNECTOR = "firesteel.cassandra"
 PASSTHROUGH = ("cassandra.",)
@@ -54,11 +54,7 @@ class CassandraSinkOptions(SinkOptions):
         "firesteel_commits",
         doc="mode=wal: table recording the sent segments (created if missing)",
     )
-    send_connect: str | None = option(
-        None,
-        doc="mode=wal: Spark Connect URL of the job's own driver (sc://localhost:15002); the "
-        "committed segments are then sent by one Spark task each, across the executors",
-    )
+    send_connect: str | None = send_connect_option("mode=wal")
     log_location: str | None = option(
         None,
         name="log.location",
@@ -105,8 +101,12 @@ class CassandraSinkOptions(SinkOptions):
         if self.batch_rows < 1:
             msg = f"option 'batch.rows' must be at least 1, got {self.batch_rows}"
             raise ConfigError(msg)
-        if self.send_connect is not None:
-            self._check_send_connect(self.send_connect)
+        check_send_connect(
+            self.send_connect,
+            logs_ahead=self.mode == "wal",
+            otherwise="mode=upsert writes from the executors already",
+            use="mode=wal",
+        )
         if self.write == "increment":
             self._check_increment()
         if self.ttl is not None and self.ttl_column is not None:
@@ -115,15 +115,6 @@ class CassandraSinkOptions(SinkOptions):
         if self.ttl is not None and self.ttl <= 0:
             msg = f"option 'ttl' must be a positive number of seconds, got {self.ttl}"
             raise ConfigError(msg)
-
-    def _check_send_connect(self, url: str) -> None:
-        if self.mode != "wal":
-            msg = (
-                "option 'send.connect' moves the write-ahead log's sends onto the executors; "
-                "mode=upsert writes from the executors already: drop the option or use mode=wal"
-            )
-            raise ConfigError(msg)
-        check_connect_url(url, "send.connect")
 
     def _check_increment(self) -> None:
         if self.mode != "wal":

@@ -26,7 +26,24 @@ from typing import Any
 from pyarrow import NativeFile, fs
 from pyarrow.fs import FileInfo
 
-from firesteel.core.spi import OBJECT_STORES, Location, StorageConfig, resolve, storage_error
+from firesteel.core.spi import (
+    OBJECT_STORES,
+    Location,
+    StorageConfig,
+    option,
+    resolve,
+    storage_error,
+)
+
+
+def path_option(role: str) -> Any:
+    """Declare the ``path`` option of a side of the connector (see
+    :func:`~firesteel.core.options.option`); ``role`` says what the folder is to it."""
+    return option(
+        required=True,
+        doc=f"{role}: an absolute path or a URI (s3a://bucket/prefix, gs://, abfss://); a "
+        "store's fs.* settings (fs.s3a.endpoint, ...) are options too",
+    )
 
 
 class Folder:
@@ -36,11 +53,9 @@ class Folder:
         self.uri = uri.rstrip("/")
         self.config = config or StorageConfig()
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {"uri": self.uri, "config": self.config}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["uri"], state["config"])  # type: ignore[misc]
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt from its settings: the cached location (a filesystem) stays in this process.
+        return type(self), (self.uri, self.config)
 
     @functools.cached_property
     def location(self) -> Location:

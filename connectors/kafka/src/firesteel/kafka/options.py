@@ -20,7 +20,7 @@ from firesteel.core.spi import (
     require_absolute,
 )
 from firesteel.kafka.config import PREFIX, validate_client_config
-from firesteel.sinks.spi import check_connect_url
+from firesteel.sinks.spi import check_send_connect, send_connect_option
 
 CONNECTOR = "firesteel.kafka"
 PASSTHROUGH = (PREFIX,)
@@ -182,13 +182,7 @@ class KafkaSinkOptions(SinkOptions):
         "commits its own transaction: a changed partition count fails the query, after the "
         "re-run's tasks committed; see the README)",
     )
-    send_connect: str | None = option(
-        None,
-        name="send.connect",
-        doc="exactly.once.mode=write-ahead: Spark Connect URL of the job's own driver "
-        "(sc://localhost:15002); each committed segment is then sent by its own Spark task, "
-        "across the executors, instead of one after another in the commit",
-    )
+    send_connect: str | None = send_connect_option("exactly.once.mode=write-ahead")
     transactional_id_prefix: str = option(
         "firesteel",
         doc="exactly-once: transactional ids are <prefix>-<sink id>-<partition>",
@@ -259,19 +253,14 @@ class KafkaSinkOptions(SinkOptions):
                 raise ConfigError(msg)
             self.transaction_timeout_ms()
             defaults["transactional.id"] = "firesteel-config-check"
-        if self.send_connect is not None:
-            self._check_send_connect(self.send_connect)
+        check_send_connect(
+            self.send_connect,
+            logs_ahead=self.delivery is Guarantee.EXACTLY_ONCE
+            and self.exactly_once_mode == "write-ahead",
+            otherwise="the other guarantees and modes send from the tasks already",
+            use="guarantee exactly-once with exactly.once.mode write-ahead",
+        )
         validate_client_config(self.passthrough, "producer", CONNECTOR, defaults)
-
-    def _check_send_connect(self, url: str) -> None:
-        if self.delivery is not Guarantee.EXACTLY_ONCE or self.exactly_once_mode != "write-ahead":
-            msg = (
-                f"{CONNECTOR}: option 'send.connect' moves the write-ahead log's sends onto the "
-                "executors; it needs guarantee exactly-once with exactly.once.mode write-ahead "
-                "(the other modes send from the tasks already): drop the option"
-            )
-            raise ConfigError(msg)
-        check_connect_url(url, "send.connect")
 
     def _require_confirmed_delivery(self) -> None:
         """at-least-once and exactly-once need every replica's ack and idempotence."""

@@ -18,9 +18,8 @@ from __future__ import annotations
 import sys
 
 from firesteel.backends import FilesystemBackend
-from firesteel.state import stateful
 from firesteel.testing.jobs import job_session, read_parquet_files, write_files_exactly_once
-from firesteel.testing.processors import RankPerKeyWithTimers
+from firesteel.testing.processors import rank_with_timers
 
 
 def main() -> None:
@@ -28,17 +27,8 @@ def main() -> None:
     restore_from = sys.argv[7] if len(sys.argv) > 7 else None
     spark = job_session("firesteel-state-crash")
     records = read_parquet_files(spark, source, files_per_batch)
-    ranked = stateful(
-        records,
-        key=["key"],
-        processor=RankPerKeyWithTimers(),
-        output_schema="seq long, key string, rank long",
-        backend=FilesystemBackend(state_uri, full_snapshot_every=3, retain=3),
-        name="rank",
-        parallelism=int(parallelism),
-        max_parallelism=32,
-        restore_from=restore_from,
-    )
+    backend = FilesystemBackend(state_uri, full_snapshot_every=3, retain=3)
+    ranked = rank_with_timers(records, backend, int(parallelism), restore_from)
     write_files_exactly_once(spark, ranked, out, checkpoint)
 
 

@@ -11,6 +11,7 @@ import dataclasses
 from typing import Literal
 
 from firesteel.core.spi import ConfigError, SinkOptions, option, require_absolute
+from firesteel.files.folder import path_option
 
 SinkFormat = Literal["parquet", "json"]
 MAX_ROLL_SIZE_BYTES = 5 * 1024**3
@@ -26,11 +27,7 @@ class FilesSinkOptions(SinkOptions):
     is the user's word that a new checkpoint over committed output is a new stream.
     """
 
-    path: str = option(
-        required=True,
-        doc="the output directory: an absolute path or a URI (s3a://bucket/prefix, gs://, "
-        "abfss://); a store's fs.* settings (fs.s3a.endpoint, ...) are options too",
-    )
+    path: str = path_option("the output directory")
     format: SinkFormat = option("parquet", doc="file format: parquet (default) or json (lines)")
     bucket_by: str | None = option(
         None,

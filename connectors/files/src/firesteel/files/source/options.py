@@ -11,6 +11,7 @@ import dataclasses
 from typing import Literal
 
 from firesteel.core.spi import ConfigError, ErrorPolicy, option, require_absolute
+from firesteel.files.folder import path_option
 
 SourceFormat = Literal["parquet", "csv", "json", "text"]
 
@@ -19,11 +20,7 @@ SourceFormat = Literal["parquet", "csv", "json", "text"]
 class FilesSourceOptions:
     """Options of ``spark.readStream.format("firesteel.files")``."""
 
-    path: str = option(
-        required=True,
-        doc="the directory to read (or pass it to load()): an absolute path or a URI "
-        "(s3a://bucket/prefix, gs://, abfss://); a store's fs.* settings are options too",
-    )
+    path: str = path_option("the directory to read (or pass it to load())")
     format: SourceFormat = option("parquet", doc="file format: parquet, csv, json (lines), text")
     max_files_per_batch: int | None = option(
         None, name="max.files.per.batch", doc="admission control: at most this many files a batch"

@@ -1,0 +1,396 @@
+"""The exactly-once paths the crash tests kill: each one's input, job arguments and checks.
+
+Each path is a job script of ``firesteel.testing.scripts`` with its input written
+here, its arguments per run (every restart changes what a user changes: the
+checkpoint's spelling, the parallelism, the partition count, an ``s3a://`` /
+``s3://`` spelling) and a ``check`` that reads the output with a reader that is
+not firesteel's. :meth:`part` gives the path as one
+:class:`~firesteel.testing.Part` of a group sharing a driver
+(``tests/test_crash_together.py``); the file path's other tests run it alone.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import uuid
+from collections import Counter
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+from files_helpers import write_sequence_files
+from pyarrow import fs
+
+from firesteel.backends.inspect import read_state
+from firesteel.core.storage import StorageConfig
+from firesteel.files import read_committed
+from firesteel.testing import CrashResult, Part, Spellings, assert_exactly_once
+from firesteel.testing.clock import clock_offset
+from firesteel.testing.kafka import create_topic, produce
+from firesteel.testing.ranked import RankedRun
+from firesteel.testing.s3 import S3Server
+from firesteel.testing.scripts import script
+from firesteel.testing.scripts.wal_target import read_sends, read_sqlite_bodies
+
+ROOT = Path(__file__).resolve().parents[1]
+FILES_JOB = script("files_job")
+FILES = 39
+ROWS_PER_FILE = 20
+FILES_PER_BATCH = 3
+BATCHES = FILES // FILES_PER_BATCH
+
+
+class FilesJob:
+    """files (or a Kafka topic) -> map -> the transactional file sink, output local or on S3."""
+
+    name = "files"
+
+    def __init__(
+        self, root: Path, s3: S3Server | None = None, endpoint: str = "", kafka: str = ""
+    ) -> None:
+        self.source = root / "in"
+        self.input = str(self.source)
+        """The job's input argument: the folder, or ``kafka://<bootstrap>/<topic>``."""
+        self.per_batch = FILES_PER_BATCH
+        self.s3 = s3
+        self.endpoint = endpoint
+        """Where the job reaches the S3 server (a proxy's address), if not directly."""
+        self.bucket = ""
+        if s3 is None:
+            self.out = str(root / "out")
+        else:
+            self.bucket = s3.create_bucket(f"crash-files-{uuid.uuid4().hex[:12]}")
+            self.out = f"s3a://{self.bucket}/out"
+        self.checkpoint = root / "ck"
+        self.checkpoints = Spellings(self.checkpoint)
+        if kafka:
+            topic = create_topic(kafka, 2)
+            self.expected = range(FILES * ROWS_PER_FILE)
+            records = [json.dumps({"seq": i, "text": f"r{i}"}).encode() for i in self.expected]
+            produce(kafka, topic, records)
+            self.input = f"kafka://{kafka}/{topic}"
+            self.per_batch = FILES_PER_BATCH * ROWS_PER_FILE
+        else:
+            self.expected = write_sequence_files(
+                self.source, FILES, ROWS_PER_FILE, lambda seqs: {"text": [f"r{i}" for i in seqs]}
+            )
+
+    def args(self, run: int) -> list[str]:
+        """Run ``run``'s arguments: each restart spells the checkpoint otherwise; on S3 the
+        settings go as the session's ``spark.hadoop.fs.s3a.*``."""
+        args = [self.input, self.out, self.checkpoints(run), str(self.per_batch)]
+        if self.s3 is None:
+            return args
+        settings = {
+            **self.s3.settings(),
+            **({"fs.s3a.endpoint": self.endpoint} if self.endpoint else {}),
+        }
+        return args + [f"spark.hadoop.{k}={v}" for k, v in settings.items()]
+
+    def part(self) -> Part:
+        """This path as a part of a group sharing a driver."""
+        return Part(self.name, FILES_JOB, self.args)
+
+    def check(self, result: CrashResult) -> None:
+        """Output == input exactly, by the committed-file reader and by plain reads."""
+        context = f"\n{result.summary()}"
+        storage = self.s3.settings() if self.s3 is not None else None
+        committed = read_committed(self.out, storage)
+        count = assert_exactly_once(
+            committed.column("seq"), self.expected, what="read_committed" + context
+        )
+        if self.s3 is None:
+            plain = ds.dataset(self.out, format="parquet").to_table()
+        else:
+            plain = ds.dataset(
+                f"{self.bucket}/out", format="parquet", filesystem=self._plain_s3()
+            ).to_table()
+            self._check_listing(context)
+        assert_exactly_once(plain.column("seq"), self.expected, what="pyarrow dataset" + context)
+        assert pc.all(
+            pc.equal(plain.column("tripled"), pc.multiply(plain.column("seq"), 3))
+        ).as_py()
+        assert count.seen == len(self.expected)
+
+    def _plain_s3(self) -> fs.S3FileSystem:
+        assert self.s3 is not None
+        return self.s3.filesystem()
+
+    def _check_listing(self, context: str) -> None:
+        """boto3: outside ``_firesteel/`` only committed part files, one per batch."""
+        assert self.s3 is not None
+        pages = (
+            self.s3.client()
+            .get_paginator("list_objects_v2")
+            .paginate(Bucket=self.bucket, Prefix="out/")
+        )
+        keys = [item["Key"] for page in pages for item in page.get("Contents", [])]
+        data = sorted(k for k in keys if not k.startswith("out/_firesteel/"))
+        assert all(k.startswith("out/part-") and k.endswith(".parquet") for k in data), data
+        batches = [k.split("-")[1] for k in data]
+        assert len(set(batches)) == BATCHES, f"{data}{context}"
+
+
+STATE_JOB = script("state_job")
+STATE_FILES = 39
+STATE_ROWS_PER_FILE = 25
+KEYS = 7
+PARALLELISM = (2, 3, 1, 4, 2)
+"""The operator's parallelism in each run: every restart rescales the keyed state."""
+
+
+def key_of(seq: int) -> str:
+    """The state path's key of record ``seq``."""
+    return f"k{(seq * 5) % KEYS}"
+
+
+class StateJob:
+    """files -> keyed state with timers (filesystem backend) -> the file sink.
+
+    With ``s3``, the state lives in a bucket on the server, spelled ``s3a://`` and
+    ``s3://`` on alternate restarts, and the session reaches it through
+    ``spark.hadoop.fs.s3a.*``. From the second restart on, the whole job (Spark's JVM
+    included) runs with its wall clock an hour behind, so timers registered before
+    must still fire in the next batch."""
+
+    name = "state"
+
+    def __init__(self, root: Path, s3: S3Server | None = None) -> None:
+        self.source = root / "in"
+        self.out = root / "out"
+        self.checkpoint = root / "ck"
+        self.state = root / "state"
+        self.checkpoints = Spellings(self.checkpoint)
+        self.s3 = s3
+        self.bucket = s3.create_bucket(f"state-crash-{uuid.uuid4().hex[:8]}") if s3 else ""
+        self.states = s3.spellings(self.bucket, "state") if s3 else Spellings(self.state)
+        self.expected = write_sequence_files(
+            self.source,
+            STATE_FILES,
+            STATE_ROWS_PER_FILE,
+            lambda seqs: {"key": [key_of(s) for s in seqs]},
+        )
+
+    def args(self, run: int) -> list[str]:
+        """Run ``run``'s arguments: each restart spells the checkpoint and state otherwise
+        and runs the operator at another parallelism."""
+        return [
+            str(self.source),
+            str(self.out),
+            self.checkpoints(run),
+            self.states(run),
+            str(FILES_PER_BATCH),
+            str(PARALLELISM[run % len(PARALLELISM)]),
+        ]
+
+    def env(self, run: int) -> Mapping[str, str]:
+        """Run ``run``'s environment: from the second restart on, the clock an hour behind."""
+        return {
+            **(clock_offset(-3600) if run >= 2 else {}),
+            **(self.s3.job_env() if self.s3 else {}),
+        }
+
+    def part(self) -> Part:
+        """This path as a part of a group sharing a driver."""
+        return Part(self.name, STATE_JOB, self.args, self.env)
+
+    def check(self, result: CrashResult) -> None:
+        """Every record ranked once among its key's records, timers fired once per batch,
+        and the state checkpoint holding each key's total."""
+        context = f"\n{result.summary()}"
+        run = RankedRun(self.expected, key_of, STATE_FILES // FILES_PER_BATCH, context)
+        # pyarrow's dataset reader, not firesteel's: it sees every visible file.
+        run.assert_output(ds.dataset(str(self.out), format="parquet").to_table())
+        if self.s3:
+            listed = self.s3.client().list_objects_v2(Bucket=self.bucket, Prefix="state/rank/")
+            keys = [item["Key"] for item in listed.get("Contents", [])]
+            assert any(key.endswith(".snap") for key in keys), f"no snapshot on S3{context}"
+            location, storage = f"s3a://{self.bucket}/state", StorageConfig.of(self.s3.settings())
+        else:
+            location, storage = f"file://{self.state}", None
+        run.assert_state(read_state(location, operator="rank", storage=storage))
+
+
+ROCKS_JOB = ROOT / "backends" / "rocksdb" / "tests" / "jobs" / "rocksdb_state_job.py"
+ROCKS_FILES = 36
+ROCKS_BATCHES = ROCKS_FILES // FILES_PER_BATCH
+
+
+class RocksJob:
+    """files -> keyed state with timers (the RocksDB backend, ``retain=1``) -> the file sink.
+
+    With ``s3``, its checkpoints live in a bucket on the server, spelled ``s3a://`` and
+    ``s3://`` on alternate restarts, and the session reaches it through
+    ``spark.hadoop.fs.s3a.*``; they are listed and read back with boto3. Every restart
+    runs the operator at another parallelism, so restores move key-group ranges between
+    instances; ``check`` also finds exactly what the retained manifests reference in the
+    checkpoint folder (the killed attempts' uploads are gone)."""
+
+    name = "rocksdb"
+
+    def __init__(self, root: Path, s3: S3Server | None = None) -> None:
+        self.source = root / "in"
+        self.out = root / "out"
+        self.checkpoint = root / "ck"
+        self.state = root / "state"
+        self.local = root / "local"
+        self.checkpoints = Spellings(self.checkpoint)
+        self.s3 = s3
+        self.bucket = s3.create_bucket(f"rocksdb-crash-{uuid.uuid4().hex[:8]}") if s3 else ""
+        self.states = s3.spellings(self.bucket, "state") if s3 else Spellings(self.state)
+        self.source.mkdir(parents=True)
+        for index in range(ROCKS_FILES):
+            seqs = list(range(index * STATE_ROWS_PER_FILE, (index + 1) * STATE_ROWS_PER_FILE))
+            table = pa.table({"seq": pa.array(seqs, pa.int64()), "key": [key_of(s) for s in seqs]})
+            pq.write_table(table, self.source / f"part-{index:04d}.parquet")
+        self.expected = range(ROCKS_FILES * STATE_ROWS_PER_FILE)
+
+    def args(self, run: int) -> list[str]:
+        """Run ``run``'s arguments: each restart spells the checkpoint and state otherwise
+        and runs the operator at another parallelism (a user's rescale)."""
+        return [
+            str(self.source),
+            str(self.out),
+            self.checkpoints(run),
+            self.states(run),
+            str(self.local),
+            str(FILES_PER_BATCH),
+            str(PARALLELISM[run % len(PARALLELISM)]),
+        ]
+
+    def env(self, run: int) -> Mapping[str, str]:
+        """The S3 server's settings for the session, if the checkpoints are on S3."""
+        return self.s3.job_env() if self.s3 else {}
+
+    def part(self) -> Part:
+        """This path as a part of a group sharing a driver."""
+        return Part(self.name, ROCKS_JOB, self.args, self.env)
+
+    def check(self, result: CrashResult) -> None:
+        context = f"\n{result.summary()}"
+        run = RankedRun(self.expected, key_of, ROCKS_BATCHES, context)
+        # pyarrow's dataset reader, not firesteel's: it sees every visible file.
+        run.assert_output(ds.dataset(str(self.out), format="parquet").to_table())
+        if self.s3:
+            location, storage = f"s3a://{self.bucket}/state", StorageConfig.of(self.s3.settings())
+        else:
+            location, storage = f"file://{self.state}", None
+        run.assert_state(read_state(location, operator="rank", storage=storage))
+        self.check_storage(context)
+
+    def stored(self) -> dict[str, Callable[[], bytes]]:
+        """The operator's stored files by path relative to its folder, each with a reader:
+        local files, or the bucket's objects listed and read with boto3."""
+        if self.s3 is None:
+            base = self.state / "rank"
+            return {str(p.relative_to(base)): p.read_bytes for p in base.rglob("*") if p.is_file()}
+        client, prefix = self.s3.client(), "state/rank/"
+        pages = client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
+        # pyarrow leaves a zero-byte folder marker ("shared/") where it deleted a folder's
+        # last object: a marker, not a stored file.
+        keys = [
+            item["Key"]
+            for page in pages
+            for item in page.get("Contents", [])
+            if not item["Key"].endswith("/")
+        ]
+        return {
+            key[len(prefix) :]: functools.partial(
+                lambda k: client.get_object(Bucket=self.bucket, Key=k)["Body"].read(), key
+            )
+            for key in keys
+        }
+
+    def check_storage(self, context: str) -> None:
+        """Only retained versions remain, and shared/ holds exactly the files they reference
+        (files of the last batch's attempts aside, which the next batch would collect)."""
+        stored_files = self.stored()
+        versions = sorted({path.split("/")[0] for path in stored_files if path.startswith("v")})
+        assert versions == [f"v{v:012d}" for v in (ROCKS_BATCHES - 2, ROCKS_BATCHES - 1)], context
+        manifests = [p for p in stored_files if re.fullmatch(r"v\d{12}/[^/]+\.json", p)]
+        referenced = {
+            entry["path"].split("/", 1)[1]
+            for manifest in manifests
+            for entry in json.loads(stored_files[manifest]())["content"]["files"]
+            if entry["path"].startswith("shared/")
+        }
+        stored = {p.split("/", 1)[1] for p in stored_files if p.startswith("shared/")}
+        assert referenced <= stored, f"referenced files are missing{context}"
+        unreferenced = stored - referenced
+        oldest_kept = ROCKS_BATCHES - 2
+        stale = sorted(n for n in unreferenced if int(n.lstrip(".")[:12]) < oldest_kept)
+        assert not stale, f"files no retained version needs were kept: {stale}{context}"
+
+
+WAL_JOB = script("wal_job")
+WAL_FILES = 26
+"""Thirteen batches of two files."""
+WAL_PARTITIONS = ("4", "2", "3", "1", "3", "2", "1")
+"""The partition count of each run, in turn: batch 1 is planned with 4 and re-run with 2."""
+
+
+class WalUpsertJob:
+    """files -> hash partitions -> the write-ahead-log sink -> an upsert target (SQLite).
+
+    With ``s3``, the segments, plans and commit markers live on the S3 server, spelled
+    ``s3a://`` and ``s3://`` on alternate restarts and reached through the session's
+    ``spark.hadoop.fs.s3a.*``. The first kill of every run must be right after a send of
+    batch 1 (``wal.after_send@1:1``, planned with 4 partitions): the re-run of a batch
+    must send exactly the segments its first commit planned, never skip one nor re-plan."""
+
+    name = "wal"
+
+    def __init__(self, root: Path, s3: S3Server | None = None) -> None:
+        self.source = root / "in"
+        write_sequence_files(self.source, WAL_FILES, ROWS_PER_FILE, name="{index:03d}.parquet")
+        self.target = root / "target.sqlite"
+        self.checkpoint = root / "ck"
+        self.s3 = s3
+        self.bucket = s3.create_bucket(f"wal-crash-{uuid.uuid4().hex[:8]}") if s3 else ""
+
+    def args(self, run: int) -> list[object]:
+        """Run ``run``'s arguments: another partition count each restart."""
+        location = [S3Server.spellings(self.bucket, "chk")(run)] if self.s3 else []
+        return [
+            self.source,
+            self.target,
+            self.checkpoint,
+            "2",
+            "upsert",
+            "exactly-once",
+            WAL_PARTITIONS[run % len(WAL_PARTITIONS)],
+            *location,
+        ]
+
+    def env(self, run: int) -> Mapping[str, str]:
+        """The S3 server's settings for the session, if the log is on S3."""
+        return self.s3.job_env() if self.s3 else {}
+
+    def part(self) -> Part:
+        """This path as a part of a group sharing a driver."""
+        return Part(self.name, WAL_JOB, self.args, self.env)
+
+    def check(self, result: CrashResult) -> None:
+        """The table, read with sqlite3, holds every record once with its body; batch 1's
+        planned segments were all sent; on S3 only the last plan is left."""
+        context = f"\n{result.summary()}"
+        bodies = read_sqlite_bodies(str(self.target))
+        assert_exactly_once(list(bodies), range(WAL_FILES * ROWS_PER_FILE), what="sqlite" + context)
+        assert all(body["seq"] == seq for seq, body in bodies.items())
+        sends = Counter((s["batch"], s["partition"]) for s in read_sends(str(self.target)))
+        # Batch 1 was planned with 4 segments; its re-run (2 partitions) sends the rest of them.
+        assert {p for b, p in sends if b == 1} == {0, 1, 2, 3}, f"{sends}{context}"
+        assert sends[(1, 1)] >= 2, f"the killed segment was not re-sent{context}"
+        if self.s3:
+            # Every batch committed: its segments and the plans before the last are gone.
+            last = WAL_FILES // 2 - 1
+            listed = self.s3.client().list_objects_v2(Bucket=self.bucket)
+            keys = [item["Key"] for item in listed.get("Contents", [])]
+            assert not [k for k in keys if k.endswith(".arrow")], keys
+            plans = [k for k in keys if "/plans/" in k and k.endswith(".json")]
+            assert plans == [f"chk/wal/wal-crash/plans/{last}.json"], keys

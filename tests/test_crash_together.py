@@ -1,0 +1,136 @@
+"""Crash tests of the file sink, keyed state on two backends and the write-ahead-log sink,
+sharing their kills.
+
+Four exactly-once paths (``tests/crash_paths.py``) run as four queries of one
+driver (:meth:`~firesteel.testing.CrashHarness.run_together`): files -> map ->
+file sink; files -> keyed state with timers (filesystem backend) -> file sink; the
+same on the RocksDB backend (``firesteel-rocksdb``); files -> write-ahead-log sink
+-> SQLite upserts. Every SIGKILL of the whole job crashes all four, each wherever
+it is, and each restarts from its own checkpoint, so each path gets every kill of
+the run for the price of one restart of Spark (issue 30: the restarts are most of
+a crash test's time).
+
+The test runs twice: with everything local, and with the object-store halves on
+the S3 server process (the file sink's output, both backends' snapshots, the log's
+segments, plans and commit markers). Kafka -> file sink on S3 runs with the Kafka
+crash test's queries (``connectors/kafka/tests/test_kafka_crash.py``): from the
+second restart on, this group's clock runs an hour behind (the state path's
+timers), which librdkafka cannot run under (see :mod:`firesteel.testing.clock`).
+
+Each run kills the whole job six times, so each path gets twelve whole-job
+SIGKILLs over the two stores: the first right after a write-ahead-log send of
+batch 1 planned with 4 partitions (the log's re-send window), then a RocksDB
+upload and a restore in each store, points of the file sink's commit, the state
+snapshot and the driver's commit, and a random moment. A point aimed at one query
+(``#name``) is reached by that query; a ``driver.*`` point is reached by whichever
+query's commit comes first, and crashes the others elsewhere. The run that
+completes loses six tasks of each query (after a snapshot, an upload, a write, a
+vote), which Spark retries. On S3 the server is killed and restarted, keeping its
+objects, between two crashes and their restarts. Every path's output is counted by
+a reader that is not firesteel's (pyarrow's dataset reader, boto3, sqlite3): 0
+lost, 0 duplicated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from crash_paths import FilesJob, RocksJob, StateJob, WalUpsertJob
+
+from firesteel.rocksdb.store import MID_RESTORE, MID_UPLOAD
+from firesteel.testing import (
+    AtPoints,
+    CrashHarness,
+    Kill,
+    at_point,
+    at_random,
+    batch_started,
+    task_kills,
+)
+from firesteel.testing.s3 import S3Server
+
+pytestmark = [pytest.mark.crash, pytest.mark.timeout(900)]
+
+WHOLE_JOB_KILLS = 6
+TASK_KILLS = {
+    "rocksdb": ([MID_UPLOAD.name, "sink.after_write", "sink.after_pre_commit"], range(8, 10)),
+    "files": (["sink.after_write", "sink.after_pre_commit"], range(9, 12)),
+    "state": (["state.after_snapshot", "sink.after_write", "sink.after_pre_commit"], range(9, 11)),
+    "wal": (["sink.after_write", "sink.after_pre_commit"], range(9, 12)),
+}
+"""Six task kills per query in the run that completes, aimed at that query's tasks (a
+RocksDB task also mid-upload)."""
+SERVER_RESTARTS = (4, 6)
+"""On S3: starts before which the server is killed and restarted with its objects."""
+
+
+def whole_job_kills(store: str, files: FilesJob) -> list[Kill]:
+    """This store's six whole-job kills; together with the other store's, every point."""
+    after_send = at_point("wal.after_send", batch=1, partition=1)
+    mid_upload = at_point(MID_UPLOAD, query="rocksdb")
+    mid_restore = at_point(MID_RESTORE, query="rocksdb")
+    if store == "local":
+        return [
+            after_send,
+            mid_upload,
+            at_point("sink.after_pre_commit", query="files"),
+            mid_restore,
+            at_point("driver.before_commit"),
+            at_random((0.0, 1.0), when=batch_started(files.checkpoint, 5)),
+        ]
+    return [
+        after_send,
+        at_point("state.after_snapshot", query="state"),
+        mid_upload,
+        at_point("driver.mid_commit"),
+        mid_restore,
+        at_point("driver.after_commit"),
+    ]
+
+
+def task_kills_per_query() -> AtPoints:
+    """One run's task kills: six aimed at each query."""
+    specs = [
+        spec
+        for name, (points, batches) in TASK_KILLS.items()
+        for spec in task_kills(points, batches, query=name).specs
+    ]
+    return AtPoints(tuple(specs), mode="process")
+
+
+@pytest.mark.parametrize("store", ["local", "s3"])
+def test_four_paths_killed_together_at_protocol_points_and_at_random(
+    tmp_path: Path, store: str
+) -> None:
+    """Six whole-job SIGKILLs crashing all four paths, each restart changing what users
+    change (the checkpoint's spelling, the operators' parallelism, the partition count,
+    the clock an hour behind, ``s3a://`` / ``s3://``); then six task kills per path."""
+    server = S3Server(tmp_path / "s3").start() if store == "s3" else None
+    try:
+        files = FilesJob(tmp_path / "files", server)
+        state = StateJob(tmp_path / "state", server)
+        rocks = RocksJob(tmp_path / "rocksdb", server)
+        wal = WalUpsertJob(tmp_path / "wal", server)
+
+        def wal_env(run: int) -> Mapping[str, str]:
+            """Called before each start: on S3 the server restarts before two of them."""
+            if server is not None and run in SERVER_RESTARTS:
+                server.restart()
+            return wal.env(run)
+
+        parts = [files.part(), state.part(), rocks.part(), replace(wal.part(), env=wal_env)]
+        kills = [*whole_job_kills(store, files), task_kills_per_query()]
+        # Four queries share two cores: the run that completes takes longer than one job's.
+        with CrashHarness(tmp_path / "harness", timeout=480) as harness:
+            result = harness.run_together(parts, kills)
+        assert result.all_fired, result.summary()
+        assert result.kills == WHOLE_JOB_KILLS + 6 * len(TASK_KILLS)
+        assert result.exit_codes == [-9] * WHOLE_JOB_KILLS + [0]
+        for path in (files, state, rocks, wal):
+            path.check(result)
+    finally:
+        if server is not None:
+            server.stop()
