@@ -136,6 +136,14 @@ class FilesJob:
         assert len(set(batches)) == BATCHES, f"{data}{context}"
 
 
+def read_output(out: str, s3: S3Server | None, bucket: str) -> pa.Table:
+    """The Parquet files under ``out`` read by pyarrow's dataset reader (not firesteel's:
+    it sees every visible file), through pyarrow's own S3 filesystem for a bucket."""
+    if s3 is None:
+        return ds.dataset(out, format="parquet").to_table()
+    return ds.dataset(f"{bucket}/out", format="parquet", filesystem=s3.filesystem()).to_table()
+
+
 STATE_JOB = script("state_job")
 STATE_FILES = 39
 STATE_ROWS_PER_FILE = 25
@@ -152,9 +160,9 @@ def key_of(seq: int) -> str:
 class StateJob:
     """files -> keyed state with timers (filesystem backend) -> the file sink.
 
-    With ``s3``, the state lives in a bucket on the server, spelled ``s3a://`` and
-    ``s3://`` on alternate restarts, and the session reaches it through
-    ``spark.hadoop.fs.s3a.*``. From the second restart on, the whole job (Spark's JVM
+    With ``s3``, the state and the output live in a bucket on the server (the state
+    spelled ``s3a://`` and ``s3://`` on alternate restarts), and the session reaches it
+    through ``spark.hadoop.fs.s3a.*``. From the second restart on, the whole job (Spark's JVM
     included) runs with its wall clock an hour behind, so timers registered before
     must still fire in the next batch."""
 
@@ -162,12 +170,12 @@ class StateJob:
 
     def __init__(self, root: Path, s3: S3Server | None = None) -> None:
         self.source = root / "in"
-        self.out = root / "out"
         self.checkpoint = root / "ck"
         self.state = root / "state"
         self.checkpoints = Spellings(self.checkpoint)
         self.s3 = s3
         self.bucket = s3.create_bucket(f"state-crash-{uuid.uuid4().hex[:8]}") if s3 else ""
+        self.out = f"s3a://{self.bucket}/out" if s3 else str(root / "out")
         self.states = s3.spellings(self.bucket, "state") if s3 else Spellings(self.state)
         self.expected = write_sequence_files(
             self.source,
@@ -181,7 +189,7 @@ class StateJob:
         and runs the operator at another parallelism."""
         return [
             str(self.source),
-            str(self.out),
+            self.out,
             self.checkpoints(run),
             self.states(run),
             str(FILES_PER_BATCH),
@@ -204,8 +212,7 @@ class StateJob:
         and the state checkpoint holding each key's total."""
         context = f"\n{result.summary()}"
         run = RankedRun(self.expected, key_of, STATE_FILES // FILES_PER_BATCH, context)
-        # pyarrow's dataset reader, not firesteel's: it sees every visible file.
-        run.assert_output(ds.dataset(str(self.out), format="parquet").to_table())
+        run.assert_output(read_output(self.out, self.s3, self.bucket))
         if self.s3:
             listed = self.s3.client().list_objects_v2(Bucket=self.bucket, Prefix="state/rank/")
             keys = [item["Key"] for item in listed.get("Contents", [])]
@@ -224,9 +231,9 @@ ROCKS_BATCHES = ROCKS_FILES // FILES_PER_BATCH
 class RocksJob:
     """files -> keyed state with timers (the RocksDB backend, ``retain=1``) -> the file sink.
 
-    With ``s3``, its checkpoints live in a bucket on the server, spelled ``s3a://`` and
-    ``s3://`` on alternate restarts, and the session reaches it through
-    ``spark.hadoop.fs.s3a.*``; they are listed and read back with boto3. Every restart
+    With ``s3``, its checkpoints and its output live in a bucket on the server (the
+    checkpoints spelled ``s3a://`` and ``s3://`` on alternate restarts, listed and read
+    back with boto3), and the session reaches it through ``spark.hadoop.fs.s3a.*``. Every restart
     runs the operator at another parallelism, so restores move key-group ranges between
     instances; ``check`` also finds exactly what the retained manifests reference in the
     checkpoint folder (the killed attempts' uploads are gone)."""
@@ -235,13 +242,13 @@ class RocksJob:
 
     def __init__(self, root: Path, s3: S3Server | None = None) -> None:
         self.source = root / "in"
-        self.out = root / "out"
         self.checkpoint = root / "ck"
         self.state = root / "state"
         self.local = root / "local"
         self.checkpoints = Spellings(self.checkpoint)
         self.s3 = s3
         self.bucket = s3.create_bucket(f"rocksdb-crash-{uuid.uuid4().hex[:8]}") if s3 else ""
+        self.out = f"s3a://{self.bucket}/out" if s3 else str(root / "out")
         self.states = s3.spellings(self.bucket, "state") if s3 else Spellings(self.state)
         self.source.mkdir(parents=True)
         for index in range(ROCKS_FILES):
@@ -255,7 +262,7 @@ class RocksJob:
         and runs the operator at another parallelism (a user's rescale)."""
         return [
             str(self.source),
-            str(self.out),
+            self.out,
             self.checkpoints(run),
             self.states(run),
             str(self.local),
@@ -274,8 +281,7 @@ class RocksJob:
     def check(self, result: CrashResult) -> None:
         context = f"\n{result.summary()}"
         run = RankedRun(self.expected, key_of, ROCKS_BATCHES, context)
-        # pyarrow's dataset reader, not firesteel's: it sees every visible file.
-        run.assert_output(ds.dataset(str(self.out), format="parquet").to_table())
+        run.assert_output(read_output(self.out, self.s3, self.bucket))
         if self.s3:
             location, storage = f"s3a://{self.bucket}/state", StorageConfig.of(self.s3.settings())
         else:

@@ -3,9 +3,10 @@
 The file path's kills at protocol points, at random and of tasks run in
 ``tests/test_crash_together.py`` (with the keyed-state and write-ahead-log paths,
 in one driver). Here the job (:class:`crash_paths.FilesJob`) meets an S3 server
-that drops every connection, and a standalone cluster losing its driver and an
-executor; each time the output is counted twice, through ``read_committed`` and
-through a plain pyarrow dataset read (and a boto3 listing): 0 lost, 0 duplicated.
+that drops every connection (the output counted through ``read_committed``, a plain
+pyarrow dataset read and a boto3 listing), and the keyed-state job
+(:class:`crash_paths.StateJob`) runs on a standalone cluster losing its driver and an
+executor, state and output on the S3 server: 0 lost, 0 duplicated.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from crash_paths import FILES_JOB, FilesJob
+from crash_paths import FILES_JOB, STATE_JOB, FilesJob, StateJob
 
 from firesteel.testing import CrashHarness, JobFailedError, at_point, at_random, batch_started
 from firesteel.testing.proxy import DroppingProxy
@@ -61,21 +62,23 @@ def test_a_store_dropping_every_connection_fails_the_query_naming_it_then_restar
 def test_standalone_cluster_loses_its_driver_then_an_executor(
     cluster_harness: CrashHarness, tmp_path: Path, s3_server: S3Server
 ) -> None:
-    """On two executors of a standalone cluster: the driver killed at a protocol point
-    and at random, then an executor killed in the run that completes. The output is on
-    the S3 server, so the executors and the driver share no output folder (Spark's
-    checkpoint stays local: the wheel has no S3A jar)."""
-    files_job = FilesJob(tmp_path / "job", s3_server)
-    checkpoint = files_job.checkpoint
+    """On two executors of a standalone cluster, files -> keyed state -> the file sink: the
+    driver killed after a snapshot and at random, each restart at another parallelism, then
+    an executor killed in the run that completes. The state and the output are on the S3
+    server, so the executors and the driver share no folder (Spark's checkpoint stays on
+    the driver: the wheel has no S3A jar)."""
+    job = StateJob(tmp_path / "job", s3_server)
+    checkpoint = job.checkpoint
     result = cluster_harness.run(
-        FILES_JOB,
-        files_job.args,
+        STATE_JOB,
+        job.args,
         [
-            at_point("driver.mid_commit", batch=2),
+            at_point("state.after_snapshot", batch=2),
             at_random((0.0, 2.0), when=batch_started(checkpoint, 5)),
             at_random((0.0, 2.0), target="executor", when=batch_started(checkpoint, 9)),
         ],
+        env=lambda run: s3_server.job_env(),
     )
     assert result.all_fired, result.summary()
     assert result.exit_codes == [-9, -9, 0]
-    files_job.check(result)
+    job.check(result)
