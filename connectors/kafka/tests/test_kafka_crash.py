@@ -167,7 +167,7 @@ def test_at_least_once_loses_nothing_under_kills(bootstrap, tmp_path):
 
 STATE_RECORDS = 1600
 """Twenty batches of the state job's 80 records: the whole-job kills take batches 1-10,
-the state query's task kills its batches 16-19 (see :func:`_together_kills`)."""
+the state query's task kills its batches 16-19 (see :func:`together_kills`)."""
 STATE_TASK_POINTS = [
     "state.after_snapshot",
     "kafka.after_flush",
@@ -182,7 +182,7 @@ FILES_TASK_BATCHES = range(21, 24)
 transactions), so earlier ones may be done before the run that completes starts."""
 
 
-def _together_kills(map_checkpoint: Path) -> list:
+def together_kills(map_checkpoint: Path) -> list:
     """Ten whole-job kills shared by the map (write-ahead), state (in-task) and file-sink
     queries, then twelve task kills aimed at each of the first two and six at the third.
     A point only one query reaches (``wal.after_send``: the map's write-ahead commit;
@@ -281,7 +281,7 @@ def test_map_state_and_file_sink_on_s3_are_exactly_once_under_shared_kills(
     state_target = create_topic(bootstrap, PARTITIONS)
     files_part, bucket = _files_on_s3_part(bootstrap, s3_server, tmp_path)
     map_checkpoint = tmp_path / "map-checkpoint"
-    kills = _together_kills(map_checkpoint)
+    kills = together_kills(map_checkpoint)
     whole_job_kills = len(kills) - 1
     map_checkpoints = Spellings(map_checkpoint)
     checkpoints, states = Spellings(tmp_path / "checkpoint"), Spellings(tmp_path / "state")

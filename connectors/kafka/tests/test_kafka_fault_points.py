@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from test_kafka_crash import EXACTLY_ONCE_POINTS, EXACTLY_ONCE_TASK_POINTS
+from pathlib import Path
+
+from test_kafka_crash import together_kills
 
 from firesteel.kafka.sink.points import AFTER_FLUSH, AFTER_PRODUCE
 from firesteel.kafka.source import AFTER_INITIAL_OFFSET
@@ -16,7 +18,11 @@ def test_the_kafka_points_are_declared_and_found_through_the_entry_points() -> N
         assert known[point.name] is point
 
 
-def test_every_point_the_crash_tests_and_soak_arm_is_declared() -> None:
-    armed = {*EXACTLY_ONCE_POINTS, *EXACTLY_ONCE_TASK_POINTS}
+def test_every_point_the_crash_tests_and_soak_arm_is_declared(tmp_path: Path) -> None:
+    armed = {
+        spec.split("@")[0].split("#")[0]
+        for kill in together_kills(tmp_path)
+        for spec in getattr(kill, "specs", ())
+    }
     armed.update(point for points in POINTS.values() for point in points)
     assert armed <= set(registered()), armed - set(registered())
