@@ -168,7 +168,7 @@ class StateJob:
 
     name = "state"
 
-    def __init__(self, root: Path, s3: S3Server | None = None) -> None:
+    def __init__(self, root: Path, s3: S3Server | None = None, files: int = STATE_FILES) -> None:
         self.source = root / "in"
         self.checkpoint = root / "ck"
         self.state = root / "state"
@@ -177,9 +177,10 @@ class StateJob:
         self.bucket = s3.create_bucket(f"state-crash-{uuid.uuid4().hex[:8]}") if s3 else ""
         self.out = f"s3a://{self.bucket}/out" if s3 else str(root / "out")
         self.states = s3.spellings(self.bucket, "state") if s3 else Spellings(self.state)
+        self.batches = files // FILES_PER_BATCH
         self.expected = write_sequence_files(
             self.source,
-            STATE_FILES,
+            files,
             STATE_ROWS_PER_FILE,
             lambda seqs: {"key": [key_of(s) for s in seqs]},
         )
@@ -211,7 +212,7 @@ class StateJob:
         """Every record ranked once among its key's records, timers fired once per batch,
         and the state checkpoint holding each key's total."""
         context = f"\n{result.summary()}"
-        run = RankedRun(self.expected, key_of, STATE_FILES // FILES_PER_BATCH, context)
+        run = RankedRun(self.expected, key_of, self.batches, context)
         run.assert_output(read_output(self.out, self.s3, self.bucket))
         if self.s3:
             listed = self.s3.client().list_objects_v2(Bucket=self.bucket, Prefix="state/rank/")

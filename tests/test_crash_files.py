@@ -67,15 +67,17 @@ def test_standalone_cluster_loses_its_driver_then_an_executor(
     an executor killed in the run that completes. The state and the output are on the S3
     server, so the executors and the driver share no folder (Spark's checkpoint stays on
     the driver: the wheel has no S3A jar)."""
-    job = StateJob(tmp_path / "job", s3_server)
+    # Seven batches: three kills need no more, and each costs a batch of JVM work on two
+    # one-core executors.
+    job = StateJob(tmp_path / "job", s3_server, files=21)
     checkpoint = job.checkpoint
     result = cluster_harness.run(
         STATE_JOB,
         job.args,
         [
-            at_point("state.after_snapshot", batch=2),
-            at_random((0.0, 2.0), when=batch_started(checkpoint, 5)),
-            at_random((0.0, 2.0), target="executor", when=batch_started(checkpoint, 9)),
+            at_point("state.after_snapshot", batch=1),
+            at_random((0.0, 2.0), when=batch_started(checkpoint, 3)),
+            at_random((0.0, 2.0), target="executor", when=batch_started(checkpoint, 5)),
         ],
         env=lambda run: s3_server.job_env(),
     )
