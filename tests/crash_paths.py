@@ -22,7 +22,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-import pyarrow.parquet as pq
 from files_helpers import write_sequence_files
 from pyarrow import fs
 
@@ -167,6 +166,7 @@ class StateJob:
     must still fire in the next batch."""
 
     name = "state"
+    script = STATE_JOB
 
     def __init__(self, root: Path, s3: S3Server | None = None, files: int = STATE_FILES) -> None:
         self.source = root / "in"
@@ -174,7 +174,7 @@ class StateJob:
         self.state = root / "state"
         self.checkpoints = Spellings(self.checkpoint)
         self.s3 = s3
-        self.bucket = s3.create_bucket(f"state-crash-{uuid.uuid4().hex[:8]}") if s3 else ""
+        self.bucket = s3.create_bucket(f"{self.name}-crash-{uuid.uuid4().hex[:8]}") if s3 else ""
         self.out = f"s3a://{self.bucket}/out" if s3 else str(root / "out")
         self.states = s3.spellings(self.bucket, "state") if s3 else Spellings(self.state)
         self.batches = files // FILES_PER_BATCH
@@ -206,82 +206,13 @@ class StateJob:
 
     def part(self) -> Part:
         """This path as a part of a group sharing a driver."""
-        return Part(self.name, STATE_JOB, self.args, self.env)
+        return Part(self.name, self.script, self.args, self.env)
 
     def check(self, result: CrashResult) -> None:
         """Every record ranked once among its key's records, timers fired once per batch,
-        and the state checkpoint holding each key's total."""
+        the state checkpoint holding each key's total, and what the backend stored."""
         context = f"\n{result.summary()}"
         run = RankedRun(self.expected, key_of, self.batches, context)
-        run.assert_output(read_output(self.out, self.s3, self.bucket))
-        if self.s3:
-            listed = self.s3.client().list_objects_v2(Bucket=self.bucket, Prefix="state/rank/")
-            keys = [item["Key"] for item in listed.get("Contents", [])]
-            assert any(key.endswith(".snap") for key in keys), f"no snapshot on S3{context}"
-            location, storage = f"s3a://{self.bucket}/state", StorageConfig.of(self.s3.settings())
-        else:
-            location, storage = f"file://{self.state}", None
-        run.assert_state(read_state(location, operator="rank", storage=storage))
-
-
-ROCKS_JOB = ROOT / "backends" / "rocksdb" / "tests" / "jobs" / "rocksdb_state_job.py"
-ROCKS_FILES = 36
-ROCKS_BATCHES = ROCKS_FILES // FILES_PER_BATCH
-
-
-class RocksJob:
-    """files -> keyed state with timers (the RocksDB backend, ``retain=1``) -> the file sink.
-
-    With ``s3``, its checkpoints and its output live in a bucket on the server (the
-    checkpoints spelled ``s3a://`` and ``s3://`` on alternate restarts, listed and read
-    back with boto3), and the session reaches it through ``spark.hadoop.fs.s3a.*``. Every restart
-    runs the operator at another parallelism, so restores move key-group ranges between
-    instances; ``check`` also finds exactly what the retained manifests reference in the
-    checkpoint folder (the killed attempts' uploads are gone)."""
-
-    name = "rocksdb"
-
-    def __init__(self, root: Path, s3: S3Server | None = None) -> None:
-        self.source = root / "in"
-        self.checkpoint = root / "ck"
-        self.state = root / "state"
-        self.local = root / "local"
-        self.checkpoints = Spellings(self.checkpoint)
-        self.s3 = s3
-        self.bucket = s3.create_bucket(f"rocksdb-crash-{uuid.uuid4().hex[:8]}") if s3 else ""
-        self.out = f"s3a://{self.bucket}/out" if s3 else str(root / "out")
-        self.states = s3.spellings(self.bucket, "state") if s3 else Spellings(self.state)
-        self.source.mkdir(parents=True)
-        for index in range(ROCKS_FILES):
-            seqs = list(range(index * STATE_ROWS_PER_FILE, (index + 1) * STATE_ROWS_PER_FILE))
-            table = pa.table({"seq": pa.array(seqs, pa.int64()), "key": [key_of(s) for s in seqs]})
-            pq.write_table(table, self.source / f"part-{index:04d}.parquet")
-        self.expected = range(ROCKS_FILES * STATE_ROWS_PER_FILE)
-
-    def args(self, run: int) -> list[str]:
-        """Run ``run``'s arguments: each restart spells the checkpoint and state otherwise
-        and runs the operator at another parallelism (a user's rescale)."""
-        return [
-            str(self.source),
-            self.out,
-            self.checkpoints(run),
-            self.states(run),
-            str(self.local),
-            str(FILES_PER_BATCH),
-            str(PARALLELISM[run % len(PARALLELISM)]),
-        ]
-
-    def env(self, run: int) -> Mapping[str, str]:
-        """The S3 server's settings for the session, if the checkpoints are on S3."""
-        return self.s3.job_env() if self.s3 else {}
-
-    def part(self) -> Part:
-        """This path as a part of a group sharing a driver."""
-        return Part(self.name, ROCKS_JOB, self.args, self.env)
-
-    def check(self, result: CrashResult) -> None:
-        context = f"\n{result.summary()}"
-        run = RankedRun(self.expected, key_of, ROCKS_BATCHES, context)
         run.assert_output(read_output(self.out, self.s3, self.bucket))
         if self.s3:
             location, storage = f"s3a://{self.bucket}/state", StorageConfig.of(self.s3.settings())
@@ -289,6 +220,43 @@ class RocksJob:
             location, storage = f"file://{self.state}", None
         run.assert_state(read_state(location, operator="rank", storage=storage))
         self.check_storage(context)
+
+    def check_storage(self, context: str) -> None:
+        """On S3, the snapshots are objects of the bucket (boto3's listing)."""
+        if self.s3:
+            listed = self.s3.client().list_objects_v2(Bucket=self.bucket, Prefix="state/rank/")
+            keys = [item["Key"] for item in listed.get("Contents", [])]
+            assert any(key.endswith(".snap") for key in keys), f"no snapshot on S3{context}"
+
+
+ROCKS_JOB = ROOT / "backends" / "rocksdb" / "tests" / "jobs" / "rocksdb_state_job.py"
+ROCKS_FILES = 36
+
+
+class RocksJob(StateJob):
+    """files -> keyed state with timers (the RocksDB backend, ``retain=1``) -> the file sink.
+
+    As :class:`StateJob`, with the RocksDB backend's checkpoints where the state was (on S3
+    listed and read back with boto3) and its instances in a local folder, and the clock
+    kept. Every restart runs the operator at another parallelism, so restores move
+    key-group ranges between instances; ``check`` also finds exactly what the retained
+    manifests reference in the checkpoint folder (the killed attempts' uploads are gone)."""
+
+    name = "rocksdb"
+    script = ROCKS_JOB
+
+    def __init__(self, root: Path, s3: S3Server | None = None) -> None:
+        super().__init__(root, s3, files=ROCKS_FILES)
+        self.local = root / "local"
+
+    def args(self, run: int) -> list[str]:
+        """:meth:`StateJob.args` with the instances' local folder."""
+        args = super().args(run)
+        return [*args[:4], str(self.local), *args[4:]]
+
+    def env(self, run: int) -> Mapping[str, str]:
+        """The S3 server's settings for the session, if the checkpoints are on S3."""
+        return self.s3.job_env() if self.s3 else {}
 
     def stored(self) -> dict[str, Callable[[], bytes]]:
         """The operator's stored files by path relative to its folder, each with a reader:
@@ -318,7 +286,7 @@ class RocksJob:
         (files of the last batch's attempts aside, which the next batch would collect)."""
         stored_files = self.stored()
         versions = sorted({path.split("/")[0] for path in stored_files if path.startswith("v")})
-        assert versions == [f"v{v:012d}" for v in (ROCKS_BATCHES - 2, ROCKS_BATCHES - 1)], context
+        assert versions == [f"v{v:012d}" for v in (self.batches - 2, self.batches - 1)], context
         manifests = [p for p in stored_files if re.fullmatch(r"v\d{12}/[^/]+\.json", p)]
         referenced = {
             entry["path"].split("/", 1)[1]
@@ -329,7 +297,7 @@ class RocksJob:
         stored = {p.split("/", 1)[1] for p in stored_files if p.startswith("shared/")}
         assert referenced <= stored, f"referenced files are missing{context}"
         unreferenced = stored - referenced
-        oldest_kept = ROCKS_BATCHES - 2
+        oldest_kept = self.batches - 2
         stale = sorted(n for n in unreferenced if int(n.lstrip(".")[:12]) < oldest_kept)
         assert not stale, f"files no retained version needs were kept: {stale}{context}"
 
