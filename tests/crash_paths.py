@@ -30,7 +30,6 @@ from firesteel.core.storage import StorageConfig
 from firesteel.files import read_committed
 from firesteel.testing import CrashResult, Part, Spellings, assert_exactly_once
 from firesteel.testing.clock import clock_offset
-from firesteel.testing.kafka import create_topic, produce
 from firesteel.testing.ranked import RankedRun
 from firesteel.testing.s3 import S3Server
 from firesteel.testing.scripts import script
@@ -45,17 +44,12 @@ BATCHES = FILES // FILES_PER_BATCH
 
 
 class FilesJob:
-    """files (or a Kafka topic) -> map -> the transactional file sink, output local or on S3."""
+    """files -> map -> the transactional file sink, output local or on S3."""
 
     name = "files"
 
-    def __init__(
-        self, root: Path, s3: S3Server | None = None, endpoint: str = "", kafka: str = ""
-    ) -> None:
+    def __init__(self, root: Path, s3: S3Server | None = None, endpoint: str = "") -> None:
         self.source = root / "in"
-        self.input = str(self.source)
-        """The job's input argument: the folder, or ``kafka://<bootstrap>/<topic>``."""
-        self.per_batch = FILES_PER_BATCH
         self.s3 = s3
         self.endpoint = endpoint
         """Where the job reaches the S3 server (a proxy's address), if not directly."""
@@ -67,22 +61,14 @@ class FilesJob:
             self.out = f"s3a://{self.bucket}/out"
         self.checkpoint = root / "ck"
         self.checkpoints = Spellings(self.checkpoint)
-        if kafka:
-            topic = create_topic(kafka, 2)
-            self.expected = range(FILES * ROWS_PER_FILE)
-            records = [json.dumps({"seq": i, "text": f"r{i}"}).encode() for i in self.expected]
-            produce(kafka, topic, records)
-            self.input = f"kafka://{kafka}/{topic}"
-            self.per_batch = FILES_PER_BATCH * ROWS_PER_FILE
-        else:
-            self.expected = write_sequence_files(
-                self.source, FILES, ROWS_PER_FILE, lambda seqs: {"text": [f"r{i}" for i in seqs]}
-            )
+        self.expected = write_sequence_files(
+            self.source, FILES, ROWS_PER_FILE, lambda seqs: {"text": [f"r{i}" for i in seqs]}
+        )
 
     def args(self, run: int) -> list[str]:
         """Run ``run``'s arguments: each restart spells the checkpoint otherwise; on S3 the
         settings go as the session's ``spark.hadoop.fs.s3a.*``."""
-        args = [self.input, self.out, self.checkpoints(run), str(self.per_batch)]
+        args = [str(self.source), self.out, self.checkpoints(run), str(FILES_PER_BATCH)]
         if self.s3 is None:
             return args
         settings = {
