@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from firesteel.testing.s3 import SETTINGS_ENV
+from firesteel.testing.together import start_in_group
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -237,8 +238,6 @@ def run_available(spark: SparkSession, writer: DataStreamWriter, checkpoint: str
     group of jobs sharing a driver (:mod:`firesteel.testing.together`) it only starts
     the query, named after the job's part, and the group waits.
     """
-    from firesteel.testing.together import start_in_group
-
     if start_in_group(writer, checkpoint):
         return
     query = writer.option("checkpointLocation", checkpoint).trigger(availableNow=True).start()

@@ -11,11 +11,10 @@ inherited by the Spark JVM the script starts) and then runs the script as
 from __future__ import annotations
 
 import os
-import runpy
 import sys
 
 from firesteel.core.faults import PGID_ENV
-from firesteel.testing.together import TOGETHER_FLAG, run_parts, split_parts
+from firesteel.testing.together import TOGETHER_FLAG, run_parts, run_script, split_parts
 
 
 def main() -> None:
@@ -33,11 +32,7 @@ def main() -> None:
     if sys.argv[1] == TOGETHER_FLAG:
         run_parts(split_parts(sys.argv[2:]))
         return
-    script = sys.argv[1]
-    sys.argv = sys.argv[1:]
-    # As `python script.py` would: the script's folder comes first on the path.
-    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
-    runpy.run_path(script, run_name="__main__")
+    run_script(sys.argv[1], sys.argv[2:])
 
 
 if __name__ == "__main__":

@@ -75,15 +75,21 @@ def split_parts(argv: Sequence[str]) -> list[list[str]]:
     return parts
 
 
+def run_script(script: str, args: Sequence[str]) -> None:
+    """Run ``script`` as ``__main__`` with ``args``, as ``python script args`` would: the
+    script's folder first on the path."""
+    sys.argv = [script, *args]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    runpy.run_path(script, run_name="__main__")
+
+
 def run_parts(parts: Sequence[Sequence[str]]) -> None:
     """Run each part's script (``[name, script, *args]``) as ``__main__``, then wait for
     every query they started; a failed query fails the process at once."""
     _GROUP.active = True
     for name, script, *args in parts:
         _GROUP.part = name
-        sys.argv = [script, *args]
-        sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
-        runpy.run_path(script, run_name="__main__")
+        run_script(script, args)
     _GROUP.active = False
     pending = list(_GROUP.queries)
     while pending:
