@@ -48,6 +48,7 @@ from firesteel.testing import (
     at_point,
     at_random,
     batch_started,
+    in_one_run,
     task_kills,
 )
 from firesteel.testing.s3 import S3Server
@@ -93,12 +94,9 @@ def whole_job_kills(store: str, files: FilesJob) -> list[Kill]:
 
 def task_kills_per_query() -> AtPoints:
     """One run's task kills: six aimed at each query."""
-    specs = [
-        spec
-        for name, (points, batches) in TASK_KILLS.items()
-        for spec in task_kills(points, batches, query=name).specs
-    ]
-    return AtPoints(tuple(specs), mode="process")
+    return in_one_run(
+        *(task_kills(points, batches, query=name) for name, (points, batches) in TASK_KILLS.items())
+    )
 
 
 @pytest.mark.parametrize("store", ["local", "s3"])

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pytest
 
 from firesteel.testing import (
+    AtPoints,
     CrashHarness,
     HarnessError,
     JobFailedError,
@@ -26,6 +27,7 @@ from firesteel.testing import (
     at_point,
     at_random,
     count_sequence,
+    in_one_run,
     task_kills,
 )
 from firesteel.testing.jvm import CACHE_ENV, driver_archive
@@ -417,3 +419,12 @@ def test_the_launcher_refuses_a_part_without_a_script() -> None:
     )
     assert done.returncode == 1
     assert "each part needs a name and a script: files" in done.stderr
+
+
+def test_kills_of_one_run_are_armed_together_in_one_mode() -> None:
+    both = in_one_run(
+        task_kills(["sink.after_write"], [1], query="a"), task_kills(["sink.after_write"], [2])
+    )
+    assert both == AtPoints(("sink.after_write@1#a", "sink.after_write@2"), mode="process")
+    with pytest.raises(HarnessError, match="one mode"):
+        in_one_run(at_point("sink.after_write"), task_kills(["sink.after_write"], [1]))

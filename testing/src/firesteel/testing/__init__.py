@@ -40,6 +40,7 @@ from firesteel.testing.harness import (
     at_point,
     at_random,
     batch_started,
+    in_one_run,
     task_kills,
 )
 from firesteel.testing.jobs import job_session
@@ -65,6 +66,7 @@ __all__ = [
     "at_random",
     "batch_started",
     "count_sequence",
+    "in_one_run",
     "job_session",
     "task_kills",
 ]

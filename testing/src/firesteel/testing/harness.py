@@ -210,6 +210,16 @@ def task_kills(
     return AtPoints(specs, mode="process")
 
 
+def in_one_run(*kills: AtPoints) -> AtPoints:
+    """Several :class:`AtPoints` armed in the same run (e.g. :func:`task_kills` aimed at
+    each query of a :meth:`CrashHarness.run_together` group); they must share a mode."""
+    modes = {kill.mode for kill in kills}
+    if len(modes) != 1:
+        msg = f"kills armed in one run need one mode, got {sorted(modes)}"
+        raise HarnessError(msg)
+    return AtPoints(tuple(spec for kill in kills for spec in kill.specs), modes.pop())
+
+
 def at_random(
     window: tuple[float, float],
     target: Literal["job", "executor"] = "job",
