@@ -5,7 +5,8 @@ Through the write-ahead-log sink, whatever the restart changes (partition
 count, checkpoint spelling), a kill loses nothing, and only a kill inside one
 of the two re-send windows adds a segment twice: the sink is at-least-once,
 and says so. A repeated list append duplicates, a repeated set union does not.
-Map puts go through the upsert sink: killed anywhere, they end exactly as written.
+Map puts go through the upsert sink: killed anywhere, they end exactly as written
+(``test_cassandra_wal.py``'s crash test runs them beside the log and upsert queries).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from firesteel.core.checkpoint import read_guarantee
 from firesteel.core.errors import ConfigError
 from firesteel.core.options import parse_options
 from firesteel.sinks.write_ahead import AFTER_SEND
-from firesteel.testing import CrashHarness, Spellings, at_point, at_random, batch_started
+from firesteel.testing import CrashHarness, Spellings, at_point
 from firesteel.testing.cassandra.soak import SINK_JOB
 
 pytest_plugins = ["firesteel.testing.fixtures"]
@@ -191,7 +192,6 @@ def _run(
     mode: str,
     kills: list[Any],
     name: str,
-    achieved: str = "at-least-once",
 ) -> Any:
     source = _input(tmp_path / "in")
     table = f"{mode}_{name}"
@@ -207,7 +207,7 @@ def _run(
 
     result = harness.run(SINK_JOB, args, kills)
     (record,) = read_guarantee(str(checkpoint)).values()
-    assert record["achieved"] == achieved
+    assert record["achieved"] == "at-least-once"
     return result, table
 
 
@@ -240,28 +240,3 @@ def test_kills_lose_nothing_and_add_at_most_the_segment_of_a_resend_window_twice
     assert 0 < sum(excess.values()) <= FILES_PER_BATCH * ROWS_PER_FILE, excess
     if mode == "append":
         assert max(excess.values()) == 1, f"an element arrived three times or more: {excess}"
-
-
-@pytest.mark.crash
-def test_map_puts_under_kills_end_exactly_as_written(
-    crash_harness: CrashHarness, session: Any, cluster_address: tuple[str, int], tmp_path: Path
-) -> None:
-    """``write=append`` on a map column through the upsert sink, killed after a task wrote,
-    before and after the batch's commit, and at a random time, with another partition count and
-    spelling on every restart: a replayed put rewrites the same entry, so every seq ends
-    in its key's map exactly once, with its value, and the sink says exactly-once."""
-    kills = [
-        at_point("sink.after_write", batch=1, partition=0),
-        at_point("driver.before_commit", batch=2),
-        at_point("driver.after_commit", batch=3),
-        at_random((0.0, 1.0), when=batch_started(tmp_path / "ck", 4)),
-    ]
-    result, table = _run(
-        crash_harness, session, cluster_address, tmp_path, "map", kills, "kills", "exactly-once"
-    )
-    assert result.kills == 4, result.summary()
-    written = {row.k: dict(row.seen) for row in session.execute(f"SELECT k, seen FROM {table}")}
-    expected: dict[int, dict[int, int]] = {}
-    for seq in range(FILES * ROWS_PER_FILE):
-        expected.setdefault(seq % KEYS, {})[seq] = seq * 3
-    assert written == expected, result.summary()

@@ -1,8 +1,8 @@
 """The soak command itself, one cycle: it feeds input, kills the job, restarts it and counts.
 
-The kills CI gives the Cassandra paths are in ``test_cassandra_crash.py`` (upsert)
-and ``test_cassandra_wal.py`` (write-ahead log), each with eight SIGKILLs of the
-whole job and twelve task kills; ``python -m firesteel.testing.cassandra.soak``
+The kills CI gives the Cassandra paths are in ``test_cassandra_wal.py`` (upsert,
+write-ahead log and map puts in one driver): eight SIGKILLs of the whole job and
+twelve task kills of each; ``python -m firesteel.testing.cassandra.soak``
 runs either path for as many cycles as wanted, with a new partition count (1-4)
 and the checkpoint spelled otherwise at every restart.
 """

@@ -9,6 +9,7 @@ import ast
 import os
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +22,13 @@ from firesteel.core.logs import LEVEL_ENV
 from firesteel.sinks.write_ahead import AFTER_SEND
 from firesteel.testing import (
     CrashHarness,
+    Part,
     Spellings,
     assert_exactly_once,
     at_point,
     at_random,
     batch_started,
+    in_one_run,
     task_kills,
 )
 from firesteel.testing.cassandra import HOSTS_ENV
@@ -38,7 +41,17 @@ pytest_plugins = ["firesteel.testing.fixtures"]
 JOB = SINK_JOB
 FILES = 10
 CRASH_FILES = 44
-"""The crash test's input: 22 batches, for eight job kills and six batches of task kills."""
+"""The crash test's log input: 22 batches, for eight job kills and six batches of task kills."""
+AHEAD_FILES = 60
+"""The crash test's input of the upsert and map-put queries: 30 batches. They run ahead of
+the log's query (they write in their tasks; seen 1.5 batches to each of the log's): their
+task kills aim at batches they have not reached when the last kill strikes (the log's
+batch 11)."""
+AHEAD_TASK_BATCHES = range(24, 30)
+MAP_TABLE = "(k bigint PRIMARY KEY, seen map<bigint, bigint>)"
+"""The map-put query's table (the job's ``map`` mode: ``seen[seq] = 3 * seq`` under
+``k = seq % MAP_KEYS``)."""
+MAP_KEYS = 7
 ROWS_PER_FILE = 20
 FILES_PER_BATCH = 2
 
@@ -154,60 +167,105 @@ def test_wal_options_are_checked(
 
 
 @pytest.mark.crash
-def test_killed_inside_both_resend_windows_and_at_random(
+def test_three_queries_killed_together_inside_the_resend_windows_and_at_random(
     crash_harness: CrashHarness, session: Any, cluster_address: tuple[str, int], tmp_path: Path
 ) -> None:
-    """Window 1: killed after part of a segment was written (cassandra.mid_send); window 2:
-    killed after a segment was written, before it was recorded (wal.after_send); then kills
-    between segments, after a write, before and after the commit, and two at random, each
-    restart with another partition count; the run that completes loses a task twelve
-    times, and Spark retries it. The re-sends rewrite identical cells: every row once,
-    with its body, and all cells of a batch carry one timestamp, later batches larger ones,
-    although every restart after window 2 runs with the clock set back an hour (an NTP step,
-    a host moved) and every restart spells the checkpoint otherwise."""
-    source = write_seq_files(tmp_path / "in", CRASH_FILES, ROWS_PER_FILE)
+    """The write-ahead-log sink (query ``wal``), the upsert sink (``upsert``) and map puts
+    through the upsert sink (``map``: ``write=append`` on a map column) as three queries of
+    one driver (:meth:`CrashHarness.run_together`), so each whole-job SIGKILL crashes all
+    three. Window 1: killed after part of a segment was written (cassandra.mid_send);
+    window 2: killed after a segment was written, before it was recorded (wal.after_send);
+    then kills between segments, after a write, before and after the commit, and two at
+    random, each restart with another partition count for each query; the run that
+    completes loses twelve tasks of each query, and Spark retries them. The first four
+    kills are the log's own points (``#wal``), so its re-sends are exactly the windows'; the
+    commit points fire in whichever query commits first and crash the others wherever they
+    are. The re-sends rewrite identical cells: every row once, with its body, and all cells
+    of a log batch carry one timestamp, later batches larger ones, although every restart
+    after window 2 runs with the clock set back an hour (an NTP step, a host moved) and
+    every restart spells each checkpoint otherwise. A replayed map put rewrites the same
+    entry: every seq ends in its key's map exactly once, with its value."""
+    wal_source = write_seq_files(tmp_path / "in", CRASH_FILES, ROWS_PER_FILE)
+    ahead_source = write_seq_files(tmp_path / "ahead-in", AHEAD_FILES, ROWS_PER_FILE)
     session.execute(f"CREATE TABLE walcrash {SINK_TABLE}")
+    session.execute(f"CREATE TABLE upsertcrash {SINK_TABLE}")
+    session.execute(f"CREATE TABLE mapcrash {MAP_TABLE}")
     checkpoint = tmp_path / "ck"
+    ahead_kills = [
+        task_kills(["sink.after_write"], AHEAD_TASK_BATCHES, partitions=(0, 1), query=name)
+        for name in ("upsert", "map")
+    ]
     kills = [
         at_point(MID_SEND, batch=1, partition=0),
         at_point(AFTER_SEND, batch=2, partition=1),
         at_point("driver.mid_commit", batch=3),
-        at_point("sink.after_write", batch=4),
+        at_point("sink.after_write", batch=4, query="wal"),
         at_point("driver.before_commit", batch=5),
         at_point("driver.after_commit", batch=6),
         at_random((0.0, 1.0), when=batch_started(checkpoint, 7)),
         at_random((0.0, 1.0), when=batch_started(checkpoint, 11)),
-        task_kills(["sink.after_write", "sink.after_pre_commit"], range(15, 21)),
+        in_one_run(
+            task_kills(["sink.after_write", "sink.after_pre_commit"], range(15, 21), query="wal"),
+            *ahead_kills,
+        ),
     ]
     # driver.mid_commit is announced between two segments: run 2 needs two partitions or more.
-    partitions = ["2", "3", "2", "4", "1", "3", "1", "4", "2"]
+    partitions = {
+        "wal": ["2", "3", "2", "4", "1", "3", "1", "4", "2"],
+        "upsert": ["2", "3", "1", "4", "2", "3", "1", "4", "2"],
+        "map": ["1", "2", "3", "1", "2", "3", "1", "2", "3"],
+    }
     host, port = cluster_address
-    spelled = Spellings(checkpoint)
 
-    def args(run: int) -> list[object]:
-        return [
-            source,
-            spelled(run),
-            host,
-            str(port),
-            session.keyspace,
-            "walcrash",
-            str(FILES_PER_BATCH),
-            "wal",
-            partitions[run],
-        ]
+    def part(name: str, source: Path, table: str, location: Path) -> Part:
+        spelled = Spellings(location)
+        return Part(
+            name,
+            JOB,
+            lambda run: [
+                source,
+                spelled(run),
+                host,
+                str(port),
+                session.keyspace,
+                table,
+                str(FILES_PER_BATCH),
+                name,
+                partitions[name][run],
+            ],
+        )
 
-    result = crash_harness.run(
-        JOB, args, kills, env=lambda run: clock_offset(-3600) if run >= 2 else {}
-    )
+    parts = [
+        replace(
+            part("wal", wal_source, "walcrash", checkpoint),
+            env=lambda run: clock_offset(-3600) if run >= 2 else {},
+        ),
+        part("upsert", ahead_source, "upsertcrash", tmp_path / "upsert-ck"),
+        part("map", ahead_source, "mapcrash", tmp_path / "map-ck"),
+    ]
+    result = crash_harness.run_together(parts, kills)
     assert result.fired[:3] == [
         f"{MID_SEND.name}@1:0",
         f"{AFTER_SEND.name}@2:1",
         "driver.mid_commit@3",
     ], result.summary()
     assert result.all_fired, result.summary()
-    assert result.kills == 20
+    assert result.kills == 8 + 36
     assert result.exit_codes == [-9] * 8 + [0]
+    for location in (checkpoint, tmp_path / "upsert-ck", tmp_path / "map-ck"):
+        (record,) = read_guarantee(str(location)).values()
+        assert record["achieved"] == "exactly-once", location
+
+    upserted = list(session.execute("SELECT seq, body, attrs FROM upsertcrash"))
+    assert_exactly_once([r.seq for r in upserted], range(AHEAD_FILES * ROWS_PER_FILE))
+    assert all(row_is_right(r) for r in upserted), [r for r in upserted if not row_is_right(r)][:3]
+    # A replayed map put rewrites the same entry: every seq once in its key's map.
+    written = {row.k: dict(row.seen) for row in session.execute("SELECT k, seen FROM mapcrash")}
+    expected: dict[int, dict[int, int]] = {}
+    for seq in range(AHEAD_FILES * ROWS_PER_FILE):
+        expected.setdefault(seq % MAP_KEYS, {})[seq] = seq * 3
+    assert written == expected, result.summary()
+
     rows = list(session.execute("SELECT seq, body, attrs FROM walcrash"))
     assert_exactly_once([r.seq for r in rows], range(CRASH_FILES * ROWS_PER_FILE))
     assert all(row_is_right(r) for r in rows), [r for r in rows if not row_is_right(r)][:3]
