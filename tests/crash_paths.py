@@ -22,6 +22,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 from files_helpers import write_sequence_files
 from pyarrow import fs
 
@@ -30,7 +31,8 @@ from firesteel.core.storage import StorageConfig
 from firesteel.files import read_committed
 from firesteel.testing import CrashResult, Part, Spellings, assert_exactly_once
 from firesteel.testing.clock import clock_offset
-from firesteel.testing.ranked import RankedRun
+from firesteel.testing.processors import rules_digest
+from firesteel.testing.ranked import RankedRun, misranked, ranks_by_key
 from firesteel.testing.s3 import S3Server
 from firesteel.testing.scripts import script
 from firesteel.testing.scripts.wal_target import read_sends, read_sqlite_bodies
@@ -355,3 +357,99 @@ class WalUpsertJob:
             assert not [k for k in keys if k.endswith(".arrow")], keys
             plans = [k for k in keys if "/plans/" in k and k.endswith(".json")]
             assert plans == [f"chk/wal/wal-crash/plans/{last}.json"], keys
+
+
+BROADCAST_JOB = script("broadcast_job")
+BROADCAST_FILES = 26
+"""Thirteen batches of two files, one rules file each."""
+BROADCAST_ROWS_PER_FILE = 8
+BROADCAST_PARALLELISM = (2, 3, 1, 4)
+"""The operator's parallelism in each run: every restart rescales the state."""
+BROADCAST_MAX_PARALLELISM = 8
+"""The job's key groups: each holds a copy of the broadcast map."""
+
+
+def rule_files(folder: Path, batches: int) -> list[dict[str, int]]:
+    """One rules file per batch (two versions of two rules each, the later version first);
+    the broadcast map each batch must end with, computed in plain Python."""
+    folder.mkdir(parents=True)
+    expected: list[dict[str, int]] = []
+    current: dict[str, int] = {}
+    for batch in range(batches):
+        rows = []
+        for rule in (f"r{batch % 3}", f"r{(batch + 1) % 3}"):
+            rows.append({"rule": rule, "limit": 10 * batch + 1, "version": 2 * batch + 1})
+            rows.append({"rule": rule, "limit": 10 * batch, "version": 2 * batch})
+        pq.write_table(pa.Table.from_pylist(rows), folder / f"rules-{batch:04d}.parquet")
+        for row in sorted(rows, key=lambda r: r["version"]):
+            current[row["rule"]] = row["limit"]
+        expected.append(dict(current))
+    return expected
+
+
+def broadcast_copies(location: str, operator: str) -> dict[int, dict[str, int]]:
+    """The broadcast map stored in each key group, read from the state."""
+    stored = read_state(location, operator=operator).to_pandas()
+    copies = stored[stored["state"] == "rules"]
+    per_group: dict[int, dict[str, int]] = {}
+    for group, user_key, value in zip(
+        copies["key_group"], copies["user_key"], copies["value"], strict=True
+    ):
+        per_group.setdefault(int(group), {})[json.loads(user_key)] = int(value)
+    return per_group
+
+
+class BroadcastJob:
+    """files + a rules stream (broadcast state) -> keyed ranking (filesystem backend) -> the
+    file sink, everything local; every restart runs the operator at another parallelism,
+    rescaling the key groups and their broadcast copies."""
+
+    name = "broadcast"
+
+    def __init__(self, root: Path) -> None:
+        self.source, self.rules, self.out = root / "in", root / "rules", root / "out"
+        self.state = root / "state"
+        self.checkpoints, self.states = Spellings(root / "ck"), Spellings(self.state)
+        self.expected = write_sequence_files(
+            self.source,
+            BROADCAST_FILES,
+            BROADCAST_ROWS_PER_FILE,
+            lambda seqs: {"key": [f"k{s % 5}" for s in seqs]},
+        )
+        self.maps = rule_files(self.rules, BROADCAST_FILES // 2)
+
+    def args(self, run: int) -> list[str]:
+        """Run ``run``'s arguments: another spelling of the checkpoint and the state, and
+        another parallelism."""
+        return [
+            str(self.source),
+            str(self.rules),
+            str(self.out),
+            self.checkpoints(run),
+            self.states(run),
+            "2",
+            str(BROADCAST_PARALLELISM[run % len(BROADCAST_PARALLELISM)]),
+        ]
+
+    def part(self) -> Part:
+        """This path as a part of a group sharing a driver."""
+        return Part(self.name, BROADCAST_JOB, self.args)
+
+    def check(self, result: CrashResult) -> None:
+        """Every record once (read with pyarrow) and ranked exactly; every row of batch N,
+        in whichever partition, saw the rules of batches 0..N applied in version order; at
+        the end every key group holds that map."""
+        context = f"\n{result.summary()}"
+        committed = ds.dataset(str(self.out), format="parquet").to_table()
+        assert_exactly_once(committed.column("seq"), self.expected, what="output" + context)
+        assert misranked(ranks_by_key(committed)) == 0, context
+        batch_of = BROADCAST_ROWS_PER_FILE * 2
+        wrong = [
+            row
+            for row in committed.to_pylist()
+            if row["rules"] != rules_digest(self.maps[row["seq"] // batch_of])
+        ]
+        assert not wrong, f"{len(wrong)} rows saw another broadcast map, e.g. {wrong[:3]}{context}"
+        assert len(set(committed.column("partition").to_pylist())) >= 2, context
+        copies = broadcast_copies(f"file://{self.state}", "rules")
+        assert copies == dict.fromkeys(range(BROADCAST_MAX_PARALLELISM), self.maps[-1]), context

@@ -1,19 +1,20 @@
-"""Crash tests of the file sink, keyed state on two backends and the write-ahead-log sink,
-sharing their kills.
+"""Crash tests of the file sink, keyed state on two backends, broadcast state and the
+write-ahead-log sink, sharing their kills.
 
-Four exactly-once paths (``tests/crash_paths.py``) run as four queries of one
+Five exactly-once paths (``tests/crash_paths.py``) run as five queries of one
 driver (:meth:`~firesteel.testing.CrashHarness.run_together`): files -> map ->
 file sink; files -> keyed state with timers (filesystem backend) -> file sink; the
 same on the RocksDB backend (``firesteel-rocksdb``); files -> write-ahead-log sink
--> SQLite upserts. Every SIGKILL of the whole job crashes all four, each wherever
+-> SQLite upserts; files + a rules stream (broadcast state) -> keyed ranking -> file
+sink. Every SIGKILL of the whole job crashes all five, each wherever
 it is, and each restarts from its own checkpoint, so each path gets every kill of
 the run for the price of one restart of Spark (issue 30: the restarts are most of
 a crash test's time).
 
 The test runs twice: with everything local, and with the object-store halves on
 the S3 server process (the file sink's output, both backends' snapshots, the log's
-segments, plans and commit markers). Kafka -> file sink on S3 runs with the Kafka
-crash test's queries (``connectors/kafka/tests/test_kafka_crash.py``): from the
+segments, plans and commit markers; the broadcast path stays local in both). Kafka
+-> file sink on S3 runs with the Kafka crash test's queries (``connectors/kafka/tests/test_kafka_crash.py``): from the
 second restart on, this group's clock runs an hour behind (the state path's
 timers), which librdkafka cannot run under (see :mod:`firesteel.testing.clock`).
 
@@ -38,7 +39,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from crash_paths import FilesJob, RocksJob, StateJob, WalUpsertJob
+from crash_paths import BroadcastJob, FilesJob, RocksJob, StateJob, WalUpsertJob
 
 from firesteel.rocksdb.store import MID_RESTORE, MID_UPLOAD
 from firesteel.testing import (
@@ -61,6 +62,10 @@ TASK_KILLS = {
     "files": (["sink.after_write", "sink.after_pre_commit"], range(9, 12)),
     "state": (["state.after_snapshot", "sink.after_write", "sink.after_pre_commit"], range(9, 11)),
     "wal": (["sink.after_write", "sink.after_pre_commit"], range(9, 12)),
+    "broadcast": (
+        ["state.after_snapshot", "sink.after_write", "sink.after_pre_commit"],
+        range(9, 11),
+    ),
 }
 """Six task kills per query in the run that completes, aimed at that query's tasks (a
 RocksDB task also mid-upload)."""
@@ -100,10 +105,10 @@ def task_kills_per_query() -> AtPoints:
 
 
 @pytest.mark.parametrize("store", ["local", "s3"])
-def test_four_paths_killed_together_at_protocol_points_and_at_random(
+def test_five_paths_killed_together_at_protocol_points_and_at_random(
     tmp_path: Path, store: str
 ) -> None:
-    """Six whole-job SIGKILLs crashing all four paths, each restart changing what users
+    """Six whole-job SIGKILLs crashing all five paths, each restart changing what users
     change (the checkpoint's spelling, the operators' parallelism, the partition count,
     the clock an hour behind, ``s3a://`` / ``s3://``); then six task kills per path."""
     server = S3Server(tmp_path / "s3").start() if store == "s3" else None
@@ -112,6 +117,7 @@ def test_four_paths_killed_together_at_protocol_points_and_at_random(
         state = StateJob(tmp_path / "state", server)
         rocks = RocksJob(tmp_path / "rocksdb", server)
         wal = WalUpsertJob(tmp_path / "wal", server)
+        broadcast = BroadcastJob(tmp_path / "broadcast")
 
         def wal_env(run: int) -> Mapping[str, str]:
             """Called before each start: on S3 the server restarts before two of them."""
@@ -119,15 +125,21 @@ def test_four_paths_killed_together_at_protocol_points_and_at_random(
                 server.restart()
             return wal.env(run)
 
-        parts = [files.part(), state.part(), rocks.part(), replace(wal.part(), env=wal_env)]
+        parts = [
+            files.part(),
+            state.part(),
+            rocks.part(),
+            replace(wal.part(), env=wal_env),
+            broadcast.part(),
+        ]
         kills = [*whole_job_kills(store, files), task_kills_per_query()]
-        # Four queries share two cores: the run that completes takes longer than one job's.
+        # Five queries share two cores: the run that completes takes longer than one job's.
         with CrashHarness(tmp_path / "harness", timeout=480) as harness:
             result = harness.run_together(parts, kills)
         assert result.all_fired, result.summary()
         assert result.kills == WHOLE_JOB_KILLS + 6 * len(TASK_KILLS)
         assert result.exit_codes == [-9] * WHOLE_JOB_KILLS + [0]
-        for path in (files, state, rocks, wal):
+        for path in (files, state, rocks, wal, broadcast):
             path.check(result)
     finally:
         if server is not None:

@@ -9,9 +9,9 @@ and their broadcast copies), every partition of every batch must hold the same
 map, and at the end every key group's copy must equal the rules applied in
 order in plain Python.
 
-The crash test runs the same kind of job (records and rules from
-``firesteel.files``, the exactly-once file sink) under SIGKILLs, restarting at
-another parallelism each time, and reads its output with pyarrow.
+The crash test of the same kind of job (records and rules from
+``firesteel.files``, the exactly-once file sink) runs with the other state
+paths' in ``test_crash_together.py`` (``crash_paths.BroadcastJob``).
 """
 
 from __future__ import annotations
@@ -24,17 +24,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.dataset as ds
-import pyarrow.parquet as pq
 import pytest
-from files_helpers import write_sequence_files
+from crash_paths import broadcast_copies
 from pyspark import cloudpickle
 from test_state_backends import Driver, make_backend
 from test_state_operator import INPUT_SCHEMA, run_query
 
 from firesteel.backends import FilesystemBackend
-from firesteel.backends.inspect import read_state
 from firesteel.core.errors import ConfigError
 from firesteel.state import (
     BroadcastContext,
@@ -44,11 +41,7 @@ from firesteel.state import (
     StateDeclarations,
     stateful,
 )
-from firesteel.testing import CrashHarness, Spellings, at_point
-from firesteel.testing.counting import assert_exactly_once
 from firesteel.testing.processors import RankPerKeyWithRules, rules_digest
-from firesteel.testing.ranked import misranked, ranks_by_key
-from firesteel.testing.scripts import script
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -96,18 +89,6 @@ def _run(spark: Any, root: Path, parallelism: int) -> None:
     )
 
 
-def _copies(location: str, operator: str) -> dict[int, dict[str, int]]:
-    """The broadcast map stored in each key group, read from the state."""
-    stored = read_state(location, operator=operator).to_pandas()
-    copies = stored[stored["state"] == "rules"]
-    per_group: dict[int, dict[str, int]] = {}
-    for group, user_key, value in zip(
-        copies["key_group"], copies["user_key"], copies["value"], strict=True
-    ):
-        per_group.setdefault(int(group), {})[json.loads(user_key)] = int(value)
-    return per_group
-
-
 def test_broadcast_state_is_identical_in_every_partition_across_rescales(
     spark: Any, tmp_path: Path
 ) -> None:
@@ -137,7 +118,9 @@ def test_broadcast_state_is_identical_in_every_partition_across_rescales(
     assert len({row["partition"] for row in rows}) >= 2  # rows came from several partitions
     last = [row for row in rows if row["seq"] >= 9900]
     assert {row["rules"] for row in last} == {rules_digest(expected)}
-    assert _copies(f"file://{tmp_path}/state", "counts") == dict.fromkeys(range(MAX_P), expected)
+    assert broadcast_copies(f"file://{tmp_path}/state", "counts") == dict.fromkeys(
+        range(MAX_P), expected
+    )
 
 
 def test_a_broadcast_input_needs_process_broadcast(spark: Any, tmp_path: Path) -> None:
@@ -161,87 +144,6 @@ def test_a_broadcast_input_needs_process_broadcast(spark: Any, tmp_path: Path) -
                 broadcast=rules,
                 broadcast_order=order,
             )
-
-
-# -- crash test ----------------------------------------------------------------------------
-
-FILES = 10
-ROWS_PER_FILE = 8
-FILES_PER_BATCH = 2
-BATCHES = FILES // FILES_PER_BATCH
-CRASH_PARALLELISM = (2, 3, 1, 4)
-"""The operator's parallelism in each run: every restart rescales the state."""
-
-
-def _rule_files(folder: Path) -> list[dict[str, int]]:
-    """One rules file per batch (two versions of two rules each, the later version first);
-    the broadcast map each batch must end with, computed in plain Python."""
-    folder.mkdir(parents=True)
-    expected: list[dict[str, int]] = []
-    current: dict[str, int] = {}
-    for batch in range(BATCHES):
-        rows = []
-        for rule in (f"r{batch % 3}", f"r{(batch + 1) % 3}"):
-            rows.append({"rule": rule, "limit": 10 * batch + 1, "version": 2 * batch + 1})
-            rows.append({"rule": rule, "limit": 10 * batch, "version": 2 * batch})
-        pq.write_table(pa.Table.from_pylist(rows), folder / f"rules-{batch:04d}.parquet")
-        for row in sorted(rows, key=lambda r: r["version"]):
-            current[row["rule"]] = row["limit"]
-        expected.append(dict(current))
-    return expected
-
-
-@pytest.mark.crash
-def test_broadcast_state_survives_kills_and_rescales(
-    crash_harness: CrashHarness, tmp_path: Path
-) -> None:
-    """Three SIGKILLs of the whole job (after a partition's snapshot, before and inside the
-    sink's commit), each restart at another parallelism with the checkpoint spelled
-    otherwise: every record once (read with pyarrow), ranked exactly, and every row of
-    batch N, in whichever partition, saw the rules of batches 0..N applied in version
-    order; at the end every key group holds that map."""
-    source, rules, out = tmp_path / "in", tmp_path / "rules", tmp_path / "out"
-    checkpoint, state = tmp_path / "ck", tmp_path / "state"
-    expected_seqs = write_sequence_files(
-        source, FILES, ROWS_PER_FILE, lambda seqs: {"key": [f"k{s % 5}" for s in seqs]}
-    )
-    maps = _rule_files(rules)
-    checkpoints, states = Spellings(checkpoint), Spellings(state)
-
-    def args(run: int) -> list[str]:
-        return [
-            str(source),
-            str(rules),
-            str(out),
-            checkpoints(run),
-            states(run),
-            str(FILES_PER_BATCH),
-            str(CRASH_PARALLELISM[run % len(CRASH_PARALLELISM)]),
-        ]
-
-    kills = [
-        at_point("state.after_snapshot", batch=1, partition=0),
-        at_point("driver.before_commit", batch=2),
-        at_point("driver.mid_commit", batch=3),
-    ]
-    result = crash_harness.run(script("broadcast_job"), args, kills)
-    context = f"\n{result.summary()}"
-    assert result.all_fired, context
-    assert result.exit_codes == [-9] * 3 + [0], context
-
-    committed = ds.dataset(str(out), format="parquet").to_table()
-    assert_exactly_once(committed.column("seq"), expected_seqs, what="output" + context)
-    assert misranked(ranks_by_key(committed)) == 0, context
-    batch_of = ROWS_PER_FILE * FILES_PER_BATCH
-    wrong = [
-        row
-        for row in committed.to_pylist()
-        if row["rules"] != rules_digest(maps[row["seq"] // batch_of])
-    ]
-    assert not wrong, f"{len(wrong)} rows saw another broadcast map, e.g. {wrong[:3]}{context}"
-    assert len(set(committed.column("partition").to_pylist())) >= 2, context
-
-    assert _copies(f"file://{state}", "rules") == dict.fromkeys(range(8), maps[-1]), context
 
 
 # -- on every backend, without Spark -------------------------------------------------------

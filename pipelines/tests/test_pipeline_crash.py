@@ -1,14 +1,14 @@
 """The example pipeline on local and on Kafka topics, killed and restarted: every reading
 counted once.
 
-Three runs of ``LocalRunner`` (one process and SparkSession per streamlet):
-the first, with supervision off, loses its stateful streamlet at a protocol
-point of its outlet's sink (a fault point armed in that streamlet's process
-only; the runner stops the others); in the second, supervised, the stateful
-streamlet is SIGKILLed at a random moment once it has published a batch, the
-runner restarts it and the readings so far are counted exactly, then the whole
-pipeline is SIGKILLed (every streamlet at once) once the egress has more
-output; the third, given one more input file while the pipeline was down,
+Two runs of ``LocalRunner`` (one process and SparkSession per streamlet):
+in the first, supervised, the stateful streamlet dies at a protocol point of
+its outlet's sink (a fault point armed in that streamlet's process only), the
+runner restarts it and the readings so far are counted exactly; then it is
+SIGKILLed at a random moment within 3 s of more input, restarted and counted
+again, then the whole pipeline is SIGKILLed (every streamlet at once)
+once the egress has more output; the second, given one more input file while
+the pipeline was down,
 runs with another trigger interval and another Spark shuffle-partition count
 until every reading is counted. The egress output is read with pyarrow's
 dataset reader, not firesteel's: each sensor's final count is its number of
@@ -35,11 +35,9 @@ from sensors_run import (
     PER_FILE,
     SENSORS,
     kafka_example,
-    kafka_published,
     output_rows,
     quick_start,
     wait,
-    wait_for_exit,
     write_inputs,
 )
 
@@ -70,43 +68,38 @@ def test_every_reading_counted_once_across_kills_and_a_changed_configuration(
         suffix = tmp_path.name
         blueprint = kafka_example(tmp_path / "example", suffix)
         settings.append(f'firesteel.kafka.bootstrap.servers = "{bootstrap}"')
-        published = kafka_published(bootstrap, f"sensor-metrics-{suffix}", request)
     else:
         blueprint = EXAMPLE / "blueprint.conf"
-        metrics_topic = work / "topics" / "sensor-metrics"
-
-        def published() -> bool:
-            return any(metrics_topic.glob("*.parquet"))
 
     write_inputs(inputs, 0, 3)
-    # The stateful streamlet dies at a protocol point of its outlet's sink: on Kafka once a
-    # task's transaction committed, before its vote (the batch is downstream, not in Spark's
-    # commit log); on local topics inside the driver's commit, its manifest written, its
-    # files not yet all published. The fault kills the streamlet's own process group.
+    # Under supervision (on by default) the runner restarts a streamlet that died. The stateful
+    # streamlet dies first at a protocol point of its outlet's sink: on Kafka once a task's
+    # transaction committed, before its vote (the batch is downstream, not in Spark's commit
+    # log); on local topics inside the driver's commit, its manifest written, its files not
+    # yet all published. The fault kills the streamlet's own process group and leaves its
+    # marker, so the restarted process runs on; the readings so far are then counted exactly.
     point = "kafka.after_commit_transaction" if topics == "kafka" else "driver.mid_commit"
-    armed = {"FIRESTEEL_FAULT": point, "FIRESTEEL_FAULT_DIR": str(tmp_path / "faults")}
-    at_point = LocalRunner(
-        blueprint,
-        work,
-        settings=[*settings, "firesteel.supervision.restarts = 0"],
-        environment={"metrics": armed},
-    )
-    at_point.start()
-    try:
-        wait_for_exit(at_point, "metrics")
-        assert at_point.wait() == 1
-    finally:
-        at_point.stop()
-    assert (tmp_path / "faults" / point).exists()
-
-    # Under supervision (on by default) the runner restarts a streamlet SIGKILLed at a random
-    # moment; the readings so far are then counted exactly, before the whole pipeline is
-    # SIGKILLed with more input on its way.
-    write_inputs(inputs, 3, 3)
-    supervised = LocalRunner(blueprint, work, settings=settings)
+    faults = tmp_path / "faults"
+    armed = {"FIRESTEEL_FAULT": point, "FIRESTEEL_FAULT_DIR": str(faults)}
+    supervised = LocalRunner(blueprint, work, settings=settings, environment={"metrics": armed})
     supervised.start()
     try:
-        wait(supervised, published, "metrics to publish")
+        wait(
+            supervised,
+            lambda: (
+                supervised.restarts["metrics"].total == 1
+                and supervised.processes["metrics"].poll() is None
+                and counted(output) >= 3 * PER_FILE
+            ),
+            "the metrics restarted after its fault point",
+        )
+        assert (faults / point).exists()
+        _assert_exact(output_rows(output), 3 * PER_FILE)
+
+        # Then it is SIGKILLed at a random moment within 3 s of more input, restarted again,
+        # and the readings so far counted exactly, before the whole pipeline is SIGKILLed
+        # with more input on its way.
+        write_inputs(inputs, 3, 3)
         time.sleep(random.uniform(0, 3))
         killed = supervised.processes["metrics"].pid
         _kill(supervised, "metrics")
@@ -117,7 +110,7 @@ def test_every_reading_counted_once_across_kills_and_a_changed_configuration(
             ),
             "the restarted metrics",
         )
-        assert supervised.restarts["metrics"].total == 1
+        assert supervised.restarts["metrics"].total == 2
         _assert_exact(output_rows(output), 6 * PER_FILE)
 
         write_inputs(inputs, 6, 2)

@@ -193,3 +193,12 @@ def driver_java_options() -> str:
 def archive_option(archive: Path | str | None) -> str:
     """The JVM flag that maps ``archive`` ('' for none)."""
     return f"-XX:SharedArchiveFile={archive}" if archive else ""
+
+
+def quick_start_flags() -> str:
+    """The flags of a test job's driver JVM started outside the harness (a streamlet, the
+    demo as a user runs it): :data:`~firesteel.testing.jobs.QUICK_START_JVM` and the
+    class-data archive, if one can be made."""
+    from firesteel.testing.jobs import QUICK_START_JVM
+
+    return f"{QUICK_START_JVM} {archive_option(driver_archive())}".strip()
