@@ -300,7 +300,7 @@ def _restore(keys: int) -> tuple[Callable[[], float], Callable[[], float]]:
 def workloads(quick: bool) -> list[Workload]:
     """Per-op, checkpoints and restore of 1M keys, keyed count of 5M events (tiny if quick)."""
     keys = 20_000 if quick else 1_000_000
-    events, event_keys, files = (20_000, 500, 2) if quick else (5_000_000, 1_000_000, 10)
+    events, event_keys, files = (4_000, 100, 2) if quick else (5_000_000, 1_000_000, 10)
     repetitions, warmup = (1, 0) if quick else (3, 1)
     result: list[Workload] = []
     per_op = [

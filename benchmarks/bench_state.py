@@ -288,7 +288,7 @@ def workloads(quick: bool) -> list[Workload]:
     """Per-op on both backends, snapshots of 1M keys, keyed counts of 5M events (tiny if quick)."""
     keys = 20_000 if quick else 1_000_000
     snapshot_keys = 20_000 if quick else 1_000_000
-    sizes = [(20_000, 500, 2)] if quick else [(5_000_000, 100_000, 10), (5_000_000, 1_000_000, 10)]
+    sizes = [(4_000, 100, 2)] if quick else [(5_000_000, 100_000, 10), (5_000_000, 1_000_000, 10)]
     repetitions, warmup = (1, 0) if quick else (3, 1)
     result: list[Workload] = []
     for kind in ("heap", "filesystem"):
