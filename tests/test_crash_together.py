@@ -13,10 +13,11 @@ a crash test's time).
 
 The test runs twice: with everything local, and with the object-store halves on
 the S3 server process (the file sink's output, both backends' snapshots, the log's
-segments, plans and commit markers; the broadcast path stays local in both). Kafka
--> file sink on S3 runs with the Kafka crash test's queries (``connectors/kafka/tests/test_kafka_crash.py``): from the
-second restart on, this group's clock runs an hour behind (the state path's
-timers), which librdkafka cannot run under (see :mod:`firesteel.testing.clock`).
+segments, plans and commit markers; the broadcast path stays local in both).
+Kafka -> file sink on S3 runs with the Kafka crash test's queries
+(``connectors/kafka/tests/test_kafka_crash.py``): from the second restart on,
+this group's clock runs an hour behind (the state path's timers), which
+librdkafka cannot run under (see :mod:`firesteel.testing.clock`).
 
 Each run kills the whole job six times, so each path gets twelve whole-job
 SIGKILLs over the two stores: the first right after a write-ahead-log send of
