@@ -2,12 +2,13 @@
 dying stops the pipeline naming it and its log.
 
 The restart of a SIGKILLed streamlet with exact output is proven by
-``test_pipeline_crash.py`` (its second run); here a streamlet's process dies for
+``test_pipeline_crash.py`` (its first run, twice); here a streamlet's process dies for
 a real reason (its Spark driver's Java cannot start) on every start.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 import time
@@ -40,6 +41,8 @@ def test_restarts_back_off_and_are_bounded_within_their_window() -> None:
     # The first restart left the window: one more is allowed, after the longest backoff.
     assert restarts.after_death(601.0) == 3.0
     assert restarts.total == 4
+    off = Restarts(dataclasses.replace(policy, restarts=0))
+    assert off.after_death(0.0) is None, "restarts = 0: the first death stops the pipeline"
 
 
 def test_bad_supervision_settings_are_refused_at_once_with_suggestions() -> None:
