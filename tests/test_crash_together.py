@@ -21,10 +21,12 @@ Kafka -> file sink on S3 runs with the Kafka crash test's queries
 this group's clock runs an hour behind (the state path's timers), which
 librdkafka cannot run under (see :mod:`firesteel.testing.clock`).
 
-Each run kills the whole job six times, so each path gets twelve whole-job
-SIGKILLs over the two stores: the first right after a write-ahead-log send of
+The local run kills the whole job five times and the S3 run four, so each path
+gets nine whole-job SIGKILLs over the two stores (each restart of a group costs
+the JVM's start once and every query's own start-up again: issue 30 asks for at
+least eight): in each store the first right after a write-ahead-log send of
 batch 1 planned with 4 partitions (the log's re-send window), then a RocksDB
-upload and a restore in each store, points of the file sink's commit, the state
+upload (local) or restore (S3), points of the file sink's commit, the state
 snapshot and the driver's commit, and a random moment. A point aimed at one query
 (``#name``) is reached by that query; a ``driver.*`` point is reached by whichever
 query's commit comes first, and crashes the others elsewhere. The run that
@@ -59,7 +61,6 @@ from firesteel.testing.s3 import S3Server
 
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(900)]
 
-WHOLE_JOB_KILLS = 6
 TASK_KILLS = {
     "rocksdb": ([MID_UPLOAD.name, "sink.after_write", "sink.after_pre_commit"], range(8, 10)),
     "files": (["sink.after_write", "sink.after_pre_commit"], range(9, 12)),
@@ -72,31 +73,29 @@ TASK_KILLS = {
 }
 """Six task kills per query in the run that completes, aimed at that query's tasks (a
 RocksDB task also mid-upload)."""
-SERVER_RESTARTS = (4, 6)
+SERVER_RESTARTS = (2, 4)
 """On S3: starts before which the server is killed and restarted with its objects."""
 
 
 def whole_job_kills(store: str, files: FilesJob) -> list[Kill]:
-    """This store's six whole-job kills; together with the other store's, every point."""
+    """This store's whole-job kills (five local, four on S3: each path gets nine, the
+    issue's eight and one); together with the other store's, every point but one
+    (``driver.before_commit``: the task kills' ``sink.after_pre_commit`` vote precedes it,
+    and the Cassandra and Kafka drivers kill there)."""
     after_send = at_point("wal.after_send", batch=1, partition=1)
-    mid_upload = at_point(MID_UPLOAD, query="rocksdb")
-    mid_restore = at_point(MID_RESTORE, query="rocksdb")
     if store == "local":
         return [
             after_send,
-            mid_upload,
+            at_point(MID_UPLOAD, query="rocksdb"),
             at_point("sink.after_pre_commit", query="files"),
-            mid_restore,
-            at_point("driver.before_commit"),
+            at_point("driver.after_commit"),
             at_random((0.0, 1.0), when=batch_started(files.checkpoint, 5)),
         ]
     return [
         after_send,
         at_point("state.after_snapshot", query="state"),
-        mid_upload,
         at_point("driver.mid_commit"),
-        mid_restore,
-        at_point("driver.after_commit"),
+        at_point(MID_RESTORE, query="rocksdb"),
     ]
 
 
@@ -107,10 +106,10 @@ def task_kills_per_query(names: list[str]) -> AtPoints:
 
 @pytest.mark.parametrize("store", ["local", "s3"])
 def test_paths_killed_together_at_protocol_points_and_at_random(tmp_path: Path, store: str) -> None:
-    """Six whole-job SIGKILLs crashing every path of the group, each restart changing
-    what users change (the checkpoint's spelling, the operators' parallelism, the
-    partition count, the clock an hour behind, ``s3a://`` / ``s3://``); then six task
-    kills per path."""
+    """Five (local) or four (S3) whole-job SIGKILLs crashing every path of the group,
+    each restart changing what users change (the checkpoint's spelling, the operators'
+    parallelism, the partition count, the clock an hour behind, ``s3a://`` /
+    ``s3://``); then six task kills per path."""
     server = S3Server(tmp_path / "s3").start() if store == "s3" else None
     try:
         files = FilesJob(tmp_path / "files", server)
@@ -132,14 +131,15 @@ def test_paths_killed_together_at_protocol_points_and_at_random(tmp_path: Path, 
             paths.append(broadcast)
             parts.append(broadcast.part())
         names = [part.name for part in parts]
-        kills = [*whole_job_kills(store, files), task_kills_per_query(names)]
+        whole_job = whole_job_kills(store, files)
+        kills = [*whole_job, task_kills_per_query(names)]
         # Four or five queries share two cores: the run that completes takes longer than one
         # job's.
         with CrashHarness(tmp_path / "harness", timeout=480) as harness:
             result = harness.run_together(parts, kills)
         assert result.all_fired, result.summary()
-        assert result.kills == WHOLE_JOB_KILLS + 6 * len(paths)
-        assert result.exit_codes == [-9] * WHOLE_JOB_KILLS + [0]
+        assert result.kills == len(whole_job) + 6 * len(paths)
+        assert result.exit_codes == [-9] * len(whole_job) + [0]
         for path in paths:
             path.check(result)
     finally:
