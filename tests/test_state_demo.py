@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,16 +17,10 @@ from typing import Any
 import pytest
 
 from firesteel.examples.demo import generate_readings, latest_per_sensor
-from firesteel.testing.jvm import quick_start_flags
+from firesteel.testing.jvm import quick_start_env
 
 # Minutes each (a whole demo job twice): handed out first, left out of `make test-fast`.
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
-
-
-def _quick_jvm() -> dict[str, str]:
-    """The environment with the test jobs' JVM flags: the demo's results do not depend on
-    them, and its driver JVM starts in two thirds of the time (C1 only, the class archive)."""
-    return {**os.environ, "JAVA_TOOL_OPTIONS": quick_start_flags()}
 
 
 def _run_demo(folder: Path) -> str:
@@ -49,7 +42,7 @@ def _run_demo(folder: Path) -> str:
         ],
         capture_output=True,
         text=True,
-        env=_quick_jvm(),
+        env=quick_start_env(),
         timeout=540,
         check=False,
     )

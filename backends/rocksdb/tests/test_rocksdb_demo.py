@@ -8,7 +8,6 @@ test does at every restart (issue 30: one JVM start less).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections import Counter
@@ -17,16 +16,10 @@ from pathlib import Path
 import pytest
 
 from firesteel.examples.demo import latest_per_sensor
-from firesteel.testing.jvm import quick_start_flags
+from firesteel.testing.jvm import quick_start_env
 
 # A minute or more (a whole demo job): handed out first, left out of `make test-fast`.
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
-
-
-def _quick_jvm() -> dict[str, str]:
-    """The environment with the test jobs' JVM flags: the demo's results do not depend on
-    them, and its driver JVM starts in two thirds of the time (C1 only, the class archive)."""
-    return {**os.environ, "JAVA_TOOL_OPTIONS": quick_start_flags()}
 
 
 def _run(*args: str) -> str:
@@ -34,7 +27,7 @@ def _run(*args: str) -> str:
         [sys.executable, "-m", *args],
         capture_output=True,
         text=True,
-        env=_quick_jvm(),
+        env=quick_start_env(),
         timeout=280,
         check=False,
     )

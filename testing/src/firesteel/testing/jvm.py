@@ -202,3 +202,10 @@ def quick_start_flags() -> str:
     from firesteel.testing.jobs import QUICK_START_JVM
 
     return f"{QUICK_START_JVM} {archive_option(driver_archive())}".strip()
+
+
+def quick_start_env() -> dict[str, str]:
+    """This process's environment with :func:`quick_start_flags` as ``JAVA_TOOL_OPTIONS``,
+    for a job started as a user starts it (the demo): its results do not depend on the
+    flags, and its driver JVM starts in about two thirds of the time."""
+    return {**os.environ, "JAVA_TOOL_OPTIONS": quick_start_flags()}
