@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pyarrow as pa
@@ -30,6 +31,7 @@ from firesteel.testing import (
     in_one_run,
     task_kills,
 )
+from firesteel.testing.daemon import DAEMON_CONFIG
 from firesteel.testing.jvm import CACHE_ENV, driver_archive
 from firesteel.testing.workerpython import use_worker_python, worker_python
 
@@ -393,6 +395,21 @@ def test_the_worker_python_imports_pyspark_from_site_packages_not_its_zip(
     use_worker_python()
     assert os.environ["PYSPARK_PYTHON"] == wrapper
     assert os.environ["PYSPARK_DRIVER_PYTHON"] == "/usr/bin/python3"
+
+
+def test_suite_workers_fork_from_the_daemon_that_imported_their_modules(spark: Any) -> None:
+    def seen_by_a_worker(_: object) -> tuple[str, bool]:
+        import sys as worker_sys
+
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as parent:
+            command = parent.read().replace(b"\0", b" ").decode()
+        imported = {"pyarrow.fs", "firesteel.core"} <= set(worker_sys.modules)
+        return command, imported
+
+    [(daemon, imported)] = spark.sparkContext.parallelize([0], 1).map(seen_by_a_worker).collect()
+    # A plain RDD task imports neither: they come from the daemon the worker was forked from.
+    assert f"-m {DAEMON_CONFIG['spark.python.daemon.module']} pyspark.worker" in daemon
+    assert imported
 
 
 def test_kills_aimed_at_one_query_of_a_group_carry_its_name() -> None:
