@@ -399,12 +399,9 @@ def test_the_worker_python_imports_pyspark_from_site_packages_not_its_zip(
 
 def test_suite_workers_fork_from_the_daemon_that_imported_their_modules(spark: Any) -> None:
     def seen_by_a_worker(_: object) -> tuple[str, bool]:
-        import sys as worker_sys
-
         with open(f"/proc/{os.getppid()}/cmdline", "rb") as parent:
             command = parent.read().replace(b"\0", b" ").decode()
-        imported = {"pyarrow.fs", "firesteel.core"} <= set(worker_sys.modules)
-        return command, imported
+        return command, {"pyarrow.fs", "firesteel.core"} <= set(sys.modules)
 
     [(daemon, imported)] = spark.sparkContext.parallelize([0], 1).map(seen_by_a_worker).collect()
     # A plain RDD task imports neither: they come from the daemon the worker was forked from.

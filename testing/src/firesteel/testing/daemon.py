@@ -5,7 +5,7 @@ forks a worker from it whenever a Python task finds no idle worker to reuse.
 PySpark imports the worker module, pyarrow and firesteel only after the fork,
 so every forked worker imports them again: 0.15-0.3 s of CPU each. The crash
 tests restart their jobs and kill workers, so workers are forked afresh all
-the time (527 forks in one run of the suite). This daemon imports them once and
+the time (527 daemons and forks in one run of the suite). This daemon imports them once and
 its forks inherit them. Measured on the S3 shared-driver crash test (2 cores):
 the task workers used 32 s of CPU instead of 40.
 
@@ -13,7 +13,8 @@ PySpark defers those imports because pyarrow and numpy start threads when
 imported (jemalloc's background thread, OpenBLAS's pool) and a fork copies only
 the forking thread. Both libraries register fork handlers for this case (Arrow
 re-creates its pools in the child; OpenBLAS stops its pool before a fork), and
-the daemon forks before any task has run, so no lock is held by a pool thread.
+the daemon itself never runs a task, so its pool threads are idle, holding no
+lock, whenever it forks.
 firesteel does not set it for users' jobs: a long-running job reuses its
 workers and forks rarely.
 
