@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from abc import abstractmethod
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any, ClassVar, Self, cast
 
 import pyarrow as pa
@@ -27,6 +27,7 @@ from firesteel.core.durable import make_parent
 from firesteel.core.errors import ConfigError
 from firesteel.core.ownership import Ownership
 from firesteel.core.storage import StorageConfig, check_location, resolve
+from firesteel.core.worker_cache import WorkerCache
 from firesteel.state.api import ListState, MapState, ValueState
 from firesteel.state.backend import (
     KeyedStateStore,
@@ -72,6 +73,10 @@ class TaskStore(KeyedStateStore):
             raise
         return self
 
+    def close(self) -> None:
+        """Release what the store holds besides memory (a native instance, local files);
+        called when the worker's cache of stores drops it. Nothing by default."""
+
     @property
     def now_ms(self) -> int:
         return int(self.cursor.now_ms)
@@ -110,12 +115,19 @@ class TaskStoreBackend(StateBackend):
     """A backend whose stores are :class:`TaskStore` objects, opened through
     :meth:`TaskStore.open_task` (so a failed ``begin`` discards the store on every backend).
 
-    Subclasses are frozen dataclasses with the fields ``path`` (the location) and
-    ``storage_options`` (made a :class:`StorageConfig` when built).
+    Subclasses are frozen dataclasses with the fields ``path`` (the location),
+    ``retain``, ``cache`` and ``storage_options`` (made a :class:`StorageConfig`
+    when built), and give :attr:`worker_stores` its capacity.
     """
 
     path: str
+    retain: int
+    """Committed versions kept in storage."""
+    cache: bool
+    """Keep each store in its Python worker between tasks (see :meth:`task_store`)."""
     storage_options: StorageConfig | Mapping[str, str]
+    worker_stores: ClassVar[WorkerCache[Hashable, TaskStore]]
+    """The stores this Python worker keeps between tasks, by :meth:`store_key`."""
 
     @property
     def location(self) -> str:
@@ -153,10 +165,33 @@ class TaskStoreBackend(StateBackend):
     ) -> KeyedStateStore:
         return self.task_store(spec, task).open_task(task, declared, now_ms)
 
-    @abstractmethod
     def task_store(self, spec: OperatorSpec, task: KeyedTask) -> TaskStore:
-        """Executor side: the store to serve ``task`` (this worker's, kept between tasks, or
-        a new one), not yet begun."""
+        """Executor side: the store to serve ``task``, not yet begun.
+
+        With ``cache``, the one this worker keeps under :meth:`store_key` (so a
+        task whose key groups it served last restores nothing), unless it was
+        made for another ``max_parallelism``: its key groups hash other keys, so
+        it is dropped and a new one made. A kept store takes ``spec`` and
+        ``retain`` as they are now (parallelism may change between tasks).
+        """
+        if not self.cache:
+            return self.new_store(spec, task)
+        store = self.worker_stores.get(
+            self.store_key(spec, task),
+            lambda: self.new_store(spec, task),
+            usable=lambda kept: kept.spec.max_parallelism == spec.max_parallelism,
+        )
+        store.spec = spec
+        store.retain = self.retain
+        return store
+
+    @abstractmethod
+    def new_store(self, spec: OperatorSpec, task: KeyedTask) -> TaskStore:
+        """A new store to serve ``task`` (nothing restored yet)."""
+
+    @abstractmethod
+    def store_key(self, spec: OperatorSpec, task: KeyedTask) -> Hashable:
+        """What a store kept in :attr:`worker_stores` for ``task`` is found by."""
 
 
 def check_owner(meta: dict[str, Any], spec: OperatorSpec, task: KeyedTask, where: str) -> None:

@@ -19,17 +19,19 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import pyarrow as pa
 
-from firesteel.backends.heap.store import worker_store
+from firesteel.backends.heap.store import HeapKeyedStore
 from firesteel.backends.storage import SnapshotStorage
 from firesteel.backends.store_base import TaskStore, TaskStoreBackend
 from firesteel.core.errors import ConfigError
 from firesteel.core.storage import StorageConfig
+from firesteel.core.worker_cache import WorkerCache
 from firesteel.state.backend import (
     KeyedTask,
     OperatorSpec,
@@ -59,6 +61,7 @@ class FilesystemBackend(TaskStoreBackend):
     cache: bool = True
     name: str = "filesystem"
     storage_options: StorageConfig | Mapping[str, str] = field(default_factory=StorageConfig)
+    worker_stores: ClassVar[WorkerCache[Hashable, TaskStore]] = WorkerCache()
 
     def __post_init__(self) -> None:
         # A frozen dataclass: the settings become their hashable, secret-hiding form.
@@ -99,15 +102,17 @@ class FilesystemBackend(TaskStoreBackend):
         newest = versions[max(versions)]
         return len({(f.key_groups.start, f.key_groups.end) for f in newest})
 
-    def task_store(self, spec: OperatorSpec, task: KeyedTask) -> TaskStore:
-        return worker_store(
+    def new_store(self, spec: OperatorSpec, task: KeyedTask) -> TaskStore:
+        return HeapKeyedStore(
             self.storage(spec.name),
             spec,
-            task.scope.query_id,
             retain=self.retain,
             full_snapshot_every=self.full_snapshot_every,
-            cache=self.cache,
         )
+
+    def store_key(self, spec: OperatorSpec, task: KeyedTask) -> Hashable:
+        # One store holds every key group this worker ran for the operator and query.
+        return (self.location, spec.name, task.scope.query_id)
 
     def inspect(self, operator: str | None = None, batch: int | None = None) -> pa.Table:
         from firesteel.backends.inspect import read_state

@@ -234,9 +234,7 @@ class HeapListState(_Bound, ListState):
         cursor = self._cursor
         slot = cursor.slots[self._name]
         key = cursor.key
-        stored = slot.table.get(key)
-        if stored is None:
-            stored = slot.table[key] = []
+        stored = slot.table.setdefault(key, [])
         if key not in slot.appended_from and key not in slot.changed:
             slot.appended_from[key] = len(stored)
         stored.append(value if self._ttl is None else (value, cursor.now_ms + self._ttl))
@@ -301,9 +299,7 @@ class HeapMapState(_Bound, MapState):
         cursor = self._cursor
         slot = cursor.slots[self._name]
         key = cursor.key
-        entries = slot.table.get(key)
-        if entries is None:
-            entries = slot.table[key] = {}
+        entries = slot.table.setdefault(key, {})
         entries[user_key] = value if self._ttl is None else (value, cursor.now_ms + self._ttl)
         slot.changed.add((key, user_key))
 

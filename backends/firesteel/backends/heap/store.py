@@ -49,7 +49,6 @@ from firesteel.backends.store_base import (
     undeclared_state,
 )
 from firesteel.core.errors import CheckpointCorruptError
-from firesteel.core.worker_cache import WorkerCache
 from firesteel.state.backend import (
     Key,
     KeyedTask,
@@ -342,29 +341,3 @@ class HeapKeyedStore(TaskStore):
                 dropped,
                 full_base,
             )
-
-
-_WORKER_STORES: WorkerCache[tuple[str, str, str], HeapKeyedStore] = WorkerCache()
-
-
-def worker_store(
-    storage: SnapshotStorage,
-    spec: OperatorSpec,
-    query_id: str,
-    *,
-    retain: int,
-    full_snapshot_every: int,
-    cache: bool,
-) -> HeapKeyedStore:
-    """The store this Python worker keeps for (location, operator, query) between tasks."""
-    if not cache:
-        return HeapKeyedStore(storage, spec, retain=retain, full_snapshot_every=full_snapshot_every)
-    store = _WORKER_STORES.get(
-        (storage.location, spec.name, query_id),
-        lambda: HeapKeyedStore(
-            storage, spec, retain=retain, full_snapshot_every=full_snapshot_every
-        ),
-        usable=lambda kept: kept.spec.max_parallelism == spec.max_parallelism,
-    )
-    store.spec = spec
-    return store

@@ -10,7 +10,8 @@ hold. Select it as ``RocksDBBackend("s3://bucket/state")`` or by name
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import uuid
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -23,11 +24,11 @@ from firesteel.backends.spi import (
     TaskStore,
     TaskStoreBackend,
 )
-from firesteel.core.spi import ConfigError, StorageConfig
-from firesteel.rocksdb.local import check_writable, default_local_dir, worker_root
+from firesteel.core.spi import ConfigError, StorageConfig, WorkerCache
+from firesteel.rocksdb.local import LocalFolder, check_writable, default_local_dir, worker_root
 from firesteel.rocksdb.options import RocksDBOptions
 from firesteel.rocksdb.storage import CheckpointStorage
-from firesteel.rocksdb.store import worker_store
+from firesteel.rocksdb.store import MAX_CACHED_STORES, RocksDBKeyedStore
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,9 @@ class RocksDBBackend(TaskStoreBackend):
     name: str = "rocksdb"
     location_role: ClassVar[str] = "checkpoint"
     storage_options: StorageConfig | Mapping[str, str] = field(default_factory=StorageConfig)
+    worker_stores: ClassVar[WorkerCache[Hashable, TaskStore]] = WorkerCache(
+        capacity=MAX_CACHED_STORES, close=lambda store: store.close()
+    )
 
     def __post_init__(self) -> None:
         # A frozen dataclass: the settings become their hashable, secret-hiding form.
@@ -80,15 +84,28 @@ class RocksDBBackend(TaskStoreBackend):
         super().validate()
         check_writable(self.local_dir)
 
-    def task_store(self, spec: OperatorSpec, task: KeyedTask) -> TaskStore:
-        return worker_store(
+    def new_store(self, spec: OperatorSpec, task: KeyedTask) -> TaskStore:
+        name = f"{spec.name}-{uuid.uuid4().hex[:8]}-{task.key_groups.label}"
+        return RocksDBKeyedStore(
             self.storage(spec.name),
             spec,
-            task,
-            local_root=worker_root(self.local_dir),
+            task.key_groups,
+            folder=LocalFolder(worker_root(self.local_dir) / name),
             options=self.options,
             retain=self.retain,
-            cache=self.cache,
+            cached=self.cache,
+        )
+
+    def store_key(self, spec: OperatorSpec, task: KeyedTask) -> Hashable:
+        # An instance holds exactly the task's key groups, tuned by ``options``, under
+        # this worker's local folder.
+        return (
+            self.location,
+            spec.name,
+            task.scope.query_id,
+            task.key_groups,
+            self.options,
+            worker_root(self.local_dir),
         )
 
     def inspect(self, operator: str | None = None, batch: int | None = None) -> pa.Table:

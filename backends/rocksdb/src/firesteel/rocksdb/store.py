@@ -66,7 +66,7 @@ from firesteel.backends.spi import (
     undeclared_state,
     unpack_key,
 )
-from firesteel.core.spi import CheckpointCorruptError, ConfigError, WorkerCache, fault_point
+from firesteel.core.spi import CheckpointCorruptError, ConfigError, fault_point
 from firesteel.rocksdb import keys
 from firesteel.rocksdb.local import LocalFolder, clone, open_instance
 from firesteel.rocksdb.manifest import Manifest, StoredFile, shared_name
@@ -596,44 +596,3 @@ def _overlap(a: KeyGroupRange, b: KeyGroupRange) -> int:
 
 MAX_CACHED_STORES = 8
 """Stores a worker keeps open between tasks; the least recently used beyond it is closed."""
-
-_WORKER_STORES: WorkerCache[tuple[Any, ...], RocksDBKeyedStore] = WorkerCache(
-    capacity=MAX_CACHED_STORES, close=lambda store: store.close()
-)
-
-
-def worker_store(
-    storage: CheckpointStorage,
-    spec: OperatorSpec,
-    task: KeyedTask,
-    *,
-    local_root: Path,
-    options: RocksDBOptions,
-    retain: int,
-    cache: bool,
-) -> RocksDBKeyedStore:
-    """The store of ``task``'s key groups in this Python worker, kept between tasks when
-    ``cache`` (up to :data:`MAX_CACHED_STORES`, least recently used closed first)."""
-    name = f"{spec.name}-{uuid.uuid4().hex[:8]}-{task.key_groups.label}"
-
-    def new_store() -> RocksDBKeyedStore:
-        return RocksDBKeyedStore(
-            storage,
-            spec,
-            task.key_groups,
-            folder=LocalFolder(local_root / name),
-            options=options,
-            retain=retain,
-            cached=cache,
-        )
-
-    if not cache:
-        return new_store()
-    store = _WORKER_STORES.get(
-        (storage.location, spec.name, task.scope.query_id, task.key_groups, options, local_root),
-        new_store,
-        usable=lambda kept: kept.spec.max_parallelism == spec.max_parallelism,
-    )
-    store.spec = spec
-    store.retain = retain
-    return store
