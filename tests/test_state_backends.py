@@ -25,7 +25,6 @@ import pytest
 
 from firesteel.backends import FilesystemBackend, HeapBackend
 from firesteel.backends import format as fmt
-from firesteel.backends.heap.store import HeapKeyedStore
 from firesteel.backends.inspect import backend_class, read_state
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import CheckpointCorruptError, ConfigError, IncompatibleFormatError
@@ -336,33 +335,15 @@ def test_a_cached_store_restores_when_the_failed_attempt_wrote_the_next_version(
     assert driver.batch(2, [key], read_count)[key][0] == 1
 
 
-def _worker(kind: str, backend: Any, root: Path, name: str) -> Any:
-    """A second "Python worker": a store of its own, kept between tasks."""
-    spec = OperatorSpec("op", ("k",), MAX_P, 1)
-    if kind != "rocksdb":
-        return HeapKeyedStore(backend.storage("op"), spec, retain=5, full_snapshot_every=5)
-    from firesteel.rocksdb.local import LocalFolder
-    from firesteel.rocksdb.store import RocksDBKeyedStore
-
-    return RocksDBKeyedStore(
-        backend.storage("op"),
-        spec,
-        KeyGroupRange(0, MAX_P - 1),
-        folder=LocalFolder(root / name),
-        options=backend.options,
-        retain=5,
-        cached=True,
-    )
-
-
 def test_worker_memory_is_not_trusted_after_another_attempt_rewrote_the_version(
     tmp_path: Path, backend_kind: str
 ) -> None:
-    backend = make_backend(backend_kind, tmp_path)
-    worker_a = _worker(backend_kind, backend, tmp_path, "worker-a")
-    worker_b = _worker(backend_kind, backend, tmp_path, "worker-b")
+    backend: Any = make_backend(backend_kind, tmp_path, retain=5, full_snapshot_every=5)
+    spec = OperatorSpec("op", ("k",), MAX_P, 1)
     key, kg = ("k",), key_group(("k",))
     task = KeyedTask(TaskScope("q", 0, 0, 0), KeyGroupRange(0, MAX_P - 1))
+    # Two "Python workers": a store each, kept between tasks.
+    worker_a, worker_b = backend.new_store(spec, task), backend.new_store(spec, task)
     for worker, value in ((worker_a, 1), (worker_b, 2)):  # two attempts of batch 0
         worker.begin(task, StateDeclarations(ALL), 0)
         worker.set_current_key(key, kg)
@@ -590,6 +571,23 @@ def test_undeclared_state_in_snapshot_is_refused_unless_dropped(
     )
     store.set_current_key(("k",), key_group(("k",)))
     assert store.state(COUNT).value() == 1
+
+
+def test_a_worker_keeps_its_store_between_tasks_until_max_parallelism_changes(
+    tmp_path: Path, backend_kind: str
+) -> None:
+    """One rule on every backend (``TaskStoreBackend.task_store``): the kept store serves the
+    next task and takes its spec; one made for another max_parallelism is replaced."""
+    backend: Any = make_backend(backend_kind, tmp_path, cache=True)
+    task = KeyedTask(TaskScope("q", 0, 0, 0), KeyGroupRange(0, MAX_P - 1))
+    kept = backend.task_store(OperatorSpec("op", ("k",), MAX_P, 1), task)
+    rescaled = OperatorSpec("op", ("k",), MAX_P, 2)
+    assert backend.task_store(rescaled, task) is kept
+    assert kept.spec == rescaled
+    regrouped = OperatorSpec("op", ("k",), MAX_P * 2, 2)
+    replaced = backend.task_store(regrouped, task)
+    assert replaced is not kept
+    assert replaced.spec == regrouped
 
 
 def test_a_store_whose_begin_failed_is_discarded(tmp_path: Path, backend_kind: str) -> None:
