@@ -15,7 +15,9 @@ The contract (the protocol itself is :mod:`firesteel.state.backend`'s):
 - Stores derive from :class:`TaskStore`, backends from :class:`TaskStoreBackend`,
   which opens each store with :meth:`TaskStore.open_task`: every backend makes
   the same decision about a failed ``begin`` (the store is discarded, the next
-  task restores from storage), and :func:`check_owner`, :func:`check_declared` and
+  task restores from storage), keeps each worker's stores between tasks by one
+  rule (:meth:`TaskStoreBackend.task_store`: a backend gives ``new_store`` and
+  ``store_key``), and :func:`check_owner`, :func:`check_declared` and
   :func:`undeclared_state` refuse recorded state that does not match, in the
   same words on every backend. A snapshot records each state as
   :func:`state_record` gives it; :func:`check_declared` returns the
