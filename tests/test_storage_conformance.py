@@ -5,7 +5,8 @@ The same cases on moto's S3 server, ``gcp-storage-emulator`` and Azurite
 whole by a client that is not firesteel's (boto3, the GCS JSON API over
 ``urllib``, pyarrow's own Azure client); the write-ahead log's segments, plans
 and commit markers live on the store and a batch is sent once; a missing
-bucket is named with the setting to fix before anything is written.
+bucket is named with the setting to fix before anything is written; a
+record created once is never replaced by a second create.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pyarrow as pa
 import pytest
 
 from firesteel.core.context import TaskScope
-from firesteel.core.durable import decode_record, write_record
+from firesteel.core.durable import create_record, decode_record, write_record
 from firesteel.core.errors import StorageError
 from firesteel.core.storage import StorageConfig, check_location, resolve
 from firesteel.sinks.committers import FileCheckpointCommitter
@@ -82,6 +83,16 @@ def test_a_record_is_read_back_whole_by_the_stores_own_client(store: Store) -> N
     write_record(store.uri(bucket, "chk/firesteel/owner.json"), "owner", 1, {"q": 7}, config=config)
     data = store.read(bucket, "chk/firesteel/owner.json")
     assert decode_record(data, "read back", "owner", (1,)) == {"q": 7}
+
+
+def test_a_created_record_is_never_replaced(store: Store) -> None:
+    bucket = _bucket(store)
+    config = StorageConfig.of(store.settings)
+    uri = store.uri(bucket, "out/_firesteel/manifests/0.json")
+    assert create_record(uri, "manifest", 1, {"files": ["a"]}, config) is True
+    assert create_record(uri, "manifest", 1, {"files": ["b"]}, config) is False
+    data = store.read(bucket, "out/_firesteel/manifests/0.json")
+    assert decode_record(data, "read back", "manifest", (1,)) == {"files": ["a"]}
 
 
 def test_the_write_ahead_log_lives_on_the_store_and_sends_each_batch_once(

@@ -33,6 +33,7 @@ from typing import Any
 
 from pyarrow import NativeFile, fs
 
+from firesteel.core.conditional_put import conditional_create
 from firesteel.core.errors import CheckpointCorruptError, IncompatibleFormatError
 from firesteel.core.storage import OBJECT_STORES, StorageConfig, resolve
 
@@ -145,15 +146,21 @@ def create_record(
 ) -> bool:
     """Atomically create the record at ``location`` unless one exists; False if it did.
 
-    Locally a hard link, which fails when the target exists, so two writers
-    racing for the same name cannot both win. Other filesystems have no
-    create-if-absent in pyarrow: the record is written when none exists, so
-    two racing writers may both succeed there (and the later one's record
-    stays); callers read the record back after creating it.
+    Two writers racing for one name cannot both win: locally the record is a
+    hard link, which fails when the target exists; on S3 a conditional PUT
+    (:mod:`firesteel.core.conditional_put`). Other filesystems (and S3
+    without boto3) have no create-if-absent in pyarrow: the record is written
+    when none exists, so two racing writers may both succeed there (and the
+    later one's record stays); callers read the record back after creating it.
     """
-    fsys, path = _resolve(location, config)
+    resolved = resolve(str(location), config)
+    fsys, path = resolved.filesystem, resolved.path
     make_parent(fsys, path)
     data = encode_record(kind, version, content)
+    if fsys.type_name == "s3":
+        created = conditional_create(resolved, data, config or StorageConfig())
+        if created is not None:
+            return created
     if fsys.type_name != "local":
         if fsys.get_file_info(path).type != fs.FileType.NotFound:
             return False

@@ -215,44 +215,85 @@ def _seconds(config: StorageConfig, name: str, bucket: str, default: float) -> f
         raise ConfigError(msg) from None
 
 
-@functools.lru_cache(maxsize=64)
-def _s3(bucket: str, config: StorageConfig) -> fs.S3FileSystem:
-    kwargs: dict[str, object] = {}
+@dataclass(frozen=True)
+class S3Settings:
+    """How to reach one S3 bucket, read from its Hadoop-named settings (see the module
+    docs); every S3 client firesteel makes (pyarrow's, boto3's) is built from it."""
+
+    endpoint_override: str | None
+    """``host:port`` of the endpoint, None for AWS's own."""
+    scheme: str | None
+    region: str | None
+    access_key: str | None
+    secret_key: str | None
+    session_token: str | None
+    connect_timeout: float
+    """Seconds."""
+    request_timeout: float
+    """Seconds."""
+    attempts: int
+
+    @property
+    def endpoint_url(self) -> str | None:
+        """``scheme://host:port`` of the endpoint, None for AWS's own."""
+        return f"{self.scheme}://{self.endpoint_override}" if self.endpoint_override else None
+
+
+def s3_settings(bucket: str, config: StorageConfig) -> S3Settings:
+    """``config``'s settings for ``bucket`` (its per-bucket form first); raises ConfigError
+    naming a half-given key pair."""
     endpoint = config.get("fs.s3a.endpoint", bucket)
+    endpoint_override = scheme = None
     if endpoint:
         parsed = urlsplit(endpoint if "://" in endpoint else f"//{endpoint}")
         ssl = config.get("fs.s3a.connection.ssl.enabled", bucket)
-        kwargs["endpoint_override"] = parsed.netloc
-        kwargs["scheme"] = parsed.scheme or ("http" if ssl == "false" else "https")
-    region = config.get("fs.s3a.endpoint.region", bucket) or config.get("fs.s3a.region", bucket)
-    if region:
-        kwargs["region"] = region
+        endpoint_override = parsed.netloc
+        scheme = parsed.scheme or ("http" if ssl == "false" else "https")
     access = config.get("fs.s3a.access.key", bucket)
     secret = config.get("fs.s3a.secret.key", bucket)
-    if access or secret:
-        if not (access and secret):
-            msg = (
-                f"bucket {bucket!r}: set both fs.s3a.access.key and fs.s3a.secret.key "
-                "(options or spark.hadoop.fs.s3a.*), or neither to use the AWS credential chain"
-            )
-            raise ConfigError(msg)
-        kwargs["access_key"] = access
-        kwargs["secret_key"] = secret
-        token = config.get("fs.s3a.session.token", bucket)
-        if token:
-            kwargs["session_token"] = token
+    if (access or secret) and not (access and secret):
+        msg = (
+            f"bucket {bucket!r}: set both fs.s3a.access.key and fs.s3a.secret.key "
+            "(options or spark.hadoop.fs.s3a.*), or neither to use the AWS credential chain"
+        )
+        raise ConfigError(msg)
     attempts = config.get("fs.s3a.attempts.maximum", bucket)
-    # allow_delayed_open: an upload smaller than a part is one PUT, not the three
-    # requests of a multipart upload (object stores bill per request).
-    return fs.S3FileSystem(
-        allow_delayed_open=True,
+    return S3Settings(
+        endpoint_override=endpoint_override,
+        scheme=scheme,
+        region=config.get("fs.s3a.endpoint.region", bucket) or config.get("fs.s3a.region", bucket),
+        access_key=access,
+        secret_key=secret,
+        session_token=config.get("fs.s3a.session.token", bucket) if access else None,
         connect_timeout=_seconds(
             config, "fs.s3a.connection.establish.timeout", bucket, CONNECT_TIMEOUT_S
         ),
         request_timeout=_seconds(config, "fs.s3a.connection.timeout", bucket, REQUEST_TIMEOUT_S),
-        retry_strategy=fs.AwsStandardS3RetryStrategy(
-            max_attempts=int(attempts) if attempts else ATTEMPTS
-        ),
+        attempts=int(attempts) if attempts else ATTEMPTS,
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _s3(bucket: str, config: StorageConfig) -> fs.S3FileSystem:
+    settings = s3_settings(bucket, config)
+    kwargs: dict[str, object] = {}
+    if settings.endpoint_override:
+        kwargs["endpoint_override"] = settings.endpoint_override
+        kwargs["scheme"] = settings.scheme
+    if settings.region:
+        kwargs["region"] = settings.region
+    if settings.access_key:
+        kwargs["access_key"] = settings.access_key
+        kwargs["secret_key"] = settings.secret_key
+    if settings.session_token:
+        kwargs["session_token"] = settings.session_token
+    # allow_delayed_open: an upload smaller than a part is one PUT, not the three
+    # requests of a multipart upload (object stores bill per request).
+    return fs.S3FileSystem(
+        allow_delayed_open=True,
+        connect_timeout=settings.connect_timeout,
+        request_timeout=settings.request_timeout,
+        retry_strategy=fs.AwsStandardS3RetryStrategy(max_attempts=settings.attempts),
         **kwargs,
     )
 

@@ -74,8 +74,10 @@ boto3 listing outside ``_firesteel/``):
   and readers of the manifests ignore what it covers.
 
 The manifest is created with "create unless it exists" (an exclusive hard
-link locally; a HEAD then a PUT on object stores, as pyarrow has no
-conditional PUT). Two drivers never commit one sink id at once: the id is
+link locally; on S3 a conditional PUT, ``If-None-Match: *``, so of two
+writers racing for it exactly one wins; on other object stores, and on S3
+without boto3, a HEAD then a PUT: see :func:`firesteel.core.durable.create_record`).
+Two drivers never commit one sink id at once: the id is
 owned by one Spark query (:meth:`FilesSink._claim`), and Spark runs a query
 once. Spark's own checkpoint may stay local (the wheel carries no S3A jar);
 the output and firesteel's records follow ``path``.

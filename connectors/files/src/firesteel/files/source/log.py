@@ -12,9 +12,10 @@ Layout of the log folder::
     errors/<first>-<last>.json  skip/quarantine counts of one partition (see source)
     cleanup.json                how far cleanup (archive/delete) has gone
 
-A segment is published with an exclusive create (hard link; on an object
-store a HEAD then one PUT, see :func:`firesteel.core.durable.create_record`),
-so two drivers appending at once locally cannot both claim a sequence number:
+A segment is published with an exclusive create (hard link; on S3 a
+conditional PUT; on other object stores a HEAD then one PUT, see
+:func:`firesteel.core.durable.create_record`), so two drivers appending at once
+locally or on S3 cannot both claim a sequence number:
 the loser re-reads and retries. Segments are never rewritten, which is what
 keeps old offsets meaningful. Nothing here lists the folder: the next segment
 is found by its number (one existence check per refresh, one GET per new
