@@ -1,5 +1,6 @@
 """The file connector on an S3 API server process (moto): sink and source round trips,
-settings from options and from the session, and bad locations named within 30 s.
+settings from options and from the session, bad lines quarantined on the store, and bad
+locations named within 30 s.
 
 Everything written is read back with boto3 or with pyarrow's own S3 filesystem and
 dataset reader (not firesteel's): data keys outside ``_firesteel/`` only, each row once.
@@ -7,6 +8,7 @@ dataset reader (not firesteel's): data keys outside ``_firesteel/`` only, each r
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -292,3 +294,63 @@ def test_source_on_a_missing_bucket_is_named_within_30_seconds(s3_server: S3Serv
     with pytest.raises(StorageError, match=r"'s3a://no-such-input-bucket/in'.*does not exist"):
         FilesSource(opts, storage=StorageConfig.of(opts.passthrough))
     assert time.monotonic() - started < FAIL_WITHIN_S
+
+
+UNREADABLE = b"PAR1 definitely not parquet"
+
+
+def _quarantining(server: S3Server, bucket: str, folder: str, fmt: str) -> FilesSource:
+    opts = parse_options(
+        FilesSourceOptions,
+        {
+            "path": f"s3a://{bucket}/{folder}",
+            "format": fmt,
+            "errors": "quarantine",
+            "quarantine.path": f"s3a://{bucket}/quarantine",
+            **server.settings(),
+        },
+        passthrough_prefixes=("fs.",),
+    )
+    return FilesSource(opts, pa.schema([("seq", pa.int64())]), StorageConfig.of(opts.passthrough))
+
+
+def _read_twice(source: FilesSource) -> list[list[int]]:
+    """The batch read, then read again as a replay after a crash would."""
+    start = source.initial_offset()
+    end = source.latest_offset(start, source.default_limit())
+    return [
+        pa.Table.from_batches(
+            [b for p in source.partitions(start, end) for b in source.read(p)],
+            schema=source.schema(),
+        )
+        .column("seq")
+        .to_pylist()
+        for _ in range(2)
+    ]
+
+
+def test_bad_lines_and_an_unreadable_file_are_quarantined_on_s3(s3_server: S3Server) -> None:
+    bucket = s3_server.create_bucket("files-source-quarantine")
+    client = s3_server.client()
+
+    def _lines(key: str) -> list[str]:
+        return str(client.get_object(Bucket=bucket, Key=key)["Body"].read().decode()).splitlines()
+
+    client.put_object(Bucket=bucket, Key="lines/a.json", Body=b'{"seq": 1}\nnot json\n{"seq": 3}\n')
+    client.put_object(Bucket=bucket, Key="files/b.parquet", Body=UNREADABLE)
+    assert _read_twice(_quarantining(s3_server, bucket, "lines", "json")) == [[1, 3], [1, 3]]
+    assert _read_twice(_quarantining(s3_server, bucket, "files", "parquet")) == [[], []]
+    # Both sources quarantine into one folder: each keeps its own files, each replay
+    # replaced its own.
+    kept = keys(s3_server, bucket, "quarantine/")
+    records = sorted(
+        (json.loads(line) for key in kept if key.endswith(".jsonl") for line in _lines(key)),
+        key=lambda record: str(record["location"]),
+    )
+    assert [(r["location"].rsplit("/", 2)[-2:], r["position"]) for r in records] == [
+        (["files", "b.parquet"], None),
+        (["lines", "a.json"], 2),
+    ]
+    assert records[1]["record"] == "not json"
+    (copy,) = [k for k in kept if k.endswith("b.parquet")]
+    assert client.get_object(Bucket=bucket, Key=copy)["Body"].read() == UNREADABLE

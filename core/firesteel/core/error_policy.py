@@ -6,7 +6,8 @@ this policy so users configure bad input the same way everywhere:
 * ``fail`` (default): raise :class:`~firesteel.core.errors.RecordError` naming
   where the record came from (file and line, topic-partition and offset);
 * ``skip``: drop the record, log a warning naming it, and count it;
-* ``quarantine``: hand the record to a :class:`DeadLetter` (a folder, a topic)
+* ``quarantine``: hand the record to a :class:`DeadLetter` (a folder, local or on an
+  object store, or a topic)
   together with where it came from and why it failed, and count it.
 
 Nothing is dropped silently: a skipped record is logged and counted, a
@@ -35,13 +36,13 @@ import logging
 import shutil
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, BinaryIO
 
-from pyarrow import NativeFile, fs
+from pyarrow import NativeFile
 
-from firesteel.core.durable import atomic_output
+from firesteel.core.durable import atomic_output, make_parent
 from firesteel.core.errors import ConfigError, RecordError
+from firesteel.core.storage import Location, StorageConfig, resolve
 
 logger = logging.getLogger(__name__)
 
@@ -119,10 +120,10 @@ class DeadLetter(ABC):
 
 
 class _FolderWriter(DeadLetterWriter):
-    """Streams records to a temporary file; :meth:`close` puts it in place of the key's file
-    (the durability policy of :mod:`firesteel.core.durable`)."""
+    """Streams records to the key's file; :meth:`close` makes it durable in place of an
+    earlier attempt's (the durability policy of :mod:`firesteel.core.durable`)."""
 
-    def __init__(self, folder: Path, key: str) -> None:
+    def __init__(self, folder: Location, key: str) -> None:
         self.folder = folder
         self.key = key
         self.pending: contextlib.ExitStack | None = None
@@ -130,10 +131,10 @@ class _FolderWriter(DeadLetterWriter):
 
     def add(self, record: BadRecord) -> None:
         if self.out is None:
-            self.folder.mkdir(parents=True, exist_ok=True)
+            path = f"{self.folder.path}/{self.key}.jsonl"
+            make_parent(self.folder.filesystem, path)
             self.pending = contextlib.ExitStack()
-            path = str(self.folder / f"{self.key}.jsonl")
-            self.out = self.pending.enter_context(atomic_output(fs.LocalFileSystem(), path))
+            self.out = self.pending.enter_context(atomic_output(self.folder.filesystem, path))
         self.out.write((json.dumps(record.to_json()) + "\n").encode("utf-8"))
 
     def close(self) -> None:
@@ -145,27 +146,30 @@ class _FolderWriter(DeadLetterWriter):
 
 
 class FolderDeadLetter(DeadLetter):
-    """Quarantine into a local folder: one JSON-lines file per unit of work.
+    """Quarantine into a folder: one JSON-lines file per unit of work.
 
-    Each line holds ``location``, ``position`` (line), ``reason`` and the raw
-    ``record``. The file ``<folder>/<key>.jsonl`` is written to a temporary name
-    and renamed, so a replay replaces it whole and never duplicates a record.
+    ``folder`` is a local path or an object-store URI (``s3a://bucket/quarantine``,
+    reached with ``config``, see :mod:`firesteel.core.storage`). Each line
+    holds ``location``, ``position`` (line), ``reason`` and the raw ``record``.
+    The file ``<folder>/<key>.jsonl`` replaces an earlier attempt's whole
+    (locally written to a temporary name and renamed, on an object store one
+    upload), so a replay never duplicates a record.
     """
 
-    def __init__(self, folder: str) -> None:
-        self.folder = Path(folder)
+    def __init__(self, folder: str, config: StorageConfig | None = None) -> None:
+        self.location = resolve(folder, config)
 
     def open(self, key: str) -> DeadLetterWriter:
-        return _FolderWriter(self.folder, key)
+        return _FolderWriter(self.location, key)
 
     def copy_file(self, key: str, source: BinaryIO) -> str:
         """Quarantine a whole unreadable file, read from ``source``, as ``<folder>/<key>``
-        (replaces; returns the path)."""
-        self.folder.mkdir(parents=True, exist_ok=True)
-        final = str(self.folder / key)
-        with atomic_output(fs.LocalFileSystem(), final) as out:
+        (replaces; returns where it went)."""
+        path = f"{self.location.path}/{key}"
+        make_parent(self.location.filesystem, path)
+        with atomic_output(self.location.filesystem, path) as out:
             shutil.copyfileobj(source, out)
-        return final
+        return f"{self.location.uri.rstrip('/')}/{key}"
 
 
 class ErrorHandler:

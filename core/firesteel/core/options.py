@@ -155,24 +155,14 @@ def describe_options(cls: type[Any]) -> str:
     return "\n".join(lines)
 
 
-def require_absolute(key: str, value: str | None, *, allow_uri: bool = True) -> None:
-    """Refuse a relative path option (and a URI unless ``allow_uri``).
+def require_absolute(key: str, value: str | None) -> None:
+    """Refuse a relative path option.
 
     Spark runs Python workers in a scratch working directory of their own, so
     a relative path would name one folder on the driver and another in tasks.
     URIs (``s3://...``, ``file:///...``) are absolute by construction.
     """
-    if value is None:
-        return
-    if "://" in value:
-        if allow_uri:
-            return
-        msg = (
-            f"option '{key}' must be a local absolute path (a mounted volume is fine), "
-            f"got the URI {value!r}"
-        )
-        raise ConfigError(msg)
-    if value.startswith("/"):
+    if value is None or "://" in value or value.startswith("/"):
         return
     msg = (
         f"option '{key}' must be an absolute path or a URI, got {value!r}: Spark runs "

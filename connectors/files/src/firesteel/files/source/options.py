@@ -59,9 +59,8 @@ class FilesSourceOptions:
     """The ``fs.*`` options: settings of the store ``path`` is on (Hadoop's names)."""
 
     def __post_init__(self) -> None:
-        for key in ("path", "archive_path", "log_path"):
+        for key in ("path", "archive_path", "log_path", "quarantine_path"):
             require_absolute(key.replace("_", "."), getattr(self, key))
-        require_absolute("quarantine.path", self.quarantine_path, allow_uri=False)
         for name in ("max_files_per_batch", "max_bytes_per_batch"):
             value = getattr(self, name)
             if value is not None and value < 1:

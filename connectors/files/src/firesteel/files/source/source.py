@@ -53,9 +53,13 @@ partition writes its counts to ``<log>/errors/<first>-<last>.json`` (keyed by
 its file range, so a replay replaces rather than adds), and the cumulative
 counts appear in query progress as this source's ``latestOffset``
 (``{"skipped": ..., "quarantined": ...}``) through ``reportLatestOffset``.
-``quarantine`` writes bad lines to ``<quarantine.path>/<first>-<last>.jsonl``
-(file, line, reason, raw record) and copies unreadable files whole;
-``quarantine.path`` is a local (or mounted) folder.
+``quarantine`` writes bad lines to ``<quarantine.path>/<log id>-<first>-<last>.jsonl``
+(file, line, reason, raw record) and copies unreadable files whole (as
+``<log id>-<index>-<name>``); the log id (options digest and the log's
+identity) keeps two sources quarantining into one folder from replacing
+each other's files;
+``quarantine.path`` is a local folder or an object-store URI, reached with the
+same ``fs.*`` settings as ``path``.
 
 Traps: files must be complete when they appear (write them under a name
 starting with ``.`` or ``_`` and rename), since a file whose size or mtime
@@ -114,6 +118,9 @@ class FilesPartition:
     errors: ErrorPolicy
     quarantine_path: str | None
     log: Folder
+    log_id: str
+    """The source's log (options digest and identity): names its dead letters apart from
+    those of another source quarantining into the same folder."""
 
     @property
     def key(self) -> str:
@@ -359,6 +366,7 @@ class FilesSource(ResettableSource):
                 errors=self.opts.errors,
                 quarantine_path=self.opts.quarantine_path,
                 log=self.log.folder,
+                log_id=self.log_id,
             )
             for group in groups
         ]
@@ -367,11 +375,13 @@ class FilesSource(ResettableSource):
 
     def read(self, partition: FilesPartition) -> Iterator[pa.RecordBatch]:
         dead_letter = (
-            FolderDeadLetter(partition.quarantine_path) if partition.quarantine_path else None
+            FolderDeadLetter(partition.quarantine_path, partition.root.config)
+            if partition.quarantine_path
+            else None
         )
         handler = ErrorHandler(
             partition.errors,
-            partition.key,
+            f"{partition.log_id}-{partition.key}",
             dead_letter if partition.errors is ErrorPolicy.QUARANTINE else None,
         )
         root = partition.root
@@ -388,7 +398,7 @@ class FilesSource(ResettableSource):
             ):
                 name = entry.path.rsplit("/", 1)[-1]
                 with root.open_input(entry.path) as original:
-                    dead_letter.copy_file(f"{entry.index:010d}-{name}", original)
+                    dead_letter.copy_file(f"{partition.log_id}-{entry.index:010d}-{name}", original)
         handler.close()
         if handler.skipped or handler.quarantined:
             write_record(
