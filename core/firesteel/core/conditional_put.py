@@ -57,13 +57,15 @@ def conditional_create(location: Location, data: bytes, config: StorageConfig) -
     if client is None:
         _warn_once(bucket, "boto3 is not installed (pip install 'firesteel[s3]')")
         return None
+    from botocore.exceptions import BotoCoreError, ClientError
+
     attempt = 0
     while True:
         try:
             refused = _put(client, bucket, key, data)
             if refused == _PRECONDITION_FAILED:
                 return _holds(client, bucket, key, data)
-        except _StoreError as exc:
+        except (ClientError, BotoCoreError) as exc:
             raise storage_error(OSError(str(exc)), location, "create", config) from None
         if refused is None:
             return True
@@ -81,10 +83,6 @@ def conditional_create(location: Location, data: bytes, config: StorageConfig) -
         return None
 
 
-class _StoreError(Exception):
-    """The store failed a request for a reason of its own (the message is botocore's)."""
-
-
 def _status(exc: Any) -> int | None:
     status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
     return int(status) if status is not None else None
@@ -92,8 +90,9 @@ def _status(exc: Any) -> int | None:
 
 def _put(client: Any, bucket: str, key: str, data: bytes) -> int | None:
     """PUT ``data`` at ``key`` unless the key exists: None when stored, else the refusal's
-    status (412 the key exists, 409 a conditional write of it in flight, 501 unsupported)."""
-    from botocore.exceptions import BotoCoreError, ClientError
+    status (412 the key exists, 409 a conditional write of it in flight, 501 unsupported);
+    any other failure raises botocore's error."""
+    from botocore.exceptions import ClientError
 
     try:
         client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
@@ -101,29 +100,25 @@ def _put(client: Any, bucket: str, key: str, data: bytes) -> int | None:
         status = _status(exc)
         if status in (_PRECONDITION_FAILED, _CONFLICT, _NOT_IMPLEMENTED):
             return status
-        raise _StoreError(str(exc)) from None
-    except BotoCoreError as exc:
-        raise _StoreError(str(exc)) from None
+        raise
     return None
 
 
 def _holds(client: Any, bucket: str, key: str, data: bytes) -> bool:
     """Whether the object at ``key`` holds exactly ``data`` (written by a retried PUT); False
     when it is gone again (its writer deleted it: still not this call's)."""
-    from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.exceptions import ClientError
 
     try:
         body = client.get_object(Bucket=bucket, Key=key)["Body"]
-        try:
-            return bool(body.read() == data)
-        finally:
-            body.close()
     except ClientError as exc:
         if _status(exc) == _NOT_FOUND:
             return False
-        raise _StoreError(str(exc)) from None
-    except BotoCoreError as exc:
-        raise _StoreError(str(exc)) from None
+        raise
+    try:
+        return bool(body.read() == data)
+    finally:
+        body.close()
 
 
 @functools.lru_cache(maxsize=64)

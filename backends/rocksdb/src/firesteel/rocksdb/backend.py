@@ -98,14 +98,14 @@ class RocksDBBackend(TaskStoreBackend):
 
     def store_key(self, spec: OperatorSpec, task: KeyedTask) -> Hashable:
         # An instance holds exactly the task's key groups, tuned by ``options``, under
-        # this worker's local folder.
+        # this worker's folder of ``local_dir``.
         return (
             self.location,
             spec.name,
             task.scope.query_id,
             task.key_groups,
             self.options,
-            worker_root(self.local_dir),
+            self.local_dir,
         )
 
     def inspect(self, operator: str | None = None, batch: int | None = None) -> pa.Table:
