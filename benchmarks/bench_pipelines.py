@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import spark
+from benchmarks.broker import kafka_broker
 from benchmarks.framework import Workload
 from firesteel.pipelines import (
     AvroCodec,
@@ -129,11 +130,11 @@ def _values(records: int) -> list[bytes]:
 @contextmanager
 def setup(quick: bool) -> Iterator[None]:
     """Start the broker and the Spark session; fill the input topic."""
-    from firesteel.testing.kafka import create_topic, kafka_cluster, produce
+    from firesteel.testing.kafka import create_topic, produce
 
     spark.session()
     with (
-        kafka_cluster() as bootstrap,
+        kafka_broker() as bootstrap,
         tempfile.TemporaryDirectory(prefix="firesteel-bench-pipelines-") as scratch,
     ):
         records = QUICK_RECORDS if quick else FULL_RECORDS

@@ -1,9 +1,8 @@
 """The quick benchmark run: every group runs, reports a finite ratio, and writes its reports.
 
 Never asserts a speed: the figures of a quick run on a shared machine mean nothing.
-The run proves the benchmarks' code paths, so its Kafka group gets the tansu broker
-(ready in under a second; Apache Kafka from ``KAFKA_HOME`` took 12 s to start here):
-the connector's own tests are what prove it on Apache Kafka.
+The run proves the benchmarks' code paths; its Kafka groups run on the test worker's
+broker (``FIRESTEEL_KAFKA_BOOTSTRAP``) rather than starting one of their own.
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from firesteel.testing.jobs import QUICK_START_JVM
+from firesteel.testing.kafka import BOOTSTRAP_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -49,8 +49,10 @@ def test_a_partial_rerun_folded_into_a_result_is_named_with_its_load(
     assert "Re-run 2026-11-26T15:09:15+00:00 at load 12.3: the workloads named with" in text
 
 
-def _benchmarks(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {name: value for name, value in os.environ.items() if name != "KAFKA_HOME"}
+def _benchmarks(*args: str, bootstrap: str = "") -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    if bootstrap:
+        env[BOOTSTRAP_ENV] = bootstrap
     # Every JVM of the run (the session's, the pipeline group's streamlets) starts as the
     # harness's jobs do: the run proves code paths, and C2 never pays back in one.
     env["JAVA_TOOL_OPTIONS"] = QUICK_START_JVM
@@ -74,7 +76,7 @@ def test_unknown_group_is_refused_with_the_list_of_groups() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_quick_run_of_every_benchmark_group(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bootstrap: str
 ) -> None:
     monkeypatch.syspath_prepend(str(ROOT))
     from benchmarks.report import ratio_text
@@ -84,7 +86,9 @@ def test_quick_run_of_every_benchmark_group(
     # The peers group installs Quix Streams and PyFlink into virtual environments of their
     # own (minutes for apache-flink): tests/test_benchmarks_peers.py tests its logic instead.
     groups.remove("peers")
-    done = _benchmarks("--quick", "--no-progress", "--out", str(tmp_path), *groups)
+    done = _benchmarks(
+        "--quick", "--no-progress", "--out", str(tmp_path), *groups, bootstrap=bootstrap
+    )
     output = f"stdout:\n{done.stdout}\nstderr:\n{done.stderr[-5000:]}"
     assert done.returncode == 0, output
 

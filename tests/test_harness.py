@@ -270,19 +270,15 @@ def test_a_saved_run_missing_a_key_or_holding_a_wrong_type_names_the_file_and_th
     [
         ("source", 7, "has 7, not a name, as 'source'"),
         ("source", "", "has '', not a name, as 'source'"),
-        ("marker_log", "t-1", "has 't-1', not a list of names, as 'marker_log'"),
-        ("marker_log", [1], "has [1], not a list of names, as 'marker_log'"),
     ],
 )
 def test_saved_run_names_are_checked(key: str, value: object, error: str, tmp_path: Path) -> None:
     from firesteel.testing.soak import SavedRun, SoakError
 
     saved = SavedRun({key: value}, tmp_path / "soak.json")
-    read = saved.names if key == "marker_log" else saved.name
     with pytest.raises(SoakError, match=re.escape(f"{tmp_path / 'soak.json'} {error}")):
-        read(key)
-    good = SavedRun({"source": "t-1", "marker_log": ["t-2"]}, tmp_path)
-    assert (good.name("source"), good.names("marker_log")) == ("t-1", ["t-2"])
+        saved.name(key)
+    assert SavedRun({"source": "t-1"}, tmp_path).name("source") == "t-1"
 
 
 def test_resume_needs_a_workdir(capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,16 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
-
-from firesteel.testing.kafka import KAFKA_HOME_ENV, broker_kind, read_committed
-
-ON_REAL_KAFKA = broker_kind() == "kafka"
-needs_real_kafka = pytest.mark.skipif(
-    not ON_REAL_KAFKA,
-    reason=f"tansu 0.6 lacks this Kafka feature; set {KAFKA_HOME_ENV} to an Apache Kafka 3.x "
-    "distribution to run it",
-)
+from firesteel.testing.kafka import read_committed
 
 
 def partition_by_last_digit(key: bytes | None, partitions: int) -> int:
@@ -20,9 +11,7 @@ def partition_by_last_digit(key: bytes | None, partitions: int) -> int:
 
 
 def check_with_read_committed(bootstrap: str, topic: str, view) -> None:
-    """On Apache Kafka a plain read_committed consumer must see exactly the raw-log view."""
-    if not ON_REAL_KAFKA:
-        return
+    """A plain read_committed consumer must see exactly the raw-log view."""
     seen = read_committed(bootstrap, topic)
     assert [(r.partition, r.offset, r.value) for r in seen] == [
         (r.partition, r.offset, r.value) for r in view.committed

@@ -6,13 +6,11 @@ The map job runs the sink's default ``exactly.once.mode=write-ahead`` with a
 run as two queries of one driver (:meth:`~firesteel.testing.CrashHarness.run_together`),
 so each whole-job SIGKILL crashes both and each restart of Spark serves both (issue 30).
 
-On Apache Kafka the jobs run in the documented default configuration (the
-consumer-group marker only) and the output is judged twice: by a plain
+The jobs run in the documented default configuration (the consumer-group marker
+only) on a real Apache Kafka broker, and the output is judged twice: by a plain
 ``read_committed`` consumer (the broker's own isolation) and from the raw log
 (:func:`firesteel.testing.kafka.read_log`, which applies commit/abort markers
-itself); both must agree. On tansu 0.6, whose read_committed shows aborted data
-and which can lose a transaction's group offsets, the jobs also set
-``marker.log.topic`` and only the raw-log checker counts. One raw-log checker
+itself); both must agree. One raw-log checker
 runs while the job is being killed, one at the end. Every restart spells the
 checkpoint (and state) folder otherwise than the run it recovers: plain, with a
 trailing slash, as a ``file://`` URI, through a symlink.
@@ -44,7 +42,7 @@ from firesteel.testing import (
     in_one_run,
     task_kills,
 )
-from firesteel.testing.kafka import broker_kind, create_topic, produce, read_committed, read_log
+from firesteel.testing.kafka import create_topic, produce, read_committed, read_log
 from firesteel.testing.kafka.scripts import script
 from firesteel.testing.s3 import S3Server
 from firesteel.testing.scripts import script as files_script
@@ -70,11 +68,6 @@ count of the run it recovers, 4 -> 2 and 2 -> 4 in turn."""
 
 def _sequence(values) -> list[int]:
     return [int(v.decode().removeprefix("out-")) for v in values]
-
-
-def _marker_log_args(bootstrap: str) -> list[str]:
-    """tansu only: a marker log topic for the job (Apache Kafka runs the default configuration)."""
-    return [] if broker_kind() == "kafka" else [create_topic(bootstrap, 1)]
 
 
 LIVE_CHECK_SECONDS = 3.0
@@ -146,12 +139,13 @@ def _run_at_least_once(bootstrap: str, tmp_path: Path, points: list[str]) -> tup
                 "write-ahead",
                 "0",
                 "driver",
-                *_marker_log_args(bootstrap),
             ],
             kills,
             max_runs=len(kills) + 3,
         )
-    return result, live, read_log(bootstrap, target)
+    view = read_log(bootstrap, target)
+    check_with_read_committed(bootstrap, target, view)
+    return result, live, view
 
 
 def test_at_least_once_loses_nothing_under_kills(bootstrap, tmp_path):
@@ -300,7 +294,6 @@ def test_map_state_and_file_sink_on_s3_are_exactly_once_under_shared_kills(
             "write-ahead",
             str(REPARTITIONS[run % 2]),
             send(run),
-            *_marker_log_args(bootstrap),
         ],
         # The fan-out logs where its tasks ran at INFO.
         env=lambda run: {LEVEL_ENV: "INFO"} if send(run) == "executors" else {},
@@ -315,7 +308,6 @@ def test_map_state_and_file_sink_on_s3_are_exactly_once_under_shared_kills(
             checkpoints(run),
             states(run),
             "in-task",
-            *_marker_log_args(bootstrap),
         ],
     )
     with (
@@ -362,7 +354,7 @@ def _latest_job_killed_then_restarted(
     target = create_topic(bootstrap, 2)
     produce(bootstrap, source, [b"before-0", b"before-1"])
     checkpoint = tmp_path / "checkpoint"
-    args = [bootstrap, source, target, str(checkpoint), *_marker_log_args(bootstrap)]
+    args = [bootstrap, source, target, str(checkpoint)]
     job = JOBS / "kafka_latest_job.py"
     with CrashHarness(tmp_path / "harness", timeout=300) as harness:
         with pytest.raises(HarnessError, match="no run completed"):

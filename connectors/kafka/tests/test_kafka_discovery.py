@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from kafka_support import needs_real_kafka
 
 from firesteel.core.errors import ConfigError
 from firesteel.core.options import parse_options
@@ -45,18 +43,17 @@ def _produce_one_batch(bootstrap: str, topic: str, count: int) -> None:
     assert producer.flush(30) == 0
 
 
-def test_end_offsets_are_exact_even_when_list_offsets_lags(bootstrap, checkpoint):
-    """One 100-record batch: tansu's ListOffsets says 1, the fetch-learned end says 100."""
+def test_end_offsets_are_the_log_end_of_a_one_batch_log(bootstrap, checkpoint):
+    """One 100-record batch: the end is 100, as ListOffsets says on Apache Kafka (brokers
+    that answer the last batch's base offset + 1 instead are met by the fetch probe)."""
     topic = create_topic(bootstrap, partitions=1)
     _produce_one_batch(bootstrap, topic, 100)
     source = _source(bootstrap, checkpoint, subscribe=topic, startingOffsets="earliest")
     try:
         start = source.initial_offset()
         assert start == {topic: {"0": 0}}
-        began = time.monotonic()
         end = source.latest_offset(start, ReadLimit())
         assert end == {topic: {"0": 100}}
-        assert time.monotonic() - began < 5
         assert source.initial_offset() == start
         latest = _source(bootstrap, checkpoint, subscribe=topic, startingOffsets="latest")
         assert latest.initial_offset() == {topic: {"0": 100}}
@@ -66,8 +63,7 @@ def test_end_offsets_are_exact_even_when_list_offsets_lags(bootstrap, checkpoint
     listed = Consumer({"bootstrap.servers": bootstrap, "group.id": "probe"})
     _, high = listed.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
     listed.close()
-    # Documents why the probe exists: on tansu 0.6 ListOffsets alone would stop at 1.
-    assert high in (1, 100)
+    assert high == 100
 
 
 def test_a_range_reads_the_same_records_every_time(bootstrap, checkpoint):
@@ -126,10 +122,9 @@ def test_a_latest_start_is_pinned_in_the_checkpoint_and_never_resolved_again(
         elsewhere.initial_offset()
 
 
-@needs_real_kafka
 def test_a_deleted_and_recreated_topic_is_data_loss_not_a_stall(bootstrap, checkpoint):
     """The new log ends before the query's position: failOnDataLoss fires; with it off the
-    query continues from the new log's start. (tansu 0.6 lacks DeleteTopics.)"""
+    query continues from the new log's start."""
     from firesteel.kafka.errors import DataLossError
     from firesteel.testing.kafka import delete_topic
 

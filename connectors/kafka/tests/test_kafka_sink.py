@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from kafka_support import check_with_read_committed, needs_real_kafka
+from kafka_support import check_with_read_committed
 
 from firesteel.core.checkpoint import read_guarantee
 from firesteel.core.context import TaskScope
@@ -210,9 +210,7 @@ def test_the_exactly_once_mode_and_its_send_option_are_validated(bootstrap):
         KafkaWriteAheadSink(options(), "no-checkpoint", "")
 
 
-@needs_real_kafka
 def test_a_missing_marker_topic_is_refused(bootstrap):
-    """tansu 0.6 creates any topic a metadata request names, so real Kafka only."""
     with pytest.raises(ConfigError, match="does not exist"):
         _sink(bootstrap, "no-such-topic-firesteel").prepare()
 
@@ -237,8 +235,8 @@ def test_a_transaction_near_its_timeout_is_aborted_not_left_to_the_broker(bootst
 
 @pytest.mark.parametrize("reader", ["read_committed", "raw"])
 def test_the_marker_log_covers_a_group_marker_the_broker_lost(bootstrap, reader):
-    """tansu 0.6 can commit a transaction's data yet lose its group offsets when the
-    client dies inside EndTxn (reproduced here by a SIGKILL during commit_transaction).
+    """A Kafka-compatible broker can commit a transaction's data yet lose its group offsets
+    when the client dies inside EndTxn (tansu 0.6 did, on a SIGKILL during commit_transaction).
     Rewinding the group marker by hand stands in for that loss: the re-run must
     still skip, because the marker record committed with the data. Both readers of
     the marker log: the broker's read_committed and the raw one."""
@@ -339,6 +337,41 @@ def test_a_sink_id_shared_by_two_queries_is_refused(bootstrap):
     )
 
 
+def test_a_marker_still_completing_is_waited_for_never_read_as_absent(bootstrap):
+    """The race behind a second query not being refused: its first task reads the marker
+    group while the first query's transaction carrying the marker is still completing.
+    Here that moment is held open on purpose: a transaction (another transactional id, so
+    nothing fences it) has set the marker to "query-a committed batch 0" and commits only a
+    second after query-b's task starts. The sink's marker reader asks for stable offsets
+    (``isolation.level=read_committed``), so it waits, then sees query-a's marker and
+    refuses; a reader that read the pending marker as absent would write query-b's batch."""
+    import threading
+
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    from firesteel.kafka.sink.marker import marker_metadata
+
+    topic = create_topic(bootstrap, partitions=1)
+    sink = _sink(bootstrap, topic)
+    sink.prepare()
+    holder = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"holder-{topic}"})
+    holder.init_transactions(30)
+    holder.begin_transaction()
+    group = Consumer({"bootstrap.servers": bootstrap, "group.id": sink.names.marker_group(0)})
+    marker = TopicPartition(sink.marker_topic, 0, 1, marker_metadata("query-a", "holder"))
+    holder.send_offsets_to_transaction([marker], group.consumer_group_metadata(), 30)
+    group.close()
+    commit = threading.Timer(1.0, holder.commit_transaction, args=(30,))
+    commit.start()
+    other = TaskScope(query_id="query-b", batch_id=0, partition_id=0, attempt=0)
+    try:
+        with pytest.raises(ConfigError, match=r"belongs to Spark query query-a"):
+            sink.write_partition(other, iter([_batch("b")]))
+    finally:
+        commit.join()
+    assert _values(bootstrap, topic) == []
+
+
 def _values(bootstrap: str, topic: str) -> list[bytes]:
     """What a read_committed reader sees: the raw log's view, and on Apache Kafka also a
     plain read_committed consumer's (the broker's own isolation), which must agree."""
@@ -435,7 +468,6 @@ def test_a_zombie_holding_the_marker_sends_a_kept_producer_to_a_new_one(
     assert not any(r.value.startswith(b"zombie") for r in view.committed)
 
 
-@needs_real_kafka
 def test_a_recreated_checkpoint_is_refused_unless_declared_a_new_stream(spark, bootstrap, tmp_path):
     """The default sink id follows the output topic, so the same Kafka -> Kafka job on a
     deleted and recreated checkpoint finds its own commit markers and is refused instead

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka_support import needs_real_kafka
 
 from firesteel.testing.kafka import create_topic, produce, read_committed, read_log
 
@@ -86,9 +85,8 @@ def test_transaction_markers_never_stall_a_batch(spark, bootstrap, tmp_path):
     assert max(r.offset for r in rows) == 31  # 3 x 10 records + 2 markers before the last batch
 
 
-@needs_real_kafka
 def test_aborted_transactions_never_surface(spark, bootstrap, tmp_path):
-    """read_committed hides aborted data (tansu's read_committed does not, so real Kafka only)."""
+    """read_committed hides aborted data."""
     from confluent_kafka import Producer
 
     topic = create_topic(bootstrap, partitions=1)
@@ -181,9 +179,7 @@ def test_new_topics_matching_the_pattern_are_picked_up(spark, bootstrap, tmp_pat
         query.stop()
 
 
-@needs_real_kafka
 def test_new_partitions_are_picked_up(spark, bootstrap, tmp_path):
-    """CreatePartitions is missing from tansu 0.6, so real Kafka only."""
     from confluent_kafka.admin import AdminClient, NewPartitions
 
     topic = create_topic(bootstrap, partitions=1)
@@ -317,24 +313,18 @@ def test_json_null_values_follow_the_error_policy_not_rows_of_nulls(spark, boots
     assert sorted(r.id for r in rows) == [1, 3]
 
 
-@needs_real_kafka
 def test_starting_timestamp(spark, bootstrap, tmp_path):
-    """offsets_for_times (tansu 0.6 always answers 0, so real Kafka only)."""
-    import time
-
+    """offsets_for_times: records stamped (CreateTime) before the cut are not read."""
     topic = create_topic(bootstrap, partitions=1)
-    produce(bootstrap, topic, [b"old"] * 5)
-    time.sleep(0.5)
-    cut = int(time.time() * 1000)
-    time.sleep(0.5)
-    produce(bootstrap, topic, [b"new"] * 3)
+    cut = 1_700_000_000_000
+    produce(bootstrap, topic, [b"old"] * 5, timestamp=cut - 1)
+    produce(bootstrap, topic, [b"new"] * 3, timestamp=cut)
     rows = _read_all(spark, bootstrap, tmp_path, subscribe=topic, startingTimestamp=str(cut))
     assert [r.value for r in rows] == [b"new"] * 3
 
 
-@needs_real_kafka
 def test_offsets_deleted_by_retention_fail_clearly(spark, bootstrap, tmp_path):
-    """DeleteRecords moves the log start (tansu 0.6 lacks it, so real Kafka only)."""
+    """DeleteRecords moves the log start."""
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient
 

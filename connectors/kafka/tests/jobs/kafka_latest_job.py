@@ -1,6 +1,6 @@
 """Crash-test job: Kafka (default startingOffsets=latest) -> Kafka exactly-once, all available.
 
-Usage: kafka_latest_job.py <bootstrap> <input topic> <output topic> <checkpoint> [<marker log>]
+Usage: kafka_latest_job.py <bootstrap> <input topic> <output topic> <checkpoint>
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from firesteel.testing.jobs import job_session
 
 def main() -> None:
     bootstrap, source, target, checkpoint = sys.argv[1:5]
-    marker_log = sys.argv[5] if len(sys.argv) > 5 else ""
     spark = job_session("kafka-latest-job", shuffle_partitions=2)
     records = (
         spark.readStream.format("firesteel.kafka")
@@ -30,8 +29,6 @@ def main() -> None:
         .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
     )
-    if marker_log:
-        writer = writer.option("marker.log.topic", marker_log)
     writer.start().awaitTermination()
     spark.stop()
 

@@ -212,15 +212,12 @@ def write_kafka_topic(
     *,
     guarantee: str,
     mode: str,
-    marker_log: str = "",
     options: Mapping[str, str] | None = None,
 ) -> None:
     """Write ``frame`` to ``topic`` through the ``firesteel.kafka`` sink with ``guarantee``
     and ``exactly.once.mode`` ``mode``, via :func:`run_available`.
 
-    A ``marker_log`` topic also gets a marker record per task transaction, read back
-    with the raw-log reader (for tansu 0.6, which can lose a transaction's group
-    offsets; Apache Kafka runs without one); ``options`` are further sink options.
+    ``options`` are further sink options.
     """
     writer = (
         frame.writeStream.format("firesteel.kafka")
@@ -230,8 +227,6 @@ def write_kafka_topic(
         .option("exactly.once.mode", mode)
         .options(**(options or {}))
     )
-    if marker_log:
-        writer = writer.option("marker.log.topic", marker_log).option("marker.log.reader", "raw")
     run_available(spark, writer, checkpoint)
 
 

@@ -203,13 +203,6 @@ class SavedRun(dict[str, Any]):
             raise self._unusable(key, f"has {value!r}, not a name, as")
         return value
 
-    def names(self, key: str) -> list[str]:
-        """The list of names saved under ``key``."""
-        value = self[key]
-        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-            raise self._unusable(key, f"has {value!r}, not a list of names, as")
-        return list(value)
-
     def _unusable(self, key: str, what: str) -> SoakError:
         return SoakError(
             f"{self.source} {what} {key!r} in its run section (another firesteel version "

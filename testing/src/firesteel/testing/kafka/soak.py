@@ -14,12 +14,11 @@ Usage::
   exactly-once, ``exactly.once.mode=in-task`` (``scripts/state_job.py``).
 
 The broker is :func:`~firesteel.testing.kafka.kafka_cluster`'s: the cluster
-``FIRESTEEL_KAFKA_BOOTSTRAP`` names, else a real broker from ``KAFKA_HOME``
-(its data in ``WORKDIR/broker``, so a paused run resumes on a restarted
-broker with its topics and transactions: see ``--pause`` in
-:mod:`firesteel.testing.soak`), else tansu (with the marker log the sink
-needs there; it keeps nothing, so a run on tansu cannot be resumed). Both paths run in the
-default configuration on Apache Kafka (consumer-group markers only).
+``FIRESTEEL_KAFKA_BOOTSTRAP`` names, else a real Apache Kafka broker
+(:func:`~firesteel.testing.kafka.distribution.find_kafka`; its data in ``WORKDIR/broker``,
+so a paused run resumes on a restarted broker with its topics and transactions: see
+``--pause`` in :mod:`firesteel.testing.soak`). Every path runs in the default
+configuration (consumer-group markers only).
 
 Every cycle produces :data:`RECORDS_PER_CYCLE` sequence-numbered records
 across the input partitions and starts the job armed with one kill (a named
@@ -47,7 +46,6 @@ from pathlib import Path
 from typing import Any
 
 from firesteel.testing.kafka import (
-    broker_kind,
     create_topic,
     kafka_cluster,
     produce,
@@ -113,20 +111,18 @@ class KafkaSoak:
         if saved is None:
             self.source = create_topic(bootstrap, PARTITIONS)
             self.target = create_topic(bootstrap, PARTITIONS)
-            self.marker_log = [] if broker_kind() == "kafka" else [create_topic(bootstrap, 1)]
             self.records = 0
         else:
             self.source, self.target = saved.name("source"), saved.name("target")
-            self.marker_log = saved.names("marker_log")
             self.records = saved.number("records")
             self._check_topics()
 
     def _check_topics(self) -> None:
-        """A resumed run's topics must still be on the broker (tansu keeps none)."""
+        """A resumed run's topics must still be on the broker."""
         from confluent_kafka.admin import AdminClient
 
         listed = AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=30).topics
-        missing = [t for t in (self.source, self.target, *self.marker_log) if t not in listed]
+        missing = [t for t in (self.source, self.target) if t not in listed]
         if missing:
             msg = (
                 f"the paused run's topics {missing} are not on the broker at {self.bootstrap}; "
@@ -138,7 +134,6 @@ class KafkaSoak:
         return {
             "source": self.source,
             "target": self.target,
-            "marker_log": self.marker_log,
             "records": self.records,
             "checkpoint_starts": self.checkpoints.starts,
             "state_starts": self.states.starts,
@@ -159,10 +154,10 @@ class KafkaSoak:
         common = [self.bootstrap, self.source, self.target, self.checkpoints.next()]
         if self.name == "map-write-ahead":
             partitions = str(self.rng.randint(1, 4))
-            return [*common, "exactly-once", "write-ahead", partitions, "driver", *self.marker_log]
+            return [*common, "exactly-once", "write-ahead", partitions, "driver"]
         if self.name == "map":
-            return [*common, "exactly-once", "in-task", "0", "driver", *self.marker_log]
-        return [*common, self.states.next(), "in-task", *self.marker_log]
+            return [*common, "exactly-once", "in-task", "0", "driver"]
+        return [*common, self.states.next(), "in-task"]
 
     @property
     def points(self) -> tuple[str, ...]:

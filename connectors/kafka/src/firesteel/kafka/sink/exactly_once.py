@@ -212,7 +212,12 @@ class KafkaExactlyOnceSink(InTaskCommitSink[KafkaTransaction, KafkaCommittable])
         return TransactionalClient(Producer(config), tracker, consumer)
 
     def _marker_consumer(self, key: int) -> Any:
-        """A consumer of the marker group of ``key``, which only reads its committed offset."""
+        """A consumer of the marker group of ``key``, which only reads its committed offset.
+
+        ``read_committed`` makes librdkafka ask for stable offsets: while a transaction
+        carrying the marker is still completing the broker answers UNSTABLE_OFFSET_COMMIT
+        and the read waits, instead of returning the older marker (or none), which would
+        let a second query write where the first one just committed."""
         from confluent_kafka import Consumer
 
         return Consumer(

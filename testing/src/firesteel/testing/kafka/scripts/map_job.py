@@ -1,7 +1,7 @@
 """Crash-test job: Kafka -> map -> Kafka, all available input, from a fixed checkpoint.
 
 Usage: map_job.py <bootstrap> <input topic> <output topic> <checkpoint> <guarantee>
-<exactly-once mode> <partitions> <send> [<marker log topic>]
+<exactly-once mode> <partitions> <send>
 Each input value ``<n>`` becomes ``out-<n>``; the key is kept. ``<exactly-once mode>`` is
 the sink's ``exactly.once.mode`` (``write-ahead`` or ``in-task``; ignored by the other
 guarantees); ``<partitions>`` other than 0 repartitions the records into that many
@@ -25,7 +25,6 @@ from firesteel.testing.jobs import (
 
 def main() -> None:
     bootstrap, source, target, checkpoint, guarantee, mode, partitions, send = sys.argv[1:9]
-    marker_log = sys.argv[9] if len(sys.argv) > 9 else ""
     extra, connect = sends_on_executors() if send == "executors" else ({}, {})
     spark = job_session("kafka-map-job", shuffle_partitions=2, extra_config=extra)
     records = read_kafka_topic(spark, bootstrap, source, checkpoint, "60")
@@ -42,7 +41,6 @@ def main() -> None:
         checkpoint,
         guarantee=guarantee,
         mode=mode,
-        marker_log=marker_log,
         options={**connect, "kafka.linger.ms": "5"},
     )
 

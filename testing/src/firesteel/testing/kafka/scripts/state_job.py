@@ -1,7 +1,6 @@
 """Crash-test job: Kafka -> stateful rank per key -> Kafka exactly-once.
 
 Usage: state_job.py <bootstrap> <input> <output> <checkpoint> <state uri> <exactly-once mode>
-[<marker log>]
 
 Input values are sequence numbers ``n`` with key ``k<n % 5>``. The processor
 keeps a per-key count in keyed state and emits ``<n>:<key>:<rank>`` per input
@@ -30,7 +29,6 @@ class RankPerKey(processors.RankPerKey):
 
 def main() -> None:
     bootstrap, source, target, checkpoint, state_uri, mode = sys.argv[1:7]
-    marker_log = sys.argv[7] if len(sys.argv) > 7 else ""
     spark = job_session("kafka-state-job")
     records = (
         read_kafka_topic(spark, bootstrap, source, checkpoint, "80")
@@ -55,7 +53,6 @@ def main() -> None:
         checkpoint,
         guarantee="exactly-once",
         mode=mode,
-        marker_log=marker_log,
     )
 
 
