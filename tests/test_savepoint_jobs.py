@@ -3,7 +3,8 @@
 ``test_upgrade_a_job`` runs the README's "Upgrade a job" guide step by step: a
 job on the filesystem backend, a savepoint taken with the ``firesteel`` command,
 a new version of the processor started from it on RocksDB at another
-parallelism, on the same Spark checkpoint. ``test_a_bootstrapped_job_continues_counting``
+parallelism, on the same Spark checkpoint (refused first from a savepoint of an earlier
+batch). ``test_a_bootstrapped_job_continues_counting``
 writes a savepoint from a DataFrame and starts a new job from it (refused first
 while the savepoint holds an operator the job does not restore).
 """
@@ -77,6 +78,14 @@ def test_upgrade_a_job(spark: Any, tmp_path: Path) -> None:
     rocksdb: Any = backend_class("rocksdb")
     v2_state = f"file://{tmp_path}/state-v2"
     v2_backend = rocksdb(v2_state, local_dir=str(tmp_path / "local"))
+    # A savepoint of an earlier batch would lose batch 2's records from the state: refused.
+    older = str(tmp_path / "savepoints" / "batch-1")
+    subprocess.run(
+        [*command, v1_state, older, "--checkpoint", str(tmp_path / "checkpoint"), "--batch", "1"],
+        check=True,
+    )
+    with pytest.raises(Exception, match=r"goes on after batch 2: the state would miss.*batch 2"):
+        run(spark, tmp_path, RunningCountV2(), v2_backend, parallelism=4, restore_from=older)
     run(spark, tmp_path, RunningCountV2(), v2_backend, parallelism=4, restore_from=savepoint)
     assert latest_counts(tmp_path) == expected_counts(first + second)
     state = read_state(v2_state).to_pandas()

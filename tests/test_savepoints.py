@@ -235,6 +235,26 @@ def test_a_state_location_with_state_of_its_own_is_not_overwritten(
         run_batch(backend, 2, 1, read, query="q", restore=SavepointRestore(savepoints["heap"]))
 
 
+@pytest.mark.parametrize(
+    ("first_batch", "refusal"),
+    [(4, "miss the records of batches 2-3"), (1, "records of batch 1 would be counted twice")],
+)
+def test_a_savepoint_loads_only_into_the_batch_after_its_own(
+    savepoints: dict[str, str], tmp_path: Path, first_batch: int, refusal: str
+) -> None:
+    """The savepoint holds batch 1: a query whose first batch is 2 (the same checkpoint)
+    loads it, as does batch 0 (a new checkpoint, above); a query going on after another
+    batch would miss records of its own or count some twice, and is refused."""
+    restore = SavepointRestore(savepoints["heap"])
+    refused = make_backend("filesystem", tmp_path / "refused", cache=False)
+    after = first_batch - 1
+    message = rf"holds the state of batch 1, but this query goes on after batch {after}.*{refusal}"
+    with pytest.raises(SavepointError, match=message):
+        run_batch(refused, 2, first_batch, read, query="q", restore=restore)
+    backend = make_backend("filesystem", tmp_path, cache=False)
+    assert run_batch(backend, 2, 2, read, query="q", restore=restore) == reference(2)
+
+
 def test_a_savepoint_without_metadata_is_refused_and_targets_are_never_reused(
     savepoints: dict[str, str], tmp_path: Path
 ) -> None:

@@ -15,6 +15,11 @@ again from nothing, a later batch finds the marker and loads nothing, and a key
 group that already holds state of another origin (a clock but no marker) is
 refused rather than overwritten.
 
+The state of batch N loads only into batch N+1 (the query that took the
+savepoint goes on, on its own checkpoint) or batch 0 (a new checkpoint, whose
+sources the user starts at the savepoint's positions): into any other batch it
+would leave out the records of the batches between, or count them twice.
+
 A state in the savepoint that the processor neither declares nor drops
 (``ctx.drop_state``) is refused, listing every such state, unless
 ``allow_non_restored_state`` says to drop them (Flink's ``--allowNonRestoredState``).
@@ -199,6 +204,7 @@ class SavepointRestore:
         savepoint = open_savepoint(self.path, self._storage)
         self._check_claimed(savepoint)
         if spec.name in savepoint.operators:
+            self._check_batch(savepoint, spec, task.scope.batch_id)
             part = savepoint.operator(spec.name)
             self._load(store, part, declared, fresh)
             processing_time = part.processing_time
@@ -216,6 +222,29 @@ class SavepointRestore:
             fresh[-1],
             self.path,
         )
+
+    def _check_batch(self, savepoint: Savepoint, spec: OperatorSpec, batch: int) -> None:
+        """Task side: refuse to load the state of batch N into a query that goes on after
+        another batch than N (a new checkpoint, whose first batch is 0, may start anywhere)."""
+        if savepoint.batch < 0 or batch in (0, savepoint.batch + 1):
+            return  # written from a table (no batch), the same checkpoint, or a new one
+        if batch - 1 > savepoint.batch:
+            skipped = _batches(savepoint.batch + 1, batch - 1)
+            harm = f"the state would miss the records of {skipped}"
+        else:
+            harm = f"the records of {_batches(batch, savepoint.batch)} would be counted twice"
+        positions = (
+            f"the savepoint's ({self.path}/offsets/{savepoint.batch})"
+            if savepoint.metadata.get("offsets") is not None
+            else f"those of batch {savepoint.batch}"
+        )
+        msg = (
+            f"operator '{spec.name}': savepoint {self.path} holds the state of batch "
+            f"{savepoint.batch}, but this query goes on after batch {batch - 1}: {harm}. "
+            "Restore a savepoint of the query's last committed batch (firesteel savepoint "
+            f"create without --batch), or start a new checkpoint with the sources at {positions}"
+        )
+        raise SavepointError(msg)
 
     def _load(
         self,
@@ -243,6 +272,10 @@ class SavepointRestore:
                     store.register_timer(int(unpack(user_key)))
                     continue
                 _put(store, descriptors[state], user_key, value)
+
+
+def _batches(first: int, last: int) -> str:
+    return f"batch {first}" if first == last else f"batches {first}-{last}"
 
 
 def _put(store: KeyedStateStore, desc: StateDescriptor, user_key: Any, value: Any) -> None:
