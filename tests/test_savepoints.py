@@ -235,6 +235,25 @@ def test_a_state_location_with_state_of_its_own_is_not_overwritten(
         run_batch(backend, 2, 1, read, query="q", restore=SavepointRestore(savepoints["heap"]))
 
 
+def test_state_restored_from_one_savepoint_refuses_another(
+    savepoints: dict[str, str], tmp_path: Path
+) -> None:
+    """restore_from kept across restarts loads nothing again; pointed at another savepoint
+    (here one of batch 0, which would fit batch 1) it is refused, never silently ignored."""
+    source = Path(savepoints["heap"]).parent / "heap"
+    other = str(tmp_path / "batch-0")
+    create(str(source), other, batch=0)
+    spec = OperatorSpec("op", ("sensor", "zone"), MAX_P, 2)
+    first = SavepointRestore(savepoints["heap"]).check(spec)
+    assert first.savepoint_id == open_savepoint(savepoints["heap"]).id
+    backend = make_backend("filesystem", tmp_path, cache=False)
+    assert run_batch(backend, 2, 0, read, query="q", restore=first) == reference(2)
+    assert run_batch(backend, 3, 1, read, query="q", restore=first) == reference(2)
+    changed = SavepointRestore(other).check(spec)
+    with pytest.raises(SavepointError, match=r"key group 0 was restored from savepoint \w+, and"):
+        run_batch(backend, 3, 2, read, query="q", restore=changed)
+
+
 @pytest.mark.parametrize(
     ("first_batch", "refusal"),
     [(4, "miss the records of batches 2-3"), (1, "records of batch 1 would be counted twice")],
