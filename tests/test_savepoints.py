@@ -286,6 +286,28 @@ def test_a_savepoint_without_metadata_is_refused_and_targets_are_never_reused(
         create(source, str(tmp_path / "sp"))
 
 
+def test_a_savepoint_pairs_state_only_with_the_checkpoint_of_the_query_that_wrote_it(
+    savepoints: dict[str, str], tmp_path: Path
+) -> None:
+    """The state was written by query "query-1": another query's checkpoint would record its
+    batch and source positions beside that state, so it is refused, naming both queries."""
+    source = str(Path(savepoints["heap"]).parent / "heap")
+    checkpoint = tmp_path / "checkpoint"
+    for folder in ("commits", "offsets"):
+        (checkpoint / folder).mkdir(parents=True)
+    (checkpoint / "commits" / "1").write_text('v1\n{"nextBatchWatermarkMs":0}')
+    offsets = 'v1\n{"batchWatermarkMs":0,"batchTimestampMs":5001}\n{"logOffset":1}'
+    (checkpoint / "offsets" / "1").write_text(offsets)
+    (checkpoint / "metadata").write_text('{"id":"query-2"}\n')
+    refusal = r"'op'.* query query-1, but the checkpoint .* is query query-2's"
+    with pytest.raises(SavepointError, match=refusal):
+        create(source, str(tmp_path / "refused"), checkpoint=str(checkpoint))
+    assert not (tmp_path / "refused").exists()
+    (checkpoint / "metadata").write_text('{"id":"query-1"}\n')
+    taken = create(source, str(tmp_path / "savepoint"), checkpoint=str(checkpoint))
+    assert taken.batch == 1 and taken.offsets() == offsets.encode()
+
+
 def test_the_cli_takes_and_shows_a_savepoint(savepoints: dict[str, str], tmp_path: Path) -> None:
     source = str(Path(savepoints["filesystem"]).parent / "fs")
     target = tmp_path / "cli-savepoint"
