@@ -325,6 +325,18 @@ def test_the_cli_takes_and_shows_a_savepoint(savepoints: dict[str, str], tmp_pat
     metadata = json.loads(shown.stdout[: shown.stdout.index("\n}\n") + 2])
     assert metadata["batch"] == 1 and list(metadata["operators"]) == ["op"]
     assert f"({len(read_state(source, batch=1))} entries)" in shown.stdout
+    # A refusal is the message alone, for the person at the terminal: no traceback.
+    again = subprocess.run(
+        [*cli, "create", source, str(target), "--batch", "1"],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    assert again.returncode == 1 and again.stdout == ""
+    assert again.stderr == (
+        f"firesteel savepoint: error: {target} already holds a savepoint; choose a new target "
+        "(savepoints are immutable)\n"
+    )
 
 
 def test_a_savepoint_on_an_object_store(
