@@ -30,6 +30,7 @@ from test_state_operator import (
 from firesteel.backends import FilesystemBackend
 from firesteel.backends.inspect import backend_class, read_state
 from firesteel.backends.savepoint import read_savepoint
+from firesteel.core.errors import ConfigError
 from firesteel.state import KeyState, StateBackend, ValueStateDescriptor
 from firesteel.state.savepoint import SavepointRestore, bootstrap, open_savepoint, rewrite
 from firesteel.state.savepoint.format import OperatorRows, write_savepoint
@@ -134,6 +135,14 @@ def test_a_bootstrapped_job_continues_counting(spark: Any, tmp_path: Path) -> No
     rewrite(savepoint, fixes, fixed, operator="counts", states=[RunningCount.count])
     seeded = read_savepoint(fixed).to_pandas()
     assert sorted(seeded[seeded["state"] == "count"]["value"]) == ["10", "7"]
+    # Both record each state's type, as a checkpoint does, so a restore checks it; a
+    # rewrite under another type would mix two types in one state, and is refused.
+    for written in (savepoint, fixed):
+        recorded = open_savepoint(written).operator("counts").states
+        assert (recorded["count"]["schema"], recorded["total"]["schema"]) == ('"long"', '"double"')
+    as_float = ValueStateDescriptor("count", float)
+    with pytest.raises(ConfigError, match=r"rewrite: state 'count' .* \"long\" .* \"double\""):
+        rewrite(savepoint, fixes, str(tmp_path / "mixed"), operator="counts", states=[as_float])
 
     # A savepoint also holding an operator the job no longer has ("retired") is refused at
     # the first batch, naming it; told to drop it, the job starts from "counts" alone.
