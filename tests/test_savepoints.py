@@ -300,7 +300,7 @@ def test_a_savepoint_pairs_state_only_with_the_checkpoint_of_the_query_that_wrot
     (checkpoint / "offsets" / "1").write_text(offsets)
     (checkpoint / "metadata").write_text('{"id":"query-2"}\n')
     refusal = r"'op'.* query query-1, but the checkpoint .* is query query-2's"
-    with pytest.raises(SavepointError, match=refusal):
+    with pytest.raises(ConfigError, match=refusal):
         create(source, str(tmp_path / "refused"), checkpoint=str(checkpoint))
     assert not (tmp_path / "refused").exists()
     (checkpoint / "metadata").write_text('{"id":"query-1"}\n')

@@ -45,7 +45,6 @@ from firesteel.state.savepoint.format import (
     TIMERS,
     OperatorInfo,
     Savepoint,
-    SavepointError,
     SavepointWriter,
     open_savepoint,
 )
@@ -80,7 +79,7 @@ def _check_query(checkpoint: str, found: Mapping[str, StoredState], location: st
                 "batches and source positions do not describe this state. Give the checkpoint "
                 "of the query that wrote the state"
             )
-            raise SavepointError(msg)
+            raise ConfigError(msg)
 
 
 def _offsets_entry(checkpoint: str, batch: int) -> bytes:
