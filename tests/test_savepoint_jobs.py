@@ -3,7 +3,8 @@
 ``test_upgrade_a_job`` runs the README's "Upgrade a job" guide step by step: a
 job on the filesystem backend, a savepoint taken with the ``firesteel`` command,
 a new version of the processor started from it on RocksDB at another
-parallelism, on the same Spark checkpoint. ``test_a_bootstrapped_job_continues_counting``
+parallelism, on the same Spark checkpoint (refused first from a savepoint of an earlier
+batch). ``test_a_bootstrapped_job_continues_counting``
 writes a savepoint from a DataFrame and starts a new job from it (refused first
 while the savepoint holds an operator the job does not restore).
 """
@@ -29,6 +30,7 @@ from test_state_operator import (
 from firesteel.backends import FilesystemBackend
 from firesteel.backends.inspect import backend_class, read_state
 from firesteel.backends.savepoint import read_savepoint
+from firesteel.core.errors import ConfigError
 from firesteel.state import KeyState, StateBackend, ValueStateDescriptor
 from firesteel.state.savepoint import SavepointRestore, bootstrap, open_savepoint, rewrite
 from firesteel.state.savepoint.format import OperatorRows, write_savepoint
@@ -77,6 +79,14 @@ def test_upgrade_a_job(spark: Any, tmp_path: Path) -> None:
     rocksdb: Any = backend_class("rocksdb")
     v2_state = f"file://{tmp_path}/state-v2"
     v2_backend = rocksdb(v2_state, local_dir=str(tmp_path / "local"))
+    # A savepoint of an earlier batch would lose batch 2's records from the state: refused.
+    older = str(tmp_path / "savepoints" / "batch-1")
+    subprocess.run(
+        [*command, v1_state, older, "--checkpoint", str(tmp_path / "checkpoint"), "--batch", "1"],
+        check=True,
+    )
+    with pytest.raises(Exception, match=r"goes on after batch 2: the state would miss.*batch 2"):
+        run(spark, tmp_path, RunningCountV2(), v2_backend, parallelism=4, restore_from=older)
     run(spark, tmp_path, RunningCountV2(), v2_backend, parallelism=4, restore_from=savepoint)
     assert latest_counts(tmp_path) == expected_counts(first + second)
     state = read_state(v2_state).to_pandas()
@@ -125,6 +135,14 @@ def test_a_bootstrapped_job_continues_counting(spark: Any, tmp_path: Path) -> No
     rewrite(savepoint, fixes, fixed, operator="counts", states=[RunningCount.count])
     seeded = read_savepoint(fixed).to_pandas()
     assert sorted(seeded[seeded["state"] == "count"]["value"]) == ["10", "7"]
+    # Both record each state's type, as a checkpoint does, so a restore checks it; a
+    # rewrite under another type would mix two types in one state, and is refused.
+    for written in (savepoint, fixed):
+        recorded = open_savepoint(written).operator("counts").states
+        assert (recorded["count"]["schema"], recorded["total"]["schema"]) == ('"long"', '"double"')
+    as_float = ValueStateDescriptor("count", float)
+    with pytest.raises(ConfigError, match=r"rewrite: state 'count' .* \"long\" .* \"double\""):
+        rewrite(savepoint, fixes, str(tmp_path / "mixed"), operator="counts", states=[as_float])
 
     # A savepoint also holding an operator the job no longer has ("retired") is refused at
     # the first batch, naming it; told to drop it, the job starts from "counts" alone.

@@ -235,6 +235,45 @@ def test_a_state_location_with_state_of_its_own_is_not_overwritten(
         run_batch(backend, 2, 1, read, query="q", restore=SavepointRestore(savepoints["heap"]))
 
 
+def test_state_restored_from_one_savepoint_refuses_another(
+    savepoints: dict[str, str], tmp_path: Path
+) -> None:
+    """restore_from kept across restarts loads nothing again; pointed at another savepoint
+    (here one of batch 0, which would fit batch 1) it is refused, never silently ignored."""
+    source = Path(savepoints["heap"]).parent / "heap"
+    other = str(tmp_path / "batch-0")
+    create(str(source), other, batch=0)
+    spec = OperatorSpec("op", ("sensor", "zone"), MAX_P, 2)
+    first = SavepointRestore(savepoints["heap"]).check(spec)
+    assert first.savepoint_id == open_savepoint(savepoints["heap"]).id
+    backend = make_backend("filesystem", tmp_path, cache=False)
+    assert run_batch(backend, 2, 0, read, query="q", restore=first) == reference(2)
+    assert run_batch(backend, 3, 1, read, query="q", restore=first) == reference(2)
+    changed = SavepointRestore(other).check(spec)
+    with pytest.raises(SavepointError, match=r"key group 0 was restored from savepoint \w+, and"):
+        run_batch(backend, 3, 2, read, query="q", restore=changed)
+
+
+@pytest.mark.parametrize(
+    ("first_batch", "refusal"),
+    [(4, "miss the records of batches 2-3"), (1, "records of batch 1 would be counted twice")],
+)
+def test_a_savepoint_loads_only_into_the_batch_after_its_own(
+    savepoints: dict[str, str], tmp_path: Path, first_batch: int, refusal: str
+) -> None:
+    """The savepoint holds batch 1: a query whose first batch is 2 (the same checkpoint)
+    loads it, as does batch 0 (a new checkpoint, above); a query going on after another
+    batch would miss records of its own or count some twice, and is refused."""
+    restore = SavepointRestore(savepoints["heap"])
+    refused = make_backend("filesystem", tmp_path / "refused", cache=False)
+    after = first_batch - 1
+    message = rf"holds the state of batch 1, but this query goes on after batch {after}.*{refusal}"
+    with pytest.raises(SavepointError, match=message):
+        run_batch(refused, 2, first_batch, read, query="q", restore=restore)
+    backend = make_backend("filesystem", tmp_path, cache=False)
+    assert run_batch(backend, 2, 2, read, query="q", restore=restore) == reference(2)
+
+
 def test_a_savepoint_without_metadata_is_refused_and_targets_are_never_reused(
     savepoints: dict[str, str], tmp_path: Path
 ) -> None:
@@ -245,6 +284,28 @@ def test_a_savepoint_without_metadata_is_refused_and_targets_are_never_reused(
         create(source, savepoints["heap"], batch=1)
     with pytest.raises(ConfigError, match="give the query's checkpoint"):
         create(source, str(tmp_path / "sp"))
+
+
+def test_a_savepoint_pairs_state_only_with_the_checkpoint_of_the_query_that_wrote_it(
+    savepoints: dict[str, str], tmp_path: Path
+) -> None:
+    """The state was written by query "query-1": another query's checkpoint would record its
+    batch and source positions beside that state, so it is refused, naming both queries."""
+    source = str(Path(savepoints["heap"]).parent / "heap")
+    checkpoint = tmp_path / "checkpoint"
+    for folder in ("commits", "offsets"):
+        (checkpoint / folder).mkdir(parents=True)
+    (checkpoint / "commits" / "1").write_text('v1\n{"nextBatchWatermarkMs":0}')
+    offsets = 'v1\n{"batchWatermarkMs":0,"batchTimestampMs":5001}\n{"logOffset":1}'
+    (checkpoint / "offsets" / "1").write_text(offsets)
+    (checkpoint / "metadata").write_text('{"id":"query-2"}\n')
+    refusal = r"'op'.* query query-1, but the checkpoint .* is query query-2's"
+    with pytest.raises(ConfigError, match=refusal):
+        create(source, str(tmp_path / "refused"), checkpoint=str(checkpoint))
+    assert not (tmp_path / "refused").exists()
+    (checkpoint / "metadata").write_text('{"id":"query-1"}\n')
+    taken = create(source, str(tmp_path / "savepoint"), checkpoint=str(checkpoint))
+    assert taken.batch == 1 and taken.offsets() == offsets.encode()
 
 
 def test_the_cli_takes_and_shows_a_savepoint(savepoints: dict[str, str], tmp_path: Path) -> None:
@@ -264,6 +325,18 @@ def test_the_cli_takes_and_shows_a_savepoint(savepoints: dict[str, str], tmp_pat
     metadata = json.loads(shown.stdout[: shown.stdout.index("\n}\n") + 2])
     assert metadata["batch"] == 1 and list(metadata["operators"]) == ["op"]
     assert f"({len(read_state(source, batch=1))} entries)" in shown.stdout
+    # A refusal is the message alone, for the person at the terminal: no traceback.
+    again = subprocess.run(
+        [*cli, "create", source, str(target), "--batch", "1"],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    assert again.returncode == 1 and again.stdout == ""
+    assert again.stderr == (
+        f"firesteel savepoint: error: {target} already holds a savepoint; choose a new target "
+        "(savepoints are immutable)\n"
+    )
 
 
 def test_a_savepoint_on_an_object_store(

@@ -36,7 +36,7 @@ from firesteel.backends.inspect import (
     stored_state,
     to_table,
 )
-from firesteel.core.checkpoint import filesystem
+from firesteel.core.checkpoint import filesystem, read_query_id
 from firesteel.core.errors import ConfigError
 from firesteel.core.storage import StorageConfig
 from firesteel.state.clock import CLOCK
@@ -64,6 +64,22 @@ def last_committed_batch(checkpoint: str) -> int | None:
     infos = fsys.get_file_info(fs.FileSelector(f"{base}/commits", allow_not_found=True))
     batches = [int(info.base_name) for info in infos if info.base_name.isdigit()]
     return max(batches) if batches else None
+
+
+def _check_query(checkpoint: str, found: Mapping[str, StoredState], location: str) -> None:
+    """Each operator's state must have been written by the query of ``checkpoint``: another
+    query's batches and source positions do not describe it."""
+    query = read_query_id(checkpoint)
+    for name, stored in found.items():
+        owner = stored.meta.get("query_id")
+        if query and owner and owner != query:
+            msg = (
+                f"savepoint: operator '{name}': the state under {location} was written by "
+                f"Spark query {owner}, but the checkpoint {checkpoint} is query {query}'s: its "
+                "batches and source positions do not describe this state. Give the checkpoint "
+                "of the query that wrote the state"
+            )
+            raise ConfigError(msg)
 
 
 def _offsets_entry(checkpoint: str, batch: int) -> bytes:
@@ -160,6 +176,7 @@ def create(
     ``checkpoint``: the query's Spark checkpoint: the batch defaults to its last
     committed one, a later ``batch`` is refused, and its ``offsets/<batch>`` is
     copied into the savepoint (the source positions a restored job starts from).
+    State written by another query than the checkpoint's is refused.
     Without it, ``batch`` must be given and no positions are recorded.
     ``operators``: which (default: every operator under the location).
     ``storage`` / ``target_storage``: how to reach the two locations' object stores.
@@ -188,6 +205,8 @@ def create(
             msg = f"savepoint: operator '{name}' has no state of batch {batch} in {state_location}"
             raise ConfigError(msg)
         found[name] = stored
+    if checkpoint is not None:
+        _check_query(checkpoint, found, state_location)
     writer = SavepointWriter(target, StorageConfig.given(target_storage))
     for name, stored in found.items():
         canonical = _Canonical(stored)

@@ -61,6 +61,16 @@ def _savepoint(argv: list[str]) -> int:
     show.add_argument("--operator", help="one operator (default: all)")
     show.add_argument("--limit", type=int, default=50, help="rows to print (default 50)")
     args = parser.parse_args(argv)
+    from firesteel.core.errors import FiresteelError
+
+    try:
+        return _run_savepoint(args)
+    except FiresteelError as exc:
+        # A refusal names its culprit and the fix: the message is the whole answer.
+        parser.exit(1, f"{parser.prog}: error: {exc}\n")
+
+
+def _run_savepoint(args: argparse.Namespace) -> int:
     settings = dict(setting.partition("=")[::2] for setting in args.conf)
     from firesteel.backends.savepoint import create as create_savepoint
     from firesteel.backends.savepoint import read_savepoint

@@ -270,6 +270,17 @@ def _incompatibility(reader: Any, writer: Any) -> str | None:
     return f"{'; '.join(sorted(result.messages))} (at {where})"
 
 
+def unchanged(stored: str | None, declared: Any) -> bool:
+    """True when values recorded with schema ``stored`` (JSON; None when written before
+    schemas were recorded) load into the ``declared`` schema as they are."""
+    if stored is None:
+        return True
+    writer = json.loads(stored)
+    # A state gaining or losing its type: untyped values were never checked against one,
+    # and an untyped state takes whatever is stored, so values load as they are.
+    return _shape(writer) == _shape(declared) or writer is None or declared is None
+
+
 def upgrade(
     operator: str,
     state: str,
@@ -284,15 +295,9 @@ def upgrade(
     the values load as they are, else a :class:`StateUpgrade`. Raises ``ConfigError`` naming
     the state, both types and the fix when they cannot be resolved (before any value is read).
     """
-    if stored is None:
+    if stored is None or unchanged(stored, declared):
         return None
     writer = json.loads(stored)
-    if _shape(writer) == _shape(declared):
-        return None
-    if writer is None or declared is None:
-        # A state gaining or losing its type: untyped values were never checked against one,
-        # and an untyped state takes whatever is stored, so values load as they are.
-        return None
     fix = (
         "declare the old type again; or make the change one Avro resolves (add a field with a "
         "default, remove a field, widen int -> float or int32 -> int64, rename a field with "

@@ -12,8 +12,14 @@ Each key group loaded records the savepoint's id in a reserved state
 (:data:`MARKER`) written in the same snapshot, so the load happens exactly once
 per key group: a re-run of the first batch (its snapshot never committed) loads
 again from nothing, a later batch finds the marker and loads nothing, and a key
-group that already holds state of another origin (a clock but no marker) is
-refused rather than overwritten.
+group that already holds state of another origin (a clock but no marker, or the
+marker of another savepoint than the one :meth:`SavepointRestore.check` found)
+is refused rather than overwritten or silently kept.
+
+The state of batch N loads only into batch N+1 (the query that took the
+savepoint goes on, on its own checkpoint) or batch 0 (a new checkpoint, whose
+sources the user starts at the savepoint's positions): into any other batch it
+would leave out the records of the batches between, or count them twice.
 
 A state in the savepoint that the processor neither declares nor drops
 (``ctx.drop_state``) is refused, listing every such state, unless
@@ -28,6 +34,7 @@ time-to-live at the restore.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -90,6 +97,9 @@ class SavepointRestore:
     """Drop the savepoint's states (or whole operator) that the job has no use for."""
     storage: StorageConfig | Mapping[str, str] = field(default_factory=StorageConfig)
     """How to reach the savepoint's object store (Hadoop's names: ``fs.s3a.endpoint``...)."""
+    savepoint_id: str | None = None
+    """The id of the savepoint found at ``path`` when the job was built (set by
+    :meth:`check`): a key group restored from another savepoint is refused. None: any."""
 
     def __post_init__(self) -> None:
         # A frozen dataclass: the settings become their hashable, secret-hiding form.
@@ -100,9 +110,11 @@ class SavepointRestore:
         assert isinstance(self.storage, StorageConfig)
         return self.storage
 
-    def check(self, spec: OperatorSpec) -> None:
-        """Driver side: the savepoint is whole and fits operator ``spec``."""
+    def check(self, spec: OperatorSpec) -> SavepointRestore:
+        """Driver side: the savepoint is whole and fits operator ``spec``; returns this
+        restore pinned to it (:attr:`savepoint_id`), for the tasks."""
         savepoint = open_savepoint(self.path, self._storage)
+        pinned = dataclasses.replace(self, savepoint_id=savepoint.id)
         if spec.name not in savepoint.operators:
             if self.allow_non_restored_state:
                 logger.warning(
@@ -111,7 +123,7 @@ class SavepointRestore:
                     self.path,
                     savepoint.operators,
                 )
-                return
+                return pinned
             listed = ", ".join(f"'{name}'" for name in savepoint.operators) or "nothing"
             msg = (
                 f"operator '{spec.name}': savepoint {self.path} has no state for it; it holds "
@@ -142,6 +154,7 @@ class SavepointRestore:
             self.path,
             savepoint.batch,
         )
+        return pinned
 
     def claim(self, context: SparkContext, operator: str) -> None:
         """Driver side: record in ``context``'s local properties (of this thread, inherited
@@ -184,7 +197,9 @@ class SavepointRestore:
         fresh: list[int] = []
         for key_group in task.key_groups:
             store.set_current_key(CLOCK_KEY, key_group)
-            if marker.value() is not None:
+            loaded_from = marker.value()
+            if loaded_from is not None:
+                self._check_origin(spec, key_group, loaded_from)
                 continue
             if clock.value() is not None:
                 msg = (
@@ -199,6 +214,7 @@ class SavepointRestore:
         savepoint = open_savepoint(self.path, self._storage)
         self._check_claimed(savepoint)
         if spec.name in savepoint.operators:
+            self._check_batch(savepoint, spec, task.scope.batch_id)
             part = savepoint.operator(spec.name)
             self._load(store, part, declared, fresh)
             processing_time = part.processing_time
@@ -216,6 +232,42 @@ class SavepointRestore:
             fresh[-1],
             self.path,
         )
+
+    def _check_origin(self, spec: OperatorSpec, key_group: int, loaded_from: str) -> None:
+        """Task side: a key group restored earlier must have come from this savepoint."""
+        if self.savepoint_id is None or loaded_from == self.savepoint_id:
+            return
+        msg = (
+            f"operator '{spec.name}': key group {key_group} was restored from savepoint "
+            f"{loaded_from}, and restore_from now names {self.path} (savepoint "
+            f"{self.savepoint_id}); a savepoint loads only into a fresh state location: "
+            "restore it into a new one, or name the savepoint the state came from (or leave "
+            "out restore_from) to go on with the state it has"
+        )
+        raise SavepointError(msg)
+
+    def _check_batch(self, savepoint: Savepoint, spec: OperatorSpec, batch: int) -> None:
+        """Task side: refuse to load the state of batch N into a query that goes on after
+        another batch than N (a new checkpoint, whose first batch is 0, may start anywhere)."""
+        if savepoint.batch < 0 or batch in (0, savepoint.batch + 1):
+            return  # written from a table (no batch), the same checkpoint, or a new one
+        if batch - 1 > savepoint.batch:
+            skipped = _batches(savepoint.batch + 1, batch - 1)
+            harm = f"the state would miss the records of {skipped}"
+        else:
+            harm = f"the records of {_batches(batch, savepoint.batch)} would be counted twice"
+        positions = (
+            f"the savepoint's ({self.path}/offsets/{savepoint.batch})"
+            if savepoint.metadata.get("offsets") is not None
+            else f"those of batch {savepoint.batch}"
+        )
+        msg = (
+            f"operator '{spec.name}': savepoint {self.path} holds the state of batch "
+            f"{savepoint.batch}, but this query goes on after batch {batch - 1}: {harm}. "
+            "Restore a savepoint of the query's last committed batch (firesteel savepoint "
+            f"create without --batch), or start a new checkpoint with the sources at {positions}"
+        )
+        raise SavepointError(msg)
 
     def _load(
         self,
@@ -243,6 +295,10 @@ class SavepointRestore:
                     store.register_timer(int(unpack(user_key)))
                     continue
                 _put(store, descriptors[state], user_key, value)
+
+
+def _batches(first: int, last: int) -> str:
+    return f"batch {first}" if first == last else f"batches {first}-{last}"
 
 
 def _put(store: KeyedStateStore, desc: StateDescriptor, user_key: Any, value: Any) -> None:

@@ -13,7 +13,9 @@ Spark computes each key's key group exactly as the stateful operator does
 the driver, encoded with each state's serializer and written as a savepoint
 (:mod:`firesteel.state.savepoint.format`) that a job starts from with
 ``stateful(..., restore_from=<target>)``. Lists take their elements in the
-order the DataFrame gives them.
+order the DataFrame gives them. Each state's kind, serializer and type are
+recorded from its descriptor, as a checkpoint records them, so a restore checks
+them; a rewritten state keeps those of the savepoint (another is refused).
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ from firesteel.state.savepoint.format import (
     open_savepoint,
     write_savepoint,
 )
-from firesteel.state.serializers import pack, pack_key
+from firesteel.state.schemas import recorded, unchanged
+from firesteel.state.serializers import check_serializer, pack, pack_key
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -44,7 +47,35 @@ _KEY_GROUP = "__firesteel_key_group"
 
 
 def _describe(states: Sequence[StateDescriptor]) -> dict[str, dict[str, Any]]:
-    return {d.name: {"kind": d.kind.value, "serializer": d.value_serializer.name} for d in states}
+    """Each state's record, as a checkpoint's: kind, serializer and the type of its values."""
+    return {
+        d.name: {
+            "kind": d.kind.value,
+            "serializer": d.value_serializer.name,
+            "schema": recorded(d.schema),
+        }
+        for d in states
+    }
+
+
+def _check_rewritten(source: str, info: dict[str, Any], desc: StateDescriptor) -> None:
+    """A state rewritten in place keeps its kind, serializer and type: the rows kept beside
+    the new ones were written with them, and one state holds one type."""
+    if info["kind"] != desc.kind.value:
+        msg = (
+            f"rewrite: state '{desc.name}' is a {info['kind']} state in savepoint {source}, "
+            f"not {desc.kind.value}"
+        )
+        raise ConfigError(msg)
+    check_serializer(desc.name, desc.value_serializer, info["serializer"], f"rewrite: {source}")
+    stored = info.get("schema")
+    if not unchanged(stored, desc.schema):
+        msg = (
+            f"rewrite: state '{desc.name}' is recorded as {stored} in savepoint {source} and "
+            f"its descriptor declares {recorded(desc.schema)}; the rows not rewritten keep the "
+            "recorded type, so rewrite with it (change the type in the job, from its checkpoint)"
+        )
+        raise ConfigError(msg)
 
 
 def _encode(
@@ -144,14 +175,10 @@ def rewrite(
     part = original.operator(operator)
     described = part.states
     for desc in states:
-        recorded = described.get(desc.name)
-        if recorded is not None and recorded["kind"] != desc.kind.value:
-            msg = (
-                f"rewrite: state '{desc.name}' is a {recorded['kind']} state in savepoint "
-                f"{source}, not {desc.kind.value}"
-            )
-            raise ConfigError(msg)
-        described[desc.name] = {"kind": desc.kind.value, "serializer": desc.value_serializer.name}
+        if desc.name in described:
+            _check_rewritten(source, described[desc.name], desc)
+    # A state already recorded keeps its record (checked the same); new ones are added.
+    described = {**_describe(states), **described}
     changes = _encode(df, part.key_columns, states, part.max_parallelism)
     replaced = {
         (key, state)
