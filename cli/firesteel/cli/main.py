@@ -1,6 +1,8 @@
 """The ``firesteel`` command: ``firesteel demo`` runs the main example job,
 ``firesteel state <location>`` prints a state checkpoint, ``firesteel savepoint
-create|inspect`` takes and shows savepoints. Separately installed
+create|inspect`` takes and shows savepoints, ``firesteel doctor`` checks the machine,
+``firesteel --version`` names the release. Help goes to standard output; a command
+line that cannot run exits 2 with the reason on standard error. Separately installed
 distributions add commands through the entry point group ``firesteel.commands``
 (``firesteel pipeline`` comes with ``firesteel-pipelines``): each entry point is a
 ``main(argv) -> exit code`` function."""
@@ -13,32 +15,63 @@ import sys
 from collections.abc import Callable
 from importlib.metadata import EntryPoint, entry_points
 
+EXIT_USAGE = 2
+"""Exit code of a command line that cannot be run as given (argparse's own)."""
+
+
+def _parser(prog: str, description: str, example: str) -> argparse.ArgumentParser:
+    """A subcommand's parser whose help ends with an example."""
+    return argparse.ArgumentParser(
+        prog=prog,
+        description=description,
+        epilog=f"example:\n  {example}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
 
 def _state(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="firesteel state",
-        description=(
-            "Print the keyed state stored under a location, whichever backend wrote it "
-            "(heap, filesystem, or an installed one such as rocksdb)."
-        ),
+    parser = _parser(
+        "firesteel state",
+        "Print the keyed state stored under a location, whichever backend wrote it "
+        "(heap, filesystem, or an installed one such as rocksdb).",
+        "firesteel state /tmp/firesteel-demo/state --operator sensor-statistics --limit 20",
     )
     parser.add_argument("location", help="the state backend's path or URI")
     parser.add_argument("--operator", help="one operator (default: all)")
     parser.add_argument("--batch", type=int, help="version to read (default: latest complete)")
     parser.add_argument("--limit", type=int, default=50, help="rows to print (default 50)")
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help="also show firesteel's own entries (batch clock, savepoint markers), named __...",
+    )
     args = parser.parse_args(argv)
-    from firesteel.backends.inspect import read_state
+    from firesteel.backends.inspect import list_operators, read_state
+    from firesteel.core.errors import FiresteelError
+    from firesteel.state.descriptors import RESERVED_PREFIX
 
-    frame = read_state(args.location, operator=args.operator, batch=args.batch).to_pandas()
+    try:
+        if not args.operator and not list_operators(args.location):
+            parser.exit(
+                EXIT_USAGE, f"{parser.prog}: error: no firesteel state under {args.location}\n"
+            )
+        table = read_state(args.location, operator=args.operator, batch=args.batch)
+    except FiresteelError as exc:
+        parser.exit(EXIT_USAGE, f"{parser.prog}: error: {exc}\n")
+    frame = table.to_pandas()
+    if not args.all:
+        frame = frame[~frame["state"].str.startswith(RESERVED_PREFIX)]
     with_all_columns = frame.head(args.limit).to_string(index=False)
     sys.stdout.write(f"{with_all_columns}\n({len(frame)} entries)\n")
     return 0
 
 
 def _savepoint(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="firesteel savepoint",
-        description="Take a portable savepoint of keyed state, or show one.",
+    parser = _parser(
+        "firesteel savepoint",
+        "Take a portable savepoint of keyed state, or show one.",
+        "firesteel savepoint create /data/state /data/savepoints/sp-1 --checkpoint /chk/job\n"
+        "  firesteel savepoint inspect /data/savepoints/sp-1 --limit 20",
     )
     parser.add_argument(
         "--conf",
@@ -103,22 +136,49 @@ def _installed_commands() -> dict[str, EntryPoint]:
     return {ep.name: ep for ep in entry_points(group="firesteel.commands")}
 
 
+COMMANDS = {
+    "demo": "run the main example job (firesteel demo --help)",
+    "state": "print the keyed state under a location",
+    "savepoint": "take or show a savepoint",
+    "doctor": "check this machine for what a first run trips over",
+}
+"""The commands of the core distribution; installed distributions add theirs."""
+
+
+def _usage(installed: dict[str, EntryPoint]) -> str:
+    from firesteel.cli.doctor import distribution_version
+
+    lines = [f"  {name:10} {text}" for name, text in COMMANDS.items()]
+    for name, ep in sorted(installed.items()):
+        dist = ep.dist.name if ep.dist else ep.value
+        # A command's summary is its docstring's first clause, as the core commands' are.
+        first = " ".join((ep.load().__doc__ or "").split(";")[0].split()).replace("``", "")
+        summary = first[:1].lower() + first[1:]
+        lines.append(f"  {name:10} {summary} (from {dist} {distribution_version(dist)})")
+    return (
+        "usage: firesteel [--version] <command> [options]\n\n"
+        "Flink-grade delivery guarantees for PySpark Structured Streaming.\n\n"
+        "commands:\n" + "\n".join(lines) + "\n\n"
+        "`firesteel <command> --help` shows a command's options and an example.\n"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Dispatch ``firesteel <command> ...``."""
+    """Dispatch ``firesteel <command> ...``; help and the version go to standard output."""
     arguments = list(sys.argv[1:] if argv is None else argv)
     installed = _installed_commands()
-    commands = {
-        "demo": "run the main example job",
-        "state": "print a state checkpoint",
-        "savepoint": "take or show a savepoint",
-    }
-    commands.update(
-        {name: f"(from {ep.dist.name if ep.dist else ep.value})" for name, ep in installed.items()}
-    )
-    if not arguments or arguments[0] not in commands:
-        usage = "\n".join(f"  {name:8} {text}" for name, text in commands.items())
-        sys.stderr.write(f"usage: firesteel <command> [options]\n\ncommands:\n{usage}\n")
-        return 0 if arguments[:1] in (["-h"], ["--help"]) else 2
+    if arguments[:1] in (["-h"], ["--help"]):
+        sys.stdout.write(_usage(installed))
+        return 0
+    if arguments[:1] == ["--version"]:
+        from firesteel.cli.doctor import distribution_version
+
+        sys.stdout.write(f"firesteel {distribution_version('firesteel')}\n")
+        return 0
+    if not arguments or (arguments[0] not in COMMANDS and arguments[0] not in installed):
+        unknown = f"firesteel: error: unknown command {arguments[0]!r}\n\n" if arguments else ""
+        sys.stderr.write(unknown + _usage(installed))
+        return EXIT_USAGE
     command, rest = arguments[0], arguments[1:]
     if command in installed:
         run: Callable[[list[str]], int] = installed[command].load()
@@ -129,6 +189,10 @@ def main(argv: list[str] | None = None) -> int:
         return demo(rest)
     if command == "savepoint":
         return _savepoint(rest)
+    if command == "doctor":
+        from firesteel.cli.doctor import main as doctor
+
+        return doctor(rest)
     return _state(rest)
 
 

@@ -49,7 +49,7 @@ def _topology(verified: VerifiedBlueprint, config: PipelineConfig) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """Run ``firesteel pipeline ...``; returns the exit code."""
+    """Verify a pipeline's blueprint (``firesteel pipeline verify``); returns the exit code."""
     if argv[:1] != ["verify"]:
         sys.stderr.write(
             "usage: firesteel pipeline verify BLUEPRINT [--conf FILE]... [--show STREAMLET] "
@@ -81,12 +81,14 @@ def main(argv: list[str]) -> int:
 
 
 def run_local(argv: list[str]) -> int:
-    """Run ``firesteel run-local ...``; returns the exit code."""
+    """Run a pipeline on this machine, one supervised process per streamlet; returns the
+    exit code."""
     return _run(argv, "firesteel run-local", cluster=False)
 
 
 def run(argv: list[str]) -> int:
-    """Run ``firesteel run --master URL ...``; returns the exit code."""
+    """Run a pipeline on a Spark standalone cluster (``--master URL``), one application per
+    streamlet; returns the exit code."""
     return _run(argv, "firesteel run", cluster=True)
 
 
