@@ -1,6 +1,8 @@
 # The two set-up commands of the README:
-#   make demo   installs everything into .venv and runs the main example job
-#   make test   installs everything, then lint, type check and the whole test suite
+#   make demo   installs the runtime distributions into .venv and runs the main example job
+#   make test   installs everything, then lint, type check, the docs site and the whole suite
+# and for users outside this repository:
+#   make dist   wheels and sdists of every distribution into dist/
 # (.ci/run calls `make test`). Tests start their own Kafka broker, Spark standalone
 # cluster, S3 server and CQL test server, and stop them by PID. The broker is Apache
 # Kafka from KAFKA_HOME, else ../shared/kafka beside this checkout, else the release
@@ -13,7 +15,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 export PYSPARK_PYTHON := $(BIN)/python
 export PYSPARK_DRIVER_PYTHON := $(BIN)/python
 
-.PHONY: install demo test test-fast lint typecheck pytest
+.PHONY: install install-runtime demo dist docs test test-fast lint typecheck pytest
 
 $(BIN)/python:
 	@command -v java >/dev/null || { echo "Java 11+ is required by Spark: install a JDK (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; }
@@ -51,8 +53,21 @@ install: $(BIN)/uv
 	wait $$azurite
 	$(BIN)/python -m compileall -q $(wildcard $(SOURCES))
 
-demo: install
+# The demo needs the core distribution only (files, keyed state, the filesystem backend):
+# no test tools, emulators or linters.
+install-runtime: $(BIN)/uv
+	$(BIN)/uv pip install --python $(BIN)/python -q --compile-bytecode -e .
+	$(BIN)/python -m compileall -q $(wildcard $(SOURCES))
+
+demo: install-runtime
 	$(BIN)/firesteel demo
+
+# Every distribution of the repository, each built in isolation: a connector's pin on
+# firesteel then resolves from the same folder (pip install --find-links dist firesteel-kafka).
+DISTRIBUTIONS := . connectors/kafka connectors/cassandra backends/rocksdb pipelines testing
+dist: $(BIN)/uv
+	rm -rf dist
+	for d in $(DISTRIBUTIONS); do $(BIN)/uv build -q --out-dir dist $$d || exit 1; done
 
 # lint-imports: the import contract of pyproject.toml ([tool.importlinter]): a separately
 # installed distribution imports firesteel only through the SPI and the public user API.
