@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -129,7 +130,10 @@ def chart(result: dict[str, Any], path: Path) -> None:
 
     entries = [e for e in result["workloads"] if e["status"] == "ok"]
     panels = max(len(entries), 1)
-    fig, axes = plt.subplots(panels, 1, figsize=(8, 1.9 * panels + 0.6), squeeze=False)
+    height = 2.4 * panels + 0.8
+    # Constrained layout gives the figure title, each panel's title and the wrapped side
+    # names their own room, so no text lies over another panel.
+    fig, axes = plt.subplots(panels, 1, figsize=(9, height), squeeze=False, layout="constrained")
     mode = "quick" if result.get("quick") else "full"
     fig.suptitle(f"firesteel benchmarks: {result['group']} ({mode} run)", fontsize=11)
     if not entries:
@@ -145,7 +149,7 @@ def chart(result: dict[str, Any], path: Path) -> None:
             [side["max"] - side["median"] for _, side in sides],
         ]
         ax.barh(
-            [label for label, _ in sides],
+            [textwrap.fill(label, 24) for label, _ in sides],
             medians,
             xerr=errors,
             color=["#d9541e", "#7f7f7f"],
@@ -156,9 +160,9 @@ def chart(result: dict[str, Any], path: Path) -> None:
         ax.xaxis.set_major_formatter(EngFormatter(sep=""))
         verdict = entry["verdict"].upper() if entry["verdict"] != "-" else ""
         goal = f"goal {goal_text(entry)}" if entry.get("goal") is not None else "reported only"
-        ax.set_title(f"{entry['name']}: {ratio_text(entry)} ({goal}) {verdict}", fontsize=9)
+        title = f"{entry['name']}: {ratio_text(entry)} ({goal}) {verdict}"
+        ax.set_title(textwrap.fill(title, 90), fontsize=9)
         ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 

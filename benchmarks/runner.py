@@ -54,6 +54,22 @@ def discover() -> list[str]:
     return sorted(path.stem.removeprefix("bench_") for path in HERE.glob("bench_*.py"))
 
 
+def describe(group: str, out: Path = DEFAULT_OUT) -> str:
+    """One line for ``--list``: what the group compares (its module's first docstring line)
+    and how long its last full run took, read without importing the group."""
+    import ast
+    import json
+
+    module = ast.parse((HERE / f"bench_{group}.py").read_text(encoding="utf-8"))
+    summary = (ast.get_docstring(module) or "").split("\n")[0].replace("``", "")
+    last = out / f"{group}.json"
+    took = "not run yet"
+    if last.is_file():
+        seconds = json.loads(last.read_text(encoding="utf-8")).get("seconds")
+        took = f"last full run {seconds / 60:.0f} min" if seconds else took
+    return f"{group:12} {summary} ({took})"
+
+
 def install_hint(exc: ModuleNotFoundError) -> str:
     """``Package `x` is missing: run pip install ...`` for a failed import."""
     missing = exc.name or str(exc)
@@ -301,7 +317,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     if args.list:
-        print("\n".join(available))
+        print("\n".join(describe(group) for group in available))
         return 0
     unknown = sorted(set(args.groups) - set(available))
     if unknown:
@@ -323,22 +339,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     mode = "quick" if args.quick else "full"
     print(f"running {mode} benchmarks: {', '.join(selected)}", flush=True)
     results = []
+    running: dict[str, Any] = {}
+
+    def save(partial: dict[str, Any]) -> None:
+        running["result"] = partial
+        report.write_group(partial, out)
+
     try:
         groups = tqdm(
             selected, desc="groups", file=sys.stderr, disable=True if args.no_progress else None
         )
         for group in groups:
+            running.clear()
             result = run_group(
-                group,
-                args.quick,
-                progress=not args.no_progress,
-                only=args.only,
-                save=lambda partial: report.write_group(partial, out),
+                group, args.quick, progress=not args.no_progress, only=args.only, save=save
             )
             report.write_group(result, out)
             results.append(result)
             print(report.table([result]), flush=True)
             print(f"{group}: {result.get('seconds', 0):.0f} s\n", flush=True)
+    except KeyboardInterrupt:
+        # Ctrl-C keeps what was measured: the running group's finished workloads, marked.
+        partial = running.get("result")
+        if partial is not None:
+            partial["status"] = "interrupted"
+            report.write_group(partial, out)
+            results.append(partial)
+        report.write_report(out, report_path)
+        if results:
+            print(f"\ninterrupted; measured so far:\n{report.table(results)}")
+        return 130
     finally:
         spark.stop()
     report.write_report(out, report_path)

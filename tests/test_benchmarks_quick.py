@@ -117,3 +117,30 @@ def test_quick_run_of_every_benchmark_group(
     (tmp_path / "RESULTS.md").unlink()
     assert _benchmarks("--regenerate", "--out", str(tmp_path)).returncode == 0
     assert (tmp_path / "RESULTS.md").read_text(encoding="utf-8") == report
+
+
+def test_list_names_each_group_with_what_it_compares() -> None:
+    done = _benchmarks("--list")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    groups = sorted(p.stem.removeprefix("bench_") for p in (ROOT / "benchmarks").glob("bench_*.py"))
+    assert [line.split()[0] for line in lines] == groups
+    assert all(len(line.split()) > 4 and line.endswith(")") for line in lines), lines
+
+
+def test_ctrl_c_keeps_the_workloads_measured_so_far(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.syspath_prepend(str(ROOT))
+    from benchmarks import runner
+
+    def interrupted(group, quick, *, progress, only, save):
+        save({"group": group, "status": "running", "quick": quick, "workloads": []})
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "run_group", interrupted)
+    assert runner.main(["files", "--out", str(tmp_path), "--no-progress"]) == 130
+    saved = json.loads((tmp_path / "files.json").read_text(encoding="utf-8"))
+    assert saved["status"] == "interrupted"
+    assert "interrupted; measured so far" in capsys.readouterr().out
+    assert (tmp_path / "RESULTS.md").is_file()
