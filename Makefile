@@ -45,7 +45,7 @@ AZURITE_STEP := if [ -x .azurite/node_modules/.bin/azurite-blob ]; then :; \
 	else echo "npm not found: the Azure storage tests will be skipped (they need $(AZURITE))"; fi
 install: $(BIN)/uv
 	@{ $(AZURITE_STEP); } & azurite=$$!; \
-	$(BIN)/uv pip install --python $(BIN)/python -q --compile-bytecode -e ".[dev,test,connect,s3]" \
+	$(BIN)/uv pip install --python $(BIN)/python -q --compile-bytecode -e ".[dev,test,connect,s3,metrics]" \
 		-e "./testing[kafka,cassandra]" -e "./connectors/kafka[test]" \
 		-e "./connectors/_template[test]" -e "./connectors/cassandra[test]" \
 		-e "./backends/rocksdb[test]" -e "./pipelines[test,kafka]" \

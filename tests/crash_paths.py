@@ -27,6 +27,7 @@ from files_helpers import write_sequence_files
 from pyarrow import fs
 
 from firesteel.backends.inspect import read_state
+from firesteel.core.metrics import read_history
 from firesteel.core.storage import StorageConfig
 from firesteel.files import read_committed
 from firesteel.testing import CrashResult, Part, Spellings, assert_exactly_once
@@ -103,6 +104,18 @@ class FilesJob:
             pc.equal(plain.column("tripled"), pc.multiply(plain.column("seq"), 3))
         ).as_py()
         assert count.seen == len(self.expected)
+        self.check_metrics(context)
+
+    def check_metrics(self, context: str) -> None:
+        """The batch records count every input row once and every batch once, however often
+        a batch ran before its commit."""
+        commits = [p for p in (self.checkpoint / "commits").iterdir() if p.name.isdigit()]
+        (records,) = read_history(str(self.checkpoint)).values()
+        latest = records[-1]
+        assert latest.batch == max(int(p.name) for p in commits), context
+        assert latest.totals["input_rows"] == len(self.expected), (latest, context)
+        assert latest.totals["batches"] == len(commits) == BATCHES, (latest, context)
+        assert sum(r.input_rows for r in records) == len(self.expected), context
 
     def _plain_s3(self) -> fs.S3FileSystem:
         assert self.s3 is not None

@@ -1,6 +1,7 @@
 """The ``firesteel`` command: ``firesteel demo`` runs the main example job,
 ``firesteel state <location>`` prints a state checkpoint, ``firesteel savepoint
-create|inspect`` takes and shows savepoints, ``firesteel doctor`` checks the machine,
+create|inspect`` takes and shows savepoints, ``firesteel status`` shows how a query is
+doing, ``firesteel doctor`` checks the machine,
 ``firesteel --version`` names the release. Help goes to standard output; a command
 line that cannot run exits 2 with the reason on standard error. Separately installed
 distributions add commands through the entry point group ``firesteel.commands``
@@ -140,6 +141,7 @@ COMMANDS = {
     "demo": "run the main example job (firesteel demo --help)",
     "state": "print the keyed state under a location",
     "savepoint": "take or show a savepoint",
+    "status": "how a query is doing, from its checkpoint (--json, --watch, --prometheus)",
     "doctor": "check this machine for what a first run trips over",
 }
 """The commands of the core distribution; installed distributions add theirs."""
@@ -189,6 +191,10 @@ def main(argv: list[str] | None = None) -> int:
         return demo(rest)
     if command == "savepoint":
         return _savepoint(rest)
+    if command == "status":
+        from firesteel.cli.status import main as status
+
+        return status(rest)
     if command == "doctor":
         from firesteel.cli.doctor import main as doctor
 

@@ -121,6 +121,8 @@ class Vote(WriterCommitMessage):
     rows: int
     payload: Committable | None = None
     version: int = VOTE_FORMAT_VERSION
+    metrics: dict[str, float] = field(default_factory=dict)
+    """What the task measured (:mod:`firesteel.core.metrics.task`), summed per batch."""
 
     def committable(self, kind: type[C]) -> C:
         """The payload as ``kind``, version-checked; a :class:`SinkError` if it is not one."""

@@ -114,6 +114,7 @@ from firesteel.core.errors import (
 )
 from firesteel.core.faults import FaultPoint, fault_point
 from firesteel.core.guarantee import Guarantee, Replay, SinkKind
+from firesteel.core.metrics import TaskMetrics, task_metrics
 from firesteel.core.options import option, parse_options, require_absolute
 from firesteel.core.ownership import Ownership
 from firesteel.core.sink import (
@@ -182,6 +183,7 @@ __all__ = [
     "SinkWriter",
     "SourceChangedError",
     "StorageConfig",
+    "TaskMetrics",
     "TaskScope",
     "TwoPhaseCommitSink",
     "Vote",
@@ -204,6 +206,7 @@ __all__ = [
     "require_absolute",
     "resolve",
     "storage_error",
+    "task_metrics",
     "to_epoch",
     "write_atomically",
     "write_record",

@@ -11,8 +11,9 @@ from pyspark.sql import DataFrame
 
 from firesteel.core.context import TaskScope
 from firesteel.core.guarantee import Guarantee
+from firesteel.core.metrics.task import measured_write
 from firesteel.core.sink import Sink, Vote
-from firesteel.core.spark.writer import check_guarantee
+from firesteel.core.spark.writer import check_guarantee, commit_batch
 
 _VOTE_SCHEMA = "vote binary"
 _ARROW_SCHEMA = pa.schema([("vote", pa.binary())])
@@ -36,7 +37,7 @@ def foreach_batch(
         batch_id: int,
     ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
         def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            vote = sink.write_partition(TaskScope.current(batch_id), batches)
+            vote = measured_write(sink, TaskScope.current(batch_id), batches)
             yield pa.RecordBatch.from_pydict(
                 {"vote": [cloudpickle.dumps(vote)]}, schema=_ARROW_SCHEMA
             )
@@ -50,6 +51,6 @@ def foreach_batch(
             state["prepared"] = True
         rows = df.mapInArrow(write_tasks(batch_id), _VOTE_SCHEMA).collect()
         votes: list[Vote] = [pickle.loads(row["vote"]) for row in rows]
-        sink.commit_batch(batch_id, votes)
+        commit_batch(sink, checkpoint_location, batch_id, votes)
 
     return process

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,6 +15,8 @@ from firesteel.core.context import TaskScope
 from firesteel.core.errors import ConfigError, SinkError
 from firesteel.core.guarantee import Guarantee, Part, check
 from firesteel.core.logs import configure_worker_logging
+from firesteel.core.metrics.history import record_batch
+from firesteel.core.metrics.task import measured_write
 from firesteel.core.sink import Sink, Vote
 
 logger = logging.getLogger(__name__)
@@ -43,6 +46,14 @@ def check_guarantee(sink: Sink, checkpoint: str, required: Guarantee | None) -> 
     return achieved
 
 
+def commit_batch(sink: Sink, checkpoint: str, batch_id: int, votes: list[Vote]) -> None:
+    """Commit the batch, then record its metrics (before Spark writes ``commits/N``, so a
+    crash in between makes Spark commit, and record, the batch again)."""
+    started = time.perf_counter()
+    sink.commit_batch(batch_id, votes)
+    record_batch(checkpoint, sink.sink_id, batch_id, votes, time.perf_counter() - started)
+
+
 class SparkStreamWriter(DataSourceStreamArrowWriter):
     """Runs a sink's executor half in ``write`` and its driver half in ``commit``/``abort``.
 
@@ -62,12 +73,13 @@ class SparkStreamWriter(DataSourceStreamArrowWriter):
             raise ConfigError(msg)
         configure_worker_logging()
         self.sink = sink
+        self.checkpoint = checkpoint
         self.guarantee = check_guarantee(sink, checkpoint, required)
         sink.prepare()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         configure_worker_logging()
-        return self.sink.write_partition(TaskScope.current(), iterator)
+        return measured_write(self.sink, TaskScope.current(), iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         configure_worker_logging()
@@ -75,7 +87,7 @@ class SparkStreamWriter(DataSourceStreamArrowWriter):
         if len(votes) != len(messages):
             msg = f"{self.sink.name}: batch {batchId} has tasks without a vote; refusing to commit"
             raise SinkError(msg)
-        self.sink.commit_batch(batchId, votes)
+        commit_batch(self.sink, self.checkpoint, batchId, votes)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         self.sink.abort_batch(batchId, [m if isinstance(m, Vote) else None for m in messages])

@@ -1,0 +1,145 @@
+"""``firesteel status CHECKPOINT...``: how a query is doing, read from its checkpoint alone.
+
+For each checkpoint: Spark's query id, the last batch whose offsets Spark logged
+and the last it committed (with the commit's age), the guarantee each firesteel
+sink runs with, and each sink's committed totals and last batches (rows, bytes,
+the slowest task's write time, the commit's time, the counters its tasks add).
+It reads files only, so it works for a stopped query as for a running one.
+``--json`` prints the same as one JSON document; ``--watch S`` repeats every S
+seconds; ``--prometheus PORT`` serves the checkpoints as Prometheus metrics
+(:mod:`firesteel.core.metrics.prometheus`) until interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict
+from typing import Any
+
+from pyarrow import fs
+
+from firesteel.core.checkpoint import filesystem, read_guarantee, read_query_id
+from firesteel.core.errors import FiresteelError
+from firesteel.core.metrics.history import read_history
+
+EXIT_USAGE = 2
+
+
+def _last_batch(fsys: fs.FileSystem, folder: str) -> tuple[int | None, float | None]:
+    """The highest batch file in a Spark log folder and its modification time."""
+    infos = fsys.get_file_info(fs.FileSelector(folder, allow_not_found=True))
+    batches = [(int(i.base_name), i) for i in infos if i.base_name.isdigit()]
+    if not batches:
+        return None, None
+    batch, info = max(batches, key=lambda pair: pair[0])
+    return batch, info.mtime.timestamp() if info.mtime else None
+
+
+def query_status(checkpoint: str, last: int = 10) -> dict[str, Any]:
+    """Everything ``firesteel status`` shows of one checkpoint, as plain data."""
+    fsys, base = filesystem(checkpoint)
+    if fsys.get_file_info(f"{base}/metadata").type != fs.FileType.File:
+        msg = f"{checkpoint} is not a Spark checkpoint (it has no metadata file)"
+        raise FileNotFoundError(msg)
+    offsets, _ = _last_batch(fsys, f"{base}/offsets")
+    committed, committed_at = _last_batch(fsys, f"{base}/commits")
+    history = read_history(checkpoint, last=last)
+    return {
+        "checkpoint": checkpoint,
+        "query_id": read_query_id(checkpoint),
+        "last_logged_batch": offsets,
+        "last_committed_batch": committed,
+        "last_committed_at": committed_at,
+        "guarantees": read_guarantee(checkpoint),
+        "sinks": {
+            sink: {
+                "totals": records[-1].totals if records else {},
+                "batches": [asdict(r) for r in records],
+            }
+            for sink, records in history.items()
+        },
+    }
+
+
+def _age(seconds: float | None, now: float) -> str:
+    if seconds is None:
+        return "never"
+    return f"{now - seconds:.0f} s ago"
+
+
+def render(status: dict[str, Any], now: float) -> str:
+    """The text form of :func:`query_status`."""
+    lines = [f"query {status['query_id']} at {status['checkpoint']}"]
+    logged, committed = status["last_logged_batch"], status["last_committed_batch"]
+    running = " (the next one is running or was interrupted)" if logged != committed else ""
+    lines.append(
+        f"  last committed batch: {committed}, {_age(status['last_committed_at'], now)}; "
+        f"last logged: {logged}{running}"
+    )
+    for sink, record in status["guarantees"].items():
+        sources = ", ".join(record["sources"]) or "no sources logged yet"
+        lines.append(f"  sink {sink} ({record['sink']}): {record['achieved']} from {sources}")
+    for sink, shown in status["sinks"].items():
+        totals = ", ".join(f"{k} {v:,.0f}" for k, v in sorted(shown["totals"].items()))
+        lines.append(f"  sink {sink} totals: {totals}")
+        lines.append("    batch  committed  tasks       rows        bytes  write s  commit s")
+        for batch in shown["batches"]:
+            lines.append(
+                f"    {batch['batch']:5}  {_age(batch['committed_at'], now):>9}  "
+                f"{batch['tasks']:5}  {batch['input_rows']:9,}  {batch['input_bytes']:11,}  "
+                f"{batch['write_seconds']:7.2f}  {batch['commit_seconds']:8.2f}"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    """Run ``firesteel status``; 2 when a location is not a checkpoint."""
+    parser = argparse.ArgumentParser(
+        prog="firesteel status",
+        description=(__doc__ or "").split("\n\n")[1],
+        epilog="example:\n  firesteel status /tmp/firesteel-demo/checkpoint --last 5",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("checkpoint", nargs="+", help="a query's checkpoint location")
+    parser.add_argument("--last", type=int, default=10, help="batches shown per sink")
+    parser.add_argument("--json", action="store_true", help="one JSON document")
+    parser.add_argument("--watch", type=float, metavar="S", help="repeat every S seconds")
+    parser.add_argument("--prometheus", type=int, metavar="PORT", help="serve /metrics")
+    args = parser.parse_args(argv)
+    try:
+        if args.prometheus is not None:
+            return _serve(args.prometheus, args.checkpoint)
+        while True:
+            shown = [query_status(c, args.last) for c in args.checkpoint]
+            if args.json:
+                sys.stdout.write(json.dumps(shown if len(shown) > 1 else shown[0], indent=2))
+                sys.stdout.write("\n")
+            else:
+                sys.stdout.write("".join(render(s, time.time()) for s in shown))
+            sys.stdout.flush()
+            if args.watch is None:
+                return 0
+            time.sleep(args.watch)
+    except (FileNotFoundError, FiresteelError) as exc:
+        parser.exit(EXIT_USAGE, f"{parser.prog}: error: {exc}\n")
+    except KeyboardInterrupt:
+        return 0
+
+
+def _serve(port: int, checkpoints: list[str]) -> int:
+    from firesteel.core.metrics.prometheus import serve_prometheus
+
+    for checkpoint in checkpoints:
+        query_status(checkpoint, last=1)
+    queries = {checkpoint: checkpoint for checkpoint in checkpoints}
+    server = serve_prometheus(port, queries)
+    sys.stdout.write(f"serving http://127.0.0.1:{port}/metrics for {', '.join(queries)}\n")
+    sys.stdout.flush()
+    try:
+        while True:
+            time.sleep(3600)
+    finally:
+        server.shutdown()

@@ -1,0 +1,95 @@
+"""A query's batch records as Prometheus metrics, read from its checkpoint at every scrape.
+
+The exporter reads the checkpoint, not the running query, so it sits beside any
+number of queries (in the job's driver or as a process of its own,
+``firesteel status --prometheus PORT``), survives their restarts, and shows a
+stopped query's last state. Every metric is labelled ``query`` (the name it was
+given; ``firesteel status`` gives the checkpoint location) and ``sink`` (the sink
+id); counters count committed work only (see :mod:`firesteel.core.metrics.history`)::
+
+    firesteel_sink_batches_total            committed batches
+    firesteel_sink_input_rows_total         rows handed to the sink
+    firesteel_sink_input_bytes_total        their Arrow bytes
+    firesteel_sink_<counter>_total          each counter the sink's tasks add
+    firesteel_sink_last_batch               the last committed batch id
+    firesteel_sink_last_commit_timestamp_seconds
+    firesteel_sink_last_write_seconds       the last batch's slowest task in the sink
+    firesteel_sink_last_commit_seconds      the last batch's commit
+
+Needs ``prometheus-client`` (``pip install 'firesteel[metrics]'``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from firesteel.core.errors import MissingDependencyError
+from firesteel.core.metrics.history import read_history
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+__all__ = ["CheckpointCollector", "serve_prometheus"]
+
+_PREFIX = "firesteel_sink_"
+
+
+def _metric_name(counter: str) -> str:
+    return _PREFIX + re.sub(r"[^a-zA-Z0-9_]", "_", counter) + "_total"
+
+
+class CheckpointCollector:
+    """A ``prometheus_client`` collector of the queries ``{name: checkpoint location}``."""
+
+    def __init__(self, queries: Mapping[str, str]) -> None:
+        self.queries = dict(queries)
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        labels = ["query", "sink"]
+        counters: dict[str, Any] = {}
+        gauges = {
+            name: GaugeMetricFamily(_PREFIX + name, text, labels=labels)
+            for name, text in (
+                ("last_batch", "The last committed batch id."),
+                ("last_commit_timestamp_seconds", "When the last batch committed."),
+                ("last_write_seconds", "The last batch's slowest task in the sink."),
+                ("last_commit_seconds", "The last batch's commit."),
+            )
+        }
+        for query, checkpoint in self.queries.items():
+            for sink, records in read_history(checkpoint, last=1).items():
+                if not records:
+                    continue
+                latest = records[-1]
+                values = [query, sink]
+                for total, value in latest.totals.items():
+                    name = _metric_name(total)
+                    if name not in counters:
+                        text = f"Committed {total.replace('_', ' ')}, summed over batches."
+                        counters[name] = CounterMetricFamily(name, text, labels=labels)
+                    counters[name].add_metric(values, value)
+                gauges["last_batch"].add_metric(values, latest.batch)
+                gauges["last_commit_timestamp_seconds"].add_metric(values, latest.committed_at)
+                gauges["last_write_seconds"].add_metric(values, latest.write_seconds)
+                gauges["last_commit_seconds"].add_metric(values, latest.commit_seconds)
+        yield from counters.values()
+        yield from gauges.values()
+
+
+def serve_prometheus(
+    port: int, queries: Mapping[str, str], address: str = "127.0.0.1"
+) -> WSGIServer:
+    """Serve ``/metrics`` of ``queries`` ``{name: checkpoint}`` on ``address:port`` from a
+    daemon thread; returns the server (``shutdown()`` stops it)."""
+    try:
+        from prometheus_client import CollectorRegistry, start_http_server
+    except ImportError as exc:
+        raise MissingDependencyError("prometheus-client", "'firesteel[metrics]'") from exc
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(CheckpointCollector(queries))
+    server, _thread = start_http_server(port, address, registry=registry)
+    return server
