@@ -51,7 +51,7 @@ def pending_files(out: Path) -> list[Path]:
     return [p for p in (out / "_firesteel" / "pending").rglob("*") if p.is_file()]
 
 
-def test_files_to_files_exactly_once_end_to_end(spark, tmp_path):
+def test_files_to_files_is_certified_exactly_once_and_commits_each_row_once(spark, tmp_path):
     for i in range(4):
         write_input(tmp_path / "in", f"f{i}.parquet", rows(i * 250, 250), "parquet")
     reader = (

@@ -141,14 +141,21 @@ def test_soak_command_counts_a_killed_and_restarted_pipeline(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The write-ahead-log path on the S3 server (the local paths run the same soak code;
-    the terminated soak below runs one of them)."""
+    the terminated soak below runs one of them). Seed 6 arms the cycle's kill at
+    ``wal.after_send`` of its second batch: a named point always fires (a random moment
+    may come after the job finished), inside the window where the restart re-sends."""
+    from firesteel.testing.scripts.wal_target import read_writes, resends
     from firesteel.testing.soak import SETTINGS_ENV, main
 
-    code = main(["wal-s3", "--cycles", "1", "--seed", "7", "--workdir", str(tmp_path / "soak")])
+    workdir = tmp_path / "soak"
+    code = main(["wal-s3", "--cycles", "1", "--seed", "6", "--workdir", str(workdir)])
     report = json.loads(capsys.readouterr().out)
     assert (report["path"], report["cycles"], report["records"]) == ("wal-s3", 1, 200)
-    assert report["lost"] == report["duplicated"] == 0
+    assert report["kills"] == 1, report
+    assert report["lost"] == report["duplicated"] == report["resent_beyond_contract"] == 0
     assert code == 0
+    # The re-send the upserts absorbed shows in the target's log of writes.
+    assert len(resends(read_writes(str(workdir / "target.sqlite"))).segments) == 1
     assert SETTINGS_ENV not in os.environ, "the soak left its S3 settings behind"
 
 

@@ -187,7 +187,7 @@ def test_restart_continues_from_checkpoint(counting: SparkSession, tmp_path: Pat
     assert seqs == list(range(8))
 
 
-def test_spark_file_source_feeds_an_exactly_once_sink(
+def test_spark_file_source_is_certified_resettable_for_an_exactly_once_sink(
     counting: SparkSession, tmp_path: Path
 ) -> None:
     """Spark's own parquet source is resettable (its offsets are a log index): certified."""

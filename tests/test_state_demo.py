@@ -73,7 +73,9 @@ def _check(folder: Path) -> None:
         assert (row["min"], row["max"]) == (stats["min"], stats["max"]), sensor
 
 
-def test_demo_runs_exactly_once_and_resumes_from_state(tmp_path: Path) -> None:
+def test_demo_counts_every_reading_once_and_resumes_from_state_on_more_input(
+    tmp_path: Path,
+) -> None:
     folder = tmp_path / "demo"
     first = _run_demo(folder)
     assert "generated 240 readings from 5 sensors in 6 files" in first

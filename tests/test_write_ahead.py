@@ -32,10 +32,14 @@ from firesteel.sinks.write_ahead import (
 )
 from firesteel.testing.scripts.wal_target import (
     JsonLinesWalSink,
+    Resends,
     SqliteUpsertWalSink,
+    Write,
     read_jsonl,
     read_sends,
     read_sqlite,
+    read_writes,
+    resends,
 )
 
 
@@ -130,6 +134,35 @@ def test_recorded_segments_are_skipped_after_a_partial_commit(tmp_path: Path) ->
     sink.commit_batch(3, rerun)
     assert _seqs(tmp_path) == list(range(12))
     assert [s["partition"] for s in read_sends(str(tmp_path / "target.jsonl"))] == [0, 1, 2]
+
+
+def test_an_upsert_targets_log_of_writes_shows_what_its_table_absorbs(tmp_path: Path) -> None:
+    target = str(tmp_path / "target.sqlite")
+    sink = SqliteUpsertWalSink(
+        "s1",
+        str(tmp_path / "ck" / "wal"),
+        FileCheckpointCommitter(str(tmp_path / "ck" / "wal-commits")),
+        target,
+    )
+    sink.prepare()
+    sink.commit_batch(0, [_write(sink, 0, 0, 0, 5), _write(sink, 0, 1, 5, 9)])
+    sink.commit_batch(0, [_write(sink, 0, 0, 0, 5), _write(sink, 0, 1, 5, 9)])  # recorded
+    assert resends(read_writes(target)) == Resends(frozenset(), 0, 0)
+    # A segment sent twice by one process (as a sink losing its records would): the table
+    # still holds each record once; the log of writes does not.
+    vote = _write(sink, 1, 0, 9, 13)
+    sink.send_values(sink.read_segment(vote), 1, 0)
+    sink.send_values(sink.read_segment(vote), 1, 0)
+    assert sorted(read_sqlite(target)) == list(range(13))
+    assert resends(read_writes(target)) == Resends(frozenset(), 4, 0)
+
+
+def test_resends_allow_one_resent_segment_per_crash_and_nothing_else() -> None:
+    window = [Write(0, 1, 0, "first"), Write(1, 1, 0, "first"), Write(0, 1, 0, "second")]
+    assert resends(window) == Resends(frozenset({(1, 0)}), 0, 0)
+    assert resends(window).beyond(1) == 0 and resends(window).beyond(0) == 1
+    replanned = [Write(0, 1, 0, "first"), Write(0, 1, 2, "second")]
+    assert resends(replanned).across_segments == 1 and resends(replanned).beyond(1) == 1
 
 
 def test_task_retries_never_replace_each_others_segments(tmp_path: Path) -> None:

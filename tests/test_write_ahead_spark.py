@@ -59,7 +59,9 @@ def _sink(cls, tmp_path: Path, target: Path):
     )
 
 
-def test_plain_wal_target_delivers_at_least_once(spark, tmp_path: Path) -> None:
+def test_plain_wal_target_is_certified_at_least_once_and_sends_each_row_once(
+    spark, tmp_path: Path
+) -> None:
     expected = _input(tmp_path / "in")
     target = tmp_path / "out.jsonl"
     sink = _sink(JsonLinesWalSink, tmp_path, target)
@@ -85,7 +87,9 @@ def test_plain_wal_target_refuses_exactly_once(spark, tmp_path: Path) -> None:
     assert read_jsonl(str(target)) == []
 
 
-def test_upsert_wal_target_delivers_exactly_once(spark, tmp_path: Path) -> None:
+def test_upsert_wal_target_is_certified_exactly_once_and_holds_each_row_once(
+    spark, tmp_path: Path
+) -> None:
     expected = _input(tmp_path / "in")
     target = tmp_path / "out.db"
     sink = _sink(SqliteUpsertWalSink, tmp_path, target)

@@ -45,6 +45,9 @@ from firesteel.pipelines.runner import LocalRunner
 
 pytestmark = pytest.mark.crash
 
+SEED_ENV = "FIRESTEEL_TEST_SEED"
+"""Set to the seed a failed run printed to repeat its random kill moment."""
+
 
 def _kill(runner: LocalRunner, *names: str) -> None:
     for name in names:
@@ -56,6 +59,9 @@ def _kill(runner: LocalRunner, *names: str) -> None:
 def test_every_reading_counted_once_across_kills_and_a_changed_configuration(
     tmp_path: Path, topics: str, request: pytest.FixtureRequest
 ) -> None:
+    seed = int(os.environ.get(SEED_ENV) or random.SystemRandom().randrange(1 << 32))
+    print(f"random kill moment: {SEED_ENV}={seed}")  # shown with a failure's output
+    kill_moment = random.Random(seed)
     inputs, output, work = tmp_path / "in", tmp_path / "out", tmp_path / "work"
     settings = [
         f"firesteel.streamlets.readings.config-parameters.input-dir = {inputs}",
@@ -100,7 +106,7 @@ def test_every_reading_counted_once_across_kills_and_a_changed_configuration(
         # and the readings so far counted exactly, before the whole pipeline is SIGKILLed
         # with more input on its way.
         write_inputs(inputs, 3, 3)
-        time.sleep(random.uniform(0, 3))
+        time.sleep(kill_moment.uniform(0, 3))
         killed = supervised.processes["metrics"].pid
         _kill(supervised, "metrics")
         wait(

@@ -19,7 +19,9 @@ def read_lines(folder: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for path in folder.glob("*.jsonl") for line in path.open()]
 
 
-def test_spark_file_source_to_template_sink_is_exactly_once(spark: Any, tmp_path: Path) -> None:
+def test_spark_file_source_to_template_sink_is_certified_and_writes_each_row_once(
+    spark: Any, tmp_path: Path
+) -> None:
     source = tmp_path / "in"
     source.mkdir()
     for index in range(3):

@@ -6,7 +6,7 @@ import contextlib
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, get_args
 
 import pytest
@@ -106,13 +106,12 @@ def test_unlogged_batch_and_count(session: Any) -> None:
 
 
 def test_ttl_expires(session: Any) -> None:
-    import time
-
     session.execute("CREATE TABLE tt (k int PRIMARY KEY, v int)")
     session.execute("INSERT INTO tt (k, v) VALUES (1, 1) USING TTL 1")
-    assert session.execute("SELECT count(*) FROM tt").one().count == 1
-    time.sleep(1.2)
-    assert session.execute("SELECT count(*) FROM tt").one().count == 0
+    session.execute("INSERT INTO tt (k, v) VALUES (2, 2)")
+    assert session.execute("SELECT count(*) FROM tt").one().count == 2
+    # Polled, not slept: expiry is seen as soon as it happens, however slow the machine.
+    _until(lambda: _keys(session, "tt") == [2], "the row with a TTL of 1 s never expired")
 
 
 def test_errors_are_the_drivers_exceptions(session: Any) -> None:
@@ -250,13 +249,15 @@ def test_slow_holds_the_reply_past_a_short_client_timeout(
     faults: tuple[str, int], raw: Any, session: Any
 ) -> None:
     raw.execute("CREATE TABLE fs (k int PRIMARY KEY)")
-    inject(*faults, "slow", count=1, match="fs", delay_ms=1500)
+    inject(*faults, "slow", count=1, match="INTO fs", delay_ms=1500)
     start = time.monotonic()
+    insert = raw.execute_async("INSERT INTO fs (k) VALUES (1)", timeout=0.3)
+    # Executed at once: another connection sees it while the reply is still held (the
+    # insert's reply cannot come before start + 1.5 s: that bound is the fault's own)...
+    executed = "the slow insert was not executed before its reply was due"
+    _until(lambda: _keys(session, "fs") == [1], executed, start + 1.5)
     with pytest.raises(OperationTimedOut):
-        raw.execute("INSERT INTO fs (k) VALUES (1)", timeout=0.3)
-    # Executed at once (another connection sees it); only the reply is late...
-    assert _keys(session, "fs") == [1]
-    assert time.monotonic() - start < 1.2
+        insert.result()
     # ...and the later replies on its connection queue behind it.
     assert _keys(raw, "fs") == [1]
     assert time.monotonic() - start >= 1.5
@@ -355,6 +356,19 @@ def test_faulted_statements_are_counted_only_when_executed() -> None:
         sess.cluster.shutdown()
         server.shutdown()
         server.server_close()
+
+
+def _until(condition: Callable[[], bool], failure: str, deadline: float | None = None) -> None:
+    """Poll ``condition`` until it holds; fail with ``failure`` unless it held before
+    ``deadline`` (a ``time.monotonic()`` stamp, 30 s from now by default)."""
+    deadline = time.monotonic() + 30 if deadline is None else deadline
+    while True:
+        held = condition()
+        # Read after the condition returned: what it saw was true by then.
+        assert time.monotonic() < deadline, failure
+        if held:
+            return
+        time.sleep(0.02)
 
 
 def _wait_up(session: Any, timeout: float = 20.0) -> None:

@@ -3,7 +3,9 @@
 * :class:`JsonLinesWalSink` appends every record to a JSON-lines file: a plain
   (appending) target, so a re-sent segment duplicates: at-least-once.
 * :class:`SqliteUpsertWalSink` upserts records by their ``seq`` column into a
-  SQLite table: a re-sent segment overwrites: exactly-once.
+  SQLite table: a re-sent segment overwrites: exactly-once. In the same
+  transaction it appends one row per record to the table ``writes`` (read with
+  :func:`read_writes`), so a re-send the upserts absorb still shows.
 
 Both record every send in ``<target>.sends`` (one JSON line per
 ``send_values`` call) so tests can tell which segments were sent how often.
@@ -14,13 +16,19 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import Iterable, Mapping
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 import pyarrow as pa
 
 from firesteel.core.storage import StorageConfig
 from firesteel.sinks.committers import CheckpointCommitter
 from firesteel.sinks.write_ahead import WriteAheadSink
+
+WRITER = uuid.uuid4().hex
+"""This process's name in the ``writes`` table: a restarted job writes under another."""
 
 
 def _log_send(target: str, batch_id: int, partition: int, rows: int) -> None:
@@ -76,9 +84,17 @@ class SqliteUpsertWalSink(_TargetWalSink):
         rows = [
             (record["seq"], json.dumps(record)) for batch in batches for record in batch.to_pylist()
         ]
+        writes = [(seq, batch_id, partition, WRITER) for seq, _ in rows]
         with sqlite3.connect(self.target) as db:
             db.execute("CREATE TABLE IF NOT EXISTS records (seq INTEGER PRIMARY KEY, body TEXT)")
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS writes (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+                "seq INTEGER, batch INTEGER, partition INTEGER, writer TEXT)"
+            )
             db.executemany("INSERT OR REPLACE INTO records VALUES (?, ?)", rows)
+            db.executemany(
+                "INSERT INTO writes (seq, batch, partition, writer) VALUES (?, ?, ?, ?)", writes
+            )
         _log_send(self.target, batch_id, partition, len(rows))
 
 
@@ -108,3 +124,59 @@ def read_sends(target: str) -> list[dict[str, int]]:
         return []
     with open(f"{target}.sends") as lines:
         return [json.loads(line) for line in lines if line.strip()]
+
+
+@dataclass(frozen=True)
+class Write:
+    """One record written into a SQLite upsert target: from which segment, by which process."""
+
+    seq: int
+    batch: int
+    partition: int
+    writer: str
+    """:data:`WRITER` of the process that sent it."""
+
+
+def read_writes(target: str) -> list[Write]:
+    """Every record ever written into a SQLite upsert target, in write order."""
+    with sqlite3.connect(target) as db:
+        rows = db.execute("SELECT seq, batch, partition, writer FROM writes ORDER BY id")
+        return [Write(*row) for row in rows]
+
+
+@dataclass(frozen=True)
+class Resends:
+    """What a write-ahead-log sink's re-sends into an upsert target were, judged by its
+    contract: only a segment sent and not yet recorded when its process died is sent
+    again, by a later process, and a re-run sends a record in its batch's planned segment.
+    """
+
+    segments: frozenset[tuple[int, int]]
+    """``(batch, partition)`` of the segments written by more than one process."""
+    within_a_process: int
+    """Records written again by the process that had written them: a recorded segment
+    sent again (0 under the contract)."""
+    across_segments: int
+    """Records written from more than one segment: a batch sent under two plans (0)."""
+
+    def beyond(self, crashes: int) -> int:
+        """Everything the contract forbids when ``crashes`` processes died: re-sends within a
+        process or across segments, and more re-sent segments than crashes (a process sends
+        one segment at a time, so each death leaves at most one sent and unrecorded)."""
+        extra = max(0, len(self.segments) - crashes)
+        return self.within_a_process + self.across_segments + extra
+
+
+def resends(writes: Sequence[Write]) -> Resends:
+    """The re-sends among ``writes`` (:func:`read_writes`)."""
+    per_process = Counter((write.seq, write.writer) for write in writes)
+    segments: defaultdict[int, set[tuple[int, int]]] = defaultdict(set)
+    writers: defaultdict[tuple[int, int], set[str]] = defaultdict(set)
+    for write in writes:
+        segments[write.seq].add((write.batch, write.partition))
+        writers[(write.batch, write.partition)].add(write.writer)
+    return Resends(
+        segments=frozenset(segment for segment, names in writers.items() if len(names) > 1),
+        within_a_process=sum(times - 1 for times in per_process.values()),
+        across_segments=sum(1 for found in segments.values() if len(found) > 1),
+    )
