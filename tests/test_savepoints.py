@@ -202,16 +202,20 @@ def test_state_the_job_does_not_declare_is_refused_listing_it(
     assert only_count == {key: value[0] for key, value in reference(2).items()}
 
 
-def test_a_state_whose_type_changed_since_the_savepoint_is_refused(
+def test_a_state_whose_kind_changed_since_the_savepoint_is_refused_before_the_query_starts(
     savepoints: dict[str, str], tmp_path: Path
 ) -> None:
-    """Schema evolution applies to checkpoints only (see firesteel.state.savepoint.restore)."""
-    backend = make_backend("rocksdb", tmp_path, cache=False)
-    widened = [ValueStateDescriptor("count", float), EVENTS, ATTRS]
-    restore = SavepointRestore(savepoints["filesystem"])
-    refusal = r"state 'count' .* written as \"long\" and is declared as \"double\""
+    """A changed type evolves (tests/test_savepoint_evolution.py); a changed kind cannot,
+    and the driver's check refuses it before any state location is touched."""
+    spec = OperatorSpec("op", ("sensor", "zone"), MAX_P, 2)
+    listed = [ListStateDescriptor("count", int), EVENTS, ATTRS]
+    refusal = r"state 'count' is a value state in savepoint .* but is declared as list"
     with pytest.raises(SavepointError, match=refusal):
-        run_batch(backend, 2, 0, read, query="q", restore=restore, descriptors=widened)
+        SavepointRestore(savepoints["filesystem"]).check(spec, listed)
+    backend = make_backend("rocksdb", tmp_path, cache=False)
+    restore = SavepointRestore(savepoints["filesystem"])
+    with pytest.raises(SavepointError, match=refusal):
+        run_batch(backend, 2, 0, read, query="q", restore=restore, descriptors=listed)
     assert not list((tmp_path / "rocksdb").rglob("v*")), "a checkpoint was written"
 
 

@@ -38,7 +38,8 @@ from firesteel.core.storage import StorageConfig
 from firesteel.state.backend import StateBackend
 from firesteel.state.clock import CLOCK, CLOCK_KEY
 from firesteel.state.keygroups import KeyGroupRange
-from firesteel.state.serializers import pack, pack_key, unpack
+from firesteel.state.schemas import upgrade
+from firesteel.state.serializers import MsgpackSerializer, pack, pack_key, unpack
 
 BACKENDS_GROUP = "firesteel.backends"
 """Entry point group under which distributions announce state backends by name."""
@@ -82,7 +83,9 @@ class StoredState:
     once. ``kinds``: each state's recorded description (kind, serializer, and
     whatever else the snapshot records), filled in as the files are read: a
     state's is there when a key group holding it is yielded, all of them once
-    ``key_groups`` is exhausted. ``meta``: the operator record (``_operator.json``).
+    ``key_groups`` is exhausted; every value is in the schema recorded there (the
+    version's), whatever the file it was stored in recorded. ``meta``: the operator
+    record (``_operator.json``).
     """
 
     operator: str
@@ -270,11 +273,17 @@ def _key_groups(
     for key_group, plan in sorted(plans.items()):
         chains.setdefault(plan.files, []).append(key_group)
     for files, key_groups in sorted(chains.items(), key=lambda item: item[1][0]):
+        snapshots = [storage.read(file) for file in files]
+        newest: dict[str, dict[str, Any]] = {}
+        for snapshot in snapshots:
+            newest.update(snapshot.header.get("states", {}))
+        kinds.update(newest)
         bodies = []
-        for file in files:
-            snapshot = storage.read(file)
-            kinds.update(snapshot.header.get("states", {}))
-            bodies.append((snapshot.rows, _rows_by_key_group(snapshot.rows)))
+        for file, snapshot in zip(files, snapshots, strict=True):
+            recorded = snapshot.header.get("states", {})
+            where = f"snapshot {storage.describe(file.path)}"
+            rows = _in_newest_schema(storage.operator, snapshot.rows, recorded, newest, where)
+            bodies.append((rows, _rows_by_key_group(rows)))
         for key_group in key_groups:
             tables: KeyGroupEntries = {}
             for rows, positions in bodies:
@@ -283,6 +292,46 @@ def _key_groups(
                     _apply(tables, rows.take(found))
             if tables:
                 yield key_group, tables
+
+
+def _in_newest_schema(
+    operator: str,
+    rows: pa.Table,
+    recorded: Mapping[str, Mapping[str, Any]],
+    newest: Mapping[str, Mapping[str, Any]],
+    where: str,
+) -> pa.Table:
+    """``rows`` of one snapshot file with the values of each state whose schema evolved
+    since that file was written converted to the schema of the chain's newest file.
+
+    A dict backend converts a full snapshot's values when it restores them after an
+    upgrade, but the file keeps them in the old schema until the next full snapshot: a
+    chain may hold both, and what is read here (a savepoint, a table) records one."""
+    values = None
+    for state, info in recorded.items():
+        target = newest[state]
+        if info.get("schema") == target.get("schema") or info["serializer"] != "msgpack":
+            continue
+        evolved = upgrade(
+            operator,
+            state,
+            info.get("schema"),
+            declared=None if target.get("schema") is None else json.loads(target["schema"]),
+            serializer=MsgpackSerializer(),
+            where=where,
+        )
+        if evolved is None:
+            continue
+        if values is None:
+            values = rows.column("value").to_pylist()
+            states = rows.column("state").to_pylist()
+        for index, (name, value) in enumerate(zip(states, values, strict=True)):
+            if name == state and value is not None:
+                values[index] = pack(evolved.loads(value))
+    if values is None:
+        return rows
+    position = rows.schema.get_field_index("value")
+    return rows.set_column(position, rows.schema.field(position), pa.array(values, pa.binary()))
 
 
 def _rows_by_key_group(rows: pa.Table) -> dict[int, pa.Array]:

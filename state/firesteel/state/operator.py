@@ -185,7 +185,7 @@ def stateful(
     spec = OperatorSpec(operator, key_columns, max_parallelism, parallelism)
     restore = SavepointRestore(restore_from) if isinstance(restore_from, str) else restore_from
     if restore is not None:
-        restore = restore.check(spec)
+        restore = restore.check(spec, processor.declared_states().values())
         restore.claim(df.sparkSession.sparkContext, operator)
 
     key_group = keygroups.key_group_column(key_columns, max_parallelism)

@@ -9,9 +9,13 @@
 
 A savepoint exists only once ``_savepoint.json`` is whole: it is a firesteel
 record (kind ``savepoint``, a format version and a SHA-256 of its content) that
-names every data file with its size and checksum. Files without it (a writer
-killed half-way) are never read; a reader checks each file's size against the
-record before using it, and :meth:`Savepoint.verify` its checksum.
+names every data file with its size, its SHA-256 and the SHA-256 of each of its
+1 MiB blocks. Files without it (a writer killed half-way) are never read; every
+reader reads a data file through :meth:`Savepoint.open_file`, which checks its
+size and then each block it reads before a byte of it is decoded
+(:mod:`firesteel.state.savepoint.checksums`). The block checksums are an
+optional field of format 1: an earlier release reads these savepoints (it
+ignores them), and a file recorded without them is checked whole.
 
 A row is one entry of one state of one key (:data:`ROWS_SCHEMA`): the key as a
 msgpack array of the key columns' values, the value as the state's serializer
@@ -34,6 +38,7 @@ from functools import cached_property
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyarrow import fs
 
@@ -47,9 +52,9 @@ from firesteel.core.durable import (
 )
 from firesteel.core.errors import CheckpointCorruptError, ConfigError
 from firesteel.core.faults import fault_point
-from firesteel.core.hashing import HashingWriter
 from firesteel.core.storage import StorageConfig
 from firesteel.state.keygroups import KeyGroupRange
+from firesteel.state.savepoint.checksums import BlockHashingWriter, VerifiedFile, block_digests
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +81,7 @@ ROWS_SCHEMA = pa.schema(
 """One state entry per row (see module docs)."""
 
 _ROW_GROUP = 64 * 1024
+_VERIFY_CHUNK = 8 * 1024 * 1024
 
 
 class SavepointError(ConfigError):
@@ -116,21 +122,37 @@ class OperatorSavepoint:
         return None if clock is None else (int(clock[0]), int(clock[1]))
 
     def rows(self, key_groups: KeyGroupRange | None = None) -> pa.Table:
-        """The rows of ``key_groups`` (default: all), in file order."""
-        filters = (
-            None
-            if key_groups is None
-            else [("key_group", ">=", key_groups.start), ("key_group", "<=", key_groups.end)]
-        )
+        """The rows of ``key_groups`` (default: all), in file order: only the row groups
+        whose key groups overlap them are read (every byte checked first)."""
         tables = []
         for file in self.info["files"]:
-            path = self.savepoint.checked_file(file)
-            tables.append(
-                pq.read_table(
-                    path, filesystem=self.savepoint.filesystem, filters=filters, schema=ROWS_SCHEMA
+            with self.savepoint.open_file(file) as source:
+                parquet = pq.ParquetFile(source)
+                chosen = [
+                    index
+                    for index in range(parquet.num_row_groups)
+                    if key_groups is None
+                    or _overlaps(parquet.metadata.row_group(index), key_groups)
+                ]
+                table = parquet.read_row_groups(chosen, columns=ROWS_SCHEMA.names)
+            if key_groups is not None:
+                groups = table.column("key_group")
+                table = table.filter(
+                    pc.and_(
+                        pc.greater_equal(groups, key_groups.start),
+                        pc.less_equal(groups, key_groups.end),
+                    )
                 )
-            )
+            tables.append(table.cast(ROWS_SCHEMA))
         return pa.concat_tables(tables) if tables else ROWS_SCHEMA.empty_table()
+
+
+def _overlaps(row_group: pq.RowGroupMetaData, key_groups: KeyGroupRange) -> bool:
+    """Whether a row group may hold rows of ``key_groups`` (by its key_group statistics)."""
+    stats = row_group.column(0).statistics
+    if stats is None or not stats.has_min_max:
+        return True
+    return bool(stats.min <= key_groups.end and stats.max >= key_groups.start)
 
 
 @dataclass(frozen=True)
@@ -183,12 +205,12 @@ class Savepoint:
         entry = self.metadata.get("offsets")
         if entry is None:
             return None
-        with self.filesystem.open_input_stream(self.checked_file(entry)) as stream:
-            data: bytes = stream.read()
-        return data
+        with self.open_file(entry) as file:
+            return file.read()
 
-    def checked_file(self, entry: Mapping[str, Any]) -> str:
-        """The full path of the data file ``entry`` names, once its size matches the record."""
+    def open_file(self, entry: Mapping[str, Any]) -> VerifiedFile:
+        """The data file ``entry`` names, once its size matches the record, read through its
+        checksums: the one way a savepoint's files are read."""
         path = f"{self.base}/{entry['path']}"
         info = self.filesystem.get_file_info(path)
         if info.type != fs.FileType.File or info.size != int(entry["size"]):
@@ -198,16 +220,19 @@ class Savepoint:
                 f"{entry['size']} bytes; the savepoint was damaged: take a new one"
             )
             raise CheckpointCorruptError(msg)
-        return path
+        return VerifiedFile(self.filesystem, path, entry, self.location)
 
     def verify(self) -> None:
-        """Check every file's checksum against the metadata record."""
+        """Check every file, each block and whole, against the metadata record."""
         entries = [f for op in self.metadata["operators"].values() for f in op["files"]]
         if self.metadata.get("offsets") is not None:
             entries.append(self.metadata["offsets"])
         for entry in entries:
-            with self.filesystem.open_input_stream(self.checked_file(entry)) as stream:
-                if _sha256(stream.read()) != entry["sha256"]:
+            whole = hashlib.sha256()
+            with self.open_file(entry) as file:
+                while chunk := file.read(_VERIFY_CHUNK):
+                    whole.update(chunk)
+                if whole.hexdigest() != entry["sha256"]:
                     msg = (
                         f"savepoint {self.location}: {entry['path']} does not match its "
                         "checksum; the savepoint was damaged: take a new one"
@@ -277,7 +302,7 @@ class SavepointWriter:
         make_parent(self._fs, path)
         rows = 0
         with atomic_output(self._fs, path) as out:
-            sink = HashingWriter(out)
+            sink = BlockHashingWriter(out)
             with pq.ParquetWriter(
                 pa.PythonFile(sink, mode="w"), ROWS_SCHEMA, compression="zstd"
             ) as writer:
@@ -295,7 +320,13 @@ class SavepointWriter:
                 if held:
                     writer.write_table(pa.concat_tables(pending), row_group_size=_ROW_GROUP)
         digest = sink.digest.hexdigest()
-        return {"path": relative, "size": sink.size, "sha256": digest, "rows": rows}
+        return {
+            "path": relative,
+            "size": sink.size,
+            "sha256": digest,
+            "blocks": sink.blocks,
+            "rows": rows,
+        }
 
     def describe(self, name: str, info: OperatorInfo, file: dict[str, Any]) -> None:
         """Record operator ``name`` in the metadata, with the file :meth:`write_rows` wrote."""
@@ -347,7 +378,12 @@ def _write_file(fsys: fs.FileSystem, base: str, relative: str, data: bytes) -> d
     path = f"{base}/{relative}"
     make_parent(fsys, path)
     write_atomically(fsys, path, data)
-    return {"path": relative, "size": len(data), "sha256": _sha256(data)}
+    return {
+        "path": relative,
+        "size": len(data),
+        "sha256": _sha256(data),
+        "blocks": block_digests(data),
+    }
 
 
 def write_savepoint(

@@ -30,6 +30,14 @@ of the driver thread (:meth:`SavepointRestore.claim`), which the query started
 from that thread hands to its tasks; the first batch's tasks refuse to load when
 the savepoint holds an operator no one claimed. TTL entries restart their
 time-to-live at the restore.
+
+A state whose type changed since the savepoint evolves by the rules a
+checkpoint's does (:mod:`firesteel.state.schemas`: add a field with a default,
+remove one, rename one through ``renames``, widen a number): its values are
+converted as they are loaded, and a change Avro does not resolve is refused
+before any value is loaded. The savepoint holds each state's values in the one
+schema it records (:func:`firesteel.backends.savepoint.create` converts the
+values a dict backend still kept in an older one).
 """
 
 from __future__ import annotations
@@ -37,13 +45,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from firesteel.core.errors import ConfigError
 from firesteel.core.storage import StorageConfig
 from firesteel.state.api import ListState, MapState, ValueState
 from firesteel.state.backend import KeyedStateStore, KeyedTask, OperatorSpec, StateDeclarations
@@ -57,7 +66,7 @@ from firesteel.state.savepoint.format import (
     SavepointError,
     open_savepoint,
 )
-from firesteel.state.schemas import recorded, upgrade
+from firesteel.state.schemas import Loader, upgrade
 from firesteel.state.serializers import check_serializer, unpack, unpack_key
 
 if TYPE_CHECKING:
@@ -110,9 +119,13 @@ class SavepointRestore:
         assert isinstance(self.storage, StorageConfig)
         return self.storage
 
-    def check(self, spec: OperatorSpec) -> SavepointRestore:
-        """Driver side: the savepoint is whole and fits operator ``spec``; returns this
-        restore pinned to it (:attr:`savepoint_id`), for the tasks."""
+    def check(
+        self, spec: OperatorSpec, declared: Iterable[StateDescriptor] = ()
+    ) -> SavepointRestore:
+        """Driver side: the savepoint is whole and fits operator ``spec`` and the states
+        ``declared`` (the processor's descriptors: each one's kind, serializer and type must
+        be the savepoint's, or a type they evolve to), before any state location is touched;
+        returns this restore pinned to it (:attr:`savepoint_id`), for the tasks."""
         savepoint = open_savepoint(self.path, self._storage)
         pinned = dataclasses.replace(self, savepoint_id=savepoint.id)
         if spec.name not in savepoint.operators:
@@ -145,6 +158,10 @@ class SavepointRestore:
                 f"groups; set max_parallelism={part.max_parallelism} (parallelism may change)"
             )
             raise SavepointError(msg)
+        for desc in declared:
+            info = part.states.get(desc.name)
+            if info is not None and desc.name != TIMERS:
+                _loader(spec.name, desc.name, info, desc, self.path)
         logger.info(
             "operator %s restores from savepoint %s of batch %d; its sources' positions are "
             "in %s/offsets/%d",
@@ -276,7 +293,7 @@ class SavepointRestore:
         declared: StateDeclarations,
         key_groups: list[int],
     ) -> None:
-        descriptors = restored_states(part, declared, self.allow_non_restored_state, self.path)
+        loaders = restored_states(part, declared, self.allow_non_restored_state, self.path)
         rows = part.rows(KeyGroupRange(key_groups[0], key_groups[-1]))
         rows = rows.filter(pc.is_in(rows.column("key_group"), pa.array(key_groups, pa.int32())))
         columns = ("key_group", "key", "state", "user_key", "value")
@@ -286,7 +303,7 @@ class SavepointRestore:
             for key_group, key, state, user_key, value in zip(
                 *(column.to_pylist() for column in chunk.columns), strict=True
             ):
-                if state != TIMERS and state not in descriptors:
+                if state != TIMERS and state not in loaders:
                     continue
                 if current != (key_group, key):
                     store.set_current_key(unpack_key(key), key_group)
@@ -294,15 +311,15 @@ class SavepointRestore:
                 if state == TIMERS:
                     store.register_timer(int(unpack(user_key)))
                     continue
-                _put(store, descriptors[state], user_key, value)
+                desc, loads = loaders[state]
+                _put(store, desc, user_key, loads(value))
 
 
 def _batches(first: int, last: int) -> str:
     return f"batch {first}" if first == last else f"batches {first}-{last}"
 
 
-def _put(store: KeyedStateStore, desc: StateDescriptor, user_key: Any, value: Any) -> None:
-    decoded = desc.value_serializer.loads(value)
+def _put(store: KeyedStateStore, desc: StateDescriptor, user_key: Any, decoded: Any) -> None:
     if desc.kind is StateKind.VALUE:
         cast(ValueState, store.state(desc)).update(decoded)
     elif desc.kind is StateKind.LIST:
@@ -316,9 +333,12 @@ def restored_states(
     declared: StateDeclarations,
     allow_non_restored_state: bool,
     where: str,
-) -> dict[str, StateDescriptor]:
-    """The declared descriptors of the savepoint's states, checked (kind, serializer); a
-    :class:`SavepointError` listing every state the job would drop unless it says so."""
+) -> dict[str, tuple[StateDescriptor, Loader]]:
+    """The declared descriptor of each of the savepoint's states, with how its stored values
+    become values of the declared type: checked (kind, serializer, schema) before any value
+    is read. A :class:`SavepointError` lists every state the job would drop unless it says
+    so; a type changed in a way Avro does not resolve is refused naming the state, both
+    types and the fix."""
     by_name = declared.by_name()
     dropped = set(declared.dropped)
     unclaimed = sorted(
@@ -333,36 +353,35 @@ def restored_states(
             "ctx.drop_state(name) in open() for each, or pass allow_non_restored_state=True"
         )
         raise SavepointError(msg)
-    found: dict[str, StateDescriptor] = {}
+    found: dict[str, tuple[StateDescriptor, Loader]] = {}
     for name, info in part.states.items():
         desc = by_name.get(name)
-        if desc is None or name == TIMERS:
-            continue
-        if desc.kind.value != info["kind"]:
-            msg = (
-                f"operator '{part.name}': state '{name}' is a {info['kind']} state in savepoint "
-                f"{where} but is declared as {desc.kind.value}"
-            )
-            raise SavepointError(msg)
-        check_serializer(name, desc.value_serializer, info["serializer"], f"savepoint {where}")
+        if desc is not None and name != TIMERS:
+            found[name] = (desc, _loader(part.name, name, info, desc, where))
+    return found
+
+
+def _loader(
+    operator: str, name: str, info: Mapping[str, Any], desc: StateDescriptor, where: str
+) -> Loader:
+    """How the values the savepoint at ``where`` recorded as ``info`` become values of
+    ``desc``: its kind and serializer must be the recorded ones, its type one they evolve to."""
+    if desc.kind.value != info["kind"]:
+        msg = (
+            f"operator '{operator}': state '{name}' is a {info['kind']} state in savepoint "
+            f"{where} but is declared as {desc.kind.value}"
+        )
+        raise SavepointError(msg)
+    check_serializer(name, desc.value_serializer, info["serializer"], f"savepoint {where}")
+    try:
         evolved = upgrade(
-            part.name,
+            operator,
             name,
             info.get("schema"),
             declared=desc.schema,
             serializer=desc.value_serializer,
             where=f"savepoint {where}",
         )
-        if evolved is not None:
-            # A dict backend's savepoint taken between an upgrade and the next full snapshot
-            # holds values of both schemas under the newest one, so none is converted here.
-            msg = (
-                f"operator '{part.name}': state '{name}' in savepoint {where} was written as "
-                f"{info.get('schema')} and is declared as {recorded(desc.schema)}; schema "
-                "evolution applies to "
-                "checkpoints only: restore the savepoint with the old type, let the job commit "
-                "a batch, then upgrade it from its checkpoint"
-            )
-            raise SavepointError(msg)
-        found[name] = desc
-    return found
+    except ConfigError as exc:
+        raise SavepointError(str(exc)) from exc
+    return desc.value_serializer.loads if evolved is None else evolved.loads

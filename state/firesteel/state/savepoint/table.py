@@ -73,7 +73,8 @@ def _check_rewritten(source: str, info: dict[str, Any], desc: StateDescriptor) -
         msg = (
             f"rewrite: state '{desc.name}' is recorded as {stored} in savepoint {source} and "
             f"its descriptor declares {recorded(desc.schema)}; the rows not rewritten keep the "
-            "recorded type, so rewrite with it (change the type in the job, from its checkpoint)"
+            "recorded type, so rewrite with it (the job restoring the savepoint may declare the "
+            "new type: its values evolve as they load)"
         )
         raise ConfigError(msg)
 
