@@ -43,14 +43,20 @@ AZURITE := azurite@3.37.0
 AZURITE_STEP := if [ -x .azurite/node_modules/.bin/azurite-blob ]; then :; \
 	elif command -v npm >/dev/null; then npm install -s --no-audit --no-fund --prefix .azurite $(AZURITE); \
 	else echo "npm not found: the Azure storage tests will be skipped (they need $(AZURITE))"; fi
+# The dashboard test drives Debian's chromium through Playwright (Playwright's own browser
+# download cannot run here); installed with apt-get where it is missing and we are root.
+CHROMIUM_STEP := if command -v chromium >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	{ apt-get update -qq && apt-get install -y -qq chromium; } >/dev/null 2>&1 || echo "apt-get install chromium failed"; \
+	else echo "chromium not found: install Debian's chromium for the dashboard test"; fi
 install: $(BIN)/uv
-	@{ $(AZURITE_STEP); } & azurite=$$!; \
+	@{ $(AZURITE_STEP); } & azurite=$$!; { $(CHROMIUM_STEP); } & chromium=$$!; \
 	$(BIN)/uv pip install --python $(BIN)/python -q --compile-bytecode -e ".[dev,test,connect,s3,metrics]" \
 		-e "./testing[kafka,cassandra]" -e "./connectors/kafka[test]" \
 		-e "./connectors/_template[test]" -e "./connectors/cassandra[test]" \
 		-e "./backends/rocksdb[test]" -e "./pipelines[test,kafka]" \
-		|| { wait $$azurite; exit 1; }; \
-	wait $$azurite
+		|| { wait $$azurite $$chromium; exit 1; }; \
+	wait $$azurite $$chromium
 	$(BIN)/python -m compileall -q $(wildcard $(SOURCES))
 
 # The demo needs the core distribution only (files, keyed state, the filesystem backend):

@@ -144,3 +144,52 @@ def test_status_of_a_folder_that_is_no_checkpoint_exits_2(tmp_path: Path) -> Non
     )
     assert shown.returncode == 2
     assert f"{tmp_path} is not a Spark checkpoint" in shown.stderr
+
+
+def test_the_dashboard_shows_what_status_says_in_a_real_browser(spark, tmp_path: Path) -> None:
+    """``firesteel ui`` opened in headless Chromium (Debian's, driven by Playwright): the
+    charts are drawn (their bars' colour is in the screenshot) and the totals it shows are
+    those of ``firesteel status --json``."""
+    import shutil
+
+    from matplotlib.image import imread
+    from playwright.sync_api import sync_playwright
+
+    from firesteel.cli.status import query_status
+    from firesteel.cli.ui import serve
+
+    chromium = shutil.which("chromium")
+    assert chromium, "Debian's chromium is missing: make install installs it (apt-get)"
+    for i in range(3):
+        write_input(tmp_path / "in", f"f{i}.parquet", rows(i * 100, 100 + i), "parquet")
+    reader = (
+        spark.readStream.format("firesteel.files")
+        .option("max.files.per.batch", "1")
+        .load(str(tmp_path / "in"))
+    )
+    checkpoint = str(tmp_path / "ck")
+    options = {"path": str(tmp_path / "out"), "checkpointLocation": checkpoint}
+    assert run_available_now(reader, options).exception() is None
+    (sink,) = query_status(checkpoint)["sinks"].values()
+
+    server = serve([checkpoint])
+    shot = tmp_path / "ui.png"
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.goto(f"http://127.0.0.1:{server.server_address[1]}/")
+            page.wait_for_selector("td[data-total=input_rows]")
+            shown = page.inner_text("td[data-total=input_rows]")
+            bars = page.locator("figure[data-chart=rows] rect").count()
+            committed = page.inner_text("[data-field=last-committed]")
+            page.screenshot(path=str(shot), full_page=True)
+            browser.close()
+    finally:
+        server.shutdown()
+    assert shown == f"{sink['totals']['input_rows']:,.0f}" == "303"
+    assert bars == len(sink["batches"]) == 3
+    assert committed.startswith("last committed batch 2 ")
+    pixels = imread(str(shot))[..., :3]
+    orange = (abs(pixels[..., 0] - 0xD9 / 255) < 0.02) & (abs(pixels[..., 1] - 0x54 / 255) < 0.02)
+    assert orange.sum() > 500, "the rows chart's bars are not on the screenshot"

@@ -142,6 +142,7 @@ COMMANDS = {
     "state": "print the keyed state under a location",
     "savepoint": "take or show a savepoint",
     "status": "how a query is doing, from its checkpoint (--json, --watch, --prometheus)",
+    "ui": "a local web page of how the queries are doing (firesteel ui CHECKPOINT...)",
     "doctor": "check this machine for what a first run trips over",
 }
 """The commands of the core distribution; installed distributions add theirs."""
@@ -195,6 +196,10 @@ def main(argv: list[str] | None = None) -> int:
         from firesteel.cli.status import main as status
 
         return status(rest)
+    if command == "ui":
+        from firesteel.cli.ui import main as ui
+
+        return ui(rest)
     if command == "doctor":
         from firesteel.cli.doctor import main as doctor
 
