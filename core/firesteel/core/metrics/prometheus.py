@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["CheckpointCollector", "serve_prometheus"]
 
 _PREFIX = "firesteel_sink_"
+_PACKAGE, _DISTRIBUTION = "prometheus-client", "'firesteel[metrics]'"
 
 
 def _metric_name(counter: str) -> str:
@@ -88,7 +89,7 @@ def serve_prometheus(
     try:
         from prometheus_client import CollectorRegistry, start_http_server
     except ImportError as exc:
-        raise MissingDependencyError("prometheus-client", "'firesteel[metrics]'") from exc
+        raise MissingDependencyError(_PACKAGE, _DISTRIBUTION) from exc
     registry = CollectorRegistry(auto_describe=False)
     registry.register(CheckpointCollector(queries))
     server, _thread = start_http_server(port, address, registry=registry)
