@@ -84,6 +84,15 @@ def test_state_hides_firesteels_own_entries_unless_asked(
 
     assert main(["state", backend.location]) == 0
     shown = capsys.readouterr().out
+    from firesteel.cli.status import state_status
+
+    stored = [p for p in (tmp_path / "state" / "op").rglob("*") if p.is_file()]
+    (counted,) = state_status(backend.location, keys=True)["operators"].values()
+    assert counted == {
+        "files": len(stored),
+        "bytes": sum(p.stat().st_size for p in stored),
+        "keys": 1,
+    }
     assert "count" in shown and CLOCK.name not in shown and "(1 entries)" in shown
     assert main(["state", backend.location, "--all"]) == 0
     shown = capsys.readouterr().out

@@ -6,8 +6,9 @@ sink runs with, and each sink's committed totals and last batches (rows, bytes,
 the slowest task's write time, the commit's time, the counters its tasks add).
 It reads files only, so it works for a stopped query as for a running one.
 ``--json`` prints the same as one JSON document; ``--watch S`` repeats every S
-seconds; ``--prometheus PORT`` serves the checkpoints as Prometheus metrics
-(:mod:`firesteel.core.metrics.prometheus`) until interrupted.
+seconds; ``--state LOCATION`` adds the files and bytes each operator stores there
+(``--keys`` also counts its keys); ``--prometheus PORT`` serves the checkpoints as
+Prometheus metrics (:mod:`firesteel.core.metrics.prometheus`) until interrupted.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
+import pyarrow.compute as pc
 from pyarrow import fs
 
 from firesteel.core.checkpoint import filesystem, read_guarantee, read_query_id
@@ -64,6 +66,26 @@ def query_status(checkpoint: str, last: int = 10) -> dict[str, Any]:
     }
 
 
+def state_status(location: str, keys: bool = False) -> dict[str, Any]:
+    """Per operator under a state location: files and bytes stored (every retained version,
+    whichever backend wrote them) and, with ``keys``, the keys of the latest version (which
+    reads the whole state)."""
+    from firesteel.backends.inspect import list_operators, read_state
+
+    fsys, base = filesystem(location)
+    operators = {}
+    for operator in list_operators(location):
+        infos = fsys.get_file_info(fs.FileSelector(f"{base}/{operator}", recursive=True))
+        files = [i for i in infos if i.type == fs.FileType.File]
+        shown: dict[str, Any] = {"files": len(files), "bytes": sum(i.size or 0 for i in files)}
+        if keys:
+            table = read_state(location, operator=operator)
+            user = pc.filter(table["key"], pc.invert(pc.starts_with(table["state"], "__")))
+            shown["keys"] = len(pc.unique(user))
+        operators[operator] = shown
+    return {"location": location, "operators": operators}
+
+
 def _age(seconds: float | None, now: float) -> str:
     if seconds is None:
         return "never"
@@ -92,6 +114,13 @@ def render(status: dict[str, Any], now: float) -> str:
                 f"{batch['tasks']:5}  {batch['input_rows']:9,}  {batch['input_bytes']:11,}  "
                 f"{batch['write_seconds']:7.2f}  {batch['commit_seconds']:8.2f}"
             )
+    for state in status.get("state", []):
+        for operator, shown in state["operators"].items():
+            keys = f", {shown['keys']:,} keys" if "keys" in shown else ""
+            lines.append(
+                f"  state {operator} at {state['location']}: {shown['files']} files, "
+                f"{shown['bytes']:,} bytes stored{keys}"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -108,12 +137,22 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--json", action="store_true", help="one JSON document")
     parser.add_argument("--watch", type=float, metavar="S", help="repeat every S seconds")
     parser.add_argument("--prometheus", type=int, metavar="PORT", help="serve /metrics")
+    parser.add_argument(
+        "--state",
+        action="append",
+        default=[],
+        metavar="LOCATION",
+        help="a state backend's location to show per operator (repeatable)",
+    )
+    parser.add_argument("--keys", action="store_true", help="count the keys of --state (reads it)")
     args = parser.parse_args(argv)
     try:
         if args.prometheus is not None:
             return _serve(args.prometheus, args.checkpoint)
         while True:
             shown = [query_status(c, args.last) for c in args.checkpoint]
+            if args.state:
+                shown[0]["state"] = [state_status(loc, args.keys) for loc in args.state]
             if args.json:
                 sys.stdout.write(json.dumps(shown if len(shown) > 1 else shown[0], indent=2))
                 sys.stdout.write("\n")
