@@ -97,6 +97,11 @@ PYTEST_FLAGS := -p no:cacheprovider -rs -n $(PYTEST_WORKERS) --maxschedchunk 1
 pytest: install
 	$(BIN)/pytest $(PYTEST_FLAGS) --durations=40
 
+# The documentation site (docs/, mkdocs.yml), built strictly: a broken link, anchor or
+# missing page fails. tests/test_docs.py builds it too, so `make test` covers it.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -q
+
 test: lint typecheck pytest
 
 # The inner loop (README, Testing): everything but the crash, cluster and soak tests and

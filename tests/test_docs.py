@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,3 +71,17 @@ def test_every_dotted_firesteel_name_in_the_docs_imports() -> None:
     assert len(names) > 50, "the scan found too few names: is the pattern still right?"
     broken = {name: pages for name, pages in names.items() if not _resolves(name)}
     assert not broken, broken
+
+
+def test_the_site_builds_strictly(tmp_path: Path) -> None:
+    built = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
+    assert built.returncode == 0, built.stderr[-4000:]
+    assert (tmp_path / "connectors" / "kafka" / "index.html").is_file()

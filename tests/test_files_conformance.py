@@ -14,7 +14,7 @@ from firesteel.core.guarantee import Guarantee
 from firesteel.files.connector import FilesDataSource
 from firesteel.testing.sink_suite import SinkCase, SinkSuite
 
-README = Path(__file__).parents[1] / "README.md"
+README = Path(__file__).parents[1] / "docs" / "features.md"
 
 
 def _rows(seqs: Sequence[int]) -> pa.RecordBatch:

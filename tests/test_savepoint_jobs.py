@@ -1,6 +1,6 @@
 """Savepoints with real Structured Streaming queries (Spark local mode).
 
-``test_upgrade_a_job`` runs the README's "Upgrade a job" guide step by step: a
+``test_upgrade_a_job`` runs the "Upgrade a job" guide (docs/state/savepoints.md) step by step: a
 job on the filesystem backend, a savepoint taken with the ``firesteel`` command,
 a new version of the processor started from it on RocksDB at another
 parallelism, on the same Spark checkpoint (refused first from a savepoint of an earlier

@@ -25,13 +25,13 @@ from firesteel.testing.cassandra import HOSTS_ENV
 from firesteel.testing.cassandra.tally import write_counts
 from firesteel.testing.sink_suite import SinkCase, SinkSuite
 
-README = Path(__file__).parents[3] / "README.md"
+README = Path(__file__).parents[3] / "docs" / "features.md"
 _tables = itertools.count()
 
 
 @dataclass(frozen=True)
 class Variant:
-    """One sink of the connector: its options, its table, the README row stating it."""
+    """One sink of the connector: its options, its table, the docs/features.md row stating it."""
 
     name: str
     claims: Guarantee

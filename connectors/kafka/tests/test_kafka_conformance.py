@@ -14,7 +14,7 @@ from firesteel.kafka.connector import KafkaConnector
 from firesteel.testing.kafka import create_topic, read_committed
 from firesteel.testing.sink_suite import SinkCase, SinkSuite
 
-README = Path(__file__).parents[3] / "README.md"
+README = Path(__file__).parents[3] / "docs" / "features.md"
 
 pytestmark = pytest.mark.usefixtures("worker_pool")
 
