@@ -93,7 +93,8 @@ def test_a_query_rides_out_5_s_outages_inside_a_read_and_the_sinks_publish(
             **settings,
         },
     )
-    killer.join(timeout=60)
+    killer.join(timeout=120)
+    assert not killer.is_alive(), "the outages did not finish"
     assert query.exception() is None
     assert len(downtimes) == 2 and min(downtimes) >= OUTAGE_S, downtimes
     table = ds.dataset(f"{bucket}/out", format="parquet", filesystem=own_s3.filesystem())
@@ -114,10 +115,12 @@ def test_a_create_whose_put_landed_but_whose_answer_was_lost_is_ours_and_waits_a
     own_s3.arm("PUT", rf"^/{bucket}/records/r\.json$", after=True)
     outage = threading.Thread(target=lambda: (wait_closed(own_s3), own_s3.outage(2.0)))
     outage.start()
-    with caplog.at_level(logging.WARNING, logger="firesteel.core.store_retry"):
-        created = create_record(f"s3a://{bucket}/records/r.json", "test", 1, {"n": 1}, config)
-        again = create_record(f"s3a://{bucket}/records/r.json", "test", 1, {"n": 2}, config)
-    outage.join()
+    try:
+        with caplog.at_level(logging.WARNING, logger="firesteel.core.store_retry"):
+            created = create_record(f"s3a://{bucket}/records/r.json", "test", 1, {"n": 1}, config)
+            again = create_record(f"s3a://{bucket}/records/r.json", "test", 1, {"n": 2}, config)
+    finally:
+        outage.join()  # before the fixture stops the server: never restarted behind its back
     assert (created, again) == (True, False)
     assert read_record(f"s3a://{bucket}/records/r.json", "test", (1,), config) == {"n": 1}
     waits = [r.getMessage() for r in caplog.records if "trying again" in r.getMessage()]
