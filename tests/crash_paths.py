@@ -56,11 +56,19 @@ class FilesJob:
 
     name = "files"
 
-    def __init__(self, root: Path, s3: S3Server | None = None, endpoint: str = "") -> None:
+    def __init__(
+        self,
+        root: Path,
+        s3: S3Server | None = None,
+        endpoint: str = "",
+        settings: dict[str, str] | None = None,
+    ) -> None:
         self.source = root / "in"
         self.s3 = s3
         self.endpoint = endpoint
         """Where the job reaches the S3 server (a proxy's address), if not directly."""
+        self.settings = settings or {}
+        """More ``fs.s3a.*`` settings of the job (``fs.s3a.retry.timeout.ms``)."""
         self.bucket = ""
         if s3 is None:
             self.out = str(root / "out")
@@ -82,6 +90,7 @@ class FilesJob:
         settings = {
             **self.s3.settings(),
             **({"fs.s3a.endpoint": self.endpoint} if self.endpoint else {}),
+            **self.settings,
         }
         return args + [f"spark.hadoop.{k}={v}" for k, v in settings.items()]
 

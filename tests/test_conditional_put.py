@@ -157,6 +157,7 @@ def test_an_unreachable_endpoint_is_named_with_the_setting_to_fix() -> None:
             "fs.s3a.access.key": "k",
             "fs.s3a.secret.key": "s",
             "fs.s3a.endpoint.region": "us-east-1",
+            "fs.s3a.retry.timeout.ms": "1000",  # never answered: the outage window ends soon
         }
     )
     with pytest.raises(StorageError, match=rf"cannot reach endpoint {endpoint}.*fs\.s3a\.endpoint"):

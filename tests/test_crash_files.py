@@ -30,10 +30,16 @@ def test_a_store_dropping_every_connection_fails_the_query_naming_it_then_restar
 ) -> None:
     """The job reaches the S3 server through a proxy that resets every connection from the
     moment batch 3 starts (its files uploading, or its commit publishing) until the job has
-    failed: the query fails with an error naming the bucket, loses nothing, and a restart
-    once the store answers again completes exactly."""
+    failed, longer than the job's outage window (``fs.s3a.retry.timeout.ms``, 3 s here): the
+    query fails with an error naming the bucket and the setting, loses nothing, and a
+    restart once the store answers again completes exactly."""
     with DroppingProxy(s3_server.port) as proxy:
-        files_job = FilesJob(tmp_path / "job", s3_server, endpoint=proxy.endpoint)
+        files_job = FilesJob(
+            tmp_path / "job",
+            s3_server,
+            endpoint=proxy.endpoint,
+            settings={"fs.s3a.retry.timeout.ms": "3000"},
+        )
         third_batch = batch_started(files_job.checkpoint, 3)
         failed_run = threading.Event()
 
@@ -53,6 +59,7 @@ def test_a_store_dropping_every_connection_fails_the_query_naming_it_then_restar
             refuser.join()
         assert proxy.dropped > 0
         assert "StorageError" in str(failure.value) and files_job.bucket in str(failure.value)
+        assert "fs.s3a.retry.timeout.ms=3000" in str(failure.value)
         result = crash_harness.run(FILES_JOB, lambda run: files_job.args(run + 1))
     assert result.exit_codes == [0]
     files_job.check(result)

@@ -15,7 +15,7 @@ from pyarrow import fs
 from firesteel.core.checkpoint import filesystem, normalize_location
 from firesteel.core.durable import decode_record, encode_record, write_atomically
 from firesteel.core.errors import ConfigError, StorageError
-from firesteel.core.storage import StorageConfig, check_location, resolve
+from firesteel.core.storage import StorageConfig, check_location, resolve, store_type
 from firesteel.testing.ports import free_port
 from firesteel.testing.s3 import S3Server
 
@@ -58,7 +58,7 @@ def test_a_record_written_at_s3a_is_read_by_boto3_and_at_s3(s3_server: S3Server)
     config = StorageConfig.of(s3_server.settings())
     location = resolve("s3a://records/chk/firesteel", config)
     check_location(location, config)
-    assert location.filesystem.type_name == "s3"
+    assert store_type(location.filesystem) == "s3"
     record = encode_record("test-record", 1, {"batch": 7})
     write_atomically(location.filesystem, f"{location.path}/owner.json", record)
 

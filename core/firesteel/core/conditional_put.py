@@ -15,10 +15,12 @@ returns None and :func:`~firesteel.core.durable.create_record` falls back to a
 HEAD then a PUT, logging a warning once per process: two writers racing there
 can both succeed, and the later one's object stays.
 
-A PUT whose answer was lost is sent again by the client's retries; if the
-first one was applied, the retry meets a 412. So a 412 is answered by reading
-the object: when it holds exactly the bytes being created, this call created
-it (an extra GET, paid only when the key was taken).
+A PUT whose answer was lost is sent again, by the client's retries and, while
+the endpoint stays away, by the location's outage window
+(:mod:`firesteel.core.store_retry`, ``fs.s3a.retry.timeout.ms``); if the first
+one was applied, the retry meets a 412. So a 412 is answered by reading the
+object: when it holds exactly the bytes being created, this call created it
+(an extra GET, paid only when the key was taken).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import time
 from typing import Any
 
 from firesteel.core.errors import StorageError
+from firesteel.core.guarded_fs import retry_of
 from firesteel.core.storage import Location, StorageConfig, s3_settings, storage_error
 
 logger = logging.getLogger(__name__)
@@ -37,7 +40,11 @@ CONFLICT_RETRIES = 5
 """PUTs sent again while S3 answers 409 ConditionalRequestConflict (another conditional
 write of the key in flight), 50 ms apart, doubling."""
 
+_CREATED = 201
+"""Not S3's answer to a PUT: :func:`conditional_create`'s word for "a retried PUT of
+ours was there"."""
 _NOT_FOUND = 404
+_SERVER_ERROR = 500
 _PRECONDITION_FAILED = 412
 _CONFLICT = 409
 _NOT_IMPLEMENTED = 501
@@ -59,16 +66,25 @@ def conditional_create(location: Location, data: bytes, config: StorageConfig) -
         return None
     from botocore.exceptions import BotoCoreError, ClientError
 
+    retry = retry_of(location.filesystem)
+    where = f"create s3://{location.path}"
+
+    def put() -> int | None:
+        refused = _put(client, bucket, key, data)
+        if refused == _PRECONDITION_FAILED:
+            return _CREATED if _holds(client, bucket, key, data) else _PRECONDITION_FAILED
+        return refused
+
     attempt = 0
     while True:
         try:
-            refused = _put(client, bucket, key, data)
-            if refused == _PRECONDITION_FAILED:
-                return _holds(client, bucket, key, data)
+            refused = retry.run(put, where, _transient) if retry else put()
         except (ClientError, BotoCoreError) as exc:
             raise storage_error(OSError(str(exc)), location, "create", config) from None
-        if refused is None:
+        if refused is None or refused == _CREATED:
             return True
+        if refused == _PRECONDITION_FAILED:
+            return False
         if refused == _CONFLICT:
             if attempt == CONFLICT_RETRIES:
                 msg = (
@@ -81,6 +97,16 @@ def conditional_create(location: Location, data: bytes, config: StorageConfig) -
             continue
         _warn_once(bucket, "the server does not implement conditional writes")
         return None
+
+
+def _transient(exc: BaseException) -> bool:
+    """Whether botocore's ``exc`` says the endpoint was away, dropped the connection, timed
+    out or answered with a server error: the same request may succeed later."""
+    from botocore.exceptions import ClientError, ConnectionError, HTTPClientError
+
+    if isinstance(exc, ConnectionError | HTTPClientError):
+        return True
+    return isinstance(exc, ClientError) and (_status(exc) or 0) >= _SERVER_ERROR
 
 
 def _status(exc: Any) -> int | None:

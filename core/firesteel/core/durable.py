@@ -35,6 +35,7 @@ from pyarrow import NativeFile, fs
 
 from firesteel.core.conditional_put import conditional_create
 from firesteel.core.errors import CheckpointCorruptError, IncompatibleFormatError
+from firesteel.core.guarded_fs import named, store_type
 from firesteel.core.storage import OBJECT_STORES, StorageConfig, resolve
 
 
@@ -60,13 +61,13 @@ def atomic_output(fsys: fs.FileSystem, path: str, *, sync: bool = True) -> Itera
     is under the final name, so the caller must not depend on a failed write
     leaving an older object untouched there).
     """
-    if fsys.type_name in OBJECT_STORES:
+    if store_type(fsys) in OBJECT_STORES:
         with fsys.open_output_stream(path) as out:
             yield out
         return
     folder, _, name = path.rpartition("/")
     temporary = f"{folder}/.{name}.{uuid.uuid4().hex}.tmp"
-    local = sync and fsys.type_name == "local"
+    local = sync and store_type(fsys) == "local"
     try:
         with fsys.open_output_stream(temporary) as out:
             yield out
@@ -119,7 +120,7 @@ def make_parent(fsys: fs.FileSystem, path: str) -> None:
     is done.
     """
     folder = path.rpartition("/")[0]
-    if folder and fsys.type_name not in OBJECT_STORES:
+    if folder and store_type(fsys) not in OBJECT_STORES:
         fsys.create_dir(folder, recursive=True)
 
 
@@ -157,11 +158,11 @@ def create_record(
     fsys, path = resolved.filesystem, resolved.path
     make_parent(fsys, path)
     data = encode_record(kind, version, content)
-    if fsys.type_name == "s3":
+    if store_type(fsys) == "s3":
         created = conditional_create(resolved, data, config or StorageConfig())
         if created is not None:
             return created
-    if fsys.type_name != "local":
+    if store_type(fsys) != "local":
         if fsys.get_file_info(path).type != fs.FileType.NotFound:
             return False
         write_atomically(fsys, path, data)
@@ -172,6 +173,8 @@ def create_record(
         os.link(tmp, target)
     except FileExistsError:
         return False
+    except OSError as exc:
+        raise named(exc, f"create {target}") from exc
     finally:
         tmp.unlink()
     fsync_dir(target.parent)
@@ -179,11 +182,17 @@ def create_record(
 
 
 def _write_tmp(path: Path, data: bytes) -> Path:
+    """``data`` in a new temporary file beside ``path``, synced; a failure (a full disk)
+    names the file and removes it."""
     tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
-    with tmp.open("wb") as out:
-        out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
+    try:
+        with tmp.open("wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise named(exc, f"write {tmp}") from exc
     return tmp
 
 

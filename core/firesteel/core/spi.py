@@ -50,7 +50,9 @@ path, ``s3a://``, ``gs://``, ``abfs://``, ``hdfs://``) and a
 ``spark.hadoop.fs.*``) into a pyarrow filesystem and path;
 :func:`check_location` names a missing bucket, refused credentials or an
 unreachable endpoint before the first batch; :func:`storage_error` turns a
-filesystem failure into an error naming the setting to fix; :class:`Location`
+filesystem failure into an error naming the setting to fix; :func:`store_type`
+names the store behind a resolved filesystem (``s3``, ``local``: every one is
+wrapped, see :mod:`firesteel.core.guarded_fs`); :class:`Location`
 is a resolved location, :func:`canonical` spells one one way,
 :data:`SETTING_PREFIX` starts every storage option and :data:`OBJECT_STORES`
 names the filesystems whose uploads are atomic and which have no rename.
@@ -114,6 +116,7 @@ from firesteel.core.errors import (
 )
 from firesteel.core.faults import FaultPoint, fault_point
 from firesteel.core.guarantee import Guarantee, Replay, SinkKind
+from firesteel.core.guarded_fs import store_type
 from firesteel.core.metrics import TaskMetrics, task_metrics
 from firesteel.core.options import option, parse_options, require_absolute
 from firesteel.core.ownership import Ownership
@@ -206,6 +209,7 @@ __all__ = [
     "require_absolute",
     "resolve",
     "storage_error",
+    "store_type",
     "task_metrics",
     "to_epoch",
     "write_atomically",

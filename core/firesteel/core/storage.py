@@ -47,6 +47,10 @@ from urllib.parse import urlsplit
 from pyarrow import fs
 
 from firesteel.core.errors import ConfigError, StorageError
+from firesteel.core.guarded_fs import guard, store_type, unguarded
+from firesteel.core.store_retry import DEFAULT_TIMEOUT_S as DEFAULT_RETRY_TIMEOUT_S
+from firesteel.core.store_retry import SETTING_SUFFIX as RETRY_SETTING_SUFFIX
+from firesteel.core.store_retry import StoreRetry
 
 HADOOP_PREFIX = "spark.hadoop."
 SETTING_PREFIX = "fs."
@@ -171,22 +175,51 @@ def resolve(location: str, config: StorageConfig | None = None) -> Location:
     scheme, rest = _split(location)
     if scheme in ("", "file"):
         local = fs.LocalFileSystem()
-        return Location(local, local.normalize_path(rest), location, "")
+        return Location(guard(local), local.normalize_path(rest), location, "")
     netloc, _, key = rest.partition("/")
     if not netloc:
         msg = f"storage location {location!r} names no bucket or host after '{scheme}://'"
         raise ConfigError(msg)
     path = f"{netloc}/{key}".rstrip("/")
     if scheme in S3_SCHEMES:
-        return Location(_s3(netloc, config), path, location, "fs.s3a")
+        return _object_store(_s3(netloc, config), path, location, "fs.s3a", config)
     if scheme in GCS_SCHEMES:
-        return Location(_gcs(config), path, location, "fs.gs")
+        return _object_store(_gcs(config), path, location, "fs.gs", config)
     if scheme in AZURE_SCHEMES:
         container, _, account_host = netloc.partition("@")
         filesystem = _azure(account_host, config)
-        return Location(filesystem, f"{container}/{key}".rstrip("/"), location, "fs.azure")
+        return _object_store(
+            filesystem, f"{container}/{key}".rstrip("/"), location, "fs.azure", config
+        )
     filesystem, hdfs_path = fs.FileSystem.from_uri(location)
-    return Location(filesystem, hdfs_path, location, "fs.defaultFS")
+    return Location(guard(filesystem, scheme), hdfs_path, location, "fs.defaultFS")
+
+
+def _object_store(
+    filesystem: fs.FileSystem, path: str, uri: str, prefix: str, config: StorageConfig
+) -> Location:
+    """An object-store location whose calls ride out an outage (see
+    :mod:`firesteel.core.store_retry`) for its ``<prefix>.retry.timeout.ms``."""
+    scheme = {"fs.s3a": "s3", "fs.gs": "gs", "fs.azure": "abfs"}[prefix]
+    bare = Location(filesystem, path, uri, prefix)
+    bucket = path.split("/", 1)[0]
+    setting = f"{prefix}.{RETRY_SETTING_SUFFIX}"
+    retry = StoreRetry(
+        endpoint=_endpoint(bare, config),
+        setting=setting,
+        endpoint_setting=_endpoint_setting(bare),
+        timeout_s=_seconds(config, setting, bucket, DEFAULT_RETRY_TIMEOUT_S),
+    )
+    explain = functools.partial(_explain, bare, config)
+    return Location(guard(filesystem, scheme, retry, explain), path, uri, prefix)
+
+
+def _explain(location: Location, config: StorageConfig, exc: OSError, what: str) -> StorageError:
+    """A failure of ``what`` on ``location``'s store, with the setting to fix (picklable, as
+    a partial: the guarded filesystem travels to tasks)."""
+    failure = storage_error(exc, location, what, config)
+    failure.errno = exc.errno
+    return failure
 
 
 def _split(location: str) -> tuple[str, str]:
@@ -341,6 +374,10 @@ def _azure(account_host: str, config: StorageConfig) -> fs.AzureFileSystem:
     return fs.AzureFileSystem(**kwargs)
 
 
+_REACHED: set[tuple[str, str]] = set()
+"""(endpoint, bucket) pairs that answered :func:`check_location` in this process."""
+
+
 def check_location(location: Location, config: StorageConfig | None = None) -> None:
     """Fail fast, naming the culprit, when ``location``'s store cannot be used.
 
@@ -348,14 +385,23 @@ def check_location(location: Location, config: StorageConfig | None = None) -> N
     location): a missing bucket, refused credentials or an unreachable endpoint
     raise :class:`StorageError` naming the URI and the setting to fix. Local
     and HDFS locations are not checked here (their errors already name the path).
+
+    The first check of a bucket in a process is not retried, so a mistyped
+    endpoint is named at once; once the bucket has answered, a later check
+    (Spark builds a sink for every micro-batch) rides out an outage like every
+    other call (:mod:`firesteel.core.store_retry`): a query survives an outage,
+    a query started during one fails at once.
     """
-    if location.filesystem.type_name not in OBJECT_STORES:
+    if store_type(location.filesystem) not in OBJECT_STORES:
         return
     bucket = location.path.split("/", 1)[0]
+    reached = (_endpoint(location, config), bucket)
+    checker = location.filesystem if reached in _REACHED else unguarded(location.filesystem)
     try:
-        info = location.filesystem.get_file_info(bucket)
+        info = checker.get_file_info(bucket)
     except OSError as exc:
         raise storage_error(exc, location, "reach", config) from None
+    _REACHED.add(reached)
     if info.type == fs.FileType.NotFound:
         msg = (
             f"storage location {location.uri!r}: bucket {bucket!r} does not exist at "
@@ -393,7 +439,10 @@ UNREACHABLE = ("NETWORK_CONNECTION", "curlCode", "Could not connect", "Couldn't 
 def storage_error(
     exc: OSError, location: Location, action: str, config: StorageConfig | None = None
 ) -> StorageError:
-    """``exc`` (from pyarrow) as a StorageError naming the location and the setting to fix."""
+    """``exc`` (from pyarrow) as a StorageError naming the location and the setting to fix;
+    a StorageError already naming them (:mod:`firesteel.core.guarded_fs`) is returned as is."""
+    if isinstance(exc, StorageError):
+        return exc
     text = str(exc)
     prefix = location.setting_prefix
     if "NO_SUCH_BUCKET" in text or "NoSuchBucket" in text:

@@ -7,10 +7,13 @@ S3 REST protocol (conditional PUT included).
 moto keeps objects in memory only, and its request recorder cannot bring them
 back (it records a request's body by ``Content-Length``, and pyarrow's AWS SDK
 uploads with ``aws-chunked`` transfer encoding, which has none: the replayed
-objects are empty). :meth:`S3Server.restart` therefore reads every bucket and
-object out with boto3, kills the server by PID, starts a new one on the same
-port and writes them back, while no job runs: to a client, a store restarted
-with its disks (only the objects' modification times are new).
+objects are empty). The server therefore runs behind a gate
+(:mod:`firesteel.testing.s3_gate`): :meth:`S3Server.outage` closes it (at once,
+or at a chosen request armed with :meth:`S3Server.arm`), reads every bucket and
+object out with boto3 once nothing is in flight, kills the server by PID,
+starts a new one on the same port with its gate closed, writes the objects back
+and their modification times, and opens the gate. To a client, even one in
+the middle of a job, the store went away and came back with its disks.
 
 The server logs one line per request (method, path and query);
 :class:`RequestLog` counts them by kind, so request economy is measured at the
@@ -19,10 +22,13 @@ server, not by the code under test.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
-import shutil
 import sys
+import time
+import urllib.parse
+import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,7 +36,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from firesteel.core.errors import MissingDependencyError
-from firesteel.testing.servers import ServerProcess
+from firesteel.testing.s3_gate import CONTROL, PASS_HEADER, PASS_VALUE
+from firesteel.testing.servers import START_TIMEOUT_S, ServerProcess
 
 if TYPE_CHECKING:
     from pyarrow import fs
@@ -57,6 +64,7 @@ class S3Server(ServerProcess):
     def __init__(self, workdir: Path, *, authenticate: bool = False) -> None:
         super().__init__(workdir)
         self.authenticate = authenticate
+        self._closed_start = False
 
     def settings(self) -> dict[str, str]:
         """Sink/source options (Hadoop's names) that reach this server."""
@@ -80,11 +88,11 @@ class S3Server(ServerProcess):
         return {SETTINGS_ENV: json.dumps(self.settings())}
 
     def command(self) -> list[str]:
-        command = shutil.which("moto_server", path=str(Path(sys.executable).parent))
-        if command is None:
+        if importlib.util.find_spec("moto") is None:
             package, distribution = "moto", "firesteel-testing"
             raise MissingDependencyError(package, distribution)
-        return [command, "-H", "127.0.0.1", "-p", str(self.port)]
+        command = [sys.executable, "-m", "firesteel.testing.s3_gate", "-H", "127.0.0.1"]
+        return [*command, "-p", str(self.port), *(["--closed"] if self._closed_start else [])]
 
     def environment(self) -> dict[str, str]:
         env = super().environment()
@@ -98,36 +106,95 @@ class S3Server(ServerProcess):
 
     def restart(self) -> None:
         """Kill the server by PID and start it again on the same port, holding the buckets
-        and objects it held (see module docs; call it while no job uses the server)."""
-        client = self.client()
-        saved: dict[str, dict[str, bytes]] = {}
-        for bucket in client.list_buckets()["Buckets"]:
-            name = bucket["Name"]
-            pages = client.get_paginator("list_objects_v2").paginate(Bucket=name)
-            saved[name] = {
-                item["Key"]: client.get_object(Bucket=name, Key=item["Key"])["Body"].read()
-                for page in pages
-                for item in page.get("Contents", [])
-            }
+        and objects it held (see module docs): :meth:`outage` of no length."""
+        self.outage(0.0)
+
+    def arm(self, method: str, path: str, *, after: bool = False) -> None:
+        """Make the next request with ``method`` whose path (``/bucket/key``) matches the
+        regex ``path`` close the gate: before the store sees it, or ``after`` it was
+        applied, its answer never sent. :meth:`outage` then starts there."""
+        when = "after" if after else "before"
+        query = urllib.parse.urlencode({"method": method, "path": path, "when": when})
+        self._gate(f"arm?{query}", "POST")
+
+    def closed(self) -> bool:
+        """Whether the gate has closed (its trigger came) and no request is inside."""
+        return self._gate("state") == "closed"
+
+    def outage(self, seconds: float) -> float:
+        """Stop serving for ``seconds``: close the gate (if an armed request has not yet),
+        read the objects out, SIGKILL the server, and after ``seconds`` from the close
+        start it on the same port with the same objects. Returns the seconds the port was
+        closed (the server dead)."""
+        if not self.closed():
+            self._close_now()
+        started = time.monotonic()
+        saved, mtimes = self._objects()
         self.stop()
-        self.start()
+        down = time.monotonic()
+        time.sleep(max(0.0, started + seconds - time.monotonic()))
+        self._closed_start = True
+        try:
+            self.start()
+        finally:
+            self._closed_start = False
+        up = time.monotonic()
         client = self.client()
         for name, objects in saved.items():
             client.create_bucket(Bucket=name)
             for key, body in objects.items():
                 client.put_object(Bucket=name, Key=key, Body=body)
+        self._gate("mtimes", "POST", json.dumps(mtimes).encode())
+        self._gate("open", "POST")
+        return up - down
+
+    def _close_now(self) -> None:
+        """Close the gate with no trigger: hold every request from now on."""
+        self._gate("close", "POST")
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not self.closed():
+            if time.monotonic() > deadline:
+                msg = f"the {self.name} still had requests in flight after {START_TIMEOUT_S} s"
+                raise RuntimeError(msg)
+            time.sleep(0.02)
+
+    def _objects(self) -> tuple[dict[str, dict[str, bytes]], dict[str, dict[str, float]]]:
+        """Every object's bytes and modification time (epoch seconds), by bucket and key."""
+        client = self.client()
+        saved: dict[str, dict[str, bytes]] = {}
+        mtimes: dict[str, dict[str, float]] = {}
+        for bucket in client.list_buckets()["Buckets"]:
+            name = bucket["Name"]
+            pages = client.get_paginator("list_objects_v2").paginate(Bucket=name)
+            items = [item for page in pages for item in page.get("Contents", [])]
+            saved[name] = {
+                item["Key"]: client.get_object(Bucket=name, Key=item["Key"])["Body"].read()
+                for item in items
+            }
+            mtimes[name] = {item["Key"]: item["LastModified"].timestamp() for item in items}
+        return saved, mtimes
+
+    def _gate(self, command: str, method: str = "GET", body: bytes | None = None) -> str:
+        request = urllib.request.Request(
+            f"{self.endpoint}{CONTROL}{command}", data=body, method=method
+        )
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return str(answer.read().decode())
 
     def client(self) -> Any:
         """A boto3 S3 client of this server: the reader that is not firesteel's."""
         import boto3
 
-        return boto3.client(
+        client = boto3.client(
             "s3",
             endpoint_url=self.endpoint,
             aws_access_key_id=ACCESS_KEY,
             aws_secret_access_key=SECRET_KEY,
             region_name=REGION,
         )
+        # Past the gate: the objects are read out of, and written into, a closed server.
+        client.meta.events.register("before-sign.s3", _pass_the_gate)
+        return client
 
     def filesystem(self) -> fs.S3FileSystem:
         """pyarrow's own S3 filesystem of this server (``pyarrow.fs.S3FileSystem``), built
@@ -147,6 +214,10 @@ class S3Server(ServerProcess):
         """Create bucket ``name``; returns it."""
         self.client().create_bucket(Bucket=name)
         return name
+
+
+def _pass_the_gate(request: Any, **_: Any) -> None:
+    request.headers[PASS_HEADER] = PASS_VALUE
 
 
 _REQUEST = re.compile(r'"(GET|PUT|POST|DELETE|HEAD) (/[^ ?]*)(\?[^ ]*)? HTTP/[0-9.]+" (\d{3})')

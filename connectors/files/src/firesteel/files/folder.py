@@ -33,6 +33,7 @@ from firesteel.core.spi import (
     option,
     resolve,
     storage_error,
+    store_type,
 )
 
 
@@ -70,7 +71,7 @@ class Folder:
     @property
     def object_store(self) -> bool:
         """True on S3, GCS and Azure: no folders, no rename, a PUT is atomic per object."""
-        return self.fs.type_name in OBJECT_STORES
+        return store_type(self.fs) in OBJECT_STORES
 
     def path(self, key: str) -> str:
         """The filesystem path of ``key``."""
@@ -124,7 +125,7 @@ class Folder:
     def sync(self, key: str) -> None:
         """Make a closed local file, or the renames into a local folder, durable (on other
         stores the closing PUT or the copy already is)."""
-        if self.fs.type_name != "local":
+        if store_type(self.fs) != "local":
             return
         fd = os.open(self.path(key), os.O_RDONLY)
         try:
