@@ -24,7 +24,7 @@ from firesteel.files.sink.manifest import (
     read_manifest,
     write_manifest,
 )
-from firesteel.files.sink.paths import FIRESTEEL_DIR, pending_dir
+from firesteel.files.sink.paths import OUTPUT_RECORDS_DIR, pending_dir
 from firesteel.files.sink.writer import WriterConfig
 
 logger = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ class FilesCommitter(Committer[FileCommittable]):
         number of batches: one listing of ``pending/<sink>/``, one of the
         manifest folder, and one existence check per pending batch.
         """
-        pending_root = f"{FIRESTEEL_DIR}/pending/{self.sink_id}"
+        pending_root = f"{OUTPUT_RECORDS_DIR}/pending/{self.sink_id}"
         batches = sorted(int(name) for name in self.out.names(pending_root) if name.isdigit())
         if not batches:
             return

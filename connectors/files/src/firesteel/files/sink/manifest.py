@@ -32,7 +32,7 @@ from typing import Any
 
 from firesteel.core.spi import CheckpointCorruptError, Committable, create_record, read_record
 from firesteel.files.folder import Folder
-from firesteel.files.sink.paths import FIRESTEEL_DIR, manifest_dir
+from firesteel.files.sink.paths import OUTPUT_RECORDS_DIR, manifest_dir
 
 logger = logging.getLogger(__name__)
 
@@ -169,7 +169,7 @@ def compact(out: Folder, sink_id: str, batch_id: int) -> int:
 
 def committed_manifests(out: Folder) -> list[Manifest]:
     """Every committed batch under ``<out>`` (all sink ids), ordered by sink id and batch."""
-    root = f"{FIRESTEEL_DIR}/manifests"
+    root = f"{OUTPUT_RECORDS_DIR}/manifests"
     found: list[Manifest] = []
     for sink_id in out.names(root):
         found.extend(_sink_manifests(out, sink_id))

@@ -21,7 +21,10 @@ from typing import Any
 
 from firesteel.core.spi import RecordError
 
-FIRESTEEL_DIR = "_firesteel"
+OUTPUT_RECORDS_DIR = "_firesteel"
+"""The sink's folder inside the output (pending files, manifests, owners): its name starts
+with ``_`` so Spark's and pyarrow's dataset readers skip it. Not the checkpoint's
+``firesteel`` folder (``firesteel.core.spi.FIRESTEEL_DIR``), which Spark never reads."""
 NULL_VALUE = "__HIVE_DEFAULT_PARTITION__"
 """Hive's and Spark's folder value for null (and, as Spark writes it, the empty string)."""
 
@@ -90,12 +93,12 @@ def valid_sink_id(sink_id: str) -> bool:
 
 def pending_dir(sink_id: str, batch_id: int) -> str:
     """Folder (relative to ``<out>``) of batch ``batch_id``'s in-progress files."""
-    return f"{FIRESTEEL_DIR}/pending/{sink_id}/{batch_id}"
+    return f"{OUTPUT_RECORDS_DIR}/pending/{sink_id}/{batch_id}"
 
 
 def manifest_dir(sink_id: str) -> str:
     """Folder (relative to ``<out>``) of this sink's manifests."""
-    return f"{FIRESTEEL_DIR}/manifests/{sink_id}"
+    return f"{OUTPUT_RECORDS_DIR}/manifests/{sink_id}"
 
 
 def final_name(sink_id: str, batch_id: int, partition: int, n: int, ext: str) -> str:

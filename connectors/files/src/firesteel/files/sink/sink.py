@@ -101,7 +101,7 @@ import pyarrow as pa
 from firesteel.core.spi import ConfigError, Ownership, TwoPhaseCommitSink, check_location
 from firesteel.files.sink.committer import FilesCommitter
 from firesteel.files.sink.manifest import FileCommittable
-from firesteel.files.sink.paths import FIRESTEEL_DIR, manifest_dir, valid_sink_id
+from firesteel.files.sink.paths import OUTPUT_RECORDS_DIR, manifest_dir, valid_sink_id
 from firesteel.files.sink.writer import FilesWriter, TaskWriter, WriterConfig
 
 logger = logging.getLogger(__name__)
@@ -129,7 +129,7 @@ class FilesSink(FilesWriter, FilesCommitter, TwoPhaseCommitSink[TaskWriter, File
     def prepare(self) -> None:
         """Check that ``path`` is reachable and writable, then recover what a crashed run left."""
         check_location(self.out.location, self.out.config)
-        probe = f"{FIRESTEEL_DIR}/.probe-{uuid.uuid4().hex}"
+        probe = f"{OUTPUT_RECORDS_DIR}/.probe-{uuid.uuid4().hex}"
         try:
             with self.out.open_output(probe):
                 pass
@@ -162,7 +162,7 @@ class FilesSink(FilesWriter, FilesCommitter, TwoPhaseCommitSink[TaskWriter, File
             f"{self.out.uri} on purpose, set option 'sink.new.stream' to true (with an "
             "explicit 'sink.id': give it a new one)",
         ).claim(
-            self.out.uri_of(f"{FIRESTEEL_DIR}/owners/{self.sink_id}.json"),
+            self.out.uri_of(f"{OUTPUT_RECORDS_DIR}/owners/{self.sink_id}.json"),
             owner_committed=lambda: bool(self.out.names(manifests)),
             config=self.out.config,
         )
