@@ -108,6 +108,10 @@ def test_a_files_query_is_seen_by_status_and_prometheus(spark, tmp_path: Path) -
     assert sink["totals"]["input_rows"] == written == 1000
     assert [b["input_rows"] for b in sink["batches"]] == [500, 500]
     assert all(b["input_bytes"] > 0 and b["write_seconds"] > 0 for b in sink["batches"])
+    # From Spark planning the batch (offsets/N) to the commit: the write and commit inside it.
+    assert all(
+        b["batch_seconds"] >= b["write_seconds"] + b["commit_seconds"] for b in sink["batches"]
+    )
     (guarantee,) = status["guarantees"].values()
     assert guarantee["achieved"] == "exactly-once"
     text = subprocess.run(

@@ -3,7 +3,8 @@
 For each checkpoint: Spark's query id, the last batch whose offsets Spark logged
 and the last it committed (with the commit's age), the guarantee each firesteel
 sink runs with, and each sink's committed totals and last batches (rows, bytes,
-the slowest task's write time, the commit's time, the counters its tasks add).
+the time from Spark planning the batch to the sink's commit, the slowest task's
+write time, the commit's time, the counters its tasks add).
 It reads files only, so it works for a stopped query as for a running one.
 ``--json`` prints the same as one JSON document; ``--watch S`` repeats every S
 seconds; ``--state LOCATION`` adds the files and bytes each operator stores there
@@ -40,6 +41,16 @@ def _last_batch(fsys: fs.FileSystem, folder: str) -> tuple[int | None, float | N
     return batch, info.mtime.timestamp() if info.mtime else None
 
 
+def _batch_started(fsys: fs.FileSystem, base: str, batch: int) -> float | None:
+    """When Spark planned ``batch``: ``batchTimestampMs`` of ``offsets/<batch>``, in seconds."""
+    try:
+        with fsys.open_input_stream(f"{base}/offsets/{batch}") as stream:
+            metadata = stream.read().decode("utf-8").splitlines()[1]
+        return float(json.loads(metadata)["batchTimestampMs"]) / 1000
+    except (FileNotFoundError, IndexError, KeyError, ValueError):
+        return None
+
+
 def query_status(checkpoint: str, last: int = 10) -> dict[str, Any]:
     """Everything ``firesteel status`` shows of one checkpoint, as plain data."""
     fsys, base = filesystem(checkpoint)
@@ -59,7 +70,7 @@ def query_status(checkpoint: str, last: int = 10) -> dict[str, Any]:
         "sinks": {
             sink: {
                 "totals": records[-1].totals if records else {},
-                "batches": [asdict(r) for r in records],
+                "batches": [_with_duration(asdict(r), fsys, base) for r in records],
             }
             for sink, records in history.items()
         },
@@ -86,10 +97,22 @@ def state_status(location: str, keys: bool = False) -> dict[str, Any]:
     return {"location": location, "operators": operators}
 
 
+def _with_duration(batch: dict[str, Any], fsys: fs.FileSystem, base: str) -> dict[str, Any]:
+    """The record plus ``batch_seconds``: from Spark planning the batch to the sink's commit
+    (the batch's whole cost as a user waits for it, its fixed cost included)."""
+    started = _batch_started(fsys, base, batch["batch"])
+    batch["batch_seconds"] = batch["committed_at"] - started if started is not None else None
+    return batch
+
+
 def _age(seconds: float | None, now: float) -> str:
     if seconds is None:
         return "never"
     return f"{now - seconds:.0f} s ago"
+
+
+def _seconds(value: float | None) -> str:
+    return f"{value:7.2f}" if value is not None else "      -"
 
 
 def render(status: dict[str, Any], now: float) -> str:
@@ -107,11 +130,14 @@ def render(status: dict[str, Any], now: float) -> str:
     for sink, shown in status["sinks"].items():
         totals = ", ".join(f"{k} {v:,.0f}" for k, v in sorted(shown["totals"].items()))
         lines.append(f"  sink {sink} totals: {totals}")
-        lines.append("    batch  committed  tasks       rows        bytes  write s  commit s")
+        lines.append(
+            "    batch  committed  tasks       rows        bytes  batch s  write s  commit s"
+        )
         for batch in shown["batches"]:
             lines.append(
                 f"    {batch['batch']:5}  {_age(batch['committed_at'], now):>9}  "
                 f"{batch['tasks']:5}  {batch['input_rows']:9,}  {batch['input_bytes']:11,}  "
+                f"{_seconds(batch['batch_seconds'])}  "
                 f"{batch['write_seconds']:7.2f}  {batch['commit_seconds']:8.2f}"
             )
     for state in status.get("state", []):
