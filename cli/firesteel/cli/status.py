@@ -2,7 +2,8 @@
 
 For each checkpoint: Spark's query id, the last batch whose offsets Spark logged
 and the last it committed (with the commit's age), the guarantee each firesteel
-sink runs with, and each sink's committed totals and last batches (rows, bytes,
+sink runs with, how far each source that records it (Kafka) was behind its log end
+when the last batch committed, and each sink's committed totals and last batches (rows, bytes,
 the time from Spark planning the batch to the sink's commit, the slowest task's
 write time, the commit's time, the counters its tasks add).
 It reads files only, so it works for a stopped query as for a running one.
@@ -27,6 +28,7 @@ from pyarrow import fs
 from firesteel.core.checkpoint import filesystem, read_guarantee, read_query_id
 from firesteel.core.errors import FiresteelError
 from firesteel.core.metrics.history import read_history
+from firesteel.core.metrics.sources import read_source_progress
 
 EXIT_USAGE = 2
 
@@ -67,6 +69,7 @@ def query_status(checkpoint: str, last: int = 10) -> dict[str, Any]:
         "last_committed_batch": committed,
         "last_committed_at": committed_at,
         "guarantees": read_guarantee(checkpoint),
+        "sources": read_source_progress(checkpoint),
         "sinks": {
             sink: {
                 "totals": records[-1].totals if records else {},
@@ -127,6 +130,12 @@ def render(status: dict[str, Any], now: float) -> str:
     for sink, record in status["guarantees"].items():
         sources = ", ".join(record["sources"]) or "no sources logged yet"
         lines.append(f"  sink {sink} ({record['sink']}): {record['achieved']} from {sources}")
+    for source, progress in status["sources"].items():
+        behind = ", ".join(f"{tp} {lag:,}" for tp, lag in sorted(progress["lag"].items()))
+        lines.append(
+            f"  source {source}: {progress['lag_total']:,} records behind the log end "
+            f"when its last batch committed ({_age(progress['at'], now)}): {behind}"
+        )
     for sink, shown in status["sinks"].items():
         totals = ", ".join(f"{k} {v:,.0f}" for k, v in sorted(shown["totals"].items()))
         lines.append(f"  sink {sink} totals: {totals}")

@@ -148,3 +148,47 @@ def test_a_deleted_and_recreated_topic_is_data_loss_not_a_stall(bootstrap, check
     finally:
         strict.stop()
         lenient.stop()
+
+
+def test_a_committed_batch_records_the_lag_behind_the_log_end(bootstrap, checkpoint):
+    """commit(end) records, per partition, how far the batch end is behind the log end the
+    broker reports (read_committed), where ``firesteel status`` and Prometheus read it."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from firesteel.cli.status import query_status, render
+    from firesteel.core.metrics.prometheus import serve_prometheus
+    from firesteel.testing.ports import free_port
+
+    topic = create_topic(bootstrap, partitions=2)
+    for partition, count in ((0, 100), (1, 30)):
+        producer = Producer({"bootstrap.servers": bootstrap})
+        for i in range(count):
+            producer.produce(topic, str(i).encode(), partition=partition)
+        assert producer.flush(30) == 0
+    source = _source(bootstrap, checkpoint, subscribe=topic, startingOffsets="earliest")
+    try:
+        source.commit({topic: {"0": 40, "1": 30}})
+    finally:
+        source.stop()
+    (progress,) = query_status(str(checkpoint))["sources"].values()
+    assert progress["lag"] == {f"{topic}[0]": 60, f"{topic}[1]": 0}
+    assert progress["log_end"] == {f"{topic}[0]": 100, f"{topic}[1]": 30}
+    assert progress["lag_total"] == 60
+    assert "60 records behind the log end" in render(query_status(str(checkpoint)), 0)
+
+    port = free_port()
+    server = serve_prometheus(port, {"q": str(checkpoint)})
+    try:
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as page:
+            text = page.read().decode()
+    finally:
+        server.shutdown()
+    (family,) = [
+        f for f in text_string_to_metric_families(text) if f.name == "firesteel_source_lag"
+    ]
+    assert {s.labels["partition"]: s.value for s in family.samples} == {
+        f"{topic}[0]": 60,
+        f"{topic}[1]": 0,
+    }

@@ -14,7 +14,10 @@ value given to ``writeStream``, and keeps under
   record, resolved anew (Spark ignores them once ``offsets/0`` exists);
 * ``errors/<range>.json``: how many bad records the task reading that range
   skipped or quarantined. A replay of the range replaces its record, so the sum
-  (query progress) never counts a record twice.
+  (query progress) never counts a record twice;
+* ``progress.json``: what the source knew when its last batch committed (for
+  Kafka: the committed positions, the log ends and the lag between them), replaced
+  at every commit, read by ``firesteel status`` and the Prometheus exporter.
 
 Records go through :mod:`firesteel.core.durable` on any pyarrow filesystem
 (``hdfs://``, ``s3://``...), like Spark's own checkpoint.
@@ -32,6 +35,7 @@ from pyarrow import fs
 from firesteel.core.checkpoint import FIRESTEEL_DIR, filesystem, read_query_id
 from firesteel.core.durable import decode_record, encode_record, write_atomically
 from firesteel.core.errors import ConfigError
+from firesteel.core.metrics.sources import PROGRESS, progress_kind
 from firesteel.core.source import Offset
 
 FORMAT_VERSION = 1
@@ -100,6 +104,13 @@ class SourceFolder:
         counts = {"skipped": skipped, "quarantined": quarantined}
         record = encode_record(f"{self.source}-source-errors", FORMAT_VERSION, counts)
         write_atomically(fsys, f"{folder}/{offset_range}.json", record)
+
+    def record_progress(self, progress: dict[str, Any]) -> None:
+        """Replace the source's progress record (driver side, when a batch committed)."""
+        fsys, path = self._path(PROGRESS)
+        fsys.create_dir(self._path()[1], recursive=True)
+        record = encode_record(progress_kind(self.source), FORMAT_VERSION, progress)
+        write_atomically(fsys, path, record, sync=False)
 
     def counts(self) -> dict[str, int]:
         """Bad records skipped and quarantined so far, summed over every range read."""

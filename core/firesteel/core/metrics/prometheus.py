@@ -15,6 +15,8 @@ id); counters count committed work only (see :mod:`firesteel.core.metrics.histor
     firesteel_sink_last_commit_timestamp_seconds
     firesteel_sink_last_write_seconds       the last batch's slowest task in the sink
     firesteel_sink_last_commit_seconds      the last batch's commit
+    firesteel_source_lag{partition}         records a source was behind its log end
+                                            when its last batch committed (Kafka)
 
 Needs ``prometheus-client`` (``pip install 'firesteel[metrics]'``).
 """
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from firesteel.core.errors import MissingDependencyError
 from firesteel.core.metrics.history import read_history
+from firesteel.core.metrics.sources import read_source_progress
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -77,8 +80,18 @@ class CheckpointCollector:
                 gauges["last_commit_timestamp_seconds"].add_metric(values, latest.committed_at)
                 gauges["last_write_seconds"].add_metric(values, latest.write_seconds)
                 gauges["last_commit_seconds"].add_metric(values, latest.commit_seconds)
+        lag = GaugeMetricFamily(
+            "firesteel_source_lag",
+            "Records a source was behind its log end when its last batch committed.",
+            labels=["query", "source", "partition"],
+        )
+        for query, checkpoint in self.queries.items():
+            for source, progress in read_source_progress(checkpoint).items():
+                for partition, behind in sorted(progress.get("lag", {}).items()):
+                    lag.add_metric([query, source, partition], behind)
         yield from counters.values()
         yield from gauges.values()
+        yield lag
 
 
 def serve_prometheus(

@@ -25,6 +25,7 @@ pin is written has handed Spark no start at all; its restart resolves one.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
@@ -298,8 +299,22 @@ class KafkaSource(ResettableSource):
         return dict(self.folder.counts())
 
     def commit(self, end: Offset) -> None:
+        """The batch ending at ``end`` committed: report it to the progress group, if any,
+        and record the lag behind each partition's log end (``firesteel status``)."""
+        positions = from_offset(end)
         if self.options.progress_group_id:
-            self.discovery.commit_progress(self.options.progress_group_id, from_offset(end))
+            self.discovery.commit_progress(self.options.progress_group_id, positions)
+        ends = self.discovery.latest(list(positions))
+        lag = {f"{t}[{p}]": max(ends.get((t, p), o) - o, 0) for (t, p), o in positions.items()}
+        self.folder.record_progress(
+            {
+                "at": time.time(),
+                "committed": {f"{t}[{p}]": o for (t, p), o in positions.items()},
+                "log_end": {f"{t}[{p}]": e for (t, p), e in ends.items()},
+                "lag": lag,
+                "lag_total": sum(lag.values()),
+            }
+        )
 
     def stop(self) -> None:
         if self._discovery is not None:
