@@ -5,21 +5,29 @@ records plus a copy of every input task's tick row, and :func:`run_task` does th
 against a real backend on disk (heap, filesystem, rocksdb). Outputs are checked against
 a plain-Python reference fed the same batches: the watermark of each batch, every
 event-time timer fired once at the right watermark in timestamp order before the input,
-every late record in the side output once; also across a rescale and a re-run.
+every late record in the side output once; also across a rescale and a re-run. One real
+Structured Streaming query (Spark local mode) checks the same against the same reference.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
+import os
+import sys
+import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pytest
+from pyspark import cloudpickle
 from test_state_backends import BACKENDS, make_backend
 
+from firesteel.backends import FilesystemBackend
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import ConfigError
 from firesteel.state import (
@@ -28,6 +36,9 @@ from firesteel.state import (
     KeyState,
     TimeDomain,
     ValueStateDescriptor,
+    late_output,
+    main_output,
+    stateful,
 )
 from firesteel.state import eventtime as et
 from firesteel.state.backend import KeyedTask, OperatorSpec, StateBackend
@@ -38,6 +49,9 @@ from firesteel.state.operator import (
     OperatorTask,
     run_task,
 )
+
+# Spark's Python workers cannot import this test module by name: ship it by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 MAX_P = 16
 GAP_MS = 5_000
@@ -360,3 +374,102 @@ def test_ticks_carry_each_input_task_s_largest_event_time() -> None:
     assert [r[et.TICK_COLUMN] for r in rows] == [None, None, None, 5_000]
     assert rows[-1]["k"] is None
     assert list(et.EventTimeTicks("ts")(iter([]))) == []
+
+
+# -- one real query ----------------------------------------------------------------------------
+
+
+def write_batches(folder: Path, batches: list[list[tuple[str, int]]], start: int) -> None:
+    """One JSON file per micro-batch, in batch order (Spark's file source orders by mtime)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for n, records in enumerate(batches, start):
+        path = folder / f"part-{n:04d}.json"
+        lines = [
+            json.dumps(
+                {
+                    "k": k,
+                    "ts": f"{dt.datetime.fromtimestamp(t / 1000, dt.UTC):%Y-%m-%dT%H:%M:%S.%f}Z",
+                    "v": i,
+                }
+            )
+            for i, (k, t) in enumerate(records)
+        ]
+        path.write_text("\n".join(lines) + "\n")
+        stamp = time.time() - 1000 + n
+        os.utime(path, (stamp, stamp))
+
+
+def run_event_time_query(spark: Any, src: Path, root: Path, parallelism: int) -> None:
+    df = spark.readStream.schema("k string, ts timestamp, v long").option("maxFilesPerTrigger", 1)
+    out = stateful(
+        df.json(str(src)),
+        key="k",
+        processor=TimeoutDetector(),
+        output_schema="k string, kind string, at long, watermark long, n long",
+        backend=FilesystemBackend(f"file://{root}/state"),
+        name="timeouts",
+        parallelism=parallelism,
+        max_parallelism=MAX_P,
+        event_time="ts",
+        watermark=BoundedOutOfOrderness(BOUND),
+    )
+    target = root / "out"
+
+    def sink(batch_df: Any, batch_id: int) -> None:
+        batch_df.persist()
+        main_output(batch_df).write.mode("overwrite").parquet(f"{target}/main/batch={batch_id}")
+        late_output(batch_df).write.mode("overwrite").parquet(f"{target}/late/batch={batch_id}")
+        batch_df.unpersist()
+
+    query = (
+        out.writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(root / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        query.awaitTermination()
+    finally:
+        query.stop()
+
+
+def test_a_real_query_matches_the_reference_across_a_restart_with_another_parallelism(
+    spark: Any, tmp_path: Path
+) -> None:
+    batches = out_of_order_batches()
+    src = tmp_path / "in"
+    write_batches(src, batches[:4], 0)
+    run_event_time_query(spark, src, tmp_path, parallelism=3)
+    write_batches(src, batches[4:], 4)
+    run_event_time_query(spark, src, tmp_path, parallelism=2)
+
+    main = ds.dataset(tmp_path / "out" / "main", format="parquet", partitioning="hive").to_table()
+    late = ds.dataset(tmp_path / "out" / "late", format="parquet", partitioning="hive").to_table()
+    got: dict[int, list[dict[str, Any]]] = {}
+    for row in main.to_pylist():
+        got.setdefault(row.pop("batch"), []).append(row)
+    for row in late.to_pylist():
+        got.setdefault(row.pop("batch"), []).append({et.LATE_COLUMN: row})
+    expected = reference(batches)
+    assert {n: observed(rows) for n, rows in got.items()} == {
+        n: e for n, e in enumerate(expected) if e
+    }
+
+
+def test_stateful_checks_its_event_time_arguments(spark: Any, tmp_path: Path) -> None:
+    df = spark.readStream.schema("k string, ts timestamp, v long").json(str(tmp_path))
+    common: dict[str, Any] = {
+        "key": "k",
+        "processor": TimeoutDetector(),
+        "output_schema": "k string",
+        "backend": FilesystemBackend(str(tmp_path / "state")),
+    }
+    strategy = BoundedOutOfOrderness(BOUND)
+    with pytest.raises(ConfigError, match="needs a watermark strategy"):
+        stateful(df, **common, event_time="ts")
+    with pytest.raises(ConfigError, match="'v' is bigint; it must be a timestamp"):
+        stateful(df, **common, event_time="v", watermark=strategy)
+    with pytest.raises(ConfigError, match="'tz' is not in the input"):
+        stateful(df, **common, event_time="tz", watermark=strategy)
+    with pytest.raises(ConfigError, match="remove withWatermark"):
+        stateful(df.withWatermark("ts", "1 minute"), **common, event_time="ts", watermark=strategy)
