@@ -28,6 +28,7 @@ from pyspark import cloudpickle
 from test_state_backends import BACKENDS, make_backend
 
 from firesteel.backends import FilesystemBackend
+from firesteel.backends.savepoint import create
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import ConfigError
 from firesteel.state import (
@@ -49,6 +50,7 @@ from firesteel.state.operator import (
     OperatorTask,
     run_task,
 )
+from firesteel.state.savepoint import SavepointRestore
 
 # Spark's Python workers cannot import this test module by name: ship it by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -122,11 +124,13 @@ class Job:
         parallelism: int,
         late: str = "side-output",
         processor: KeyedProcessor | None = None,
+        restore: SavepointRestore | None = None,
     ) -> None:
         self.backend = backend
         self.parallelism = parallelism
         self.late = late
         self.processor = processor or TimeoutDetector()
+        self.restore = restore
 
     def run(
         self, batch: int, records: list[tuple[str, int]], input_tasks: int = 2
@@ -136,7 +140,13 @@ class Job:
         times = et.EventTime("ts", et.BoundedOutOfOrderness(BOUND), self.late)  # type: ignore[arg-type]
         late_type = LATE_TYPE if self.late == "side-output" else None
         operator = OperatorTask(
-            spec, self.processor, self.backend, OUTPUT, event_time=times, late_type=late_type
+            spec,
+            self.processor,
+            self.backend,
+            OUTPUT,
+            restore=self.restore,
+            event_time=times,
+            late_type=late_type,
         )
         # The input tasks' ticks: the largest event time of each task's slice of the input.
         share = max(1, -(-len(records) // input_tasks))
@@ -259,6 +269,22 @@ def test_watermark_timers_and_late_records_match_the_reference_across_a_rescale(
         # Rescale from 3 partitions to 2 half-way: watermark and timers move with key groups.
         job = Job(backend, parallelism=3 if n < 4 else 2)
         rows = job.run(n, records)
+        assert observed(rows) == expected[n], f"batch {n}"
+
+
+def test_watermark_and_event_time_timers_travel_in_a_savepoint_to_another_backend(
+    tmp_path: Path,
+) -> None:
+    batches = out_of_order_batches()
+    expected = reference(batches)
+    source = make_backend("filesystem", tmp_path / "source")
+    for n, records in enumerate(batches[:5]):
+        Job(source, parallelism=3).run(n, records)
+    create(source.location, str(tmp_path / "savepoint"), batch=4)
+    target = make_backend("rocksdb", tmp_path / "target")
+    restore = SavepointRestore(str(tmp_path / "savepoint"))
+    for n, records in enumerate(batches[5:], 5):
+        rows = Job(target, parallelism=2, restore=restore).run(n, records)
         assert observed(rows) == expected[n], f"batch {n}"
 
 
