@@ -28,6 +28,7 @@ from pyspark import cloudpickle
 from test_state_backends import BACKENDS, make_backend
 
 from firesteel.backends import FilesystemBackend
+from firesteel.backends.inspect import read_state
 from firesteel.backends.savepoint import create
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import ConfigError
@@ -322,11 +323,16 @@ def test_no_watermark_before_the_first_event_so_nothing_is_late(tmp_path: Path) 
 
 
 def test_late_policy_drop_drops_and_process_flags(tmp_path: Path) -> None:
-    dropped = Job(make_backend("heap", tmp_path / "drop"), parallelism=1, late="drop")
+    backend = make_backend("filesystem", tmp_path / "drop")
+    dropped = Job(backend, parallelism=2, late="drop")
     dropped.run(0, [("a", BASE)])
-    rows = dropped.run(1, [("a", BASE - 10_000), ("a", BASE + 1)])
+    late = [("a", BASE - 10_000), ("b", BASE - 9_000), ("c", BASE - 8_000)]
+    for _ in range(2):  # a re-run of batch 1 does not count its drops twice
+        rows = dropped.run(1, [*late, ("a", BASE + 1)])
     assert observed(rows) == [("seen", "a", 1000, BASE - BOUND_MS - 1)]
     assert et.LATE_COLUMN not in rows[0]
+    counted = read_state(backend.location, "op").to_pylist()
+    assert sum(int(r["value"]) for r in counted if r["state"] == et.LATE_DROPPED.name) == 3
 
     flagged = Job(make_backend("heap", tmp_path / "process"), parallelism=1, late="process")
     flagged.run(0, [("a", BASE)])

@@ -55,10 +55,15 @@ MAX_EVENT_TIME = reserved_value_state("__firesteel_max_event_time__", int)
 EVENT_TIMERS = reserved_value_state("__firesteel_event_timers__", list)
 """Per key group: its keys' event-time timers, ``[[timestamp, [key, ...]], ...]``."""
 
+LATE_DROPPED = reserved_value_state("__firesteel_late_dropped__", int)
+"""Per key group: how many late records of its keys ``late="drop"`` dropped, in committed
+batches (a re-run of a batch does not count them twice), shown by
+:func:`~firesteel.backends.inspect.read_state` and ``firesteel state --all``."""
+
 LatePolicy = Literal["side-output", "drop", "process"]
 """What happens to a late record: ``side-output`` (default) emits it in the result's
-:data:`LATE_COLUMN`; ``drop`` drops it and counts it (logged per task, and in
-``late_dropped`` of the task's log line); ``process`` hands it to ``process`` with
+:data:`LATE_COLUMN`; ``drop`` drops it and counts it in :data:`LATE_DROPPED` (and
+the task's log); ``process`` hands it to ``process`` with
 :data:`LATE_COLUMN` true."""
 
 LATE_POLICIES: tuple[LatePolicy, ...] = ("side-output", "drop", "process")
@@ -238,6 +243,14 @@ class EventTimers:
 
 def _as_key(stored: Any) -> Key:
     return tuple(stored)
+
+
+def count_dropped(store: KeyedStateStore, late: pa.Table, key_group_column: str) -> None:
+    """Add the ``late`` records to :data:`LATE_DROPPED` of their key groups."""
+    counter = cast(ValueState, store.state(LATE_DROPPED))
+    for entry in pc.value_counts(late.column(key_group_column).combine_chunks()).to_pylist():
+        store.set_current_key(CLOCK_KEY, entry["values"])
+        counter.update((counter.value() or 0) + entry["counts"])
 
 
 def late_mask(rows: pa.Table, column: str, watermark: int | None) -> pa.Array | None:

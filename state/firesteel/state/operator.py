@@ -433,7 +433,7 @@ def run_task(
     pending = None
     try:
         processor.open(open_ctx)
-        reserved = [clock.CLOCK, et.MAX_EVENT_TIME, et.EVENT_TIMERS]
+        reserved = [clock.CLOCK, et.MAX_EVENT_TIME, et.EVENT_TIMERS, et.LATE_DROPPED]
         states = declarations(operator.restore, [*declared.values(), *reserved], open_ctx.dropped)
         store = operator.backend.open_store(spec, task, states, now_ms)
         if operator.restore is not None:
@@ -523,7 +523,11 @@ def _fire(
 
 
 def _split_late(
-    operator: OperatorTask, handle: KeyState, table: pa.Table, partition: int
+    operator: OperatorTask,
+    store: KeyedStateStore,
+    handle: KeyState,
+    table: pa.Table,
+    partition: int,
 ) -> tuple[pa.Table | None, pa.Table | None]:
     """The records to process (with a ``__late`` flag under ``late="process"``) and the late
     records to the side output; None for either when there are none."""
@@ -547,6 +551,7 @@ def _split_late(
             late.num_rows,
             handle.watermark_ms,
         )
+        et.count_dropped(store, late, KEY_GROUP_COLUMN)
         late = None
     return (kept if kept.num_rows else None), late
 
@@ -572,7 +577,7 @@ def _process_input(
         )
         raise FiresteelError(msg)
     processed, late = _split_late(
-        operator, handle, table.drop_columns([BATCH_TIME_COLUMN]), task.scope.partition_id
+        operator, store, handle, table.drop_columns([BATCH_TIME_COLUMN]), task.scope.partition_id
     )
     if late is not None and operator.late_type is not None:
         records = late.drop_columns([KEY_GROUP_COLUMN])
