@@ -28,7 +28,7 @@ from __future__ import annotations
 import datetime as dt
 import enum
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 import pyarrow as pa
@@ -119,6 +119,8 @@ def epoch_ms(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
         return pc.multiply(raw, 1000)
     if per_ms == 1:
         return raw
+    # Floored, not truncated, so an instant before 1970 stays in its millisecond; float64
+    # holds epoch microseconds exactly until the year 2255.
     return pc.floor(pc.divide(pc.cast(raw, pa.float64()), per_ms)).cast(pa.int64())
 
 
@@ -129,7 +131,6 @@ class EventTimeTicks:
     null but :data:`TICK_COLUMN`) with the largest event time the task read."""
 
     column: str
-    schema: pa.Schema | None = field(default=None)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         latest: int | None = None
@@ -193,7 +194,7 @@ class EventTimers:
             store.set_current_key(CLOCK_KEY, key_group)
             stored = self._state.value() or []
             self._by_group[key_group] = {
-                int(timestamp): {_as_key(k) for k in keys} for timestamp, keys in stored
+                int(timestamp): {tuple(k) for k in keys} for timestamp, keys in stored
             }
         self._changed: set[int] = set()
 
@@ -239,10 +240,6 @@ class EventTimers:
                 or None
             )
         self._changed.clear()
-
-
-def _as_key(stored: Any) -> Key:
-    return tuple(stored)
 
 
 def count_dropped(store: KeyedStateStore, late: pa.Table, key_group_column: str) -> None:

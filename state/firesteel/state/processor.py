@@ -118,6 +118,7 @@ class KeyState:
         self.key_group = 0
         """The current key's key group."""
         self.event_timers: EventTimers | None = None
+        """The task's event-time timers (set by the operator when it has ``event_time``)."""
 
     def broadcast(self, descriptor: BroadcastStateDescriptor) -> Mapping[Any, Any]:
         """The broadcast map of ``descriptor`` (read-only; ``process_broadcast`` writes it)."""
