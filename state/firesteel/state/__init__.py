@@ -30,6 +30,12 @@ from firesteel.state.descriptors import (
     StateTtl,
     ValueStateDescriptor,
 )
+from firesteel.state.eventtime import (
+    BoundedOutOfOrderness,
+    TimeDomain,
+    late_output,
+    main_output,
+)
 from firesteel.state.keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange
 from firesteel.state.operator import stateful
 from firesteel.state.processor import KeyedProcessor, KeyState, OpenContext
@@ -37,6 +43,7 @@ from firesteel.state.serializers import MsgpackSerializer, PickleSerializer, Ser
 
 __all__ = [
     "DEFAULT_MAX_PARALLELISM",
+    "BoundedOutOfOrderness",
     "BroadcastContext",
     "BroadcastMap",
     "BroadcastStateDescriptor",
@@ -59,7 +66,10 @@ __all__ = [
     "StateDescriptor",
     "StateKind",
     "StateTtl",
+    "TimeDomain",
     "ValueState",
     "ValueStateDescriptor",
+    "late_output",
+    "main_output",
     "stateful",
 ]

@@ -49,7 +49,7 @@ import logging
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -61,6 +61,7 @@ from firesteel.core.faults import fault_point
 from firesteel.core.storage import session_settings
 from firesteel.state import broadcast as broadcasts
 from firesteel.state import clock, keygroups
+from firesteel.state import eventtime as et
 from firesteel.state.backend import (
     KeyedStateStore,
     KeyedTask,
@@ -122,6 +123,9 @@ def stateful(
     restore_from: str | SavepointRestore | None = None,
     broadcast: DataFrame | None = None,
     broadcast_order: str | None = None,
+    event_time: str | None = None,
+    watermark: et.BoundedOutOfOrderness | None = None,
+    late: et.LatePolicy = "side-output",
 ) -> DataFrame:
     """Run ``processor`` per key of ``df`` with keyed state in ``backend``.
 
@@ -139,6 +143,19 @@ def stateful(
     second streaming DataFrame (rules, configuration) whose records every partition gets,
     in order of the column ``broadcast_order`` (see :mod:`firesteel.state.broadcast`).
 
+    ``event_time``: a timestamp column of ``df``, with ``watermark`` (a
+    :class:`~firesteel.state.eventtime.BoundedOutOfOrderness`): gives the processor
+    ``state.watermark_ms`` and event-time timers, and makes records at or behind the
+    watermark late (see :mod:`firesteel.state.eventtime`). ``late`` says what becomes of
+    them: ``"side-output"`` (default) adds a column ``__late`` to the result, a struct of
+    the input's columns holding one late record per row (its other columns null; null on
+    every other row), so one query, hence one pass over state, yields both outputs: split
+    them with :func:`~firesteel.state.eventtime.main_output` and
+    :func:`~firesteel.state.eventtime.late_output` (in ``foreachBatch``, each to its sink);
+    ``"drop"`` drops and counts them; ``"process"`` hands them to ``process`` with a boolean
+    column ``__late`` true. Spark's own ``withWatermark`` on ``df`` is refused: its
+    watermark serves Spark's operators, and two watermarks would disagree on what is late.
+
     The result is a streaming DataFrame of ``output_schema``: write it with any
     sink. State is exactly-once with any sink (a batch's state commits with the
     batch); the output is as good as the sink (use ``firesteel.files`` with
@@ -154,9 +171,10 @@ def stateful(
     if missing:
         msg = f"stateful(): key column '{missing[0]}' is not in the input ({', '.join(df.columns)})"
         raise ConfigError(msg)
-    clash = {KEY_GROUP_COLUMN, BATCH_TIME_COLUMN, ROUTE_COLUMN, broadcasts.BROADCAST_COLUMN} & set(
-        df.columns
-    )
+    reserved = {KEY_GROUP_COLUMN, BATCH_TIME_COLUMN, ROUTE_COLUMN, broadcasts.BROADCAST_COLUMN}
+    if event_time is not None:
+        reserved |= {et.TICK_COLUMN, et.LATE_COLUMN}
+    clash = reserved & set(df.columns)
     if clash:
         msg = f"stateful(): input column '{sorted(clash)[0]}' is reserved by firesteel"
         raise ConfigError(msg)
@@ -176,12 +194,19 @@ def stateful(
             df.sparkSession.conf.get("spark.sql.shuffle.partitions") or "200"
         )
     keygroups.validate(parallelism, max_parallelism)
+    times = _event_time(df, event_time, watermark, late)
+    input_schema = df.schema
+    if times is not None:
+        df = _with_ticks(df, times.column)
     if broadcast is not None:
         if type(processor).process_broadcast is KeyedProcessor.process_broadcast:
             msg = f"stateful(): {type(processor).__name__} has no process_broadcast(record, ctx)"
             raise ConfigError(msg)
         df = broadcasts.union_input(df, broadcast, broadcast_order)
     spark_schema, arrow_schema = _arrow_schema(df, output_schema)
+    late_type: pa.DataType | None = None
+    if times is not None and times.late == "side-output":
+        spark_schema, late_type = _with_late_column(spark_schema, input_schema)
     spec = OperatorSpec(operator, key_columns, max_parallelism, parallelism)
     restore = SavepointRestore(restore_from) if isinstance(restore_from, str) else restore_from
     if restore is not None:
@@ -195,6 +220,9 @@ def stateful(
     )
     if broadcast is not None:
         route = broadcasts.route(route, parallelism)
+    if times is not None:
+        every_partition = F.sequence(F.lit(-parallelism), F.lit(-1))
+        route = F.when(F.col(et.TICK_COLUMN).isNotNull(), every_partition).otherwise(route)
     routed = F.col(ROUTE_COLUMN)
     group = F.col(KEY_GROUP_COLUMN)
     partition = F.when(group < 0, -group - 1).otherwise(
@@ -207,7 +235,9 @@ def stateful(
         .withColumn(BATCH_TIME_COLUMN, F.current_timestamp())
         .repartitionById(parallelism, partition.cast("int"))
     )
-    task = OperatorTask(spec, processor, backend, arrow_schema, restore, broadcast_order)
+    task = OperatorTask(
+        spec, processor, backend, arrow_schema, restore, broadcast_order, times, late_type
+    )
     logger.info(
         "firesteel: stateful operator %s on %s, %d partitions over %d key groups, %s backend at %s",
         operator,
@@ -218,6 +248,68 @@ def stateful(
         backend.location,
     )
     return staged.mapInArrow(task, spark_schema)
+
+
+def _event_time(
+    df: DataFrame, column: str | None, watermark: et.BoundedOutOfOrderness | None, late: str
+) -> et.EventTime | None:
+    """The operator's event-time settings, checked against the input."""
+    from pyspark.sql.types import TimestampNTZType, TimestampType
+
+    if column is None:
+        if watermark is not None:
+            msg = "stateful(): watermark= needs event_time='<timestamp column>'"
+            raise ConfigError(msg)
+        return None
+    if watermark is None:
+        msg = (
+            f"stateful(): event_time='{column}' needs a watermark strategy, e.g. "
+            "watermark=BoundedOutOfOrderness(datetime.timedelta(seconds=10))"
+        )
+        raise ConfigError(msg)
+    if column not in df.columns:
+        columns = ", ".join(df.columns)
+        msg = f"stateful(): event_time column '{column}' is not in the input ({columns})"
+        raise ConfigError(msg)
+    kind = df.schema[column].dataType
+    if not isinstance(kind, TimestampType | TimestampNTZType):
+        msg = (
+            f"stateful(): event_time column '{column}' is {kind.simpleString()}; "
+            "it must be a timestamp (cast it, e.g. F.col(c).cast('timestamp'))"
+        )
+        raise ConfigError(msg)
+    plan = df._jdf.queryExecution().logical().toString()
+    if "EventTimeWatermark" in plan:
+        msg = (
+            "stateful(): the input has Spark's withWatermark; firesteel derives its own "
+            "watermark from event_time= and watermark=: remove withWatermark"
+        )
+        raise ConfigError(msg)
+    return et.EventTime(column, watermark, cast(et.LatePolicy, late))
+
+
+def _nullable(schema: StructType) -> StructType:
+    from pyspark.sql.types import StructField, StructType
+
+    return StructType([StructField(f.name, f.dataType, True, f.metadata) for f in schema])
+
+
+def _with_ticks(df: DataFrame, column: str) -> DataFrame:
+    """``df`` with the tick rows of :class:`~firesteel.state.eventtime.EventTimeTicks`."""
+    from pyspark.sql.types import LongType, StructField
+
+    schema = _nullable(df.schema).add(StructField(et.TICK_COLUMN, LongType(), True))
+    return df.mapInArrow(et.EventTimeTicks(column), schema)
+
+
+def _with_late_column(output: StructType, given: StructType) -> tuple[StructType, pa.DataType]:
+    """The result's schema with the side output column, and that column's Arrow type."""
+    from pyspark.sql.pandas.types import to_arrow_type
+    from pyspark.sql.types import StructField
+
+    late = _nullable(given)
+    schema = _nullable(output).add(StructField(et.LATE_COLUMN, late, True))
+    return schema, to_arrow_type(late, timezone="UTC")
 
 
 _routed_task: dict[str, int | None] = {"attempt": None}
@@ -256,6 +348,9 @@ class OperatorTask:
     schema: pa.Schema
     restore: SavepointRestore | None = None
     broadcast_order: str | None = None
+    event_time: et.EventTime | None = None
+    late_type: pa.DataType | None = None
+    """The Arrow type of the ``__late`` column with ``late="side-output"``."""
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         scope = TaskScope.running()
@@ -292,6 +387,8 @@ def _records(table: pa.Table | None) -> pa.Table | None:
     if table is None:
         return None
     records = table.filter(pc.greater_equal(table.column(KEY_GROUP_COLUMN), 0))
+    if et.TICK_COLUMN in records.column_names:
+        records = records.drop_columns([et.TICK_COLUMN])
     return broadcasts.without_column(records) if records.num_rows else None
 
 
@@ -336,7 +433,8 @@ def run_task(
     pending = None
     try:
         processor.open(open_ctx)
-        states = declarations(operator.restore, [*declared.values(), clock.CLOCK], open_ctx.dropped)
+        reserved = [clock.CLOCK, et.MAX_EVENT_TIME, et.EVENT_TIMERS, et.LATE_DROPPED]
+        states = declarations(operator.restore, [*declared.values(), *reserved], open_ctx.dropped)
         store = operator.backend.open_store(spec, task, states, now_ms)
         if operator.restore is not None:
             operator.restore.apply(store, spec, task, states)
@@ -344,23 +442,33 @@ def run_task(
             now_ms = clock.advance(store, task.key_groups, batch_time)
         builder = OutputBuilder(operator.schema, spec.name, task.scope.batch_id)
         handle = KeyState(store, spec.name, task.scope.batch_id)
+        times = operator.event_time
+        if times is not None:
+            handle.watermark_ms = et.advance(
+                store, task.key_groups, times.strategy, et.batch_max_event_time(received)
+            )
+            handle.event_timers = et.EventTimers(store, task.key_groups)
+        main = _MainOutput(builder, operator.late_type)
         handle.broadcast_maps = _apply_broadcast(
             operator, store, task, handle, builder=builder, received=received, states=declared
         )
-        yield from builder.drain()
+        yield from main.drain()
         due = store.pop_due_timers(now_ms) if batch_time is not None else []
-        for timestamp, key_group, key in due:
-            store.set_current_key(key, key_group)
-            handle.key = key
-            _call(processor.on_timer, key, timestamp, handle, builder, what="on_timer")
-            yield from builder.drain()
+        handle.time_domain = et.TimeDomain.PROCESSING_TIME
+        yield from _fire(processor, store, handle, main, due)
+        if handle.event_timers is not None and handle.watermark_ms is not None:
+            handle.time_domain = et.TimeDomain.EVENT_TIME
+            # A timer that on_timer registers at or behind the watermark fires now too.
+            while due := handle.event_timers.pop_due(handle.watermark_ms):
+                yield from _fire(processor, store, handle, main, due)
+        handle.time_domain = None
         if table is not None:
-            yield from _process_input(
-                processor, store, handle, builder, table=table, task=task, spec=spec
-            )
+            yield from _process_input(operator, store, handle, main, table=table, task=task)
+        if handle.event_timers is not None:
+            handle.event_timers.save()
         builder.flush()
         pending = store.snapshot()
-        yield from builder.drain()
+        yield from main.drain()
         pending.wait()
         pending = None
         AFTER_SNAPSHOT.fire(task.scope.batch_id, task.scope.partition_id)
@@ -384,16 +492,80 @@ def run_task(
         processor.close()
 
 
-def _process_input(
+class _MainOutput:
+    """The output builder's batches, with the ``__late`` column when there is a side output."""
+
+    def __init__(self, builder: OutputBuilder, late_type: pa.DataType | None) -> None:
+        self.builder = builder
+        self.late_type = late_type
+
+    def drain(self) -> Iterator[pa.RecordBatch]:
+        for batch in self.builder.drain():
+            if self.late_type is None:
+                yield batch
+            else:
+                yield et.with_empty_late(batch, self.late_type)
+
+
+def _fire(
     processor: KeyedProcessor,
     store: KeyedStateStore,
     handle: KeyState,
-    builder: OutputBuilder,
+    main: _MainOutput,
+    due: Sequence[tuple[int, int, Any]],
+) -> Iterator[pa.RecordBatch]:
+    for timestamp, key_group, key in due:
+        store.set_current_key(key, key_group)
+        handle.key = key
+        handle.key_group = key_group
+        _call(processor.on_timer, key, timestamp, handle, main.builder, what="on_timer")
+        yield from main.drain()
+
+
+def _split_late(
+    operator: OperatorTask,
+    store: KeyedStateStore,
+    handle: KeyState,
+    table: pa.Table,
+    partition: int,
+) -> tuple[pa.Table | None, pa.Table | None]:
+    """The records to process (with a ``__late`` flag under ``late="process"``) and the late
+    records to the side output; None for either when there are none."""
+    times = operator.event_time
+    if times is None:
+        return table, None
+    mask = et.late_mask(table, times.column, handle.watermark_ms)
+    if times.late == "process":
+        flags = mask if mask is not None else pa.array([False] * table.num_rows, pa.bool_())
+        return table.append_column(et.LATE_COLUMN, flags), None
+    if mask is None:
+        return table, None
+    late = table.filter(mask)
+    kept = table.filter(pc.invert(mask))
+    if times.late == "drop":
+        logger.info(
+            "state: operator %s batch %d partition %d dropped %d late records (watermark %d)",
+            operator.spec.name,
+            handle.batch_id,
+            partition,
+            late.num_rows,
+            handle.watermark_ms,
+        )
+        et.count_dropped(store, late, KEY_GROUP_COLUMN)
+        late = None
+    return (kept if kept.num_rows else None), late
+
+
+def _process_input(
+    operator: OperatorTask,
+    store: KeyedStateStore,
+    handle: KeyState,
+    main: _MainOutput,
     *,
     table: pa.Table,
     task: KeyedTask,
-    spec: OperatorSpec,
 ) -> Iterator[pa.RecordBatch]:
+    spec = operator.spec
     groups = table.column(KEY_GROUP_COLUMN)
     bounds = pc.min_max(groups)
     lowest, highest = bounds["min"].as_py(), bounds["max"].as_py()
@@ -404,23 +576,47 @@ def _process_input(
             "was repartitioned between firesteel's shuffle and the operator"
         )
         raise FiresteelError(msg)
+    processed, late = _split_late(
+        operator, store, handle, table.drop_columns([BATCH_TIME_COLUMN]), task.scope.partition_id
+    )
+    if late is not None and operator.late_type is not None:
+        records = late.drop_columns([KEY_GROUP_COLUMN])
+        yield et.side_output_batch(records, operator.schema, operator.late_type)
+    if processed is None:
+        return
+    yield from _process_keys(
+        operator.processor, store=store, handle=handle, main=main, table=processed, spec=spec
+    )
+
+
+def _process_keys(
+    processor: KeyedProcessor,
+    *,
+    store: KeyedStateStore,
+    handle: KeyState,
+    main: _MainOutput,
+    table: pa.Table,
+    spec: OperatorSpec,
+) -> Iterator[pa.RecordBatch]:
+    builder = main.builder
     ordered, starts = _key_runs(table, spec.key_columns)
     index = pa.array(starts, pa.int64())
     key_values = [ordered.column(c).take(index).to_pylist() for c in spec.key_columns]
     key_groups = ordered.column(KEY_GROUP_COLUMN).take(index).to_pylist()
-    data = ordered.drop_columns([KEY_GROUP_COLUMN, BATCH_TIME_COLUMN])
+    data = ordered.drop_columns([KEY_GROUP_COLUMN])
     as_pandas = getattr(processor, "input_format", "arrow") == "pandas"
     ends = [*starts[1:], ordered.num_rows]
     for position, key in enumerate(zip(*key_values, strict=True)):
         store.set_current_key(key, key_groups[position])
         handle.key = key
+        handle.key_group = key_groups[position]
         start = starts[position]
         rows: Any = data.slice(start, ends[position] - start)
         if as_pandas:
             rows = rows.to_pandas()
         _call(processor.process, key, rows, handle, builder, what="process")
         if builder.ready:
-            yield from builder.drain()
+            yield from main.drain()
 
 
 def _apply_broadcast(

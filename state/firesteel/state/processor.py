@@ -15,8 +15,11 @@ Call order, per task (one operator partition of one micro-batch):
 1. ``open(ctx)`` -- before any state is restored; declare states here with
    ``ctx.declare`` if they are not class attributes.
 2. ``on_timer(key, timestamp_ms, state)`` for every timer due at the batch's
-   processing time, oldest first -- before new input, because the time passed
-   before the input was processed.
+   processing time, oldest first, then (with ``stateful(..., event_time=...)``) for every
+   event-time timer at or behind the batch's watermark, oldest first; ``state.time_domain``
+   says which -- before new input, because the time passed before the input was processed.
+   An event-time timer registered in ``on_timer`` at or behind the watermark fires in the
+   same batch.
 3. ``process(key, rows, state)`` once per key present in the batch, keys in
    order of first appearance in the task's input (grouped by hash, not sorted);
    ``rows`` holds all of the key's rows of this batch in input order (a
@@ -57,6 +60,7 @@ from firesteel.state.descriptors import (
 
 if TYPE_CHECKING:
     from firesteel.state.broadcast import BroadcastContext
+    from firesteel.state.eventtime import EventTimers, TimeDomain
 
 Output = Iterable[Any] | Any | None
 """What ``process`` and ``on_timer`` may return (see module docs)."""
@@ -106,6 +110,15 @@ class KeyState:
         """The current key (a tuple of the key columns' values)."""
         self.broadcast_maps: Mapping[str, Mapping[Any, Any]] = {}
         """The broadcast maps of this batch, read-only, by state name."""
+        self.time_domain: TimeDomain | None = None
+        """Inside ``on_timer``: the time domain of the firing timer; None in ``process``."""
+        self.watermark_ms: int | None = None
+        """The batch's event-time watermark (epoch ms): no record at or behind it is still
+        to come. None without ``event_time`` or before the first event."""
+        self.key_group = 0
+        """The current key's key group."""
+        self.event_timers: EventTimers | None = None
+        """The task's event-time timers (set by the operator when it has ``event_time``)."""
 
     def broadcast(self, descriptor: BroadcastStateDescriptor) -> Mapping[Any, Any]:
         """The broadcast map of ``descriptor`` (read-only; ``process_broadcast`` writes it)."""
@@ -160,6 +173,30 @@ class KeyState:
         """This key's pending timers (epoch milliseconds, ascending)."""
         return self._store.timers()
 
+    def _event_timers(self) -> EventTimers:
+        if self.event_timers is None:
+            msg = (
+                f"operator '{self.operator}': event-time timers need an event-time column: "
+                "stateful(..., event_time='<column>', watermark=BoundedOutOfOrderness(...))"
+            )
+            raise ConfigError(msg)
+        return self.event_timers
+
+    def register_event_time_timer(self, when: dt.datetime | int | float) -> None:
+        """Fire ``on_timer`` for this key (``time_domain`` EVENT_TIME) in the first batch whose
+        watermark is at or past ``when`` (a datetime or epoch milliseconds), before that
+        batch's input. Registering the same time twice gives one timer. Timers are part of
+        the key group's state."""
+        self._event_timers().register(self.key_group, self.key, to_epoch(when, MILLIS))
+
+    def delete_event_time_timer(self, when: dt.datetime | int | float) -> None:
+        """Remove an event-time timer of this key (no error when absent)."""
+        self._event_timers().delete(self.key_group, self.key, to_epoch(when, MILLIS))
+
+    def event_time_timers(self) -> builtins.list[int]:
+        """This key's pending event-time timers (epoch milliseconds, ascending)."""
+        return self._event_timers().of_key(self.key_group, self.key)
+
 
 class KeyedProcessor:
     """Base class of a stateful processor (see module docs for the call order).
@@ -179,7 +216,8 @@ class KeyedProcessor:
         raise NotImplementedError(msg)
 
     def on_timer(self, key: Key, timestamp_ms: int, state: KeyState) -> Output:
-        """Called for each due timer of ``key``; returns output rows."""
+        """Called for each due timer of ``key`` (``state.time_domain`` says which clock);
+        returns output rows."""
         return None
 
     def process_broadcast(self, record: dict[str, Any], ctx: BroadcastContext) -> Output:

@@ -1,0 +1,293 @@
+"""Event time in the stateful operator: the watermark of a batch, event-time timers, late records.
+
+The watermark ``W(N)`` of batch N is ``M(N-1) - bound - 1 ms``, where ``M(N-1)`` is the
+largest event time of the whole input in batches up to N-1 (Flink's
+``forBoundedOutOfOrderness``), and there is none before the first event. Every input
+task appends one tick row carrying the largest event time it read; the operator copies
+each tick to every partition, so every partition sees the same ``M`` of the batch and
+records the running maximum in each key group it owns (a reserved value state under the
+empty key, as :mod:`firesteel.state.clock` keeps the batch clock). A re-run of N
+restores the state of N-1, hence the same ``W(N)``, in every partition, also after a
+rescale (each key group carries the maximum).
+
+``M`` is the maximum over the whole input, as Spark's ``withWatermark`` computes it, not
+the minimum over source partitions as a Flink source does: an idle source partition
+never holds the watermark back (no idleness timeout is needed), and a partition far
+behind the others has its records late.
+
+A record is late when its event time is at or behind ``W(N)``; a record without event
+time (null) is never late and does not move the watermark.
+
+Event-time timers of a key group are kept in one reserved value state under the empty
+key (``[[timestamp, [key, ...]], ...]``), loaded once per task and written back before
+the snapshot: they move with their key group through restarts and rescales.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Literal, cast
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from firesteel.core.errors import ConfigError
+from firesteel.state.api import ValueState
+from firesteel.state.backend import Key, KeyedStateStore
+from firesteel.state.clock import CLOCK_KEY
+from firesteel.state.descriptors import reserved_value_state
+from firesteel.state.keygroups import KeyGroupRange
+
+TICK_COLUMN = "__firesteel_event_time_tick"
+"""The input column of tick rows: the largest event time (epoch ms) an input task read."""
+
+LATE_COLUMN = "__late"
+"""With ``late="side-output"``: the result's column holding a late record (a struct of the
+input's columns), null on main-output rows. With ``late="process"``: the boolean column
+``process`` finds in ``rows``, true on late records."""
+
+MAX_EVENT_TIME = reserved_value_state("__firesteel_max_event_time__", int)
+"""Per key group: the largest event time of the input in the batches committed so far."""
+
+EVENT_TIMERS = reserved_value_state("__firesteel_event_timers__", list)
+"""Per key group: its keys' event-time timers, ``[[timestamp, [key, ...]], ...]``."""
+
+LATE_DROPPED = reserved_value_state("__firesteel_late_dropped__", int)
+"""Per key group: how many late records of its keys ``late="drop"`` dropped, in committed
+batches (a re-run of a batch does not count them twice), shown by
+:func:`~firesteel.backends.inspect.read_state` and ``firesteel state --all``."""
+
+LatePolicy = Literal["side-output", "drop", "process"]
+"""What happens to a late record: ``side-output`` (default) emits it in the result's
+:data:`LATE_COLUMN`; ``drop`` drops it and counts it in :data:`LATE_DROPPED` (and
+the task's log); ``process`` hands it to ``process`` with
+:data:`LATE_COLUMN` true."""
+
+LATE_POLICIES: tuple[LatePolicy, ...] = ("side-output", "drop", "process")
+
+
+class TimeDomain(str, enum.Enum):
+    """Which clock a firing timer belongs to (``state.time_domain`` inside ``on_timer``)."""
+
+    PROCESSING_TIME = "processing-time"
+    EVENT_TIME = "event-time"
+
+
+@dataclass(frozen=True)
+class BoundedOutOfOrderness:
+    """Watermark strategy: events arrive at most ``bound`` behind the latest one seen
+    (Flink's ``WatermarkStrategy.forBoundedOutOfOrderness``)."""
+
+    bound: dt.timedelta
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.bound, dt.timedelta) or self.bound < dt.timedelta(0):
+            msg = f"BoundedOutOfOrderness: bound must be a timedelta >= 0, got {self.bound!r}"
+            raise ConfigError(msg)
+
+    def watermark(self, max_event_ms: int) -> int:
+        """The watermark once ``max_event_ms`` was seen: ``max - bound - 1 ms``."""
+        return max_event_ms - self.bound // dt.timedelta(milliseconds=1) - 1
+
+
+@dataclass(frozen=True)
+class EventTime:
+    """The event-time settings of one operator (built by :func:`~firesteel.state.stateful`)."""
+
+    column: str
+    strategy: BoundedOutOfOrderness
+    late: LatePolicy = "side-output"
+
+    def __post_init__(self) -> None:
+        if self.late not in LATE_POLICIES:
+            msg = f"stateful(): late={self.late!r}: choose one of {', '.join(LATE_POLICIES)}"
+            raise ConfigError(msg)
+
+
+def epoch_ms(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """Epoch milliseconds (floored) of a timestamp column, nulls kept."""
+    kind = column.type
+    if not pa.types.is_timestamp(kind):
+        msg = f"event time must be a timestamp column, got {kind}"
+        raise ConfigError(msg)
+    per_ms = {"s": 0, "ms": 1, "us": 1000, "ns": 1_000_000}[kind.unit]
+    raw = pc.cast(column, pa.int64())
+    if per_ms == 0:
+        return pc.multiply(raw, 1000)
+    if per_ms == 1:
+        return raw
+    # Floored, not truncated, so an instant before 1970 stays in its millisecond; float64
+    # holds epoch microseconds exactly until the year 2255.
+    return pc.floor(pc.divide(pc.cast(raw, pa.float64()), per_ms)).cast(pa.int64())
+
+
+@dataclass
+class EventTimeTicks:
+    """The picklable ``mapInArrow`` function before the operator's shuffle: passes every
+    row through and appends, after an input task's last row, one tick row (all columns
+    null but :data:`TICK_COLUMN`) with the largest event time the task read."""
+
+    column: str
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        latest: int | None = None
+        schema: pa.Schema | None = None
+        for batch in batches:
+            schema = batch.schema
+            if batch.num_rows:
+                found = pc.max(epoch_ms(batch.column(self.column))).as_py()
+                if found is not None and (latest is None or found > latest):
+                    latest = found
+            yield batch.append_column(TICK_COLUMN, pa.nulls(batch.num_rows, pa.int64()))
+        if latest is None or schema is None:
+            return
+        columns = [pa.nulls(1, f.type) for f in schema]
+        yield pa.RecordBatch.from_arrays(
+            [*columns, pa.array([latest], pa.int64())],
+            names=[*schema.names, TICK_COLUMN],
+        )
+
+
+def batch_max_event_time(received: pa.Table | None) -> int | None:
+    """The largest event time of the whole batch: the maximum of the ticks a task got."""
+    if received is None or TICK_COLUMN not in received.column_names:
+        return None
+    found = pc.max(received.column(TICK_COLUMN)).as_py()
+    return None if found is None else int(found)
+
+
+def advance(
+    store: KeyedStateStore,
+    key_groups: KeyGroupRange,
+    strategy: BoundedOutOfOrderness,
+    batch_max: int | None,
+) -> int | None:
+    """The watermark of this batch (None before any event), from the maximum the key
+    groups recorded in earlier batches; then records ``batch_max`` in each key group."""
+    recorded = cast(ValueState, store.state(MAX_EVENT_TIME))
+    seen: int | None = None
+    for key_group in key_groups:
+        store.set_current_key(CLOCK_KEY, key_group)
+        stored = recorded.value()
+        if stored is not None and (seen is None or stored > seen):
+            seen = int(stored)
+    watermark = None if seen is None else strategy.watermark(seen)
+    if batch_max is not None and (seen is None or batch_max > seen):
+        for key_group in key_groups:
+            store.set_current_key(CLOCK_KEY, key_group)
+            recorded.update(batch_max)
+    return watermark
+
+
+class EventTimers:
+    """The event-time timers of a task's key groups, in memory while the task runs."""
+
+    def __init__(self, store: KeyedStateStore, key_groups: KeyGroupRange) -> None:
+        self._store = store
+        self._key_groups = key_groups
+        self._state = cast(ValueState, store.state(EVENT_TIMERS))
+        self._by_group: dict[int, dict[int, set[Key]]] = {}
+        for key_group in key_groups:
+            store.set_current_key(CLOCK_KEY, key_group)
+            stored = self._state.value() or []
+            self._by_group[key_group] = {
+                int(timestamp): {tuple(k) for k in keys} for timestamp, keys in stored
+            }
+        self._changed: set[int] = set()
+
+    def register(self, key_group: int, key: Key, timestamp_ms: int) -> None:
+        """Add a timer (idempotent per key and timestamp)."""
+        self._by_group[key_group].setdefault(timestamp_ms, set()).add(key)
+        self._changed.add(key_group)
+
+    def delete(self, key_group: int, key: Key, timestamp_ms: int) -> None:
+        """Remove a timer (no error when absent)."""
+        keys = self._by_group[key_group].get(timestamp_ms)
+        if keys is None or key not in keys:
+            return
+        keys.discard(key)
+        if not keys:
+            del self._by_group[key_group][timestamp_ms]
+        self._changed.add(key_group)
+
+    def of_key(self, key_group: int, key: Key) -> list[int]:
+        """A key's pending timers, ascending."""
+        return sorted(t for t, keys in self._by_group[key_group].items() if key in keys)
+
+    def pop_due(self, watermark: int) -> list[tuple[int, int, Key]]:
+        """Remove and return ``(timestamp, key_group, key)`` of every timer at or behind
+        ``watermark``, in timestamp order (then key group, then key as registered)."""
+        due: list[tuple[int, int, Key]] = []
+        for key_group, timers in self._by_group.items():
+            for timestamp in [t for t in timers if t <= watermark]:
+                due.extend(
+                    (timestamp, key_group, key) for key in sorted(timers.pop(timestamp), key=repr)
+                )
+                self._changed.add(key_group)
+        due.sort(key=lambda item: (item[0], item[1]))
+        return due
+
+    def save(self) -> None:
+        """Write the changed key groups' timers to state (before the snapshot)."""
+        for key_group in sorted(self._changed):
+            self._store.set_current_key(CLOCK_KEY, key_group)
+            timers = self._by_group[key_group]
+            self._state.update(
+                [[t, [list(k) for k in sorted(timers[t], key=repr)]] for t in sorted(timers)]
+                or None
+            )
+        self._changed.clear()
+
+
+def count_dropped(store: KeyedStateStore, late: pa.Table, key_group_column: str) -> None:
+    """Add the ``late`` records to :data:`LATE_DROPPED` of their key groups."""
+    counter = cast(ValueState, store.state(LATE_DROPPED))
+    for entry in pc.value_counts(late.column(key_group_column).combine_chunks()).to_pylist():
+        store.set_current_key(CLOCK_KEY, entry["values"])
+        counter.update((counter.value() or 0) + entry["counts"])
+
+
+def late_mask(rows: pa.Table, column: str, watermark: int | None) -> pa.Array | None:
+    """True on rows whose event time is at or behind ``watermark``; None when none is."""
+    if watermark is None:
+        return None
+    times = epoch_ms(rows.column(column))
+    mask = pc.fill_null(pc.less_equal(times, watermark), False)
+    return mask if pc.any(mask).as_py() else None
+
+
+def side_output_batch(late: pa.Table, schema: pa.Schema, late_type: pa.DataType) -> pa.RecordBatch:
+    """Result rows carrying ``late`` records in :data:`LATE_COLUMN`, main columns null."""
+    rows = late.num_rows
+    struct = pa.StructArray.from_arrays(
+        [late.column(f.name).combine_chunks().cast(f.type) for f in late_type],
+        fields=list(late_type),
+    )
+    return pa.RecordBatch.from_arrays(
+        [*(pa.nulls(rows, f.type) for f in schema), struct],
+        names=[*schema.names, LATE_COLUMN],
+    )
+
+
+def with_empty_late(batch: pa.RecordBatch, late_type: pa.DataType) -> pa.RecordBatch:
+    """A main-output batch with a null :data:`LATE_COLUMN`."""
+    return batch.append_column(LATE_COLUMN, pa.nulls(batch.num_rows, late_type))
+
+
+def main_output(df: Any) -> Any:
+    """The main output of a ``stateful(..., late="side-output")`` result (or of a batch of it
+    inside ``foreachBatch``): its rows without a late record, without :data:`LATE_COLUMN`."""
+    from pyspark.sql import functions as F
+
+    return df.where(F.col(LATE_COLUMN).isNull()).drop(LATE_COLUMN)
+
+
+def late_output(df: Any) -> Any:
+    """The side output of late records of a ``stateful(..., late="side-output")`` result:
+    the late input records, with the input's columns."""
+    from pyspark.sql import functions as F
+
+    return df.where(F.col(LATE_COLUMN).isNotNull()).select(f"{LATE_COLUMN}.*")
