@@ -58,6 +58,14 @@ class ConfigurationError(ConfigError):
         super().__init__(message)
         self.problems = tuple(problems)
 
+    @classmethod
+    def listing(cls, problems: Sequence[Problem]) -> ConfigurationError:
+        """The error listing every one of ``problems``."""
+        listed = "\n".join(f"  - {problem}" for problem in problems)
+        return cls(
+            f"the pipeline configuration has {len(problems)} problem(s):\n{listed}", problems
+        )
+
 
 class BlueprintError(ConfigError):
     """A blueprint failed verification; carries every problem found, not just the first."""

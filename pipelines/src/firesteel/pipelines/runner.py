@@ -36,11 +36,12 @@ from pathlib import Path
 from types import FrameType
 
 from firesteel.pipelines.blueprint import load_blueprint
+from firesteel.pipelines.check import check_pipeline
 from firesteel.pipelines.config import PipelineConfig
 from firesteel.pipelines.kafka import create_topics
 from firesteel.pipelines.redeploy import check_recorded_schemas, record_schemas
 from firesteel.pipelines.supervision import Restarts
-from firesteel.pipelines.verify import VerifiedBlueprint, verify
+from firesteel.pipelines.verify import VerifiedBlueprint
 
 logger = logging.getLogger(__name__)
 
@@ -60,8 +61,7 @@ def load(
 ) -> tuple[VerifiedBlueprint, PipelineConfig]:
     """Verify ``blueprint`` and its configuration (raises with every problem)."""
     blueprint_on_path(blueprint)
-    verified = verify(load_blueprint(blueprint))
-    return verified, PipelineConfig.load(verified, files, settings)
+    return check_pipeline(load_blueprint(blueprint), files, settings)
 
 
 class LocalRunner:

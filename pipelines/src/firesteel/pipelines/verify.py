@@ -70,6 +70,16 @@ class VerifiedBlueprint:
 
 def verify(blueprint: Blueprint) -> VerifiedBlueprint:
     """Check ``blueprint`` (module docs); raises BlueprintError listing every problem."""
+    verified, problems = verify_partly(blueprint)
+    if problems:
+        raise BlueprintError(problems)
+    return verified
+
+
+def verify_partly(blueprint: Blueprint) -> tuple[VerifiedBlueprint, list[Problem]]:
+    """Every problem of ``blueprint``, and what could be resolved despite them (the
+    streamlets whose classes load, the connections to their ports), so that the
+    configuration can be checked in the same run."""
     problems: list[Problem] = []
     classes = {}
     for name, reference in blueprint.streamlets.items():
@@ -158,14 +168,13 @@ def verify(blueprint: Blueprint) -> VerifiedBlueprint:
                 message = _incompatible(reader, writer)
                 if message:
                     problems.append(blueprint.problem(message, "topics", key))
-    if problems:
-        raise BlueprintError(problems)
-    return VerifiedBlueprint(
+    verified = VerifiedBlueprint(
         blueprint,
         classes,
         {k: tuple(v) for k, v in producers.items()},
         {k: tuple(v) for k, v in consumers.items()},
     )
+    return verified, problems
 
 
 def _resolve(reference: str) -> type[Streamlet] | str:
