@@ -248,3 +248,15 @@ def test_blueprint_and_configuration_problems_come_in_one_run(
     err = capsys.readouterr().err
     assert f"{blueprint}:5: streamlet 'sink': module 'pipeline_streamlets' has no class" in err
     assert f"argument '{REQUIRED}x': streamlet 'metrics': parameter 'required-count'" in err
+
+
+def test_the_readmes_blueprint_and_parameter_are_the_shipped_examples(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "pipelines" / "sensors"
+    monkeypatch.syspath_prepend(str(example))
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    hocon = readme.split("```hocon\n", 1)[1].split("```", 1)[0]
+    verified = verify(parse_blueprint(hocon, "README.md"))
+    config = PipelineConfig.load(verified, [example / "local.conf"])
+    assert config.streamlet("store").parameters == {"output-dir": "sensor-metrics"}

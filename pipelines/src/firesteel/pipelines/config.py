@@ -9,7 +9,7 @@ wins key by key (files in the order given, then arguments in order)::
         checkpointing { interval = 5s }                   # every streamlet
       }
       streamlets.metrics {
-        config-parameters { window-minutes = 10 }         # one streamlet's parameters
+        config-parameters { window = 10m }                # one streamlet's parameters
         config { "spark.executor.memory" = 2g }           # its SparkSession
         checkpointing { interval = 1s }                   # its queries
       }
