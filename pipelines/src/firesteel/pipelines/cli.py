@@ -26,6 +26,7 @@ from firesteel.pipelines.config import PipelineConfig
 from firesteel.pipelines.errors import BlueprintError, ConfigurationError
 from firesteel.pipelines.runner import LocalRunner, load
 from firesteel.pipelines.verify import VerifiedBlueprint
+from firesteel.pipelines.worklock import WorkFolderInUseError
 
 
 def _topology(verified: VerifiedBlueprint, config: PipelineConfig) -> str:
@@ -119,5 +120,9 @@ def _run(argv: list[str], prog: str, *, cluster: bool) -> int:
         "stop with Ctrl-C; a restart resumes where this run stopped\n"
     )
     sys.stdout.flush()
-    runner.start()
+    try:
+        runner.start()
+    except WorkFolderInUseError as exc:
+        sys.stderr.write(f"{exc}\n")
+        return 1
     return runner.wait()
