@@ -260,3 +260,9 @@ def test_the_readmes_blueprint_and_parameter_are_the_shipped_examples(
     verified = verify(parse_blueprint(hocon, "README.md"))
     config = PipelineConfig.load(verified, [example / "local.conf"])
     assert config.streamlet("store").parameters == {"output-dir": "sensor-metrics"}
+
+
+def test_a_quoted_memory_size_parameter_is_read_as_it_always_was(tmp_path: Path) -> None:
+    conf = tmp_path / "sizes.conf"
+    conf.write_text('firesteel.streamlets.metrics.config-parameters { buffer = "512m" }\n')
+    assert _config(files=(conf,)).streamlet("metrics").parameters["buffer"] == 512 * 1024**2

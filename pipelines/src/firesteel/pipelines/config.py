@@ -359,7 +359,8 @@ class PipelineConfig:
         for parameter in cls.parameters:
             raw = _value(raw_parameters, parameter.key)
             path: tuple[str, ...] = ("streamlets", name, "config-parameters", parameter.key)
-            if isinstance(parameter, MemorySizeParameter) and raw is not None:
+            read_as_duration = isinstance(raw, datetime.timedelta) or hasattr(raw, "normalized")
+            if isinstance(parameter, MemorySizeParameter) and read_as_duration:
                 # pyhocon reads an unquoted 512m as 512 minutes; Typesafe Config's
                 # getMemorySize reads the text, so the text as written is what counts.
                 raw = self._literal(path) or raw
@@ -452,13 +453,17 @@ def _parse(
 ) -> ConfigTree | None:
     """``text`` parsed, or None and a one-line problem (pyparsing's own message lists its
     whole grammar)."""
+    hint = (
+        'a key holding dots is quoted inside braces: a { "b.c" = 1 }'
+        if has_lines
+        else 'a key holding dots is quoted: a."b.c"=1; quote the whole argument for the shell'
+    )
     try:
         return ConfigFactory.parse_string(text)
     except ParseBaseException as exc:
         problems.append(
             Problem(
-                f"not valid HOCON at column {exc.col}: {exc.line.strip()!r} (quote a key "
-                'holding dots: a."b.c" = 1, and the whole argument for the shell)',
+                f"not valid HOCON at column {exc.col}: {exc.line.strip()!r} ({hint})",
                 where,
                 exc.lineno if has_lines else None,
             )
