@@ -56,6 +56,11 @@ METRIC = StructType(
     ]
 )
 
+METRIC_NEEDS_UNIT = StructType([*METRIC.fields, StructField("unit", StringType(), False)])
+READING_JSON = StructType(
+    [StructField("sensor", StringType(), False), StructField("value", DoubleType(), False)]
+)
+
 
 class _NoLogic(Streamlet):
     def create_logic(self, context: Any) -> StreamletLogic:
@@ -95,6 +100,16 @@ class StrictMetrics(_NoLogic):
 
 class Egress(_NoLogic):
     shape = StreamletShape(inlets=[Inlet("in", JsonCodec(METRIC))])
+
+
+class StrictEgress(_NoLogic):
+    shape = StreamletShape(inlets=[Inlet("in", JsonCodec(METRIC_NEEDS_UNIT))])
+
+
+class JsonReadings(_NoLogic):
+    """Reads the readings :class:`Ingress` writes, same fields, but as JSON text."""
+
+    shape = StreamletShape(inlets=[Inlet("in", JsonCodec(READING_JSON, name="Reading"))])
 
 
 class NotAStreamlet:

@@ -124,7 +124,7 @@ blueprint {
 def test_json_ports_are_checked_through_their_avro_description() -> None:
     crossed = """
 blueprint {
-  streamlets { metrics = pipeline_streamlets.Metrics, strict = pipeline_streamlets.StrictMetrics }
+  streamlets { metrics = pipeline_streamlets.Metrics, strict = pipeline_streamlets.StrictEgress }
   topics {
     metrics-out { producers = [metrics.out], consumers = [strict.in] }
     unread { consumers = [metrics.in] }
@@ -133,6 +133,42 @@ blueprint {
 """
     with pytest.raises(BlueprintError, match=r"strict.in cannot read what metrics.out writes"):
         verify(parse_blueprint(crossed))
+
+
+def test_a_topic_written_as_avro_and_read_as_json_is_refused() -> None:
+    crossed = """
+blueprint {
+  streamlets { readings = pipeline_streamlets.Ingress, json = pipeline_streamlets.JsonReadings }
+  topics {
+    readings {
+      producers = [readings.out]
+      consumers = [json.in]
+    }
+  }
+}
+"""
+    with pytest.raises(BlueprintError) as failure:
+        verify(parse_blueprint(crossed, "crossed.conf"))
+    assert [str(p) for p in failure.value.problems] == [
+        "crossed.conf:5: topic 'readings': json.in reads json but readings.out writes avro: "
+        "give both ports the same codec"
+    ]
+
+
+def test_partitions_that_are_no_whole_number_are_a_problem_with_its_line() -> None:
+    with pytest.raises(BlueprintError) as failure:
+        verify(
+            parse_blueprint(
+                GOOD.replace(
+                    "consumers = [sink.in]", "consumers = [sink.in]\n      partitions = three"
+                ),
+                "good.conf",
+            )
+        )
+    assert [str(p) for p in failure.value.problems] == [
+        "good.conf:15: topic 'metrics': partitions = 'three': expected a whole number of at "
+        "least 1 (e.g. 3)"
+    ]
 
 
 def test_syntax_errors_and_missing_files_are_named(tmp_path: Path) -> None:

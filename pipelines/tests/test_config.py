@@ -160,3 +160,109 @@ def test_a_pipeline_asking_more_than_its_streamlets_give_is_refused() -> None:
         "firesteel.streamlets.metrics.checkpointing.mode = at-least-once",
     )
     assert lowered.guarantee() == "at-least-once"
+
+
+def test_an_unquoted_memory_size_parameter_is_read_as_typesafe_config_reads_it(
+    tmp_path: Path,
+) -> None:
+    conf = tmp_path / "sizes.conf"
+    conf.write_text("firesteel.streamlets.metrics.config-parameters {\n  buffer = 512m\n}\n")
+    assert _config(files=(conf,)).streamlet("metrics").parameters["buffer"] == 512 * 1024**2
+    in_argument = _config("firesteel.streamlets.metrics.config-parameters.buffer = 64m")
+    assert in_argument.streamlet("metrics").parameters["buffer"] == 64 * 1024**2
+    conf.write_text("firesteel.streamlets.metrics.config-parameters {\n  buffer = 3h\n}\n")
+    with pytest.raises(ConfigurationError) as failure:
+        _config(files=(conf,))
+    assert [str(p) for p in failure.value.problems] == [
+        f"{conf}:2: streamlet 'metrics': parameter 'buffer': '3h' is not a memory size "
+        "(e.g. 512M, 1 GiB, 100k)"
+    ]
+
+
+def test_a_mistake_in_a_setting_every_streamlet_shares_is_reported_once() -> None:
+    with pytest.raises(ConfigurationError) as failure:
+        _config(
+            'firesteel.runtimes.spark.config { "spark.executor.memory" = 512m }',
+            "firesteel.runtimes.spark.checkpointing.mode = twice",
+        )
+    assert [p.message for p in failure.value.problems] == [
+        "firesteel.runtimes.spark.config.spark.executor.memory: Spark setting "
+        "'spark.executor.memory' was read as a duration (relativedelta(hours=+8, minutes=+32)); "
+        'quote its value (e.g. "512m") so Spark gets it as written',
+        "firesteel.runtimes.spark.checkpointing.mode = 'twice': use exactly-once or at-least-once",
+    ]
+
+
+def test_an_argument_may_quote_a_path_segment_holding_dots() -> None:
+    config = _config('firesteel.runtimes.spark.config."spark.sql.shuffle.partitions"=3')
+    assert config.streamlet("sink").spark_conf == {"spark.sql.shuffle.partitions": 3}
+    with pytest.raises(ConfigurationError) as failure:
+        _config('firesteel.runtimes.spark.config."spark.sql.shuffle.partitions = 3')
+    (problem,) = failure.value.problems
+    assert str(problem).startswith(
+        "argument 'firesteel.runtimes.spark.config.\"spark.sql.shuffle.partitions = 3': "
+        "not valid HOCON at column"
+    )
+    assert "\n" not in str(problem)
+    assert len(str(problem)) < 300
+
+
+def test_every_configuration_problem_has_its_file_and_line(tmp_path: Path) -> None:
+    conf = tmp_path / "prod.conf"
+    conf.write_text(
+        "firesteel {\n"
+        "  streamlets.metrics {\n"
+        "    config-parameters {\n"
+        "      threshold = high\n"
+        "      windoww = 5s\n"
+        "    }\n"
+        "    checkpointing.intervall = 5s\n"
+        "  }\n"
+        "}\n"
+    )
+    in_blueprint = "firesteel.runtimes.spark.checkpointing.timeout = soon\n"
+    with pytest.raises(ConfigurationError) as failure:
+        _config("firesteel.supervision.restarts = -1", files=(conf,), extra=in_blueprint)
+    problems = [str(p) for p in failure.value.problems]
+    for text in (
+        f"{conf}:5: firesteel.streamlets.metrics.config-parameters.windoww: streamlet "
+        "'metrics' declares no parameter 'windoww' (did you mean 'window'?)",
+        f"{conf}:4: streamlet 'metrics': parameter 'threshold': 'high' is not a number",
+        f"{conf}:7: firesteel.streamlets.metrics.checkpointing.intervall: unknown "
+        "checkpointing key 'intervall'",
+        "good.conf:18: firesteel.runtimes.spark.checkpointing.timeout = 'soon': 'soon' is "
+        "not a duration",
+        "argument 'firesteel.supervision.restarts = -1': firesteel.supervision.restarts: -1 "
+        "is not a whole number >= 0",
+    ):
+        assert any(problem.startswith(text) for problem in problems), (text, problems)
+    assert len(problems) == 5, problems
+
+
+def test_blueprint_and_configuration_problems_come_in_one_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blueprint = tmp_path / "sensors.conf"
+    blueprint.write_text(GOOD.replace("pipeline_streamlets.Egress", "pipeline_streamlets.Egres"))
+    assert firesteel(["pipeline", "verify", str(blueprint), f"{REQUIRED}x"]) == 1
+    err = capsys.readouterr().err
+    assert f"{blueprint}:5: streamlet 'sink': module 'pipeline_streamlets' has no class" in err
+    assert f"argument '{REQUIRED}x': streamlet 'metrics': parameter 'required-count'" in err
+
+
+def test_the_readmes_blueprint_and_parameter_are_the_shipped_examples(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "pipelines" / "sensors"
+    monkeypatch.syspath_prepend(str(example))
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    hocon = readme.split("```hocon\n", 1)[1].split("```", 1)[0]
+    verified = verify(parse_blueprint(hocon, "README.md"))
+    config = PipelineConfig.load(verified, [example / "local.conf"])
+    assert config.streamlet("store").parameters == {"output-dir": "sensor-metrics"}
+
+
+def test_a_quoted_memory_size_parameter_is_read_as_it_always_was(tmp_path: Path) -> None:
+    conf = tmp_path / "sizes.conf"
+    conf.write_text('firesteel.streamlets.metrics.config-parameters { buffer = "512m" }\n')
+    assert _config(files=(conf,)).streamlet("metrics").parameters["buffer"] == 512 * 1024**2

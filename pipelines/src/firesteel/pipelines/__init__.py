@@ -5,6 +5,7 @@ their verification, and the configuration model. See the distribution's README.
 """
 
 from firesteel.pipelines.blueprint import Blueprint, load_blueprint, parse_blueprint
+from firesteel.pipelines.check import check_pipeline
 from firesteel.pipelines.config import Checkpointing, PipelineConfig, StreamletConfig
 from firesteel.pipelines.errors import BlueprintError, ConfigurationError, Problem
 from firesteel.pipelines.parameters import (
@@ -44,6 +45,7 @@ __all__ = [
     "StreamletShape",
     "StringParameter",
     "VerifiedBlueprint",
+    "check_pipeline",
     "load_blueprint",
     "parse_blueprint",
     "verify",

@@ -25,7 +25,6 @@ its key appears (good enough to jump to; said here so nobody trusts it more).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from pyhocon import ConfigFactory, ConfigTree
 from pyhocon.exceptions import ConfigException
 from pyparsing import ParseBaseException
 
-from firesteel.pipelines.errors import BlueprintError, Problem
+from firesteel.pipelines.errors import BlueprintError, Problem, line_of
 
 
 @dataclass(frozen=True)
@@ -47,6 +46,8 @@ class TopicBinding:
     consumers: tuple[str, ...]
     partitions: int | None
     unknown_keys: tuple[str, ...] = ()
+    partitions_problem: str | None = None
+    """Why ``partitions`` was refused (verification reports it with its line)."""
 
 
 @dataclass(frozen=True)
@@ -65,15 +66,7 @@ class Blueprint:
 
     def line_of(self, *keys: str) -> int | None:
         """The first line where ``keys`` appear in order as HOCON keys (see module docs)."""
-        lines = self.source.splitlines()
-        position = 0
-        for key in keys:
-            pattern = re.compile(rf'(^|[\s{{,."]){re.escape(key)}"?\s*([=:{{.]|$)')
-            found = next((i for i in range(position, len(lines)) if pattern.search(lines[i])), None)
-            if found is None:
-                return position + 1 if position else None
-            position = found
-        return position + 1
+        return line_of(self.source, *keys)
 
     def problem(self, message: str, *keys: str) -> Problem:
         """A problem located at ``keys``."""
@@ -119,13 +112,15 @@ def parse_blueprint(text: str, file: str | None = None, name: str = "pipeline") 
     topics = {}
     for key, value in _items(topics_tree):
         binding = value if isinstance(value, ConfigTree) else ConfigTree()
+        partitions, partitions_problem = _partitions(binding.get("partitions", None))
         topics[str(key)] = TopicBinding(
             key=str(key),
             name=_topic_name(binding, str(key)),
             producers=tuple(str(p) for p in _as_list(binding.get("producers", []))),
             consumers=tuple(str(c) for c in _as_list(binding.get("consumers", []))),
-            partitions=_int_or_none(binding.get("partitions", None)),
+            partitions=partitions,
             unknown_keys=tuple(str(k) for k in binding if k not in TOPIC_KEYS),
+            partitions_problem=partitions_problem,
         )
     return Blueprint(
         name=str(tree.get("firesteel.blueprint-name", name)),
@@ -147,5 +142,13 @@ def _as_list(value: Any) -> list[Any]:
     return list(value) if isinstance(value, list) else [value]
 
 
-def _int_or_none(value: Any) -> int | None:
-    return None if value is None else int(value)
+def _partitions(value: Any) -> tuple[int | None, str | None]:
+    """``partitions`` as a positive whole number, else None and why it is refused."""
+    if value is None:
+        return None, None
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value, None
+    text = str(value).strip()
+    if text.isdigit() and int(text) > 0:
+        return int(text), None
+    return None, f"partitions = {value!r}: expected a whole number of at least 1 (e.g. 3)"

@@ -22,11 +22,11 @@ import logging
 import sys
 from pathlib import Path
 
-from firesteel.pipelines.blueprint import load_blueprint
 from firesteel.pipelines.config import PipelineConfig
 from firesteel.pipelines.errors import BlueprintError, ConfigurationError
-from firesteel.pipelines.runner import LocalRunner, blueprint_on_path
-from firesteel.pipelines.verify import VerifiedBlueprint, verify
+from firesteel.pipelines.runner import LocalRunner, load
+from firesteel.pipelines.verify import VerifiedBlueprint
+from firesteel.pipelines.worklock import WorkFolderInUseError
 
 
 def _topology(verified: VerifiedBlueprint, config: PipelineConfig) -> str:
@@ -65,9 +65,7 @@ def main(argv: list[str]) -> int:
     check.add_argument("settings", nargs="*", help="key=value settings (win over files)")
     args = check.parse_intermixed_args(argv[1:])
     try:
-        blueprint_on_path(Path(args.blueprint))
-        verified = verify(load_blueprint(args.blueprint))
-        config = PipelineConfig.load(verified, args.conf, args.settings)
+        verified, config = load(Path(args.blueprint), args.conf, args.settings)
     except (BlueprintError, ConfigurationError) as exc:
         sys.stderr.write(f"{exc}\n")
         return 1
@@ -122,5 +120,9 @@ def _run(argv: list[str], prog: str, *, cluster: bool) -> int:
         "stop with Ctrl-C; a restart resumes where this run stopped\n"
     )
     sys.stdout.flush()
-    runner.start()
+    try:
+        runner.start()
+    except WorkFolderInUseError as exc:
+        sys.stderr.write(f"{exc}\n")
+        return 1
     return runner.wait()

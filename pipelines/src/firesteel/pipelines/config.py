@@ -9,7 +9,7 @@ wins key by key (files in the order given, then arguments in order)::
         checkpointing { interval = 5s }                   # every streamlet
       }
       streamlets.metrics {
-        config-parameters { window-minutes = 10 }         # one streamlet's parameters
+        config-parameters { window = 10m }                # one streamlet's parameters
         config { "spark.executor.memory" = 2g }           # its SparkSession
         checkpointing { interval = 1s }                   # its queries
       }
@@ -55,6 +55,8 @@ than silently ignored; a misspelled key is refused with a suggestion.
 from __future__ import annotations
 
 import datetime
+import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,8 +66,8 @@ from pyhocon import ConfigFactory, ConfigTree
 from pyhocon.exceptions import ConfigException
 from pyparsing import ParseBaseException
 
-from firesteel.pipelines.errors import ConfigurationError, did_you_mean
-from firesteel.pipelines.parameters import parse_duration
+from firesteel.pipelines.errors import ConfigurationError, Problem, did_you_mean, line_of
+from firesteel.pipelines.parameters import MemorySizeParameter, parse_duration
 from firesteel.pipelines.supervision import RestartPolicy, restart_policy
 from firesteel.pipelines.verify import VerifiedBlueprint
 
@@ -135,12 +137,54 @@ class StreamletConfig:
     """Settings accepted but without effect in Spark, each with the reason."""
 
 
+@dataclass(frozen=True)
+class _Layer:
+    """One layer of the configuration: its ``firesteel`` section and where it was written."""
+
+    tree: ConfigTree
+    file: str | None
+    text: str
+    """The layer's HOCON text (for a ``key=value`` argument, as parsed)."""
+    has_lines: bool = True
+    """False for an argument: its one line is named by the argument itself."""
+
+    def sets(self, path: Sequence[str]) -> bool:
+        """Whether this layer sets the key at ``path`` (or something under it)."""
+        joined = ".".join(path)
+        return any(k == joined or k.startswith(f"{joined}.") for k in _flatten(self.tree))
+
+    def problem(self, message: str, path: Sequence[str]) -> Problem:
+        line = line_of(self.text, "firesteel", *path) if self.has_lines else None
+        return Problem(message, self.file, line)
+
+    def literal(self, path: Sequence[str]) -> str | None:
+        """The text of the value at ``path`` as written (a word, or a number and a unit)."""
+        line = line_of(self.text, "firesteel", *path)
+        if line is None:
+            return None
+        text = self.text.splitlines()[line - 1]
+        key = re.search(rf'{re.escape(path[-1])}"?\s*[=:]\s*', text)
+        value = _LITERAL.match(text, key.end()) if key else None
+        return value.group(0).strip() if value else None
+
+
+_PATH = re.compile(r'(?:"(?:[^"\\]|\\.)*"|[^."{}\[\]=:\s]+|\.)+')
+"""A HOCON path alone (``a.b."c.d"``), not the start of an object (``a { ...``)."""
+_LITERAL = re.compile(r"[0-9.]+\s*[a-zA-Z]*|[^\s,}#]+")
+
+_Found = tuple[str, tuple[str, ...]]
+"""A problem's message and the key path (under ``firesteel``) it is about."""
+
+
 class PipelineConfig:
     """The merged layers of one pipeline's configuration (see the module docs)."""
 
-    def __init__(self, verified: VerifiedBlueprint, tree: ConfigTree) -> None:
+    def __init__(
+        self, verified: VerifiedBlueprint, tree: ConfigTree, layers: Sequence[_Layer] = ()
+    ) -> None:
         self.verified = verified
         self.tree = tree
+        self.layers = tuple(layers)
 
     @classmethod
     def load(
@@ -149,51 +193,112 @@ class PipelineConfig:
         files: Sequence[str | Path] = (),
         arguments: Sequence[str] = (),
     ) -> PipelineConfig:
-        """Merge the blueprint's ``firesteel`` section, ``files``, then ``key=value`` arguments."""
-        layers = [verified.blueprint.config]
-        layers.extend(_parse(Path(path).read_text(), str(path)) for path in files)
+        """Merge the blueprint's ``firesteel`` section, ``files``, then ``key=value`` arguments;
+        raises ConfigurationError listing every problem, each with its file and line."""
+        config, problems = cls.read(verified, files, arguments)
+        if problems:
+            raise ConfigurationError.listing(problems)
+        return config
+
+    @classmethod
+    def read(
+        cls,
+        verified: VerifiedBlueprint,
+        files: Sequence[str | Path] = (),
+        arguments: Sequence[str] = (),
+    ) -> tuple[PipelineConfig, list[Problem]]:
+        """The merged configuration and every problem with it, each with its file and line.
+
+        ``verified`` may be partial (a blueprint with problems): only the streamlets it
+        resolved are checked, so configuration and blueprint problems come in one report.
+        """
+        blueprint = verified.blueprint
+        layers = [_Layer(_section(blueprint.config), blueprint.file, blueprint.source)]
+        problems: list[Problem] = []
+        for path in files:
+            try:
+                text = Path(path).read_text()
+            except OSError as exc:
+                problems.append(Problem(f"cannot read it: {exc.strerror}", str(path)))
+                continue
+            tree = _parse(text, str(path), problems)
+            if tree is not None:
+                layers.append(_Layer(_section(tree), str(path), text))
         for argument in arguments:
+            where = f"argument {argument!r}"
             key, separator, value = argument.partition("=")
             if not separator or not key.strip():
-                msg = f"argument {argument!r}: expected key=value"
-                raise ConfigurationError(msg)
-            layers.append(_parse(f"{key.strip()} = {value}", f"argument {argument!r}"))
+                problems.append(Problem("expected key=value", where))
+                continue
+            text = _setting(key.strip(), value)
+            tree = _parse(text, where, problems, has_lines=False)
+            if tree is not None:
+                layers.append(_Layer(_section(tree), where, text, has_lines=False))
         merged = ConfigTree()
         for layer in layers:
-            section = layer.get("firesteel", None)
-            if isinstance(section, ConfigTree):
-                merged = ConfigTree.merge_configs(merged, section)
-        config = cls(verified, merged)
-        config.check()
-        return config
+            merged = ConfigTree.merge_configs(merged, layer.tree)
+        config = cls(verified, merged, layers)
+        found = dict.fromkeys(config._locate(message, path) for message, path in config._check())
+        return config, [*problems, *found]
 
     def check(self) -> None:
         """Refuse unknown keys (with suggestions) and invalid values, all problems at once."""
-        problems: list[str] = []
-        _unknown(self.tree, ROOT_KEYS, "firesteel", problems)
+        problems = [self._locate(message, path) for message, path in self._check()]
+        problems = list(dict.fromkeys(problems))
+        if problems:
+            raise ConfigurationError.listing(problems)
+
+    def _locate(self, message: str, path: tuple[str, ...]) -> Problem:
+        """``message`` at the last layer that sets ``path`` (it wins), else the blueprint."""
+        for layer in reversed(self.layers):
+            if layer.sets(path):
+                return layer.problem(message, path)
+        blueprint = self.verified.blueprint
+        line = None
+        if path[:1] == ("streamlets",) and len(path) > 1:
+            line = blueprint.line_of("blueprint", "streamlets", path[1])
+        return Problem(message, blueprint.file, line)
+
+    def _literal(self, path: tuple[str, ...]) -> str | None:
+        """The value at ``path`` as written in the layer that wins, when its text has it."""
+        layer = next((layer for layer in reversed(self.layers) if layer.sets(path)), None)
+        return None if layer is None else layer.literal(path)
+
+    def _check(self) -> list[_Found]:
+        problems: list[_Found] = []
+        _unknown(self.tree, ROOT_KEYS, (), problems)
         streamlets = _child(self.tree, "streamlets")
-        known = list(self.verified.streamlets)
+        known = list(self.verified.blueprint.streamlets)
         for name in _keys(streamlets):
             if name not in known:
                 problems.append(
-                    f"firesteel.streamlets.{name}: no streamlet {name!r} in the blueprint"
-                    f"{did_you_mean(name, known)}"
+                    (
+                        f"firesteel.streamlets.{name}: no streamlet {name!r} in the blueprint"
+                        f"{did_you_mean(name, known)}",
+                        ("streamlets", name),
+                    )
                 )
                 continue
             scope = _child(streamlets, name)
-            _unknown(scope, STREAMLET_KEYS, f"firesteel.streamlets.{name}", problems)
+            _unknown(scope, STREAMLET_KEYS, ("streamlets", name), problems)
+            if name not in self.verified.streamlets:
+                continue
             declared = [p.key for p in self.verified.streamlets[name].parameters]
             parameters = _child(scope, "config-parameters")
             for key in _keys(parameters):
                 if key not in declared:
                     problems.append(
-                        f"firesteel.streamlets.{name}.config-parameters.{key}: streamlet "
-                        f"{name!r} declares no parameter {key!r}{did_you_mean(key, declared)}"
-                        f" (it declares: {', '.join(declared) or 'none'})"
+                        (
+                            f"firesteel.streamlets.{name}.config-parameters.{key}: streamlet "
+                            f"{name!r} declares no parameter {key!r}"
+                            f"{did_you_mean(key, declared)}"
+                            f" (it declares: {', '.join(declared) or 'none'})",
+                            ("streamlets", name, "config-parameters", key),
+                        )
                     )
-        _unknown(_child(self.tree, "runtimes"), ("spark",), "firesteel.runtimes", problems)
+        _unknown(_child(self.tree, "runtimes"), ("spark",), ("runtimes",), problems)
         runtime = _child(self.tree, "runtimes", "spark")
-        _unknown(runtime, RUNTIME_KEYS, "firesteel.runtimes.spark", problems)
+        _unknown(runtime, RUNTIME_KEYS, ("runtimes", "spark"), problems)
         resolved = {}
         for name in self.verified.streamlets:
             config, found = self._resolve(name)
@@ -201,12 +306,10 @@ class PipelineConfig:
             if config is not None:
                 resolved[name] = config.checkpointing.guarantee
         problems.extend(self._guarantee_problems(resolved))
-        problems.extend(restart_policy(_flatten(_child(self.tree, "supervision")))[1])
-        problems = list(dict.fromkeys(problems))
-        if problems:
-            listed = "\n".join(f"  - {p}" for p in problems)
-            msg = f"the pipeline configuration has {len(problems)} problem(s):\n{listed}"
-            raise ConfigurationError(msg)
+        for message in restart_policy(_flatten(_child(self.tree, "supervision")))[1]:
+            key = message.partition(":")[0].removeprefix("firesteel.")
+            problems.append((message, tuple(key.split(".", 1))))
+        return list(dict.fromkeys(problems))
 
     @property
     def required_guarantee(self) -> str | None:
@@ -219,69 +322,85 @@ class PipelineConfig:
         given = [self.streamlet(n).checkpointing.guarantee for n in self.verified.streamlets]
         return min(given, key=GUARANTEES.index, default="exactly-once")
 
-    def _guarantee_problems(self, given: dict[str, str]) -> list[str]:
+    def _guarantee_problems(self, given: dict[str, str]) -> list[_Found]:
         required = self.required_guarantee
         if required is None:
             return []
         if required not in GUARANTEES:
-            return [f"firesteel.guarantee: {required!r} is not one of {', '.join(GUARANTEES)}"]
+            message = f"firesteel.guarantee: {required!r} is not one of {', '.join(GUARANTEES)}"
+            return [(message, ("guarantee",))]
         short = sorted(
             n for n, g in given.items() if GUARANTEES.index(g) < GUARANTEES.index(required)
         )
         if not short:
             return []
         listed = ", ".join(f"{n} ({given[n]})" for n in short)
-        return [
+        message = (
             f"firesteel.guarantee: the pipeline must be {required}, but {listed} give less: "
             "turn their checkpointing on and set its mode, or lower the requirement"
-        ]
+        )
+        return [(message, ("guarantee",))]
 
     def streamlet(self, name: str) -> StreamletConfig:
         """The resolved configuration of streamlet ``name``."""
         resolved, problems = self._resolve(name)
         if resolved is None:
-            raise ConfigurationError("; ".join(problems))
+            located = [self._locate(message, path) for message, path in problems]
+            raise ConfigurationError.listing(located)
         return resolved
 
-    def _resolve(self, name: str) -> tuple[StreamletConfig | None, list[str]]:
+    def _resolve(self, name: str) -> tuple[StreamletConfig | None, list[_Found]]:
         """Streamlet ``name``'s configuration, or None and every problem with it."""
-        problems: list[str] = []
+        problems: list[_Found] = []
         cls = self.verified.streamlets[name]
         scope = _child(self.tree, "streamlets", name)
         raw_parameters = _child(scope, "config-parameters")
         parameters = {}
         for parameter in cls.parameters:
+            raw = _value(raw_parameters, parameter.key)
+            path: tuple[str, ...] = ("streamlets", name, "config-parameters", parameter.key)
+            read_as_duration = isinstance(raw, datetime.timedelta) or hasattr(raw, "normalized")
+            if isinstance(parameter, MemorySizeParameter) and read_as_duration:
+                # pyhocon reads an unquoted 512m as 512 minutes; Typesafe Config's
+                # getMemorySize reads the text, so the text as written is what counts.
+                raw = self._literal(path) or raw
             try:
-                parameters[parameter.key] = parameter.value(
-                    name, _value(raw_parameters, parameter.key)
-                )
+                parameters[parameter.key] = parameter.value(name, raw)
             except ConfigurationError as exc:
-                problems.append(str(exc))
+                problems.append((str(exc), path))
         runtime = _child(self.tree, "runtimes", "spark")
-        spark_conf = {
-            **_flatten(_child(runtime, "config")),
-            **_flatten(_child(scope, "config")),
-        }
-        for key, value in spark_conf.items():
-            if not isinstance(value, str | int | float | bool):
-                # HOCON reads an unquoted 512m as 512 minutes: the text Spark wanted is lost.
-                problems.append(
-                    f"streamlet {name!r}: Spark setting {key!r} was read as a duration "
-                    f'({value!r}); quote its value (e.g. "512m") so Spark gets it as written'
-                )
-        settings = dict(CHECKPOINT_DEFAULTS)
-        for where, layer in (
-            ("firesteel.runtimes.spark.checkpointing", _child(runtime, "checkpointing")),
-            (f"firesteel.streamlets.{name}.checkpointing", _child(scope, "checkpointing")),
+        spark_conf: dict[str, Any] = {}
+        for path, layer in (
+            (("runtimes", "spark", "config"), _child(runtime, "config")),
+            (("streamlets", name, "config"), _child(scope, "config")),
         ):
-            settings.update(_checkpoint_keys(where, _flatten(layer), problems))
-        if problems:
+            for key, value in _flatten(layer).items():
+                spark_conf[key] = value
+                if not isinstance(value, str | int | float | bool):
+                    # HOCON reads an unquoted 512m as 512 minutes: the text Spark wanted is
+                    # lost. Named by where it is set, so a shared setting is reported once.
+                    problems.append(
+                        (
+                            f"firesteel.{'.'.join(path)}.{key}: Spark setting {key!r} was read "
+                            f'as a duration ({value!r}); quote its value (e.g. "512m") so '
+                            "Spark gets it as written",
+                            (*path, key),
+                        )
+                    )
+        settings = dict(CHECKPOINT_DEFAULTS)
+        origin: dict[str, tuple[str, ...]] = {}
+        for path, layer in (
+            (("runtimes", "spark", "checkpointing"), _child(runtime, "checkpointing")),
+            (("streamlets", name, "checkpointing"), _child(scope, "checkpointing")),
+        ):
+            for key, (value, where) in _checkpoint_keys(path, _flatten(layer), problems).items():
+                settings[key] = value
+                origin[key] = where
+        checkpointing = _checkpointing(settings, origin, problems)
+        if problems or checkpointing is None:
             return None, problems
-        try:
-            checkpointing, not_applied = _checkpointing(name, settings)
-        except ConfigurationError as exc:
-            return None, [str(exc)]
-        return StreamletConfig(name, parameters, spark_conf, checkpointing, not_applied), []
+        settings_applied, not_applied = checkpointing
+        return StreamletConfig(name, parameters, spark_conf, settings_applied, not_applied), []
 
     def supervision(self) -> RestartPolicy:
         """How the runner restarts a streamlet whose process died."""
@@ -329,12 +448,58 @@ def _show(value: Any) -> Any:
     return value
 
 
-def _parse(text: str, where: str) -> ConfigTree:
+def _parse(
+    text: str, where: str, problems: list[Problem], *, has_lines: bool = True
+) -> ConfigTree | None:
+    """``text`` parsed, or None and a one-line problem (pyparsing's own message lists its
+    whole grammar)."""
+    hint = (
+        'a key holding dots is quoted inside braces: a { "b.c" = 1 }'
+        if has_lines
+        else 'a key holding dots is quoted: a."b.c"=1; quote the whole argument for the shell'
+    )
     try:
         return ConfigFactory.parse_string(text)
-    except (ParseBaseException, ConfigException) as exc:
-        msg = f"{where}: not valid HOCON: {exc}"
-        raise ConfigurationError(msg) from None
+    except ParseBaseException as exc:
+        problems.append(
+            Problem(
+                f"not valid HOCON at column {exc.col}: {exc.line.strip()!r} ({hint})",
+                where,
+                exc.lineno if has_lines else None,
+            )
+        )
+    except ConfigException as exc:
+        problems.append(Problem(f"not valid HOCON: {exc}", where))
+    return None
+
+
+def _setting(key: str, value: str) -> str:
+    """``key = value`` as HOCON; a path with quoted segments (``a."b.c"``, valid HOCON that
+    pyhocon refuses as a path) is written as nested braces, so ``b.c`` stays one key."""
+    if '"' not in key or not _PATH.fullmatch(key):
+        return f"{key} = {value}"
+    segments: list[str] = []
+    current = ""
+    for token in re.findall(r'"(?:[^"\\]|\\.)*"|[^."]+|\.', key):
+        if token == ".":
+            segments.append(current)
+            current = ""
+        elif token.startswith('"'):
+            current += json.loads(token)
+        else:
+            current += token.strip()
+    segments.append(current)
+    if any(not segment for segment in segments):
+        return f"{key} = {value}"
+    *outer, last = (json.dumps(segment) for segment in segments)
+    opened = "".join(f"{segment} {{ " for segment in outer)
+    return f"{opened}{last} = {value}{' }' * len(outer)}"
+
+
+def _section(tree: ConfigTree) -> ConfigTree:
+    """The ``firesteel`` section of a parsed layer (empty when it has none)."""
+    section = tree.get("firesteel", None)
+    return section if isinstance(section, ConfigTree) else ConfigTree()
 
 
 def _value(tree: ConfigTree, key: str) -> Any:
@@ -352,10 +517,15 @@ def _keys(tree: Any) -> list[str]:
     return [str(k).strip('"') for k in tree] if isinstance(tree, ConfigTree) else []
 
 
-def _unknown(tree: Any, allowed: Sequence[str], where: str, problems: list[str]) -> None:
+def _unknown(
+    tree: Any, allowed: Sequence[str], path: tuple[str, ...], problems: list[_Found]
+) -> None:
+    where = ".".join(("firesteel", *path))
     for key in _keys(tree):
         if key not in allowed:
-            problems.append(f"{where}.{key}: unknown key{did_you_mean(key, allowed)}")
+            problems.append(
+                (f"{where}.{key}: unknown key{did_you_mean(key, allowed)}", (*path, key))
+            )
 
 
 def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -373,57 +543,80 @@ def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _checkpoint_keys(
-    where: str, settings: Mapping[str, Any], problems: list[str]
-) -> dict[str, Any]:
-    """The checkpointing ``settings`` by firesteel's names; a problem per key it refuses."""
+    path: tuple[str, ...], settings: Mapping[str, Any], problems: list[_Found]
+) -> dict[str, tuple[Any, tuple[str, ...]]]:
+    """The checkpointing ``settings`` by firesteel's names, each with the path that set it;
+    a problem per key it refuses."""
+    where = ".".join(("firesteel", *path))
     resolved = {}
     for key, value in settings.items():
         name = FLINK_SPELLINGS.get(key, key)
         if name in CHECKPOINT_DEFAULTS:
             retention = key == "execution.checkpointing.externalized-checkpoint-retention"
-            resolved[name] = str(value).upper() != "DELETE_ON_CANCELLATION" if retention else value
+            setting = str(value).upper() != "DELETE_ON_CANCELLATION" if retention else value
+            resolved[name] = (setting, (*path, key))
         elif key.startswith(FLINK_PREFIXES):
             problems.append(
-                f"{where}.{key}: {key!r} is a Flink setting with no meaning in Spark; remove "
-                "it (see firesteel.pipelines.config for the mapped keys)"
+                (
+                    f"{where}.{key}: {key!r} is a Flink setting with no meaning in Spark; "
+                    "remove it (see firesteel.pipelines.config for the mapped keys)",
+                    (*path, key),
+                )
             )
         else:
             problems.append(
-                f"{where}.{key}: unknown checkpointing key {key!r}"
-                f"{did_you_mean(key, list(CHECKPOINT_DEFAULTS))}"
+                (
+                    f"{where}.{key}: unknown checkpointing key {key!r}"
+                    f"{did_you_mean(key, list(CHECKPOINT_DEFAULTS))}",
+                    (*path, key),
+                )
             )
     return resolved
 
 
 def _checkpointing(
-    streamlet: str, settings: Mapping[str, Any]
-) -> tuple[Checkpointing, tuple[str, ...]]:
+    settings: Mapping[str, Any], origin: Mapping[str, tuple[str, ...]], problems: list[_Found]
+) -> tuple[Checkpointing, tuple[str, ...]] | None:
+    """The resolved checkpointing, or None after adding a problem per refused value, each
+    named by the key that set it (so a shared setting is reported once)."""
+    found = len(problems)
+
+    def refuse(key: str, why: str) -> None:
+        path = origin.get(key, ("runtimes", "spark", "checkpointing", key))
+        problems.append((f"firesteel.{'.'.join(path)} = {settings[key]!r}: {why}", path))
+
     def duration(key: str) -> datetime.timedelta:
         try:
             return parse_duration(settings[key])
         except ValueError as exc:
-            msg = f"streamlet {streamlet!r}: checkpointing {key}: {exc}"
-            raise ConfigurationError(msg) from None
+            refuse(key, str(exc))
+            return datetime.timedelta(0)
 
     enabled = str(settings["default"]).lower() not in ("off", "false", "no")
-    if int(settings["max-concurrent"]) != 1:
-        msg = (
-            f"streamlet {streamlet!r}: checkpointing max-concurrent = "
-            f"{settings['max-concurrent']}: Spark runs one micro-batch at a time per query, "
-            "so 1 is the only value"
+    try:
+        concurrent = int(settings["max-concurrent"])
+    except (TypeError, ValueError):
+        concurrent = 0
+    if concurrent != 1:
+        refuse(
+            "max-concurrent",
+            "Spark runs one micro-batch at a time per query, so 1 is the only value",
         )
-        raise ConfigurationError(msg)
     mode = str(settings["mode"]).lower().replace("_", "-")
     if mode not in ("exactly-once", "at-least-once"):
-        msg = (
-            f"streamlet {streamlet!r}: checkpointing mode {settings['mode']!r}: use "
-            "exactly-once or at-least-once"
-        )
-        raise ConfigurationError(msg)
+        refuse("mode", "use exactly-once or at-least-once")
+    try:
+        retained = int(settings["retained-batches"])
+    except (TypeError, ValueError):
+        refuse("retained-batches", "expected a whole number")
+        retained = 0
+    before = len(problems)
     interval = duration("interval")
-    if interval <= datetime.timedelta(0):
-        msg = f"streamlet {streamlet!r}: checkpointing interval must be positive"
-        raise ConfigurationError(msg)
+    if len(problems) == before and interval <= datetime.timedelta(0):
+        refuse("interval", "must be positive")
+    min_pause, timeout = duration("min-pause"), duration("timeout")
+    if len(problems) > found:
+        return None
     not_applied = (
         f"min-pause {settings['min-pause']}: Spark has no pause between micro-batches "
         "(an overrunning batch's successor starts at once)",
@@ -432,10 +625,10 @@ def _checkpointing(
         Checkpointing(
             enabled=enabled,
             interval=interval,
-            min_pause=duration("min-pause"),
-            timeout=duration("timeout"),
+            min_pause=min_pause,
+            timeout=timeout,
             retain_on_stop=bool(settings["retain-on-stop"]),
-            retained_batches=int(settings["retained-batches"]),
+            retained_batches=retained,
             guarantee=mode if enabled else "none",
         ),
         not_applied,

@@ -80,6 +80,12 @@ def parse_memory_size(raw: Any) -> int:
             factor = next((f for names, f in _SIZE_UNITS.items() if lower in names), None)
         if factor is not None:
             return int(number * factor)
+    if isinstance(raw, datetime.timedelta) or hasattr(raw, "normalized"):
+        msg = (
+            f"the unquoted value was read as a duration ({raw!r}), not a memory size: "
+            'quote it (e.g. "512M")'
+        )
+        raise ValueError(msg)
     msg = f"{raw!r} is not a memory size (e.g. 512M, 1 GiB, 100k)"
     raise ValueError(msg)
 

@@ -13,6 +13,13 @@ refused (:mod:`firesteel.pipelines.redeploy`). The blueprint's folder is put on
 the processes' ``PYTHONPATH`` (Spark's Python workers inherit it), so
 ``module.Class`` references resolve next to it.
 
+No streamlet outlives the runner: a reaper process (:mod:`firesteel.pipelines.reaper`)
+kills every streamlet's process group when the runner ends, even by SIGKILL of
+its group (a parent-death signal would reach the driver only, not its JVM, and
+needs an unsafe ``preexec_fn``). One runner
+holds a work folder at a time (:mod:`firesteel.pipelines.worklock`): a second
+is refused, naming the first one's PID and host.
+
 Ctrl-C (or SIGTERM) stops every streamlet: each stops its queries, waiting for
 a running batch to end; one still running after :data:`STOP_TIMEOUT_S` is
 killed (its next start recovers from its checkpoint). A streamlet whose process
@@ -36,11 +43,13 @@ from pathlib import Path
 from types import FrameType
 
 from firesteel.pipelines.blueprint import load_blueprint
+from firesteel.pipelines.check import check_pipeline
 from firesteel.pipelines.config import PipelineConfig
 from firesteel.pipelines.kafka import create_topics
 from firesteel.pipelines.redeploy import check_recorded_schemas, record_schemas
 from firesteel.pipelines.supervision import Restarts
-from firesteel.pipelines.verify import VerifiedBlueprint, verify
+from firesteel.pipelines.verify import VerifiedBlueprint
+from firesteel.pipelines.worklock import WorkLock
 
 logger = logging.getLogger(__name__)
 
@@ -60,8 +69,7 @@ def load(
 ) -> tuple[VerifiedBlueprint, PipelineConfig]:
     """Verify ``blueprint`` and its configuration (raises with every problem)."""
     blueprint_on_path(blueprint)
-    verified = verify(load_blueprint(blueprint))
-    return verified, PipelineConfig.load(verified, files, settings)
+    return check_pipeline(load_blueprint(blueprint), files, settings)
 
 
 class LocalRunner:
@@ -103,14 +111,25 @@ class LocalRunner:
         """When each dead streamlet waiting for its restart is due (monotonic seconds)."""
         self._env: dict[str, str] = {}
         self._stopping = False
+        self._lock = WorkLock(self.work)
+        self._reaper: subprocess.Popen[str] | None = None
 
     def log_path(self, streamlet: str) -> Path:
         """Where streamlet ``streamlet`` logs."""
         return self.work / "logs" / f"{streamlet}.log"
 
     def start(self) -> None:
-        """Start every streamlet's process."""
+        """Start every streamlet's process; WorkFolderInUseError when another runner holds
+        the work folder."""
+        self._lock.acquire()
         (self.work / "logs").mkdir(parents=True, exist_ok=True)
+        self._reaper = subprocess.Popen(
+            [sys.executable, "-m", "firesteel.pipelines.reaper"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
         record_schemas(self.verified, self.work)
         if self.config.kafka_properties():
             create_topics(self.verified, self.config)
@@ -147,7 +166,23 @@ class LocalRunner:
                 env={**self._env, **self.environment.get(name, {})},
                 start_new_session=True,
             )
+        self._tell_reaper(f"+{self.processes[name].pid}")
         logger.info("streamlet %s started (pid %d)", name, self.processes[name].pid)
+
+    def _tell_reaper(self, line: str) -> None:
+        """Tell the reaper a streamlet group it must kill if the runner dies (``+``), or
+        forget (``-``)."""
+        if self._reaper is None or self._reaper.stdin is None:
+            return
+        try:
+            self._reaper.stdin.write(f"{line}\n")
+            self._reaper.stdin.flush()
+        except BrokenPipeError:
+            logger.warning(
+                "the reaper (pid %d) is gone: streamlets would outlive a killed runner",
+                self._reaper.pid,
+            )
+            self._reaper = None
 
     def step(self) -> str | None:
         """Restart each dead streamlet once its backoff is over; the name of one that may not
@@ -177,6 +212,7 @@ class LocalRunner:
             # may write beside the restarted streamlet.
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
+            self._tell_reaper(f"-{process.pid}")
             policy = self.restarts[name].policy
             logger.warning(
                 "streamlet %s exited with %d: restart %d (at most %d within %g s) in %.1f s; "
@@ -239,3 +275,11 @@ class LocalRunner:
                 logger.warning("streamlet %s did not stop in time: killing it", name)
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
+        if self._reaper is not None and self._reaper.stdin is not None:
+            # The pipe's end makes the reaper kill what is left of every streamlet's group
+            # (a JVM still shutting down), then exit.
+            with contextlib.suppress(BrokenPipeError):
+                self._reaper.stdin.close()
+            self._reaper.wait()
+            self._reaper = None
+        self._lock.release()

@@ -9,6 +9,16 @@ exactly what the sink committed)::
 
     out = run_streamlet(spark, Metrics, {"in": [{"sensor": "a", "value": 1.0}]}, tmp_path)
     assert out["out"] == [...]
+
+A streamlet whose logic runs on executors (a keyed processor, a UDF, a
+``foreachBatch`` function) is pickled by reference to its module, so Spark's
+Python workers must import that module. They inherit the driver's environment
+(``PYTHONPATH``), not entries added to ``sys.path`` at run time (as pytest and
+a ``sys.path.insert`` in a test do): install the module, put its folder on
+``PYTHONPATH`` before Spark starts, or ship it with
+``spark.sparkContext.addPyFile``. A class defined in ``__main__`` or inside a
+function cannot be imported by the workers at all. Otherwise the query fails
+with the workers' ``ModuleNotFoundError``.
 """
 
 from __future__ import annotations

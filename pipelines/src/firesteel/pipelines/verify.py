@@ -10,6 +10,8 @@ Checked, in Cloudflow's terms and beyond:
   port of it (did you mean), producers are outlets and consumers inlets, and no
   port is bound to two topics;
 * unconnected inlets (an outlet may stay unconnected: its records go nowhere);
+* codecs: every producer and consumer of a topic use the same codec (JSON text
+  cannot be read as Avro binary, nor the reverse);
 * schemas: for every producer and consumer of a topic, the consumer's schema
   can read what the producer writes, by Avro's reader/writer rules (the ``avro``
   package's checker);
@@ -68,6 +70,16 @@ class VerifiedBlueprint:
 
 def verify(blueprint: Blueprint) -> VerifiedBlueprint:
     """Check ``blueprint`` (module docs); raises BlueprintError listing every problem."""
+    verified, problems = verify_partly(blueprint)
+    if problems:
+        raise BlueprintError(problems)
+    return verified
+
+
+def verify_partly(blueprint: Blueprint) -> tuple[VerifiedBlueprint, list[Problem]]:
+    """Every problem of ``blueprint``, and what could be resolved despite them (the
+    streamlets whose classes load, the connections to their ports), so that the
+    configuration can be checked in the same run."""
     problems: list[Problem] = []
     classes = {}
     for name, reference in blueprint.streamlets.items():
@@ -107,6 +119,12 @@ def verify(blueprint: Blueprint) -> VerifiedBlueprint:
                     "topics",
                     key,
                     unknown,
+                )
+            )
+        if topic.partitions_problem is not None:
+            problems.append(
+                blueprint.problem(
+                    f"topic {key!r}: {topic.partitions_problem}", "topics", key, "partitions"
                 )
             )
         if not topic.producers and not topic.consumers:
@@ -150,14 +168,13 @@ def verify(blueprint: Blueprint) -> VerifiedBlueprint:
                 message = _incompatible(reader, writer)
                 if message:
                     problems.append(blueprint.problem(message, "topics", key))
-    if problems:
-        raise BlueprintError(problems)
-    return VerifiedBlueprint(
+    verified = VerifiedBlueprint(
         blueprint,
         classes,
         {k: tuple(v) for k, v in producers.items()},
         {k: tuple(v) for k, v in consumers.items()},
     )
+    return verified, problems
 
 
 def _resolve(reference: str) -> type[Streamlet] | str:
@@ -257,6 +274,14 @@ def cannot_read(reader: avro.schema.Schema, writer: avro.schema.Schema) -> str |
 
 
 def _incompatible(reader: Connection, writer: Connection) -> str | None:
+    if reader.port.codec.format != writer.port.codec.format:
+        # Local topics store every port as Parquet, so only Kafka would show the mismatch:
+        # the reader would decode the writer's bytes in the wrong format.
+        return (
+            f"topic {reader.topic!r}: {reader.streamlet}.{reader.port.name} reads "
+            f"{reader.port.codec.format} but {writer.streamlet}.{writer.port.name} writes "
+            f"{writer.port.codec.format}: give both ports the same codec"
+        )
     try:
         why = cannot_read(
             avro_schema(reader.port.codec.avro_schema()),

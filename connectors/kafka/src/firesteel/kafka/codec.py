@@ -93,7 +93,8 @@ def json_value_schema(text: str) -> pa.Schema:
         from pyspark.sql.types import StructType
 
         try:
-            return to_arrow_schema(StructType.fromJson(json.loads(stripped)))
+            # Spark's TimestampType is an instant: UTC, as the DDL "timestamp" above.
+            return to_arrow_schema(StructType.fromJson(json.loads(stripped)), timezone="UTC")
         except (ValueError, KeyError, TypeError) as exc:
             msg = f"option 'value.schema': not a Spark JSON schema: {exc}"
             raise ConfigError(msg) from exc
