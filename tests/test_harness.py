@@ -310,11 +310,15 @@ def test_soak_kills_are_armed_in_the_two_batches_after_the_last_commit(tmp_path:
         (checkpoint / "commits" / name).write_text("v1")
     assert next_batch(checkpoint) == 5
 
-    run = SimpleNamespace(points=("driver.before_commit",), checkpoint=checkpoint)
+    points = ("sink.after_write", "driver.mid_commit")
+    run = SimpleNamespace(points=points, checkpoint=checkpoint)
     rng = random.Random(3)
-    kills = [arm(run, rng) for _ in range(40)]  # type: ignore[arg-type]
-    specs = {k.specs[0] for k in kills if isinstance(k, AtPoints)}
-    assert specs == {"driver.before_commit@5", "driver.before_commit@6"}
+    kills = [arm(run, rng) for _ in range(60)]  # type: ignore[arg-type]
+    specs = [k.specs[0] for k in kills if isinstance(k, AtPoints)]
+    assert set(specs) == {f"{p}@{b}" for p in points for b in (5, 6)}
+    # A third of the kills is drawn inside the commit, besides the named points' share.
+    inside = sum(spec.startswith("driver.") for spec in specs)
+    assert inside > len(kills) / 3, (inside, specs)
     randoms = [k for k in kills if isinstance(k, AtRandom)]
     assert randoms and all(k.when is not None and not k.when() for k in randoms)
     (checkpoint / "offsets").mkdir()

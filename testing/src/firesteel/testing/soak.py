@@ -426,13 +426,23 @@ def on_s3(name: str, workdir: Path, rng: random.Random) -> Iterator[Soak]:
         server.stop()
 
 
+COMMIT_WINDOW = "driver."
+"""Points of the driver's commit (``driver.before_commit``, ``driver.mid_commit`` between
+its durable writes, ``driver.after_commit``): the window a random moment rarely hits."""
+
+
 def arm(run: SoakRun, rng: random.Random) -> Kill:
-    """One cycle's kill: a named point or a random moment (equal odds), in one of the two
-    batches after the checkpoint's last commit, the first of which may be a crashed batch's
-    re-run."""
+    """One cycle's kill, in one of the two batches after the checkpoint's last commit (the
+    first of which may be a crashed batch's re-run): with equal odds a named point of the
+    path, a point inside the driver's commit (:data:`COMMIT_WINDOW`; a random moment lands
+    there rarely, its writes taking milliseconds of a batch's seconds), or a random moment."""
     batch = next_batch(run.checkpoint) + rng.randrange(2)
-    if rng.random() < 0.5:
+    draw = rng.random()
+    commit = [point for point in run.points if point.startswith(COMMIT_WINDOW)]
+    if draw < 1 / 3:
         return at_point(rng.choice(run.points), batch=batch)
+    if draw < 2 / 3 and commit:
+        return at_point(rng.choice(commit), batch=batch)
     return at_random((0.0, 3.0), when=batch_started(run.checkpoint, batch))
 
 
