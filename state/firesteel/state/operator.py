@@ -211,7 +211,7 @@ def stateful(
     restore = SavepointRestore(restore_from) if isinstance(restore_from, str) else restore_from
     if restore is not None:
         restore = restore.check(spec, processor.declared_states().values())
-        restore.claim(df.sparkSession.sparkContext, operator)
+        restore.claim(df.sparkSession, operator)
 
     key_group = keygroups.key_group_column(key_columns, max_parallelism)
     first_of_task = _first_row_of_task()(F.spark_partition_id())

@@ -70,7 +70,7 @@ from firesteel.state.schemas import Loader, upgrade
 from firesteel.state.serializers import check_serializer, unpack, unpack_key
 
 if TYPE_CHECKING:
-    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
 
 logger = logging.getLogger(__name__)
 
@@ -80,9 +80,11 @@ _CHUNK = 64 * 1024
 MARKER = reserved_value_state("__firesteel_savepoint__", str)
 """Per key group: the id of the savepoint it was loaded from (see module docs)."""
 
-CLAIMED = "firesteel.savepoint.claimed"
-"""The Spark local property naming, per savepoint path, the operators restoring from it
-(JSON: path -> sorted names)."""
+CLAIMED = "spark.firesteel.savepoint.claimed"
+"""The session setting naming, per savepoint path, the operators restoring from it (JSON:
+path -> sorted names). Spark hands a query's ``spark.*`` session settings to its tasks as
+local properties, on a classic session and over Spark Connect alike (where there is no
+SparkContext to set a local property on)."""
 
 
 def declarations(
@@ -173,12 +175,12 @@ class SavepointRestore:
         )
         return pinned
 
-    def claim(self, context: SparkContext, operator: str) -> None:
-        """Driver side: record in ``context``'s local properties (of this thread, inherited
-        by a query started from it) that ``operator`` restores from this savepoint."""
-        claimed = json.loads(context.getLocalProperty(CLAIMED) or "{}")
+    def claim(self, session: SparkSession, operator: str) -> None:
+        """Driver side: record in ``session``'s settings (which a query started from it
+        hands its tasks) that ``operator`` restores from this savepoint."""
+        claimed = json.loads(session.conf.get(CLAIMED, None) or "{}")
         claimed[self.path] = sorted({*claimed.get(self.path, []), operator})
-        context.setLocalProperty(CLAIMED, json.dumps(claimed, sort_keys=True))
+        session.conf.set(CLAIMED, json.dumps(claimed, sort_keys=True))
 
     def _check_claimed(self, savepoint: Savepoint) -> None:
         """Task side: refuse when the savepoint holds an operator that no operator of the
