@@ -192,3 +192,32 @@ def test_a_committed_batch_records_the_lag_behind_the_log_end(bootstrap, checkpo
         f"{topic}[0]": 60,
         f"{topic}[1]": 0,
     }
+
+
+def test_checkpoint_location_is_needed_only_for_a_start_that_must_be_pinned(bootstrap):
+    """earliest and explicit offsets start the same whenever they are resolved: no option
+    needed; latest (the default) must be pinned in the query's checkpoint, and without
+    checkpointLocation the query is refused naming it."""
+    topic = create_topic(bootstrap, partitions=1)
+    _produce_one_batch(bootstrap, topic, 5)
+
+    def source(**raw: str) -> KafkaSource:
+        options = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, **raw}
+        parsed = parse_options(KafkaSourceOptions, options, passthrough_prefixes=PASSTHROUGH)
+        return KafkaSource(parsed)
+
+    earliest = source(startingOffsets="earliest")
+    try:
+        start = earliest.initial_offset()
+        assert start == {topic: {"0": 0}}
+        assert earliest.latest_offset(start, ReadLimit()) == {topic: {"0": 5}}
+        earliest.commit({topic: {"0": 5}})
+        assert earliest.report_latest_offset() is None
+    finally:
+        earliest.stop()
+    latest = source()
+    try:
+        with pytest.raises(ConfigError, match=r"startingOffsets='latest'.*'checkpointLocation'"):
+            latest.initial_offset()
+    finally:
+        latest.stop()

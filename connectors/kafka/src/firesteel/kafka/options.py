@@ -55,11 +55,14 @@ def _require_range(name: str, value: int | None, low: int, high: int) -> None:
 class KafkaSourceOptions:
     """Options of ``spark.readStream.format("firesteel.kafka")``."""
 
-    checkpoint_location: str = option(
+    checkpoint_location: str | None = option(
+        None,
         name="checkpointLocation",
-        required=True,
-        doc="the query's checkpoint location, the value given to writeStream: the source "
-        "keeps its resolved start there (PySpark does not tell a Python source)",
+        doc="the query's checkpoint location, the value given to writeStream (PySpark does "
+        "not tell a Python source): needed where the start depends on the moment it is "
+        "resolved (startingOffsets latest, the default, a timestamp or -1 in JSON), which "
+        "is pinned there; with it the source also counts bad records in query progress and "
+        "records its lag",
     )
     subscribe: str | None = option(None, doc="comma-separated topics to read")
     subscribe_pattern: str | None = option(
@@ -112,7 +115,8 @@ class KafkaSourceOptions:
 
     def __post_init__(self) -> None:
         _require_bootstrap(self.passthrough)
-        require_absolute("checkpointLocation", self.checkpoint_location)
+        if self.checkpoint_location is not None:
+            require_absolute("checkpointLocation", self.checkpoint_location)
         if bool(self.subscribe) == bool(self.subscribe_pattern):
             msg = f"{CONNECTOR}: set exactly one of options 'subscribe' and 'subscribePattern'"
             raise ConfigError(msg)

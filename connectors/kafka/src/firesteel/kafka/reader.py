@@ -104,7 +104,7 @@ class RangeReader:
             consumer.assign([TopicPartition(offsets.topic, offsets.partition, offsets.start)])
             yield from self._consume(consumer, config, offsets, errors)
             errors.close()
-            if errors.skipped or errors.quarantined:
+            if (errors.skipped or errors.quarantined) and self.folder is not None:
                 self.folder.record_counts(
                     f"{offsets.topic}-{offsets.partition}-{offsets.start}-{offsets.end}",
                     errors.skipped,

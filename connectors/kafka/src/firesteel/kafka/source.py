@@ -157,7 +157,7 @@ class KafkaSource(ResettableSource):
     def _check_folder(self) -> None:
         """Once per run, on the driver: option checkpointLocation names the query's checkpoint
         (the tasks write their counts there)."""
-        if not self._folder_checked:
+        if not self._folder_checked and self.folder is not None:
             self.folder.check()
             self._folder_checked = True
 
@@ -167,12 +167,21 @@ class KafkaSource(ResettableSource):
             "startingOffsets": self.options.starting_offsets.strip(),
             "startingTimestamp": self.options.starting_timestamp,
         }
-        pinned = self.folder.pinned_start(key)
+        pinned = self.folder.pinned_start(key) if self.folder is not None else None
         if pinned is not None:
             logger.info("firesteel.kafka: starting at %s, pinned by an earlier run", pinned)
             return pinned
         start, depends_on_time = self._resolve_initial()
         if depends_on_time:
+            if self.folder is None:
+                msg = (
+                    "firesteel.kafka: the start depends on when it is resolved "
+                    f"(startingOffsets={self.options.starting_offsets!r}, "
+                    f"startingTimestamp={self.options.starting_timestamp}), so it must be "
+                    "pinned in the query's checkpoint: set option 'checkpointLocation' to the "
+                    "value given to writeStream, or start from earliest or explicit offsets"
+                )
+                raise ConfigError(msg)
             self.folder.pin_start(key, start)
             logger.info("firesteel.kafka: starting at %s, pinned in the checkpoint", start)
         return start
@@ -296,7 +305,7 @@ class KafkaSource(ResettableSource):
         """Bad records skipped and quarantined so far (query progress shows them as this
         source's ``latestOffset``): counted by the tasks in the checkpoint, up to the batch
         before the one being planned."""
-        return dict(self.folder.counts())
+        return dict(self.folder.counts()) if self.folder is not None else None
 
     def commit(self, end: Offset) -> None:
         """The batch ending at ``end`` committed: report it to the progress group, if any,
@@ -304,6 +313,8 @@ class KafkaSource(ResettableSource):
         positions = from_offset(end)
         if self.options.progress_group_id:
             self.discovery.commit_progress(self.options.progress_group_id, positions)
+        if self.folder is None:
+            return
         ends = self.discovery.latest(list(positions))
         lag = {f"{t}[{p}]": max(ends.get((t, p), o) - o, 0) for (t, p), o in positions.items()}
         self.folder.record_progress(

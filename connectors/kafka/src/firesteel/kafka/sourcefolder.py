@@ -6,8 +6,11 @@ from firesteel.kafka.options import KafkaSourceOptions
 from firesteel.sources.spi import SourceFolder
 
 
-def source_folder(options: KafkaSourceOptions) -> SourceFolder:
-    """The folder of the Kafka source with these options, named by what it subscribes to."""
+def source_folder(options: KafkaSourceOptions) -> SourceFolder | None:
+    """The folder of the Kafka source with these options, named by what it subscribes to;
+    ``None`` without option ``checkpointLocation``."""
+    if options.checkpoint_location is None:
+        return None
     subscription = (
         f"topics {','.join(sorted(options.topics))}"
         if options.subscribe
