@@ -71,6 +71,8 @@ def test_demo_on_rocksdb_counts_every_reading_and_can_be_inspected(tmp_path: Pat
     assert latest == dict(_counts(folder / "input"))
 
     printed = _run("firesteel.cli.main", "state", str(folder / "state"))
-    assert "(5 entries)" in printed  # 4 sensors' counts, and the batch clock
+    assert "(4 entries)" in printed  # 4 sensors' counts; firesteel's batch clock is hidden
+    everything = _run("firesteel.cli.main", "state", str(folder / "state"), "--all")
+    assert "(5 entries)" in everything and "__firesteel_clock__" in everything
     assert all(f'["{sensor}"]' in printed for sensor in latest)
     assert '"count": ' + str(latest["sensor-000"]) in printed
