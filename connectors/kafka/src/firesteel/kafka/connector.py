@@ -37,10 +37,11 @@ class KafkaConnector(FiresteelDataSource):
         # The output: where the rows go and where the commit markers live.
         output = f"kafka:{options.topic or ''}/{options.marker_topic or options.topic or ''}"
         sink_id = default_sink_id(dict(self.options), output, new_stream=options.sink_new_stream)
-        if options.delivery is not Guarantee.EXACTLY_ONCE:
-            return KafkaSink(options, sink_id), options.guarantee
         checkpoint = str(dict(self.options).get("checkpointlocation", ""))
+        if options.delivery is not Guarantee.EXACTLY_ONCE:
+            return KafkaSink(options, sink_id, checkpoint), options.guarantee
         if options.exactly_once_mode == "write-ahead":
             return KafkaWriteAheadSink(options, sink_id, checkpoint), Guarantee.EXACTLY_ONCE
         layout = PartitionLayout(checkpoint, sink_id) if checkpoint else None
-        return KafkaExactlyOnceSink(options, sink_id, layout), Guarantee.EXACTLY_ONCE
+        sink = KafkaExactlyOnceSink(options, sink_id, layout, checkpoint)
+        return sink, Guarantee.EXACTLY_ONCE

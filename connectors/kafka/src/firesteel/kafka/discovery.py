@@ -13,6 +13,10 @@ End offsets come from two places, because brokers differ:
 
 The end is the larger of the two. On Apache Kafka the probe starts at the end
 and returns at once; elsewhere it reads at most one record batch per partition.
+
+Every request waits out a broker outage for option ``retry.timeout.ms``
+(:mod:`firesteel.kafka.outage`), so a restarting broker delays a batch's planning
+instead of failing the query.
 """
 
 from __future__ import annotations
@@ -21,22 +25,28 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from firesteel.core.spi import ConfigError
 from firesteel.kafka.config import client_config, safe_error
 from firesteel.kafka.errors import KafkaSourceError
 from firesteel.kafka.options import KafkaSourceOptions
+from firesteel.kafka.outage import Outage, has_committed
 from firesteel.kafka.reach import first_contact
 
 logger = logging.getLogger(__name__)
 
 TopicPartitionKey = tuple[str, int]
 
+LEADER_MOVING = (-190, 3)
+"""``_UNKNOWN_PARTITION`` and ``UNKNOWN_TOPIC_OR_PART``: asked about a partition that the
+metadata just listed, they mean its leader is moving (a broker shutting down or starting:
+the client dropped the partition from its metadata until a leader is known), and are
+waited out like an outage."""
+
 PROBE_SECONDS = 5.0
 """Longest a probe waits for end-of-partition before settling for what it learned."""
-METADATA_TIMEOUT = 30.0
 
 
 def consumer_config(options: KafkaSourceOptions, **overrides: Any) -> dict[str, Any]:
@@ -55,7 +65,8 @@ def consumer_config(options: KafkaSourceOptions, **overrides: Any) -> dict[str, 
 class Discovery:
     """Answers the source's driver-side questions with one long-lived consumer.
 
-    Created only once the cluster answered (:func:`~firesteel.kafka.reach.first_contact`).
+    Created only once the cluster answered (:func:`~firesteel.kafka.reach.first_contact`:
+    at once for a new query, within ``retry.timeout.ms`` for one that committed a batch).
     Not thread-safe; one per source. :meth:`close` releases the consumer.
     """
 
@@ -71,7 +82,10 @@ class Discovery:
         except KafkaException as exc:
             what = "invalid client configuration (check the kafka.* options)"
             raise self._fail(what, exc) from exc
-        first_contact(self.consumer, self.config, "firesteel.kafka")
+        resumed = has_committed(options.checkpoint_location)
+        patience = options.retry_timeout_ms if resumed else None
+        first_contact(self.consumer, self.config, "firesteel.kafka", patience=patience)
+        self.outage = Outage("firesteel.kafka", self.config, options.retry_timeout_ms)
         self.pattern = re.compile(options.subscribe_pattern) if options.subscribe_pattern else None
 
     def close(self) -> None:
@@ -86,7 +100,9 @@ class Discovery:
         from confluent_kafka import KafkaException
 
         try:
-            metadata = self.consumer.list_topics(timeout=METADATA_TIMEOUT)
+            metadata = self.outage.run(
+                lambda timeout: self.consumer.list_topics(timeout=timeout), "cluster metadata"
+            )
         except KafkaException as exc:
             what = "cannot read cluster metadata"
             raise self._fail(what, exc) from exc
@@ -108,11 +124,16 @@ class Discovery:
     def _watermarks(self, tps: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, tuple]:
         from confluent_kafka import KafkaException, TopicPartition
 
+        def ask(tp: Any) -> Callable[[float], tuple]:
+            return lambda timeout: self.consumer.get_watermark_offsets(tp, timeout=timeout)
+
         marks = {}
         for topic, partition in tps:
             try:
-                marks[(topic, partition)] = self.consumer.get_watermark_offsets(
-                    TopicPartition(topic, partition), timeout=METADATA_TIMEOUT
+                marks[(topic, partition)] = self.outage.run(
+                    ask(TopicPartition(topic, partition)),
+                    f"offsets of {topic}[{partition}]",
+                    LEADER_MOVING,
                 )
             except KafkaException as exc:
                 what = f"cannot list offsets of {topic}[{partition}]"
@@ -162,10 +183,12 @@ class Discovery:
         """The first offset with a timestamp >= ``timestamp_ms``; -1 where no record is."""
         from confluent_kafka import KafkaException, TopicPartition
 
-        keys = list(tps)
+        wanted = [TopicPartition(t, p, timestamp_ms) for t, p in tps]
         try:
-            found = self.consumer.offsets_for_times(
-                [TopicPartition(t, p, timestamp_ms) for t, p in keys], timeout=METADATA_TIMEOUT
+            found = self.outage.run(
+                lambda timeout: self.consumer.offsets_for_times(wanted, timeout=timeout),
+                "offsets by timestamp",
+                LEADER_MOVING,
             )
         except KafkaException as exc:
             what = "cannot look up offsets by timestamp"

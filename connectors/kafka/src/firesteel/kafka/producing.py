@@ -24,6 +24,7 @@ from typing import Any
 
 from firesteel.core.spi import SinkError
 from firesteel.kafka.config import safe_error, scrub, secrets_of
+from firesteel.kafka.outage import Outage, is_outage
 from firesteel.kafka.rows import ProduceArgs
 
 logger = logging.getLogger(__name__)
@@ -43,6 +44,9 @@ class DeliveryTracker:
     fatal: str | None = None
     fenced: bool = False
     """A newer instance with the same transactional id took over (it aborted our transaction)."""
+    down: str | None = None
+    """The last error saying the brokers are away (:func:`~firesteel.kafka.outage.is_outage`),
+    until :func:`flush` sees records delivered again."""
 
     def on_delivery(self, err: Any, _msg: Any) -> None:
         """librdkafka delivery callback (only failures arrive: delivery.report.only.error)."""
@@ -57,13 +61,16 @@ class DeliveryTracker:
         self.fenced = self.fenced or is_fencing(err)
         if err.fatal():
             self.fatal = err.str()
-        else:
-            logger.info("firesteel.kafka producer: %s", scrub(err.str(), secrets_of(self.config)))
+            return
+        if is_outage(err):
+            self.down = err.str()
+        logger.info("firesteel.kafka producer: %s", scrub(err.str(), secrets_of(self.config)))
 
     def reset(self) -> None:
         """Forget earlier tasks' results (producers are reused between tasks)."""
         self.failures.clear()
         self.failed = 0
+        self.down = None
 
     @property
     def unusable(self) -> bool:
@@ -202,8 +209,21 @@ def _refused(exc: Any, tracker: DeliveryTracker | None, what: str) -> None:
     tracker.check_usable(what)
 
 
-def flush(producer: Any, tracker: DeliveryTracker, timeout_ms: int, what: str) -> None:
+def flush(
+    producer: Any,
+    tracker: DeliveryTracker,
+    timeout_ms: int,
+    what: str,
+    outage: Outage | None = None,
+) -> None:
     """Wait for every delivery report; raise if any record failed or is still pending.
+
+    librdkafka keeps undelivered records queued while the brokers are away and
+    sends them when they are back (the idempotent producer without duplicates).
+    With ``outage`` (option ``retry.timeout.ms``), a flush that has the tracker
+    report the brokers down and sees no record delivered logs its wait and, past
+    the window, raises :class:`~firesteel.kafka.errors.OutageError` naming the
+    servers and the setting; ``timeout_ms`` bounds the whole flush either way.
 
     Polls instead of calling ``producer.flush()``: when a transactional
     producer is fenced during ``flush()``, confluent-kafka raises a
@@ -217,12 +237,14 @@ def flush(producer: Any, tracker: DeliveryTracker, timeout_ms: int, what: str) -
 
     tracker.check_usable(what)
     deadline = time.monotonic() + timeout_ms / 1000
+    pending = len(producer)
     try:
-        while len(producer) and not tracker.unusable:
+        while pending and not tracker.unusable:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
             producer.poll(min(FLUSH_POLL_SECONDS, left))
+            pending = _watch(producer, tracker, pending, outage, what)
     except KafkaException as exc:
         if not exc.args[0].fatal():
             raise
@@ -232,6 +254,22 @@ def flush(producer: Any, tracker: DeliveryTracker, timeout_ms: int, what: str) -
         assert error is not None
         raise error from exc
     tracker.check(what, len(producer))
+
+
+def _watch(
+    producer: Any, tracker: DeliveryTracker, pending: int, outage: Outage | None, what: str
+) -> int:
+    """Records still pending; ``outage`` learns of deliveries and of the brokers away."""
+    now = len(producer)
+    if outage is None:
+        return now
+    if now < pending:
+        tracker.down = None
+        outage.recovered()
+    elif tracker.down is not None:
+        outage.noticed(f"{what}: flushing {now} records", tracker.down)
+    outage.check(f"{what}: flushing {now} records")
+    return now
 
 
 def describe(exc: BaseException, config: dict[str, Any]) -> str:

@@ -6,6 +6,11 @@ Under ``read_committed`` librdkafka hides control records and aborted data;
 their offsets still count, so the task stops when the consumer's position,
 not the last record, reaches ``end``: a range that ends on a commit marker or
 an aborted transaction never stalls.
+
+Brokers away for a while (a restart) are waited out for option ``retry.timeout.ms``
+from the first sign of the outage to the first record or offset after it
+(:class:`~firesteel.kafka.outage.Outage`); librdkafka itself reconnects and fetches
+again from the consumer's position, so nothing is skipped or read twice.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from firesteel.kafka.config import safe_error
 from firesteel.kafka.discovery import consumer_config
 from firesteel.kafka.errors import DataLossError, KafkaSourceError
 from firesteel.kafka.options import KafkaSourceOptions
+from firesteel.kafka.outage import Outage, is_outage
 from firesteel.kafka.sourcefolder import source_folder
 
 logger = logging.getLogger(__name__)
@@ -66,6 +72,18 @@ def output_schema(include_headers: bool, decoder: ValueDecoder | None) -> pa.Sch
     return pa.schema(fields)
 
 
+@dataclass
+class BrokersDown:
+    """A reading consumer's error callback: the last error saying the brokers are away."""
+
+    reason: str | None = None
+
+    def on_error(self, err: Any) -> None:
+        """librdkafka global error callback (lost connections, all brokers down)."""
+        if is_outage(err):
+            self.reason = err.str()
+
+
 class RangeReader:
     """Reads one :class:`OffsetRange`; the same range always yields the same records."""
 
@@ -94,7 +112,9 @@ class RangeReader:
             auto_offset_reset="error",
             group_id="firesteel-reader",
         )
-        consumer = Consumer(config)
+        # librdkafka reports a consumer's lost connections only to its error callback.
+        down = BrokersDown()
+        consumer = Consumer({**config, "error_cb": down.on_error})
         errors = ErrorHandler(
             self.options.errors,
             f"{offsets.topic}-{offsets.partition}-{offsets.start}",
@@ -102,7 +122,7 @@ class RangeReader:
         )
         try:
             consumer.assign([TopicPartition(offsets.topic, offsets.partition, offsets.start)])
-            yield from self._consume(consumer, config, offsets, errors)
+            yield from self._consume(consumer, config, offsets, errors, down)
             errors.close()
             if (errors.skipped or errors.quarantined) and self.folder is not None:
                 self.folder.record_counts(
@@ -122,7 +142,12 @@ class RangeReader:
             consumer.close()
 
     def _consume(
-        self, consumer: Any, config: dict[str, Any], offsets: OffsetRange, errors: ErrorHandler
+        self,
+        consumer: Any,
+        config: dict[str, Any],
+        offsets: OffsetRange,
+        errors: ErrorHandler,
+        down: BrokersDown,
     ) -> Iterator[pa.RecordBatch]:
         from confluent_kafka import KafkaError, TopicPartition
 
@@ -131,7 +156,11 @@ class RangeReader:
         position = offsets.start
         checked_gap = False
         waited_since = time.monotonic()
+        outage = Outage("firesteel.kafka", config, self.options.retry_timeout_ms)
+        what = f"reading {offsets.name}"
         while position < offsets.end:
+            outage.check(what)
+            before = position
             # Ask for no more than the range still needs, so consume() returns as soon as
             # the records are there instead of waiting out its timeout for a full chunk.
             wanted = max(1, min(self.options.consume_batch_size, offsets.end - position))
@@ -146,20 +175,20 @@ class RangeReader:
                 if error.code() == KafkaError._PARTITION_EOF:
                     position = max(position, message.offset())
                 elif error.code() in out_of_range:
-                    position = self._lost(consumer, offsets, position, error.str())
+                    position = self._lost(consumer, offsets, position, error.str(), outage)
                     checked_gap = True
-                elif error.fatal() or not error.retriable():
+                elif is_outage(error):
+                    outage.noticed(what, safe_error(Exception(error.str()), config))
+                else:
                     msg = (
                         f"firesteel.kafka: reading {offsets.name} offsets "
                         f"[{position}, {offsets.end}): {safe_error(Exception(error.str()), config)}"
                     )
                     raise KafkaSourceError(msg)
-                else:
-                    logger.info("firesteel.kafka: %s: %s (retrying)", offsets.name, error.str())
             if records:
                 first = records[0].offset()
                 if not checked_gap and first > offsets.start:
-                    self._check_gap(consumer, offsets, first)
+                    self._check_gap(consumer, offsets, first, outage)
                 checked_gap = True
                 position = max(position, records[-1].offset() + 1)
                 batch = self._to_arrow(records, offsets, errors)
@@ -168,7 +197,13 @@ class RangeReader:
             if position < offsets.end:
                 # Control records and aborted data advance the position without records.
                 position = max(position, consumer.position([tp])[0].offset)
-            if messages:
+            if records or position > before:
+                down.reason = None
+                outage.recovered()
+            elif down.reason is not None:
+                outage.noticed(what, safe_error(Exception(down.reason), config))
+            if messages or outage.ongoing:
+                # While the brokers are away, retry.timeout.ms bounds the wait instead.
                 waited_since = time.monotonic()
             elif time.monotonic() - waited_since > self.options.poll_timeout_ms / 1000:
                 msg = (
@@ -178,23 +213,31 @@ class RangeReader:
                 )
                 raise KafkaSourceError(msg)
 
-    def _check_gap(self, consumer: Any, offsets: OffsetRange, first: int) -> None:
+    def _check_gap(self, consumer: Any, offsets: OffsetRange, first: int, outage: Outage) -> None:
         """The first record lies beyond ``start``: retention, or just compaction/markers?"""
+        low = self._log_start(consumer, offsets, outage)
+        if low > offsets.start:
+            why = f"log now starts at offset {low}"
+            self._lost(consumer, offsets, offsets.start, why, outage)
+
+    @staticmethod
+    def _log_start(consumer: Any, offsets: OffsetRange, outage: Outage) -> int:
         from confluent_kafka import TopicPartition
 
-        low, _high = consumer.get_watermark_offsets(
-            TopicPartition(offsets.topic, offsets.partition), timeout=30
+        tp = TopicPartition(offsets.topic, offsets.partition)
+        low, _high = outage.run(
+            lambda timeout: consumer.get_watermark_offsets(tp, timeout=timeout),
+            f"offsets of {offsets.name}",
         )
-        if low > offsets.start:
-            self._lost(consumer, offsets, offsets.start, f"log now starts at offset {low}")
+        return int(low)
 
-    def _lost(self, consumer: Any, offsets: OffsetRange, position: int, why: str) -> int:
+    def _lost(
+        self, consumer: Any, offsets: OffsetRange, position: int, why: str, outage: Outage
+    ) -> int:
         """Offsets from ``position`` were deleted: fail, or skip to the log start (logged)."""
         from confluent_kafka import TopicPartition
 
-        low, _high = consumer.get_watermark_offsets(
-            TopicPartition(offsets.topic, offsets.partition), timeout=30
-        )
+        low = self._log_start(consumer, offsets, outage)
         lost_to = min(max(low, position), offsets.end)
         if self.options.fail_on_data_loss:
             msg = (

@@ -136,6 +136,8 @@ class ApacheKafkaBroker:
     workdir: Path
     owned: bool = True
     """Whether :meth:`stop` removes ``workdir`` (a temp folder of :meth:`start`'s)."""
+    home: Path | None = None
+    """The distribution it runs from (:meth:`restart` starts it again from there)."""
 
     @property
     def bootstrap(self) -> str:
@@ -191,7 +193,7 @@ class ApacheKafkaBroker:
                 env=env,
                 start_new_session=True,
             )
-        broker = cls(port, process, workdir, owned=folder is None)
+        broker = cls(port, process, workdir, owned=folder is None, home=Path(home))
         try:
             await_listening(process, port, timeout, what="Apache Kafka", log=log, interval=0.2)
         except NotListeningError:
@@ -212,6 +214,25 @@ class ApacheKafkaBroker:
                 self.process.wait(10)
         if self.owned:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def restart(self, sig: signal.Signals = signal.SIGTERM, down: float = 0.0) -> ApacheKafkaBroker:
+        """An outage: send ``sig`` to the broker by PID, wait for it to exit, stay down
+        ``down`` seconds, then start it again on the same folder and ports.
+
+        Returns the new broker (it owns the folder if this one did). A broker on a
+        temp folder keeps the folder across the restart. The broker is unreachable
+        from the signal until the new one listens: ``down`` plus its start, which
+        after SIGKILL includes the recovery of its logs.
+        """
+        if self.home is None:
+            msg = "this broker was not started by ApacheKafkaBroker.start: no distribution"
+            raise RuntimeError(msg)
+        os.kill(self.process.pid, sig)
+        self.process.wait(60)
+        time.sleep(down)
+        broker = ApacheKafkaBroker.start(self.home, folder=self.workdir)
+        broker.owned = self.owned
+        return broker
 
 
 @contextlib.contextmanager

@@ -20,22 +20,26 @@ _PREPARED: WorkerCache[tuple[str, str, int], bool] = WorkerCache()
 """(bootstrap servers, marker topic, timeout) whose exactly-once checks passed here."""
 
 
-def reach(config: dict[str, Any]) -> None:
-    """Fail the query before its first task unless the cluster answers."""
+def reach(config: dict[str, Any], patience: int | None = None) -> None:
+    """Fail the query before its first task unless the cluster answers (within ``patience``
+    ms of an outage, if given: see :func:`~firesteel.kafka.reach.first_contact`)."""
     from confluent_kafka.admin import AdminClient
 
     def contact() -> bool:
-        first_contact(AdminClient(config), config, "firesteel.kafka sink")
+        first_contact(AdminClient(config), config, "firesteel.kafka sink", patience=patience)
         return True
 
     _REACHED.get(str(config.get("bootstrap.servers")), contact)
 
 
-def check_transactional_target(config: dict[str, Any], marker_topic: str, timeout_ms: int) -> bool:
+def check_transactional_target(
+    config: dict[str, Any], marker_topic: str, timeout_ms: int, patience: int | None = None
+) -> bool:
     """Check the marker topic exists and ``timeout_ms`` fits the broker's cap.
 
     Raises :class:`ConfigError` naming the option otherwise; ``False`` if the
-    checks had already passed in this process (nothing was asked).
+    checks had already passed in this process (nothing was asked). ``patience``
+    as for :func:`reach`.
     """
     from confluent_kafka.admin import AdminClient
 
@@ -44,18 +48,20 @@ def check_transactional_target(config: dict[str, Any], marker_topic: str, timeou
     def check() -> bool:
         nonlocal asked
         asked = True
-        _check_target(AdminClient(config), config, marker_topic, timeout_ms)
+        _check_target(AdminClient(config), config, marker_topic, timeout_ms, patience)
         return True
 
     _PREPARED.get((str(config.get("bootstrap.servers")), marker_topic, timeout_ms), check)
     return asked
 
 
-def _check_target(admin: Any, config: dict[str, Any], marker_topic: str, timeout_ms: int) -> None:
+def _check_target(
+    admin: Any, config: dict[str, Any], marker_topic: str, timeout_ms: int, patience: int | None
+) -> None:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import ConfigResource
 
-    metadata = first_contact(admin, config, "firesteel.kafka sink", marker_topic)
+    metadata = first_contact(admin, config, "firesteel.kafka sink", marker_topic, patience)
     topic = metadata.topics.get(marker_topic)
     if topic is None or topic.error is not None or not topic.partitions:
         msg = (

@@ -78,6 +78,7 @@ from firesteel.kafka.config import (
     secrets_of,
 )
 from firesteel.kafka.options import KafkaSinkOptions
+from firesteel.kafka.outage import Outage, has_committed
 from firesteel.kafka.pool import TransactionalClient, TransactionalPool, config_key
 from firesteel.kafka.producing import DeliveryTracker, flush, produce_all, tracked_config
 from firesteel.kafka.rows import sink_extractor
@@ -98,7 +99,7 @@ from firesteel.kafka.sink.points import (
     AFTER_PRODUCE,
     BEFORE_COMMIT_TRANSACTION,
 )
-from firesteel.kafka.sink.retry import TransactionalRetry, retries_ran_out
+from firesteel.kafka.sink.retry import TransactionalRetry
 from firesteel.kafka.sink.transaction import KafkaCommittable, KafkaTransaction, TxnState
 
 logger = logging.getLogger(__name__)
@@ -107,8 +108,6 @@ TIMEOUT_MARGIN = 0.8
 """A task aborts its transaction once it has been open this fraction of the timeout."""
 ABORT_TIMEOUT = 30
 """Seconds an ``abort_transaction`` may take."""
-MARKER_READ_TIMEOUT = 60.0
-"""How long reading a commit marker may retry while the group coordinator is not ready."""
 KEPT_MARKER_TIMEOUT = 5.0
 """How long a kept producer's task waits for its marker before it starts over with a new one."""
 FIRST_RECONNECT_MS = 10
@@ -128,18 +127,33 @@ class KafkaExactlyOnceSink(InTaskCommitSink[KafkaTransaction, KafkaCommittable])
 
     ``layout`` (in-task mode, from the query's checkpoint) checks at each commit that a
     re-run batch kept its partition count; ``None`` where there is no checkpoint
-    (``foreachBatch``) or the transactions serve the write-ahead mode.
+    (``foreachBatch``) or the transactions serve the write-ahead mode. ``checkpoint`` is
+    the query's: one that committed a batch waits out an outage in the driver's check
+    of the cluster (:meth:`prepare`) too.
+
+    Brokers away for a while are waited out for option ``retry.timeout.ms`` in the
+    marker reads, the transactional calls (:mod:`firesteel.kafka.sink.retry`) and the
+    flush, whose records librdkafka keeps queued in the open transaction. Its
+    ``message.timeout.ms`` is the transaction's timeout unless set: an outage longer
+    than ``kafka.transaction.timeout.ms`` (default 60 s) while a transaction is open
+    fails its records, so the transaction is aborted and the task fails for Spark to
+    retry it (the marker makes the retry write the rows once).
     """
 
     name: ClassVar[str] = "firesteel.kafka"
     committable_type = KafkaCommittable
 
     def __init__(
-        self, options: KafkaSinkOptions, sink_id: str, layout: PartitionLayout | None = None
+        self,
+        options: KafkaSinkOptions,
+        sink_id: str,
+        layout: PartitionLayout | None = None,
+        checkpoint: str = "",
     ) -> None:
         self.options = options
         self.sink_id = sink_id
         self.layout = layout
+        self.checkpoint = checkpoint
         self.timeout_ms = options.transaction_timeout_ms()
         self.marker_topic = options.marker_topic or options.topic or ""
         self.config = {
@@ -165,7 +179,10 @@ class KafkaExactlyOnceSink(InTaskCommitSink[KafkaTransaction, KafkaCommittable])
         marker log's reader is installed."""
         if self.marker_log is not None:
             self.marker_log.check_reader()
-        if brokers.check_transactional_target(self.config, self.marker_topic, self.timeout_ms):
+        patience = self.options.retry_timeout_ms if has_committed(self.checkpoint) else None
+        if brokers.check_transactional_target(
+            self.config, self.marker_topic, self.timeout_ms, patience
+        ):
             logger.info(
                 "firesteel.kafka sink %s: exactly-once, producer %s",
                 self.sink_id,
@@ -240,12 +257,16 @@ class KafkaExactlyOnceSink(InTaskCommitSink[KafkaTransaction, KafkaCommittable])
         assert txn.client is not None
         scope = txn.scope
         group = self.names.marker_group(scope.partition_id)
+        consumer = txn.client.marker_consumer
+        partition = TopicPartition(self.marker_topic, 0)
         try:
-            marker = committed_marker(
-                txn.client.marker_consumer,
-                TopicPartition(self.marker_topic, 0),
-                KEPT_MARKER_TIMEOUT if kept else MARKER_READ_TIMEOUT,
-            )
+            if kept:
+                marker = committed_marker(consumer, partition, KEPT_MARKER_TIMEOUT)
+            else:
+                marker = self.outage().run(
+                    lambda timeout: committed_marker(consumer, partition, timeout),
+                    f"{txn.transactional_id} batch {scope.batch_id}: commit marker (group {group})",
+                )
         except KafkaException as exc:
             if kept:
                 return self._cannot_continue(txn, f"marker unreadable: {exc.args[0].str()}")
@@ -281,7 +302,8 @@ class KafkaExactlyOnceSink(InTaskCommitSink[KafkaTransaction, KafkaCommittable])
                 return self._cannot_continue(txn, exc.args[0].str())
             raise
         except SinkError as exc:
-            if kept and not retries_ran_out(exc):
+            # Refused (fenced, abortable); an outage past retry.timeout.ms is no SinkError.
+            if kept:
                 return self._cannot_continue(txn, str(exc))
             raise
         txn.extractor = sink_extractor(self.options, txn.producer)
@@ -380,6 +402,10 @@ class KafkaExactlyOnceSink(InTaskCommitSink[KafkaTransaction, KafkaCommittable])
             )
             raise SinkError(msg)
 
+    def outage(self) -> Outage:
+        """A new window of ``retry.timeout.ms`` for one operation."""
+        return Outage("firesteel.kafka sink", self.config, self.options.retry_timeout_ms)
+
     def _transactional(self, txn: KafkaTransaction, what: str, call: Any) -> None:
         """Run ``call(timeout_seconds)`` under the sink's :class:`TransactionalRetry`."""
         self.retry.run(call, what, txn.transactional_id, txn.scope.batch_id, txn.tracker)
@@ -392,7 +418,13 @@ class KafkaExactlyOnceSink(InTaskCommitSink[KafkaTransaction, KafkaCommittable])
             return handle
         AFTER_PRODUCE.fire(scope.batch_id, scope.partition_id)
         assert txn.tracker is not None
-        flush(txn.producer, txn.tracker, self.options.flush_timeout_ms, txn.transactional_id)
+        flush(
+            txn.producer,
+            txn.tracker,
+            self.options.flush_timeout_ms,
+            txn.transactional_id,
+            self.outage(),
+        )
         AFTER_FLUSH.fire(scope.batch_id, scope.partition_id)
         if self.marker_log is not None:
             # Same transaction as the data: visible exactly when the data is.
@@ -480,9 +512,11 @@ class KafkaExactlyOnceSink(InTaskCommitSink[KafkaTransaction, KafkaCommittable])
 
         group = self.names.marker_group(key)
         consumer = self._marker_consumer(key)
+        partition = TopicPartition(self.marker_topic, 0)
         try:
-            marker = committed_marker(
-                consumer, TopicPartition(self.marker_topic, 0), MARKER_READ_TIMEOUT
+            marker = self.outage().run(
+                lambda timeout: committed_marker(consumer, partition, timeout),
+                f"batch {batch_id}: commit marker (group {group})",
             )
         except KafkaException as exc:
             msg = (

@@ -16,6 +16,8 @@ import logging
 import time
 from typing import Any
 
+from firesteel.kafka.outage import is_outage
+
 logger = logging.getLogger(__name__)
 
 NO_MARKER = -1
@@ -65,7 +67,8 @@ def committed_marker(consumer: Any, partition: Any, timeout: float) -> Any:
 
     librdkafka returns ``NOT_COORDINATOR`` from ``committed()`` instead of
     retrying it while a fresh broker is still creating ``__consumer_offsets``
-    or a coordinator moves; those are waited out, anything else is raised.
+    or a coordinator moves, and a timeout or transport error while a broker
+    restarts; those are waited out until ``timeout``, anything else is raised.
     An error the broker gives for the partition alone comes back on the
     returned partition, whose offset then says nothing: it is raised (or
     waited out) the same way, never read as "no marker", which would write a
@@ -83,7 +86,7 @@ def committed_marker(consumer: Any, partition: Any, timeout: float) -> Any:
             return marker
         except KafkaException as exc:
             error = exc.args[0]
-            not_ready = error.retriable() or error.name() in _COORDINATOR_NOT_READY
+            not_ready = is_outage(error) or error.name() in _COORDINATOR_NOT_READY
             if not not_ready or left <= 0:
                 raise
             logger.info("firesteel.kafka sink: marker group not ready (%s); retrying", error)

@@ -11,6 +11,7 @@ import pyarrow as pa
 from firesteel.core.spi import PlainSink, TaskScope
 from firesteel.kafka.config import client_config, redact
 from firesteel.kafka.options import KafkaSinkOptions
+from firesteel.kafka.outage import Outage, has_committed
 from firesteel.kafka.pool import SharedProducers
 from firesteel.kafka.producing import flush, produce_all
 from firesteel.kafka.rows import sink_extractor
@@ -29,21 +30,28 @@ class KafkaSink(PlainSink):
     With at-least-once the task returns only after every record's delivery
     report came back without error (``acks=all`` and idempotence by default),
     so a resettable source makes the query at-least-once. ``none`` flushes but
-    only logs failed deliveries.
+    only logs failed deliveries. Brokers away for a while are waited out for
+    option ``retry.timeout.ms`` (:mod:`firesteel.kafka.outage`): the records stay
+    queued in the producer, which sends them once the brokers are back.
+
+    ``checkpoint`` is the query's: one that committed a batch waits out an outage
+    in its driver's check of the cluster too, instead of failing at once.
     """
 
     name: ClassVar[str] = "firesteel.kafka"
 
-    def __init__(self, options: KafkaSinkOptions, sink_id: str) -> None:
+    def __init__(self, options: KafkaSinkOptions, sink_id: str, checkpoint: str = "") -> None:
         self.options = options
         self.sink_id = sink_id
+        self.checkpoint = checkpoint
         self.checked = options.guarantee is None or options.guarantee.value > 0
         self.config = client_config(options.passthrough)
         if self.checked:
             self.config = {"acks": "all", "enable.idempotence": True, **self.config}
 
     def prepare(self) -> None:
-        brokers.reach(self.config)
+        resumed = has_committed(self.checkpoint)
+        brokers.reach(self.config, self.options.retry_timeout_ms if resumed else None)
         logger.info("firesteel.kafka sink %s: producer %s", self.sink_id, redact(self.config))
 
     def write(self, scope: TaskScope, batches: Iterator[pa.RecordBatch]) -> int:
@@ -57,7 +65,8 @@ class KafkaSink(PlainSink):
         AFTER_PRODUCE.fire(scope.batch_id, scope.partition_id)
         what = f"batch {scope.batch_id} partition {scope.partition_id}"
         if self.checked:
-            flush(producer, tracker, self.options.flush_timeout_ms, what)
+            outage = Outage("firesteel.kafka sink", self.config, self.options.retry_timeout_ms)
+            flush(producer, tracker, self.options.flush_timeout_ms, what, outage)
         else:
             remaining = producer.flush(self.options.flush_timeout_ms / 1000)
             if tracker.failed or remaining:

@@ -1,15 +1,18 @@
 """How the exactly-once sink retries its transactional calls: librdkafka's error classes.
 
-Retriable errors (a coordinator moving, a timeout) are retried until
-``retry.timeout.ms``; abortable and fatal ones fail the task at once; a
-producer already fenced or fatal is never called again. Past the deadline the
-task fails with a :class:`~firesteel.core.errors.SinkError` naming the
-transactional id instead of hanging.
+Retriable errors and a broker outage (a coordinator moving, a timeout, a restarting
+broker: :func:`~firesteel.kafka.outage.is_outage`) are retried with backoff, each
+wait logged, until ``retry.timeout.ms``; past it the task fails with an
+:class:`~firesteel.kafka.errors.OutageError` naming the bootstrap servers, the
+setting and the transactional id instead of hanging. A retried call is the same
+call into the same transaction, which librdkafka allows after a retriable error:
+nothing is sent twice. Abortable and fatal errors fail the task at once (an
+abortable one after the transaction is aborted, so Spark retries the task with a
+fresh one); a producer already fenced or fatal is never called again.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -17,9 +20,8 @@ from typing import Any
 
 from firesteel.core.spi import SinkError
 from firesteel.kafka.config import safe_error
+from firesteel.kafka.outage import Outage, is_outage
 from firesteel.kafka.producing import DeliveryTracker, is_fencing
-
-logger = logging.getLogger(__name__)
 
 CALL_TIMEOUT = 60.0
 """Longest single attempt of a transactional call (retries continue until retry.timeout.ms)."""
@@ -32,7 +34,8 @@ class TransactionalRetry:
     timeout_ms: int
     """Option ``retry.timeout.ms``."""
     config: Mapping[str, Any]
-    """The client configuration, whose secrets are scrubbed from error texts."""
+    """The client configuration (its bootstrap servers; its secrets are scrubbed from error
+    texts)."""
 
     def run(
         self,
@@ -51,43 +54,28 @@ class TransactionalRetry:
         from confluent_kafka import KafkaException
 
         where = f"{transactional_id} batch {batch_id}"
-        deadline = time.monotonic() + self.timeout_ms / 1000
-        attempts = 0
+        outage = Outage("firesteel.kafka sink", self.config, self.timeout_ms)
+        started = time.monotonic()
         while True:
             if tracker is not None:
                 tracker.check_usable(where)
-            left = deadline - time.monotonic()
+            left = self.timeout_ms / 1000 - (time.monotonic() - started)
             try:
-                attempts += 1
                 call(max(1.0, min(CALL_TIMEOUT, left)))
-                return
             except KafkaException as exc:
                 error = exc.args[0]
-                text = safe_error(exc, self.config)
-                if error.retriable() and time.monotonic() < deadline:
-                    logger.info("firesteel.kafka sink: %s: %s (retrying)", what, text)
-                    time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+                if is_outage(error):
+                    if outage.began is None:
+                        outage.began = started  # the window counts from the first attempt
+                    time.sleep(outage.failed(f"{where}: {what}", safe_error(exc, self.config), exc))
                     continue
-                if error.retriable():
-                    msg = (
-                        f"firesteel.kafka sink: {where}: {what} still failed after {attempts} "
-                        f"attempts within retry.timeout.ms={self.timeout_ms}: {text}. Is the "
-                        "cluster reachable and its transaction coordinator available?"
-                    )
-                    raise SinkError(msg) from exc
                 if tracker is not None:
                     tracker.fenced = tracker.fenced or is_fencing(error)
                     if error.fatal():
                         tracker.fatal = tracker.fatal or error.str()
                 kind = "abortable" if error.txn_requires_abort() else "fatal"
+                text = safe_error(exc, self.config)
                 msg = f"firesteel.kafka sink: {where}: {what} failed ({kind}): {text}"
                 raise SinkError(msg) from exc
-
-
-def retries_ran_out(exc: SinkError) -> bool:
-    """Whether a transactional call failed only because its retriable errors outlasted the
-    deadline (a new producer would wait as long again), not because it was refused."""
-    from confluent_kafka import KafkaException
-
-    cause = exc.__cause__
-    return isinstance(cause, KafkaException) and bool(cause.args[0].retriable())
+            outage.recovered()
+            return

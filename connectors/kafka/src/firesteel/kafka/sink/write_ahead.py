@@ -23,6 +23,14 @@ batch's commit decides what is sent, from a plan that no re-run can change
    later re-run does not even open a producer for it;
 4. the segments of N and before are deleted; Spark writes ``commits/N``.
 
+A segment whose send fails for a reason a new transaction can overcome (the
+brokers away, a transaction librdkafka could not finish after they came back: an
+:class:`~firesteel.kafka.errors.OutageError` or a
+:class:`~firesteel.core.errors.SinkError`) is sent again, from step 3, with backoff
+until option ``retry.timeout.ms`` has passed since its first failure: the new
+producer fences the failed one (aborting its transaction) and reads the marker, so
+a send that did commit is not repeated.
+
 A crash anywhere re-runs N: before the plan, the re-run plans afresh (nothing
 was sent); after it, the plan's segments go out once each, because a
 segment's transaction carries its marker and every send reads the marker
@@ -44,12 +52,21 @@ break, at that cost, it is the default.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from typing import ClassVar
 
 import pyarrow as pa
 
-from firesteel.core.spi import ConfigError, TaskScope, normalize_location, read_query_id
+from firesteel.core.spi import (
+    ConfigError,
+    SinkError,
+    TaskScope,
+    Vote,
+    normalize_location,
+    read_query_id,
+)
+from firesteel.kafka.errors import OutageError
 from firesteel.kafka.options import KafkaSinkOptions
 from firesteel.kafka.sink.exactly_once import KafkaExactlyOnceSink
 from firesteel.sinks.spi import FileCheckpointCommitter, WriteAheadSink, log_dir_for
@@ -78,12 +95,27 @@ class KafkaWriteAheadSink(WriteAheadSink):
         )
         # Spark writes <checkpoint>/metadata before it builds a sink: the markers name it.
         self.query_id = read_query_id(checkpoint) or normalize_location(checkpoint)
-        self.transactions = KafkaExactlyOnceSink(options, sink_id)
+        self.transactions = KafkaExactlyOnceSink(options, sink_id, checkpoint=checkpoint)
+        self.retry_timeout_ms = options.retry_timeout_ms
 
     def prepare(self) -> None:
         """The transactions' checks of the cluster, then the log's folders."""
         self.transactions.prepare()
         super().prepare()
+
+    def send_segment(self, vote: Vote) -> None:
+        """Send and record one segment, sent again while it fails for a transient reason
+        (see the module docs), until ``retry.timeout.ms`` since its first failure."""
+        outage = self.transactions.outage()
+        while True:
+            try:
+                super().send_segment(vote)
+            except (OutageError, SinkError) as exc:
+                what = f"batch {vote.batch_id} segment {vote.partition_id}: send"
+                time.sleep(outage.failed(what, str(exc), exc))
+                continue
+            outage.recovered()
+            return
 
     def send_values(self, batches: Iterable[pa.RecordBatch], batch_id: int, partition: int) -> None:
         """Send segment ``partition`` of batch ``batch_id`` in its own transaction with its
