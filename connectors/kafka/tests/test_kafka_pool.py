@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
+from confluent_kafka import Producer
+
 from firesteel.kafka.pool import TransactionalClient, TransactionalPool
-from firesteel.kafka.producing import DeliveryTracker
+from firesteel.kafka.producing import DeliveryTracker, tracked_config
+from firesteel.testing.kafka import free_port
 
 
 @dataclass
@@ -16,8 +20,13 @@ class _Consumer:
         self.closed = True
 
 
+class _Producer:
+    def poll(self, _timeout: float) -> int:
+        return 0
+
+
 def _client() -> TransactionalClient:
-    return TransactionalClient(object(), DeliveryTracker({}), _Consumer())
+    return TransactionalClient(_Producer(), DeliveryTracker({}), _Consumer())
 
 
 def test_a_client_is_lent_to_one_task_at_a_time():
@@ -59,3 +68,17 @@ def test_giving_a_second_client_for_one_id_closes_the_first():
     pool.give(("id",), second)
     assert first.marker_consumer.closed
     assert pool.take(("id",)) is second
+
+
+def test_a_client_whose_brokers_went_away_while_idle_is_closed_not_lent():
+    """Its error callback, run by the pool's poll, reports the lost brokers: librdkafka
+    was seen to block forever in such a producer's next transactional call."""
+    config = {"bootstrap.servers": f"127.0.0.1:{free_port()}", "log_level": 0}
+    tracker = DeliveryTracker(config)
+    client = TransactionalClient(Producer(tracked_config(config, tracker)), tracker, _Consumer())
+    time.sleep(2.0)  # its connection attempts fail; the errors wait for a poll
+    assert tracker.down is None
+    pool = TransactionalPool()
+    pool.give(("id",), client)
+    assert pool.take(("id",)) is None
+    assert client.marker_consumer.closed and client.producer is None

@@ -275,16 +275,20 @@ def test_the_marker_log_covers_a_group_marker_the_broker_lost(bootstrap, reader)
 
 def test_init_transactions_retries_are_bounded_and_name_the_transactional_id():
     """No broker answers: retriable timeouts are retried until retry.timeout.ms, then the
-    task fails with an error naming its transactional id instead of hanging."""
+    task fails with an OutageError naming its transactional id, the servers and the setting
+    instead of hanging."""
     import time
 
+    from firesteel.kafka.errors import OutageError
     from firesteel.testing.kafka import free_port
 
-    sink = _sink(f"127.0.0.1:{free_port()}", "t", **{"retry.timeout.ms": "3000"})
+    servers = f"127.0.0.1:{free_port()}"
+    sink = _sink(servers, "t", **{"retry.timeout.ms": "3000"})
     scope = TaskScope(query_id="q", batch_id=2, partition_id=1, attempt=0)
     began = time.monotonic()
-    with pytest.raises(SinkError, match=r"firesteel-fence-t-1 batch 2: init_transactions"):
+    with pytest.raises(OutageError, match=r"firesteel-fence-t-1 batch 2: init_transactions") as e:
         sink.write_partition(scope, iter([_batch("x")]))
+    assert f"({servers})" in str(e.value) and "'retry.timeout.ms' (3000 ms)" in str(e.value)
     assert time.monotonic() - began < 60
 
 

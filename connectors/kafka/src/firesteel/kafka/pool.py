@@ -12,7 +12,8 @@ a producer kept from the task before.
   worker that has the same configuration.
 * :class:`TransactionalPool`: a transactional producer and its marker consumer
   per transactional id, lent to one task at a time and given back only when
-  the task's transaction ended cleanly. At most :data:`IDLE_PER_WORKER` wait
+  the task's transaction ended cleanly, and not lent again once it lost its
+  brokers while idle. At most :data:`IDLE_PER_WORKER` wait
   in a worker; the least recently used is closed first.
 
 A kept transactional producer may have been fenced since its last task (the
@@ -87,9 +88,17 @@ class TransactionalPool:
         self.idle: OrderedDict[tuple[Any, ...], TransactionalClient] = OrderedDict()
 
     def take(self, key: tuple[Any, ...]) -> TransactionalClient | None:
-        """Remove and return the idle client for ``key``, if any is still usable."""
+        """Remove and return the idle client for ``key``, if any is still usable.
+
+        One that lost its brokers while it waited (an outage, a restart: its error
+        callback says so once polled) is closed instead: librdkafka was seen to block
+        forever in such a producer's next ``send_offsets_to_transaction``, whatever
+        its timeout. A new producer's ``init_transactions`` fences it.
+        """
         client = self.idle.pop(key, None)
-        if client is not None and client.tracker.unusable:
+        if client is not None:
+            client.producer.poll(0)
+        if client is not None and (client.tracker.unusable or client.tracker.down is not None):
             client.close()
             return None
         if client is not None:
