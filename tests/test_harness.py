@@ -316,7 +316,7 @@ def test_soak_kills_are_armed_in_the_two_batches_after_the_last_commit(tmp_path:
     kills = [arm(run, rng) for _ in range(60)]  # type: ignore[arg-type]
     specs = [k.specs[0] for k in kills if isinstance(k, AtPoints)]
     assert set(specs) == {f"{p}@{b}" for p in points for b in (5, 6)}
-    # A third of the kills is drawn inside the commit, besides the named points' share.
+    # A quarter of the kills is drawn inside the commit, besides the named points' share.
     inside = sum(spec.startswith("driver.") for spec in specs)
     assert inside > len(kills) / 3, (inside, specs)
     randoms = [k for k in kills if isinstance(k, AtRandom)]

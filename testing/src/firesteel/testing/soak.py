@@ -433,15 +433,15 @@ its durable writes, ``driver.after_commit``): the window a random moment rarely 
 
 def arm(run: SoakRun, rng: random.Random) -> Kill:
     """One cycle's kill, in one of the two batches after the checkpoint's last commit (the
-    first of which may be a crashed batch's re-run): with equal odds a named point of the
-    path, a point inside the driver's commit (:data:`COMMIT_WINDOW`; a random moment lands
-    there rarely, its writes taking milliseconds of a batch's seconds), or a random moment."""
+    first of which may be a crashed batch's re-run): half the time a named point of the
+    path; else, with equal odds, a point inside the driver's commit (:data:`COMMIT_WINDOW`;
+    a random moment lands there rarely, its writes taking milliseconds of a batch's seconds)
+    or a random moment. (The named half draws as it always did, so a seed keeps its kill.)"""
     batch = next_batch(run.checkpoint) + rng.randrange(2)
-    draw = rng.random()
-    commit = [point for point in run.points if point.startswith(COMMIT_WINDOW)]
-    if draw < 1 / 3:
+    if rng.random() < 0.5:
         return at_point(rng.choice(run.points), batch=batch)
-    if draw < 2 / 3 and commit:
+    commit = [point for point in run.points if point.startswith(COMMIT_WINDOW)]
+    if commit and rng.random() < 0.5:
         return at_point(rng.choice(commit), batch=batch)
     return at_random((0.0, 3.0), when=batch_started(run.checkpoint, batch))
 
