@@ -11,7 +11,6 @@ failed to connect back"), and the installed connectors, backends and commands.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shutil
@@ -20,6 +19,8 @@ import sys
 import time
 from dataclasses import dataclass
 from importlib import metadata
+
+from firesteel.cli.args import command_parser
 
 JAVA_MINIMUM = 17
 """The oldest Java that Spark 4 runs on."""
@@ -130,11 +131,10 @@ def installed_plugins() -> list[Finding]:
 
 def main(argv: list[str]) -> int:
     """Run every check; 1 when any needs a fix."""
-    argparse.ArgumentParser(
-        prog="firesteel doctor",
-        description=__doc__.split("\n\n")[1] if __doc__ else None,
-        epilog="example:\n  PYSPARK_PYTHON=.venv/bin/python firesteel doctor",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    command_parser(
+        "firesteel doctor",
+        (__doc__ or "").split("\n\n")[1],
+        "PYSPARK_PYTHON=.venv/bin/python firesteel doctor",
     ).parse_args(argv)
     findings = [
         Finding("firesteel", distribution_version("firesteel")),

@@ -16,22 +16,11 @@ import sys
 from collections.abc import Callable
 from importlib.metadata import EntryPoint, entry_points
 
-EXIT_USAGE = 2
-"""Exit code of a command line that cannot be run as given (argparse's own)."""
-
-
-def _parser(prog: str, description: str, example: str) -> argparse.ArgumentParser:
-    """A subcommand's parser whose help ends with an example."""
-    return argparse.ArgumentParser(
-        prog=prog,
-        description=description,
-        epilog=f"example:\n  {example}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+from firesteel.cli.args import EXIT_USAGE, command_parser
 
 
 def _state(argv: list[str]) -> int:
-    parser = _parser(
+    parser = command_parser(
         "firesteel state",
         "Print the keyed state stored under a location, whichever backend wrote it "
         "(heap, filesystem, or an installed one such as rocksdb).",
@@ -68,7 +57,7 @@ def _state(argv: list[str]) -> int:
 
 
 def _savepoint(argv: list[str]) -> int:
-    parser = _parser(
+    parser = command_parser(
         "firesteel savepoint",
         "Take a portable savepoint of keyed state, or show one.",
         "firesteel savepoint create /data/state /data/savepoints/sp-1 --checkpoint /chk/job\n"

@@ -15,7 +15,6 @@ Prometheus metrics (:mod:`firesteel.core.metrics.prometheus`) until interrupted.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -25,12 +24,11 @@ from typing import Any
 import pyarrow.compute as pc
 from pyarrow import fs
 
+from firesteel.cli.args import EXIT_USAGE, command_parser
 from firesteel.core.checkpoint import filesystem, read_guarantee, read_query_id
 from firesteel.core.errors import FiresteelError
 from firesteel.core.metrics.history import read_history
 from firesteel.core.metrics.sources import read_source_progress
-
-EXIT_USAGE = 2
 
 
 def _last_batch(fsys: fs.FileSystem, folder: str) -> tuple[int | None, float | None]:
@@ -161,11 +159,10 @@ def render(status: dict[str, Any], now: float) -> str:
 
 def main(argv: list[str]) -> int:
     """Run ``firesteel status``; 2 when a location is not a checkpoint."""
-    parser = argparse.ArgumentParser(
-        prog="firesteel status",
-        description=(__doc__ or "").split("\n\n")[1],
-        epilog="example:\n  firesteel status /tmp/firesteel-demo/checkpoint --last 5",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = command_parser(
+        "firesteel status",
+        (__doc__ or "").split("\n\n")[1],
+        "firesteel status /tmp/firesteel-demo/checkpoint --last 5",
     )
     parser.add_argument("checkpoint", nargs="+", help="a query's checkpoint location")
     parser.add_argument("--last", type=int, default=10, help="batches shown per sink")

@@ -10,13 +10,13 @@ network), served on 127.0.0.1 only.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from firesteel.cli.args import EXIT_USAGE, command_parser
 from firesteel.cli.status import query_status
 
 __all__ = ["main", "serve"]
@@ -64,11 +64,10 @@ def serve(checkpoints: list[str], port: int = 0, last: int = 50) -> ThreadingHTT
 
 def main(argv: list[str]) -> int:
     """Run ``firesteel ui`` until interrupted; 2 when a location is not a checkpoint."""
-    parser = argparse.ArgumentParser(
-        prog="firesteel ui",
-        description=(__doc__ or "").split("\n\n")[1],
-        epilog="example:\n  firesteel ui /tmp/firesteel-demo/checkpoint --port 8765",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = command_parser(
+        "firesteel ui",
+        (__doc__ or "").split("\n\n")[1],
+        "firesteel ui /tmp/firesteel-demo/checkpoint --port 8765",
     )
     parser.add_argument("checkpoint", nargs="+", help="a query's checkpoint location")
     parser.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1 (8765)")
@@ -78,7 +77,7 @@ def main(argv: list[str]) -> int:
         try:
             query_status(checkpoint, last=1)
         except FileNotFoundError as exc:
-            parser.exit(2, f"{parser.prog}: error: {exc}\n")
+            parser.exit(EXIT_USAGE, f"{parser.prog}: error: {exc}\n")
     server = serve(args.checkpoint, args.port, args.last)
     port = server.server_address[1]
     sys.stdout.write(f"firesteel ui: http://127.0.0.1:{port}/ (Ctrl-C stops it)\n")
