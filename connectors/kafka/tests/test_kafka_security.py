@@ -91,7 +91,7 @@ def test_only_allow_listed_properties_reach_the_logs(caplog, monkeypatch):
     from firesteel.kafka.sink import KafkaSink, brokers
 
     # The logs are the subject here, not the cluster (127.0.0.1:1 answers nothing).
-    monkeypatch.setattr(brokers, "reach", lambda config: None)
+    monkeypatch.setattr(brokers, "reach", lambda config, patience: None)
 
     raw = {
         "kafka.bootstrap.servers": "127.0.0.1:1",
