@@ -51,12 +51,19 @@ def _batch_started(fsys: fs.FileSystem, base: str, batch: int) -> float | None:
         return None
 
 
-def query_status(checkpoint: str, last: int = 10) -> dict[str, Any]:
-    """Everything ``firesteel status`` shows of one checkpoint, as plain data."""
+def require_checkpoint(checkpoint: str) -> tuple[fs.FileSystem, str]:
+    """The filesystem and path of a Spark checkpoint; :class:`FileNotFoundError` naming the
+    location when it holds no query metadata."""
     fsys, base = filesystem(checkpoint)
     if fsys.get_file_info(f"{base}/metadata").type != fs.FileType.File:
         msg = f"{checkpoint} is not a Spark checkpoint (it has no metadata file)"
         raise FileNotFoundError(msg)
+    return fsys, base
+
+
+def query_status(checkpoint: str, last: int = 10) -> dict[str, Any]:
+    """Everything ``firesteel status`` shows of one checkpoint, as plain data."""
+    fsys, base = require_checkpoint(checkpoint)
     offsets, _ = _last_batch(fsys, f"{base}/offsets")
     committed, committed_at = _last_batch(fsys, f"{base}/commits")
     history = read_history(checkpoint, last=last)
@@ -204,7 +211,7 @@ def _serve(port: int, checkpoints: list[str]) -> int:
     from firesteel.core.metrics.prometheus import serve_prometheus
 
     for checkpoint in checkpoints:
-        query_status(checkpoint, last=1)
+        require_checkpoint(checkpoint)
     queries = {checkpoint: checkpoint for checkpoint in checkpoints}
     server = serve_prometheus(port, queries)
     sys.stdout.write(f"serving http://127.0.0.1:{port}/metrics for {', '.join(queries)}\n")

@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from firesteel.cli.args import EXIT_USAGE, command_parser
-from firesteel.cli.status import query_status
+from firesteel.cli.status import query_status, require_checkpoint
 
 __all__ = ["main", "serve"]
 
@@ -75,7 +75,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     for checkpoint in args.checkpoint:
         try:
-            query_status(checkpoint, last=1)
+            require_checkpoint(checkpoint)
         except FileNotFoundError as exc:
             parser.exit(EXIT_USAGE, f"{parser.prog}: error: {exc}\n")
     server = serve(args.checkpoint, args.port, args.last)
