@@ -2,8 +2,9 @@
 
 For each checkpoint: Spark's query id, the last batch whose offsets Spark logged
 and the last it committed (with the commit's age), the guarantee each firesteel
-sink runs with, how far each source that records it (Kafka) was behind its log end
-when the last batch committed, and each sink's committed totals and last batches (rows, bytes,
+sink runs with, how far each source that records it (Kafka) had its committed position
+behind the log end when it last planned a batch, and each sink's committed totals and last
+batches (rows, bytes,
 the time from Spark planning the batch to the sink's commit, the slowest task's
 write time, the commit's time, the counters its tasks add).
 It reads files only, so it works for a stopped query as for a running one.
@@ -138,8 +139,8 @@ def render(status: dict[str, Any], now: float) -> str:
     for source, progress in status["sources"].items():
         behind = ", ".join(f"{tp} {lag:,}" for tp, lag in sorted(progress["lag"].items()))
         lines.append(
-            f"  source {source}: {progress['lag_total']:,} records behind the log end "
-            f"when its last batch committed ({_age(progress['at'], now)}): {behind}"
+            f"  source {source}: {progress['lag_total']:,} committed records behind the log "
+            f"end when it last planned a batch ({_age(progress['at'], now)}): {behind}"
         )
     for sink, shown in status["sinks"].items():
         totals = ", ".join(f"{k} {v:,.0f}" for k, v in sorted(shown["totals"].items()))

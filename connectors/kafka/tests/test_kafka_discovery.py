@@ -150,9 +150,10 @@ def test_a_deleted_and_recreated_topic_is_data_loss_not_a_stall(bootstrap, check
         lenient.stop()
 
 
-def test_a_committed_batch_records_the_lag_behind_the_log_end(bootstrap, checkpoint):
-    """commit(end) records, per partition, how far the batch end is behind the log end the
-    broker reports (read_committed), where ``firesteel status`` and Prometheus read it."""
+def test_planning_records_the_committed_positions_lag_behind_the_log_end(bootstrap, checkpoint):
+    """latest_offset(start), planning the batch after the one ending at ``start``, records per
+    partition how far that committed end is behind the log end the broker reports
+    (read_committed), where ``firesteel status`` and Prometheus read it."""
     from prometheus_client.parser import text_string_to_metric_families
 
     from firesteel.cli.status import query_status, render
@@ -167,14 +168,14 @@ def test_a_committed_batch_records_the_lag_behind_the_log_end(bootstrap, checkpo
         assert producer.flush(30) == 0
     source = _source(bootstrap, checkpoint, subscribe=topic, startingOffsets="earliest")
     try:
-        source.commit({topic: {"0": 40, "1": 30}})
+        source.latest_offset({topic: {"0": 40, "1": 30}}, ReadLimit())
     finally:
         source.stop()
     (progress,) = query_status(str(checkpoint))["sources"].values()
     assert progress["lag"] == {f"{topic}[0]": 60, f"{topic}[1]": 0}
     assert progress["log_end"] == {f"{topic}[0]": 100, f"{topic}[1]": 30}
     assert progress["lag_total"] == 60
-    assert "60 records behind the log end" in render(query_status(str(checkpoint)), 0)
+    assert "60 committed records behind the log end" in render(query_status(str(checkpoint)), 0)
 
     port = free_port()
     server = serve_prometheus(port, {"q": str(checkpoint)})

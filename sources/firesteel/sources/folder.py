@@ -15,9 +15,9 @@ value given to ``writeStream``, and keeps under
 * ``errors/<range>.json``: how many bad records the task reading that range
   skipped or quarantined. A replay of the range replaces its record, so the sum
   (query progress) never counts a record twice;
-* ``progress.json``: what the source knew when its last batch committed (for
-  Kafka: the committed positions, the log ends and the lag between them), replaced
-  at every commit, read by ``firesteel status`` and the Prometheus exporter.
+* ``progress.json``: what the source knew when it last planned a batch (for Kafka:
+  the committed positions, the log ends and the lag between them), replaced each
+  time, read by ``firesteel status`` and the Prometheus exporter.
 
 Records go through :mod:`firesteel.core.durable` on any pyarrow filesystem
 (``hdfs://``, ``s3://``...), like Spark's own checkpoint.
@@ -106,7 +106,7 @@ class SourceFolder:
         write_atomically(fsys, f"{folder}/{offset_range}.json", record)
 
     def record_progress(self, progress: dict[str, Any]) -> None:
-        """Replace the source's progress record (driver side, when a batch committed)."""
+        """Replace the source's progress record (driver side, when a batch is planned)."""
         fsys, path = self._path(PROGRESS)
         fsys.create_dir(self._path()[1], recursive=True)
         record = encode_record(progress_kind(self.source), FORMAT_VERSION, progress)

@@ -15,8 +15,8 @@ id); counters count committed work only (see :mod:`firesteel.core.metrics.histor
     firesteel_sink_last_commit_timestamp_seconds
     firesteel_sink_last_write_seconds       the last batch's slowest task in the sink
     firesteel_sink_last_commit_seconds      the last batch's commit
-    firesteel_source_lag{partition}         records a source was behind its log end
-                                            when its last batch committed (Kafka)
+    firesteel_source_lag{partition}         committed records behind the log end when
+                                            the source last planned a batch (Kafka)
 
 Needs ``prometheus-client`` (``pip install 'firesteel[metrics]'``).
 """
@@ -82,7 +82,7 @@ class CheckpointCollector:
                 gauges["last_commit_seconds"].add_metric(values, latest.commit_seconds)
         lag = GaugeMetricFamily(
             "firesteel_source_lag",
-            "Records a source was behind its log end when its last batch committed.",
+            "Committed records behind the log end when the source last planned a batch.",
             labels=["query", "source", "partition"],
         )
         for query, checkpoint in self.queries.items():

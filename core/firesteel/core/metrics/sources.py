@@ -1,9 +1,9 @@
-"""What a source knew when its last batch committed, read from beside the checkpoint.
+"""What a source knew when it last planned a batch, read from beside the checkpoint.
 
 A source that keeps a folder in its query's checkpoint
-(:class:`firesteel.sources.spi.SourceFolder`) replaces ``progress.json`` there at every
-commit (the Kafka source: the committed positions, the log ends and the lag between
-them); :func:`read_source_progress` finds every such record of a query.
+(:class:`firesteel.sources.spi.SourceFolder`) replaces ``progress.json`` there each time
+Spark plans a batch (the Kafka source: the committed positions, the log ends and the lag
+between them); :func:`read_source_progress` finds every such record of a query.
 """
 
 from __future__ import annotations

@@ -224,6 +224,7 @@ class KafkaSource(ResettableSource):
             logger.info("firesteel.kafka: new partitions %s start at their earliest offset", new)
         known = [tp for tp in current if tp in positions]
         ends = self.discovery.latest(known)
+        self._record_lag(positions, ends)
         restarted = self._went_back(ends, positions)
         for tp in restarted:
             del ends[tp]
@@ -307,15 +308,14 @@ class KafkaSource(ResettableSource):
         before the one being planned."""
         return dict(self.folder.counts()) if self.folder is not None else None
 
-    def commit(self, end: Offset) -> None:
-        """The batch ending at ``end`` committed: report it to the progress group, if any,
-        and record the lag behind each partition's log end (``firesteel status``)."""
-        positions = from_offset(end)
-        if self.options.progress_group_id:
-            self.discovery.commit_progress(self.options.progress_group_id, positions)
+    def _record_lag(
+        self, positions: dict[TopicPartitionKey, int], ends: dict[TopicPartitionKey, int]
+    ) -> None:
+        """Record how far the committed ``positions`` (Spark plans a batch from the last
+        committed end) are behind the log ``ends`` just read for planning, for ``firesteel
+        status``: the log ends the planning needs anyway, so no request of its own."""
         if self.folder is None:
             return
-        ends = self.discovery.latest(list(positions))
         lag = {f"{t}[{p}]": max(ends.get((t, p), o) - o, 0) for (t, p), o in positions.items()}
         self.folder.record_progress(
             {
@@ -326,6 +326,10 @@ class KafkaSource(ResettableSource):
                 "lag_total": sum(lag.values()),
             }
         )
+
+    def commit(self, end: Offset) -> None:
+        if self.options.progress_group_id:
+            self.discovery.commit_progress(self.options.progress_group_id, from_offset(end))
 
     def stop(self) -> None:
         if self._discovery is not None:
