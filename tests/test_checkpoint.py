@@ -179,3 +179,12 @@ def test_guarantee_record_is_rewritten_only_when_it_changes(tmp_path: Path) -> N
     write_guarantee(str(tmp_path), "s1", weaker)
     assert path.stat().st_ino != first
     assert read_guarantee(str(tmp_path))["s1"]["achieved"] == "at-least-once"
+
+
+def test_read_guarantee_refuses_a_location_that_holds_no_checkpoint(tmp_path: Path) -> None:
+    from firesteel.core import CheckpointNotFoundError
+
+    with pytest.raises(CheckpointNotFoundError, match="missing holds no Spark checkpoint"):
+        read_guarantee(str(tmp_path / "missing"))
+    (tmp_path / "metadata").write_text('{"id":"q"}')
+    assert read_guarantee(str(tmp_path)) == {}, "a checkpoint before its first batch"

@@ -11,6 +11,7 @@ public entry points live here::
 from firesteel.core.checkpoint import read_guarantee
 from firesteel.core.errors import (
     CheckpointCorruptError,
+    CheckpointNotFoundError,
     ConfigError,
     FiresteelError,
     GuaranteeError,
@@ -25,6 +26,7 @@ from firesteel.core.spark.session import LOCAL_PROFILE, local_session
 __all__ = [
     "LOCAL_PROFILE",
     "CheckpointCorruptError",
+    "CheckpointNotFoundError",
     "ConfigError",
     "FiresteelError",
     "Guarantee",

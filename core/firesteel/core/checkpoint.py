@@ -17,7 +17,7 @@ from typing import Any
 from pyarrow import fs
 
 from firesteel.core.durable import write_atomically
-from firesteel.core.errors import CheckpointCorruptError
+from firesteel.core.errors import CheckpointCorruptError, CheckpointNotFoundError
 from firesteel.core.guarantee import Guarantee, Part
 from firesteel.core.spark.offsets import classify
 from firesteel.core.storage import StorageConfig, canonical, resolve
@@ -129,8 +129,22 @@ def has_guarantee_record(checkpoint: str, sink_id: str) -> bool:
 
 
 def read_guarantee(checkpoint: str) -> dict[str, Any]:
-    """The guarantee records of every firesteel sink of a query, keyed by sink id."""
+    """The guarantee records of every firesteel sink of a query, keyed by sink id.
+
+    Empty for a query that has no firesteel sink or has not planned a batch yet.
+    :class:`~firesteel.core.errors.CheckpointNotFoundError` when ``checkpoint`` holds
+    neither Spark's query metadata nor firesteel's records: a mistyped location, or one
+    this process cannot see (a Spark Connect client reading a path of the server's).
+    """
     fsys, base = filesystem(checkpoint)
+    found = fsys.get_file_info([f"{base}/metadata", f"{base}/{FIRESTEEL_DIR}"])
+    if all(info.type == fs.FileType.NotFound for info in found):
+        msg = (
+            f"{checkpoint} holds no Spark checkpoint (no metadata file, no {FIRESTEEL_DIR}/ "
+            "records) seen from this process; over Spark Connect, read it where the "
+            "server's paths are"
+        )
+        raise CheckpointNotFoundError(msg)
     infos = fsys.get_file_info(fs.FileSelector(f"{base}/{FIRESTEEL_DIR}", allow_not_found=True))
     records = {}
     for info in infos:

@@ -19,6 +19,11 @@ class CheckpointCorruptError(FiresteelError):
     """A durable artifact (manifest, snapshot, log segment) failed its integrity check."""
 
 
+class CheckpointNotFoundError(FiresteelError, FileNotFoundError):
+    """A location holds no Spark checkpoint, or none this process can see: a Spark Connect
+    client sees its own files, while the query's paths are the server's."""
+
+
 class IncompatibleFormatError(CheckpointCorruptError):
     """A durable artifact was written by a format version this release cannot read."""
 

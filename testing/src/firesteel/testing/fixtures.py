@@ -13,6 +13,9 @@ In a ``conftest.py``::
   (master + two 1-core workers), started once per test session on first use and
   stopped by PID at the end.
 * ``cluster_harness``: a harness whose jobs run on ``spark_cluster``.
+* ``connect_server``: a Spark Connect server
+  (:class:`~firesteel.testing.connect.ConnectServer`) started from the PySpark wheel,
+  once per test session on first use, and stopped by PID at the end.
 * ``s3_server``: an S3 API server process (:class:`~firesteel.testing.s3.S3Server`),
   started once per test session on first use and stopped by PID at the end.
 * ``gcs_emulator`` and ``azurite``: the Google Cloud Storage and Azure Blob
@@ -30,6 +33,7 @@ from typing import TypeVar
 import pytest
 
 from firesteel.testing.cluster import StandaloneCluster
+from firesteel.testing.connect import ConnectServer
 from firesteel.testing.emulators import Azurite, EmulatorNotInstalledError, GcsEmulator
 from firesteel.testing.harness import CrashHarness
 from firesteel.testing.jobs import suite_session
@@ -64,6 +68,13 @@ def cluster_harness(spark_cluster: StandaloneCluster, tmp_path: Path) -> Iterato
     """A crash harness whose jobs run on the standalone cluster."""
     with CrashHarness(tmp_path / "harness", master=spark_cluster.master_url) as harness:
         yield harness
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
+    """A Spark Connect server for the session; stopped by PID at the end."""
+    with ConnectServer(tmp_path_factory.mktemp("connect-server")) as server:
+        yield server
 
 
 Served = TypeVar("Served", bound=ServerProcess)
