@@ -20,11 +20,13 @@ from firesteel.core.errors import (
 )
 from firesteel.core.guarantee import Guarantee, Replay, SinkKind, end_to_end
 from firesteel.core.registry import register
+from firesteel.core.spark.daemon import WORKER_DAEMON
 from firesteel.core.spark.foreach import foreach_batch
 from firesteel.core.spark.session import LOCAL_PROFILE, local_session
 
 __all__ = [
     "LOCAL_PROFILE",
+    "WORKER_DAEMON",
     "CheckpointCorruptError",
     "CheckpointNotFoundError",
     "ConfigError",

@@ -12,6 +12,8 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from firesteel.core.spark.daemon import WORKER_DAEMON
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -34,6 +36,7 @@ LOCAL_PROFILE: Mapping[str, str] = {
     "spark.default.parallelism": "2",
     "spark.sql.streaming.numRecentProgressUpdates": "20",
     "spark.ui.enabled": "false",
+    **WORKER_DAEMON,
 }
 """The ``local`` memory profile: one machine, a small job, the JVM kept small.
 
@@ -43,7 +46,9 @@ Why each: a 512 MB heap is plenty for a ``local[2]`` driver whose data lives in 
 workers and Kafka; the serial collector and C1-only JIT keep the JVM's own memory
 (GC structures, code cache) small and start it faster, at some cost in peak
 throughput; reused Python workers are started once; 2,000-row Arrow batches bound
-what each worker holds at once; two shuffle partitions match two cores. Measured
+what each worker holds at once; two shuffle partitions match two cores; workers
+fork from firesteel's worker daemon (:mod:`firesteel.core.spark.daemon`), which
+imported pyarrow, PySpark's worker and firesteel before forking. Measured
 (issue 36, Kafka -> Kafka exactly-once): a peak of 1.60 GB PSS for the whole
 process tree against 1.67 GB with a 2 GB driver, at the same throughput; most of
 it is Spark's Python processes, which no setting here removes.
