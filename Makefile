@@ -3,6 +3,7 @@
 #   make test   installs everything, then lint, type check, the docs site and the whole suite
 # and for users outside this repository:
 #   make dist   wheels and sdists of every distribution into dist/
+#   make check-dist   each connector installed alone from them, with a small job
 # (.ci/run calls `make test`). Tests start their own Kafka broker, Spark standalone
 # cluster, S3 server and CQL test server, and stop them by PID. The broker is Apache
 # Kafka from KAFKA_HOME, else ../shared/kafka beside this checkout, else the release
@@ -15,7 +16,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 export PYSPARK_PYTHON := $(BIN)/python
 export PYSPARK_DRIVER_PYTHON := $(BIN)/python
 
-.PHONY: install install-runtime demo dist docs test test-fast lint typecheck pytest
+.PHONY: install install-runtime demo dist check-dist docs test test-fast lint typecheck pytest
 
 $(BIN)/python:
 	@command -v java >/dev/null || { echo "Java 11+ is required by Spark: install a JDK (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; }
@@ -74,6 +75,12 @@ DISTRIBUTIONS := . connectors/kafka connectors/cassandra backends/rocksdb pipeli
 dist: $(BIN)/uv
 	rm -rf dist
 	for d in $(DISTRIBUTIONS); do $(BIN)/uv build -q --out-dir dist $$d || exit 1; done
+
+# Each distribution installed alone from those wheels into a fresh virtual environment
+# with only PySpark, then a small job with it (firesteel.testing.dist). Minutes: it runs
+# beside the soak commands, not in the suite.
+check-dist: install
+	$(BIN)/python -m firesteel.testing.dist
 
 # lint-imports: the import contract of pyproject.toml ([tool.importlinter]): a separately
 # installed distribution imports firesteel only through the SPI and the public user API.
