@@ -37,6 +37,7 @@ from typing import Any
 from firesteel.kafka.rawlog import LogRecord, LogView, read_log
 from firesteel.testing.kafka.distribution import KAFKA_HOME_ENV, find_kafka
 from firesteel.testing.ports import NotListeningError, await_listening, free_port
+from firesteel.testing.processes import REAPER
 
 __all__ = [
     "BOOTSTRAP_ENV",
@@ -193,6 +194,7 @@ class ApacheKafkaBroker:
                 env=env,
                 start_new_session=True,
             )
+        REAPER.guard(process.pid)
         broker = cls(port, process, workdir, owned=folder is None, home=Path(home))
         try:
             await_listening(process, port, timeout, what="Apache Kafka", log=log, interval=0.2)
@@ -212,6 +214,7 @@ class ApacheKafkaBroker:
             except subprocess.TimeoutExpired:
                 os.kill(self.process.pid, signal.SIGKILL)
                 self.process.wait(10)
+        REAPER.release(self.process.pid)
         if self.owned:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
