@@ -46,6 +46,8 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 
+import pyarrow as pa
+
 from firesteel.core.epoch import MILLIS, to_epoch
 from firesteel.core.errors import ConfigError
 from firesteel.state.api import ListState, MapState, ValueState
@@ -70,7 +72,14 @@ class OpenContext:
     """Given to ``open``: where the processor runs, and how to declare state."""
 
     def __init__(
-        self, operator: str, batch_id: int, partition: int, declared: dict[str, StateDescriptor]
+        self,
+        operator: str,
+        batch_id: int,
+        partition: int,
+        declared: dict[str, StateDescriptor],
+        *,
+        key_columns: tuple[str, ...] = (),
+        event_time_column: str | None = None,
     ) -> None:
         self.operator = operator
         """The operator's name."""
@@ -78,6 +87,10 @@ class OpenContext:
         """The micro-batch (= checkpoint) id this task processes."""
         self.partition = partition
         """The operator partition this task runs."""
+        self.key_columns = key_columns
+        """The operator's key columns, in the order of the key tuples."""
+        self.event_time_column = event_time_column
+        """The ``event_time`` column given to ``stateful``, or None without event time."""
         self._declared = declared
         self.dropped: list[str] = []
 
@@ -119,6 +132,8 @@ class KeyState:
         """The current key's key group."""
         self.event_timers: EventTimers | None = None
         """The task's event-time timers (set by the operator when it has ``event_time``)."""
+        self.rejected_late: builtins.list[pa.Table] = []
+        """Late records ``emit_late`` handed back, until the operator routes them."""
 
     def broadcast(self, descriptor: BroadcastStateDescriptor) -> Mapping[Any, Any]:
         """The broadcast map of ``descriptor`` (read-only; ``process_broadcast`` writes it)."""
@@ -197,6 +212,15 @@ class KeyState:
         """This key's pending event-time timers (epoch milliseconds, ascending)."""
         return self._event_timers().of_key(self.key_group, self.key)
 
+    def emit_late(self, rows: pa.Table) -> None:
+        """Send records of ``rows`` (a ``pyarrow.Table`` slice of what ``process`` received)
+        where the operator's ``late`` policy sends late records: the side output by default,
+        or dropped and counted. For processors with ``handles_late = True``, which decide
+        themselves which late records they can still use (a window within its allowed
+        lateness)."""
+        if rows.num_rows:
+            self.rejected_late.append(rows)
+
 
 class KeyedProcessor:
     """Base class of a stateful processor (see module docs for the call order).
@@ -206,6 +230,12 @@ class KeyedProcessor:
 
     input_format: ClassVar[Literal["arrow", "pandas"]] = "arrow"
     """How ``process`` receives a key's rows."""
+
+    handles_late: ClassVar[bool] = False
+    """True: ``process`` also receives the records at or behind the watermark (without a
+    ``__late`` column) and hands those it cannot use to ``state.emit_late``, which routes
+    them by the operator's ``late`` policy (``side-output`` or ``drop``; ``process`` is
+    refused). The window processors of :mod:`firesteel.state.windows` work this way."""
 
     def open(self, ctx: OpenContext) -> None:
         """Called once per task before anything else."""

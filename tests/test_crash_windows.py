@@ -1,0 +1,58 @@
+"""Crash test of event-time timers and session windows with late data, in the suite's budget.
+
+files -> session windows (gap, allowed lateness, late records to the side output) -> the
+transactional file sink, SIGKILLed after a state snapshot and at a random moment, each
+restart at another operator parallelism and input ``repartition``; the output, read with
+pyarrow, matches the plain-Python reference fed the same batches: every window result
+exactly once (re-emitted only for allowed-lateness updates), every late record once. The
+long kill loop is the soak command's ``windows`` path
+(``python -m firesteel.testing.soak windows --cycles 10``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from firesteel.testing import CrashHarness, at_point, at_random, batch_started
+from firesteel.testing.scripts import script
+from firesteel.testing.spellings import Spellings
+from firesteel.testing.windows import check_window_output, write_window_files
+
+pytestmark = [pytest.mark.crash, pytest.mark.timeout(300)]
+
+FILES = 16
+FILES_PER_BATCH = 2
+RESTARTS = [("3", "0"), ("2", "3"), ("1", "2")]
+"""(operator parallelism, input partitions) of each start."""
+
+
+def test_session_windows_with_late_data_survive_sigkill_and_rescale(
+    crash_harness: CrashHarness, tmp_path: Path
+) -> None:
+    source, out = tmp_path / "in", tmp_path / "out"
+    write_window_files(source, 0, FILES)
+    checkpoints, states = Spellings(tmp_path / "ck"), Spellings(tmp_path / "state")
+
+    def args(run: int) -> list[str]:
+        parallelism, partitions = RESTARTS[run % len(RESTARTS)]
+        return [
+            str(source),
+            str(out),
+            checkpoints(run),
+            states(run),
+            str(FILES_PER_BATCH),
+            parallelism,
+            partitions,
+        ]
+
+    kills = [
+        at_point("state.after_snapshot", batch=2, partition=1),
+        at_random((0.0, 1.5), when=batch_started(tmp_path / "ck", 5)),
+    ]
+    result = crash_harness.run(script("windows_job"), args, kills)
+    assert result.exit_codes == [-9, -9, 0], result.summary()
+    found = check_window_output(out, FILES, FILES_PER_BATCH)
+    assert found["results"] and found["late"] and found["re_emitted"], found
+    assert (found["missing"], found["duplicated"], found["unexpected"]) == (0, 0, 0), found
