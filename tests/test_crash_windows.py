@@ -22,7 +22,7 @@ from firesteel.testing.windows import check_window_output, write_window_files
 
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(300)]
 
-FILES = 16
+FILES = 12
 FILES_PER_BATCH = 2
 RESTARTS = [("3", "0"), ("2", "3"), ("1", "2")]
 """(operator parallelism, input partitions) of each start."""
@@ -48,8 +48,8 @@ def test_session_windows_with_late_data_survive_sigkill_and_rescale(
         ]
 
     kills = [
-        at_point("state.after_snapshot", batch=2, partition=1),
-        at_random((0.0, 1.5), when=batch_started(tmp_path / "ck", 5)),
+        at_point("state.after_snapshot", batch=1, partition=1),
+        at_random((0.0, 1.5), when=batch_started(tmp_path / "ck", 3)),
     ]
     result = crash_harness.run(script("windows_job"), args, kills)
     assert result.exit_codes == [-9, -9, 0], result.summary()

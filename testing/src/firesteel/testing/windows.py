@@ -193,13 +193,20 @@ def session_counts(
 
 
 def window_file_records(index: int, rng: random.Random) -> list[Record]:
-    """File ``index``'s records: time moves ~1 s a file, records spread 8 s behind and 1 s
-    ahead (some late, some within the lateness, some beyond it), some keys quiet (their
-    sessions close)."""
+    """File ``index``'s records: event time moves 2.5 s a file, records within 1.5 s of it;
+    a fifth are stragglers 4-14 s behind (late, within the allowed lateness of a session
+    already emitted, or beyond it), and each key is quiet for three files in nine, so its
+    sessions close."""
     out = []
     for row in range(ROWS_PER_FILE):
         key = f"k{rng.randrange(KEYS)}"
-        ts = ORIGIN_MS + index * 1_000 + rng.randint(-8_000, 1_000)
+        now = ORIGIN_MS + index * 2_500
+        if rng.random() < 0.2:
+            ts = now - rng.randint(4_000, 14_000)
+        elif (index // 3 + int(key[1:])) % 3 == 0:
+            continue
+        else:
+            ts = now + rng.randint(-1_500, 1_000)
         out.append((key, ts, index * ROWS_PER_FILE + row))
     return out
 
