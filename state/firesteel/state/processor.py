@@ -26,9 +26,11 @@ Call order, per task (one operator partition of one micro-batch):
    ``pyarrow.Table``, or a ``pandas.DataFrame`` with ``input_format = "pandas"``).
 4. ``close()`` -- also after a failure.
 
-With a broadcast input (``stateful(..., broadcast=df)``), ``process_broadcast(record, ctx)``
-runs first, in every partition, for each broadcast record of the batch (see
-:mod:`firesteel.state.broadcast`).
+With a second keyed input (``stateful(..., right=df)``), a
+:class:`~firesteel.state.coprocess.CoProcessor` gets ``process_left`` then ``process_right``
+in place of ``process`` in step 3. With a broadcast input (``stateful(..., broadcast=df)``),
+``process_broadcast(record, ctx)`` runs first, in every partition, for each broadcast record
+of the batch (see :mod:`firesteel.state.broadcast`).
 
 ``process`` and ``on_timer`` return output rows: an iterable of dicts (or
 tuples in output-schema order), a ``pyarrow.Table``/``RecordBatch``, a
