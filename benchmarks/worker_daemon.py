@@ -72,11 +72,13 @@ def one_job(workdir: Path, daemon: str) -> dict[str, object]:
         env={**os.environ, "PYSPARK_PYTHON": sys.executable},
     )
     errors = done.stderr
+    named = [line for line in errors.splitlines() if "Error" in line or "Exception" in line]
     return {
         "daemon": daemon,
         "seconds": round(time.monotonic() - started, 1),
         "ok": done.returncode == 0,
         "connect_back": "connect back" in errors,
+        "error": named[-1][:200] if done.returncode != 0 and named else None,
     }
 
 

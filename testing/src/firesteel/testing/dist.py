@@ -7,7 +7,8 @@ virtual environment with only PySpark, the distribution installed with
 ``--find-links dist`` (its pin on ``firesteel`` resolves from the same folder), and
 a small job run with that environment's Python (:mod:`firesteel.testing.scripts.dist_job`):
 files -> files exactly-once, keyed state on RocksDB, a Kafka -> Kafka exactly-once round
-trip on a broker started here, a pipeline's ``verify``. Prints each step's seconds;
+trip on a broker started here, a pipeline's ``verify`` (``--built``: the wheels already in
+``dist/``). Prints each step's seconds;
 exits 1 when a job's output is not what it must be. uv and its cache make the
 installs fast; this takes minutes, so it runs beside the soak commands, not in the suite.
 """
@@ -49,6 +50,7 @@ def _timed(what: str, command: Sequence[str], **kwargs: object) -> tuple[float, 
 
 def _venv(uv: str, folder: Path, distribution: str) -> Path:
     python = folder / "bin" / "python"
+    shutil.rmtree(folder, ignore_errors=True)
     _timed(f"{distribution}: uv venv", [uv, "venv", "-q", "--python", sys.executable, str(folder)])
     pin = f"pyspark=={pyspark.__version__}"
     _timed(
@@ -77,56 +79,65 @@ def _expect(what: str, found: dict[str, int], wanted: dict[str, int]) -> bool:
     return ok
 
 
+def _check(uv: str, work: Path, distribution: str, job: str) -> bool:
+    """Install ``distribution`` alone into a fresh environment and run its ``job``; whether its
+    output is right (:class:`RuntimeError` when a step fails)."""
+    python = _venv(uv, work / distribution, distribution)
+    env = {"PATH": f"{python.parent}:/usr/bin:/bin", "PYSPARK_PYTHON": str(python)}
+    env["HOME"] = str(work)
+    if job == "pipelines":
+        sensors = ROOT / "examples" / "pipelines" / "sensors"
+        command = [
+            str(python.parent / "firesteel"),
+            "pipeline",
+            "verify",
+            "blueprint.conf",
+            "--conf",
+            "local.conf",
+        ]
+        _timed(f"{distribution}: firesteel pipeline verify", command, cwd=sensors, env=env)
+        return True
+    folder = work / f"{job}-job"
+    shutil.rmtree(folder, ignore_errors=True)
+    arguments = [str(python), str(JOB), job, str(folder)]
+    if job == "kafka":
+        from firesteel.testing.kafka import kafka_cluster
+
+        with kafka_cluster(work / "broker") as bootstrap:
+            _, out = _timed(f"{distribution}: Kafka -> Kafka job", [*arguments, bootstrap], env=env)
+        wanted = {"rows": ROWS, "distinct": ROWS}
+        return _expect("records in the output topic", json.loads(out), wanted)
+    _, out = _timed(f"{distribution}: {job} job", arguments, env=env)
+    wanted = {"rows": ROWS} if job == "files" else {"keys": 7, "total": ROWS // 7 + 1}
+    return _expect("output", json.loads(out), wanted)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Build, install each distribution alone, run its job; 0 when every job's output is right."""
     parser = argparse.ArgumentParser(prog="python -m firesteel.testing.dist", description=__doc__)
     parser.add_argument("--keep", type=Path, help="build the environments here and keep them")
+    parser.add_argument("--built", action="store_true", help="use dist/ as it is (no make dist)")
     args = parser.parse_args(argv)
     uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or "uv"
     work = args.keep or Path(tempfile.mkdtemp(prefix="firesteel-dist-"))
     work.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    _timed("make dist", ["make", "-s", "dist"], cwd=ROOT)
+    if not args.built:
+        _timed("make dist", ["make", "-s", "dist"], cwd=ROOT)
     ok = True
     try:
         for distribution, job in (
+            ("firesteel-pipelines", "pipelines"),
             ("firesteel", "files"),
             ("firesteel-rocksdb", "rocksdb"),
             ("firesteel-kafka", "kafka"),
-            ("firesteel-pipelines", "pipelines"),
         ):
-            python = _venv(uv, work / distribution, distribution)
-            env = {"PATH": f"{python.parent}:/usr/bin:/bin", "PYSPARK_PYTHON": str(python)}
-            env["HOME"] = str(work)
-            if job == "pipelines":
-                sensors = ROOT / "examples" / "pipelines" / "sensors"
-                command = [
-                    str(python.parent / "firesteel"),
-                    "pipeline",
-                    "verify",
-                    "blueprint.conf",
-                    "--conf",
-                    "local.conf",
-                ]
-                _timed(f"{distribution}: firesteel pipeline verify", command, cwd=sensors, env=env)
-                continue
-            folder = work / f"{job}-job"
-            shutil.rmtree(folder, ignore_errors=True)
-            arguments = [str(python), str(JOB), job, str(folder)]
-            if job == "kafka":
-                from firesteel.testing.kafka import kafka_cluster
-
-                with kafka_cluster(work / "broker") as bootstrap:
-                    _, out = _timed(
-                        f"{distribution}: Kafka -> Kafka job", [*arguments, bootstrap], env=env
-                    )
-                ok &= _expect(
-                    "records in the output topic", json.loads(out), {"rows": ROWS, "distinct": ROWS}
-                )
-            else:
-                _, out = _timed(f"{distribution}: {job} job", arguments, env=env)
-                wanted = {"rows": ROWS} if job == "files" else {"keys": 7, "total": ROWS // 7 + 1}
-                ok &= _expect("output", json.loads(out), wanted)
+            try:
+                ok &= _check(uv, work, distribution, job)
+            except RuntimeError as exc:
+                # A job that fails says so and the others still run: each is its own evidence.
+                print(f"         FAILED: {str(exc)[-1500:]}", flush=True)
+                ok = False
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
