@@ -31,6 +31,8 @@ NOT_PYTHON = {
     "firesteel.kafka.bootstrap.servers",
     "firesteel.supervision",
     "firesteel.supervision.restarts",
+    "firesteel.runner.jvm",
+    "firesteel.streamlets",
     # headers of the Kafka source's dead letters
     "firesteel.location",
     "firesteel.offset",
