@@ -117,6 +117,9 @@ def create_topics(verified: VerifiedBlueprint, config: PipelineConfig) -> None:
     try:
         from confluent_kafka import KafkaError, KafkaException
         from confluent_kafka.admin import AdminClient, NewTopic
+
+        from firesteel.kafka.errors import UnreachableError
+        from firesteel.kafka.reach import first_contact
     except ImportError:
         msg = "Kafka topics between streamlets need: pip install 'firesteel-pipelines[kafka]'"
         raise ConfigurationError(msg) from None
@@ -125,13 +128,10 @@ def create_topics(verified: VerifiedBlueprint, config: PipelineConfig) -> None:
     servers = properties.get("bootstrap.servers", "")
     admin = AdminClient(properties)
     try:
-        existing = set(admin.list_topics(timeout=ADMIN_TIMEOUT_S).topics)
-    except KafkaException as exc:
-        msg = (
-            f"the Kafka cluster at {servers!r} (firesteel.kafka.bootstrap.servers) did not "
-            f"answer within {ADMIN_TIMEOUT_S:.0f} s: {exc.args[0]}"
-        )
-        raise ConfigurationError(msg) from None
+        existing = set(first_contact(admin, properties, "pipeline topics").topics)
+    except UnreachableError as exc:
+        msg = f"{exc} (set in the configuration as firesteel.kafka.bootstrap.servers)"
+        raise ConfigurationError(msg) from exc
     wanted = [
         NewTopic(binding.name, topic_partitions(verified, config, key))
         for key, binding in verified.blueprint.topics.items()
