@@ -22,14 +22,16 @@ A streamlet whose process exits 0 (every query finished) is not restarted.
 
 Why 20: on a busy machine a restart is normal, not a sign of a broken
 streamlet. Spark gives a Python worker a fixed 10 s to connect back to its
-JVM, and a machine whose load is many times its cores misses that: the
-sensors example, in one application on 2 cores at a load of about 40, had 23
-restarts in its first 5 minutes (up to 9 of one streamlet), every one
-"Python worker failed to connect back", and issue 50's five-streamlet run
-had 7 with one JVM per streamlet; the former default, 3, would have stopped
-both. 20 within 10 minutes lets such a pipeline run on, while a streamlet
-that fails at every start, its backoff growing to ``max-backoff``, is still
-stopped within about 10 minutes (Flink's own default restarts without end).
+JVM, and a machine whose load is many times its cores misses that. Measured
+with ``python -m benchmarks pipelines`` on 2 cores at a load of about 50: in
+one application the sensors example (3 streamlets) restarted 20 times in 300
+s and the orders example (5 streamlets) 19 times, every one "Python worker
+failed to connect back"; with one JVM per streamlet 0 and 1 (issue 50's own
+five-streamlet run had 7). The former default, 3, stopped the sensors example
+2 minutes after it started. 20 within 10 minutes lets such a pipeline run on,
+while a streamlet that fails at every start, its backoff growing to
+``max-backoff``, is still stopped within about 10 minutes (Flink's own
+default restarts without end).
 """
 
 from __future__ import annotations
