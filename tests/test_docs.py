@@ -34,8 +34,6 @@ NOT_PYTHON = {
     "firesteel.streamlets",
     "firesteel.supervision",
     "firesteel.supervision.restarts",
-    "firesteel.runner.jvm",
-    "firesteel.streamlets",
     # headers of the Kafka source's dead letters
     "firesteel.location",
     "firesteel.offset",
