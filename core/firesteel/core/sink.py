@@ -305,7 +305,11 @@ class TwoPhaseCommitSink(Sink, SinkWriter[Txn, C], Committer[C]):
         BEFORE_COMMIT.fire(batch_id)
         kind = cast("type[C]", self.committable_type)
         ordered = sorted(votes, key=_partition)
-        self.commit(batch_id, [vote.committable(kind) for vote in ordered])
+        # Here: the metrics package imports this module (votes carry the task's figures).
+        from firesteel.core.metrics.commit import commit_metrics
+
+        with commit_metrics().phase("publish"):
+            self.commit(batch_id, [vote.committable(kind) for vote in ordered])
         AFTER_COMMIT.fire(batch_id)
 
     def abort_batch(self, batch_id: int, votes: Sequence[Vote | None]) -> None:
