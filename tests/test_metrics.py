@@ -187,6 +187,10 @@ def test_the_dashboard_shows_what_status_says_in_a_real_browser(spark, tmp_path:
             shown = page.inner_text("td[data-total=input_rows]")
             bars = page.locator("figure[data-chart=rows] rect").count()
             committed = page.inner_text("[data-field=last-committed]")
+            history = page.locator("table[data-history] tbody tr").count()
+            phases = page.locator("figure[data-chart=phases] rect").count()
+            cell = "table[data-history] tr[data-batch='0'] [data-column='write s']"
+            first = page.inner_text(cell)
             page.screenshot(path=str(shot), full_page=True)
             browser.close()
     finally:
@@ -194,62 +198,29 @@ def test_the_dashboard_shows_what_status_says_in_a_real_browser(spark, tmp_path:
     assert shown == f"{sink['totals']['input_rows']:,.0f}" == "303"
     assert bars == len(sink["batches"]) == 3
     assert committed.startswith("last committed batch 2 ")
+    # The checkpoint history, a row per batch; the phases stacked per batch: the write,
+    # the commit's publish and the rest of the commit.
+    assert history == 3 and phases == 3 * 3
+    assert first == f"{sink['batches'][0]['write_seconds']:.3f}"
     pixels = imread(str(shot))[..., :3]
     orange = (abs(pixels[..., 0] - 0xD9 / 255) < 0.02) & (abs(pixels[..., 1] - 0x54 / 255) < 0.02)
     assert orange.sum() > 500, "the rows chart's bars are not on the screenshot"
 
 
-def test_last_progress_and_the_listener_carry_firesteel_records(spark, tmp_path: Path) -> None:
-    """Spark's progress of each batch, merged with firesteel's record of the same batch: the
-    rows firesteel's sink committed equal Spark's ``numInputRows`` and the rows pyarrow reads
-    back from the output, batch by batch."""
-    import time
-
-    from firesteel.core.metrics.progress import last_progress, watch_progress
-
-    for i in range(3):
-        write_input(tmp_path / "in", f"f{i}.parquet", rows(i * 100, 100 + i), "parquet")
-    seen: list[dict] = []
-    listener = watch_progress(spark, seen.append)
-    try:
-        reader = (
-            spark.readStream.format("firesteel.files")
-            .option("max.files.per.batch", "1")
-            .load(str(tmp_path / "in"))
-        )
-        checkpoint = str(tmp_path / "ck")
-        options = {"path": str(tmp_path / "out"), "checkpointLocation": checkpoint}
-        query = run_available_now(reader, options)
-        assert query.exception() is None
-        deadline = time.monotonic() + 60
-        while len(seen) < 3 and time.monotonic() < deadline:
-            time.sleep(0.2)  # Spark's listener bus delivers progress asynchronously
-    finally:
-        spark.streams.removeListener(listener)
-
-    out = ds.dataset(str(tmp_path / "out")).to_table()
-    assert out.num_rows == 303
-    last = last_progress(query)
-    assert last is not None and last["batchId"] == 2
-    (record,) = last["firesteel"]["sinks"].values()
-    assert record["batch"] == 2 and record["input_rows"] == last["numInputRows"] == 102
-    assert record["totals"]["input_rows"] == out.num_rows
-
-    assert [p["batchId"] for p in seen] == [0, 1, 2]
-    per_batch = [next(iter(p["firesteel"]["sinks"].values())) for p in seen]
-    assert [r["input_rows"] for r in per_batch] == [p["numInputRows"] for p in seen]
-    assert [r["input_rows"] for r in per_batch] == [100, 101, 102]
-
-
 def test_a_keyed_query_records_its_phases_and_its_state(spark, tmp_path: Path) -> None:
     """A keyed count on the filesystem backend into the file sink: each batch's record holds
     the commit's parts and the operator's snapshot, equal to what the test counts itself
-    (keys read back from the state with pyarrow, snapshot bytes from the store's listing);
-    ``status`` shows them as a phases table, Prometheus as a histogram and gauges."""
+    (keys read back from the state with pyarrow, snapshot bytes from the store's listing,
+    rows written per batch); Spark's progress of each batch comes merged with it
+    (``last_progress``, the listener); ``status`` shows them as a phases table, Prometheus
+    as a histogram and gauges."""
+    import time
+
     from prometheus_client.parser import text_string_to_metric_families
 
     from firesteel.backends import FilesystemBackend
     from firesteel.backends.inspect import read_state
+    from firesteel.core.metrics.progress import last_progress, watch_progress
     from firesteel.state import stateful
     from firesteel.testing.processors import RankPerKey
 
@@ -275,7 +246,27 @@ def test_a_keyed_query_records_its_phases_and_its_state(spark, tmp_path: Path) -
     )
     checkpoint = str(tmp_path / "ck")
     options = {"path": str(tmp_path / "out"), "checkpointLocation": checkpoint}
-    assert run_available_now(ranked, options).exception() is None
+    seen: list[dict] = []
+    listener = watch_progress(spark, seen.append)
+    try:
+        query = run_available_now(ranked, options)
+        assert query.exception() is None
+        deadline = time.monotonic() + 60
+        while len(seen) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)  # Spark's listener bus delivers progress asynchronously
+    finally:
+        spark.streams.removeListener(listener)
+
+    assert ds.dataset(str(tmp_path / "out")).count_rows() == 60
+    last = last_progress(query)
+    assert last is not None and last["batchId"] == 1
+    (merged,) = last["firesteel"]["sinks"].values()
+    assert merged["batch"] == 1 and merged["input_rows"] == last["numInputRows"] == 30
+    assert merged["totals"]["input_rows"] == 60
+    assert [p["batchId"] for p in seen] == [0, 1]
+    per_batch = [next(iter(p["firesteel"]["sinks"].values())) for p in seen]
+    assert [r["input_rows"] for r in per_batch] == [p["numInputRows"] for p in seen] == [30, 30]
+    assert [r["operators"]["ranks"]["state_entries"] for r in per_batch] == [30, 50]
 
     (records,) = read_history(checkpoint).values()
     assert [r.batch for r in records] == [0, 1]
