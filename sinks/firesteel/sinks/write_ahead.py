@@ -74,7 +74,7 @@ from firesteel.core.errors import CheckpointCorruptError, IncompatibleFormatErro
 from firesteel.core.faults import fault_point
 from firesteel.core.guarantee import SinkKind
 from firesteel.core.hashing import HashingWriter
-from firesteel.core.metrics.commit import commit_metrics
+from firesteel.core.phases import commit_metrics
 from firesteel.core.sink import (
     AFTER_COMMIT,
     AFTER_PRE_COMMIT,
