@@ -187,6 +187,10 @@ def test_the_dashboard_shows_what_status_says_in_a_real_browser(spark, tmp_path:
             shown = page.inner_text("td[data-total=input_rows]")
             bars = page.locator("figure[data-chart=rows] rect").count()
             committed = page.inner_text("[data-field=last-committed]")
+            history = page.locator("table[data-history] tbody tr").count()
+            phases = page.locator("figure[data-chart=phases] rect").count()
+            cell = "table[data-history] tr[data-batch='0'] [data-column='write s']"
+            first = page.inner_text(cell)
             page.screenshot(path=str(shot), full_page=True)
             browser.close()
     finally:
@@ -194,6 +198,117 @@ def test_the_dashboard_shows_what_status_says_in_a_real_browser(spark, tmp_path:
     assert shown == f"{sink['totals']['input_rows']:,.0f}" == "303"
     assert bars == len(sink["batches"]) == 3
     assert committed.startswith("last committed batch 2 ")
+    # The checkpoint history, a row per batch; the phases stacked per batch: the write,
+    # the commit's publish and the rest of the commit.
+    assert history == 3 and phases == 3 * 3
+    assert first == f"{sink['batches'][0]['write_seconds']:.3f}"
     pixels = imread(str(shot))[..., :3]
     orange = (abs(pixels[..., 0] - 0xD9 / 255) < 0.02) & (abs(pixels[..., 1] - 0x54 / 255) < 0.02)
     assert orange.sum() > 500, "the rows chart's bars are not on the screenshot"
+
+
+def test_a_keyed_query_records_its_phases_and_its_state(spark, tmp_path: Path) -> None:
+    """A keyed count on the filesystem backend into the file sink: each batch's record holds
+    the commit's parts and the operator's snapshot, equal to what the test counts itself
+    (keys read back from the state with pyarrow, snapshot bytes from the store's listing,
+    rows written per batch); Spark's progress of each batch comes merged with it
+    (``last_progress``, the listener); ``status`` shows them as a phases table, Prometheus
+    as a histogram and gauges."""
+    import time
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from firesteel.backends import FilesystemBackend
+    from firesteel.backends.inspect import read_state
+    from firesteel.core.metrics.progress import last_progress, watch_progress
+    from firesteel.state import stateful
+    from firesteel.testing.processors import RankPerKey
+
+    for index, keys in enumerate((range(30), range(20, 50))):
+        seqs = [index * 100 + k for k in keys]
+        table = pa.table({"seq": seqs, "key": [f"k{k}" for k in keys]})
+        write_input(tmp_path / "in", f"f{index}.parquet", table, "parquet")
+    state = f"file://{tmp_path}/state"
+    reader = (
+        spark.readStream.format("firesteel.files")
+        .option("max.files.per.batch", "1")
+        .load(str(tmp_path / "in"))
+    )
+    ranked = stateful(
+        reader,
+        key="key",
+        processor=RankPerKey(),
+        output_schema="seq long, key string, rank long",
+        backend=FilesystemBackend(state),
+        name="ranks",
+        parallelism=2,
+        max_parallelism=8,
+    )
+    checkpoint = str(tmp_path / "ck")
+    options = {"path": str(tmp_path / "out"), "checkpointLocation": checkpoint}
+    seen: list[dict] = []
+    listener = watch_progress(spark, seen.append)
+    try:
+        query = run_available_now(ranked, options)
+        assert query.exception() is None
+        deadline = time.monotonic() + 60
+        while len(seen) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)  # Spark's listener bus delivers progress asynchronously
+    finally:
+        spark.streams.removeListener(listener)
+
+    assert ds.dataset(str(tmp_path / "out")).count_rows() == 60
+    last = last_progress(query)
+    assert last is not None and last["batchId"] == 1
+    (merged,) = last["firesteel"]["sinks"].values()
+    assert merged["batch"] == 1 and merged["input_rows"] == last["numInputRows"] == 30
+    assert merged["totals"]["input_rows"] == 60
+    assert [p["batchId"] for p in seen] == [0, 1]
+    per_batch = [next(iter(p["firesteel"]["sinks"].values())) for p in seen]
+    assert [r["input_rows"] for r in per_batch] == [p["numInputRows"] for p in seen] == [30, 30]
+    assert [r["operators"]["ranks"]["state_entries"] for r in per_batch] == [30, 50]
+
+    (records,) = read_history(checkpoint).values()
+    assert [r.batch for r in records] == [0, 1]
+    for record in records:
+        figures = record.operators["ranks"]
+        stored = read_state(state, operator="ranks", batch=record.batch)
+        keys = stored.filter(pa.compute.equal(stored["state"], "count"))["key"]
+        assert figures["state_entries"] == len(keys) == (30, 50)[record.batch]
+        version = tmp_path / "state" / "ranks" / f"v{record.batch:012d}"
+        assert figures["snapshot_bytes"] == sum(p.stat().st_size for p in version.iterdir())
+        assert figures["snapshot_seconds"] > 0
+        assert 0 < record.commit_phases["publish"] <= record.commit_seconds
+    latest = records[-1]
+    assert latest.histograms["snapshot"]["count"] == latest.histograms["write"]["count"] == 2
+    # The first snapshot is a full one: the state's bytes are known then.
+    assert (
+        records[0].operators["ranks"]["state_bytes"]
+        == records[0].operators["ranks"]["snapshot_bytes"]
+    )
+
+    text = subprocess.run(
+        [sys.executable, "-m", "firesteel.cli.main", "status", checkpoint],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    assert "snapshot s (ranks)" in text and "publish s" in text
+    assert "operator ranks batch 1: snapshot" in text and "50 entries" in text
+
+    port = free_port()
+    server = serve_prometheus(port, {"ranks": checkpoint})
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as page:
+            families = {f.name: f for f in text_string_to_metric_families(page.read().decode())}
+    finally:
+        server.shutdown()
+    (entries,) = families["firesteel_state_entries"].samples
+    assert entries.labels["operator"] == "ranks" and entries.value == 50
+    counts = {
+        s.labels["phase"]: s.value
+        for s in families["firesteel_batch_phase_seconds"].samples
+        if s.name.endswith("_count")
+    }
+    assert counts == {"write": 2, "commit": 2, "commit_publish": 2, "snapshot": 2}

@@ -15,7 +15,7 @@ import psutil
 import pytest
 from test_supervision import ALONE
 
-from firesteel.pipelines.reaper import reap
+from firesteel.core.reaper import reap, start_time
 from firesteel.pipelines.runner import LocalRunner
 from firesteel.pipelines.worklock import WorkFolderInUseError
 
@@ -123,8 +123,9 @@ def test_a_second_runner_on_the_same_work_folder_is_refused_naming_the_first(
 def test_the_reaper_kills_the_groups_it_still_lists_when_its_input_ends() -> None:
     sleepers = [subprocess.Popen(["sleep", "60"], start_new_session=True) for _ in range(2)]
     try:
-        killed = reap([f"+{sleepers[0].pid}\n", f"+{sleepers[1].pid}\n", f"-{sleepers[1].pid}\n"])
-        assert killed == {sleepers[0].pid}
+        first, second = (f"+{s.pid} {start_time(s.pid)}\n" for s in sleepers)
+        killed = reap([first, second, f"-{sleepers[1].pid}\n"])
+        assert killed == [sleepers[0].pid]
         assert sleepers[0].wait(timeout=5) == -signal.SIGKILL
         assert sleepers[1].poll() is None
     finally:

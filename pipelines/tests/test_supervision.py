@@ -62,7 +62,7 @@ def test_bad_supervision_settings_are_refused_at_once_with_suggestions() -> None
     assert "firesteel.supervision.restarts: -1 is not a whole number >= 0" in message
     config = PipelineConfig.load(verified, arguments=["firesteel.supervision.max-backoff = 1m"])
     assert config.supervision() == RestartPolicy(
-        restarts=3,
+        restarts=20,
         window=datetime.timedelta(minutes=10),
         backoff=datetime.timedelta(seconds=1),
         max_backoff=datetime.timedelta(minutes=1),

@@ -2,15 +2,17 @@
 
 ::
 
-    from firesteel.backends.savepoint import create, read_savepoint
+    from firesteel.backends.savepoint import create, read_savepoint, stop_with_savepoint
     create("s3a://bucket/state", "s3a://bucket/savepoints/v1", checkpoint="/chk/job")
     read_savepoint("s3a://bucket/savepoints/v1").to_pandas()
+    stop_with_savepoint(query, "s3a://bucket/state", "s3a://bucket/savepoints/v2")
 
 :func:`create` reads every operator's state at one committed batch (by default
 the last batch of ``checkpoint``'s commit log, Spark's own record of what
 committed), turns each backend's entries into the canonical rows of
 :mod:`firesteel.state.savepoint.format`, copies Spark's ``offsets/<N>`` beside
-them and writes the metadata record last. ``firesteel savepoint create`` runs it.
+them and writes the metadata record last. ``firesteel savepoint create`` runs it;
+:func:`stop_with_savepoint` stops a running query between two batches and runs it.
 It streams: a backend yields its stored state one key group at a time and the
 rows go into the Parquet writer as they come, so the process holds one key
 group's entries (and one stored file or RocksDB instance being read), not the
@@ -20,8 +22,9 @@ operator's.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyarrow import fs
@@ -38,6 +41,7 @@ from firesteel.backends.inspect import (
 )
 from firesteel.core.checkpoint import filesystem, read_query_id
 from firesteel.core.errors import ConfigError
+from firesteel.core.metrics.progress import checkpoint_of
 from firesteel.core.storage import StorageConfig
 from firesteel.state.clock import CLOCK
 from firesteel.state.savepoint.format import (
@@ -45,13 +49,20 @@ from firesteel.state.savepoint.format import (
     TIMERS,
     OperatorInfo,
     Savepoint,
+    SavepointError,
     SavepointWriter,
     open_savepoint,
 )
 from firesteel.state.savepoint.restore import MARKER
 from firesteel.state.serializers import pack, unpack
 
+if TYPE_CHECKING:
+    from pyspark.sql.streaming import StreamingQuery
+
 logger = logging.getLogger(__name__)
+
+_POLL_SECONDS = 0.05
+"""How often :func:`stop_with_savepoint` asks Spark whether a batch is running."""
 
 _RESERVED = frozenset({CLOCK.name, MARKER.name})
 """firesteel's own states: the clock goes into a savepoint's metadata, the restore marker
@@ -215,6 +226,55 @@ def create(
     offsets = _offsets_entry(checkpoint, batch) if checkpoint is not None else None
     origin = {"state_location": state_location, "checkpoint": checkpoint}
     return writer.finish(batch=batch, offsets=offsets, origin=origin)
+
+
+def stop_with_savepoint(
+    query: StreamingQuery,
+    state_location: str,
+    target: str,
+    *,
+    checkpoint: str | None = None,
+    timeout_seconds: float = 600.0,
+    storage: StorageConfig | Mapping[str, str] | None = None,
+    target_storage: StorageConfig | Mapping[str, str] | None = None,
+) -> Savepoint:
+    """Stop a running ``query`` and write a savepoint of its state at its last committed
+    batch to ``target`` (Flink's ``stop --savepointPath``).
+
+    The batch running when it is called finishes first: the query is stopped between two
+    batches (Spark has no call for that, so the stop waits while Spark reports a trigger
+    active, for at most ``timeout_seconds``, then stops). Should a new batch start in the
+    moment between, the stop interrupts it before it commits; the savepoint is of the last
+    committed batch either way, and a job restored from it (``restore_from``) on the same
+    checkpoint runs the interrupted batch again. ``checkpoint``: the query's location
+    (read from the query when not given; needed over Spark Connect). The rest is
+    :func:`create`'s.
+    """
+    location = checkpoint or checkpoint_of(query)
+    deadline = time.monotonic() + timeout_seconds
+    while query.isActive and query.status["isTriggerActive"]:
+        if time.monotonic() > deadline:
+            logger.warning(
+                "savepoint: query %s still in a batch after %.0f s; stopping it there",
+                query.id,
+                timeout_seconds,
+            )
+            break
+        time.sleep(_POLL_SECONDS)
+    query.stop()
+    failure = query.exception()
+    if failure is not None:
+        msg = f"savepoint: query {query.id} had failed before the stop ({failure}); none taken"
+        raise SavepointError(msg)
+    committed = last_committed_batch(location)
+    logger.info("savepoint: query %s stopped after batch %s", query.id, committed)
+    return create(
+        state_location,
+        target,
+        checkpoint=location,
+        storage=storage,
+        target_storage=target_storage,
+    )
 
 
 def read_savepoint(

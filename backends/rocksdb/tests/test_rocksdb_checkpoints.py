@@ -329,3 +329,27 @@ def test_key_groups_outside_the_task_are_dropped_on_scale_out(tmp_path: Path) ->
     assert groups == set(range(MAX_P // 2)), "key groups of the other half survived the restore"
     half.set_current_key((3,), 3)
     assert half.state(COUNT).value() == 3
+
+
+def test_snapshot_figures_equal_the_stores_listing(tmp_path: Path) -> None:
+    """The bytes a snapshot reports written are those of the files its version added to the
+        store (new SSTs in ``shared/`` named by the version, its private folder; the manifest
+    aside), and the state's
+        bytes those of every file its manifest lists, as the store's listing sizes them."""
+    chosen = backend(tmp_path)
+    store = run(worker(tmp_path, "w", chosen), 0, MANY)
+    figures = [store.snapshot_metrics()]
+    figures.append(run(store, 1, FEW).snapshot_metrics())
+    operator = tmp_path / "ck" / "op"
+    for version, shown in enumerate(figures):
+        stamp = f"{version:012d}-"
+        added = [p for p in (operator / "shared").iterdir() if p.name.startswith(stamp)]
+        [private] = [p for p in (operator / f"v{version:012d}").iterdir() if p.is_dir()]
+        written = sum(p.stat().st_size for p in [*added, *private.iterdir()])
+        [content] = manifests(tmp_path, version)
+        listed = sum((operator / f["path"]).stat().st_size for f in content["files"])
+        assert shown == {"snapshot_bytes": written, "state_bytes": listed}
+    # Incremental: the second version re-lists the first one's SSTs; it writes one small SST
+    # and its private files (MANIFEST, OPTIONS: a few KB every version).
+    assert figures[0]["snapshot_bytes"] == figures[0]["state_bytes"]
+    assert figures[1]["snapshot_bytes"] * 2 < figures[1]["state_bytes"]

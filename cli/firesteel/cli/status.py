@@ -6,7 +6,8 @@ sink runs with, how far each source that records it (Kafka) had its committed po
 behind the log end when it last planned a batch, and each sink's committed totals and last
 batches (rows, bytes,
 the time from Spark planning the batch to the sink's commit, the slowest task's
-write time, the commit's time, the counters its tasks add).
+write time, the commit's time, the counters its tasks add), and a phases table (the
+commit's parts, each stateful operator's snapshot, its bytes written and its state's size).
 It reads files only, so it works for a stopped query as for a running one.
 ``--json`` prints the same as one JSON document; ``--watch S`` repeats every S
 seconds; ``--state LOCATION`` adds the files and bytes each operator stores there
@@ -28,7 +29,7 @@ from pyarrow import fs
 from firesteel.cli.args import EXIT_USAGE, command_parser
 from firesteel.core.checkpoint import filesystem, read_guarantee, read_query_id
 from firesteel.core.errors import FiresteelError
-from firesteel.core.metrics.history import read_history
+from firesteel.core.metrics.history import BatchRecord, read_history
 from firesteel.core.metrics.sources import read_source_progress
 
 
@@ -79,11 +80,23 @@ def query_status(checkpoint: str, last: int = 10) -> dict[str, Any]:
         "sinks": {
             sink: {
                 "totals": records[-1].totals if records else {},
-                "batches": [_with_duration(asdict(r), fsys, base) for r in records],
+                "histograms": records[-1].histograms if records else {},
+                "batches": [_shown(r, fsys, base) for r in records],
             }
             for sink, records in history.items()
         },
     }
+
+
+def _shown(record: BatchRecord, fsys: fs.FileSystem, base: str) -> dict[str, Any]:
+    """A batch as status shows it: the record without its running histograms (the sink's
+    latest are shown once), with its duration and each operator's incremental share."""
+    batch = asdict(record)
+    del batch["histograms"]
+    for figures in batch["operators"].values():
+        if figures.get("state_bytes"):
+            figures["incremental_share"] = figures["snapshot_bytes"] / figures["state_bytes"]
+    return _with_duration(batch, fsys, base)
 
 
 def state_status(location: str, keys: bool = False) -> dict[str, Any]:
@@ -155,6 +168,7 @@ def render(status: dict[str, Any], now: float) -> str:
                 f"{_seconds(batch['batch_seconds'])}  "
                 f"{batch['write_seconds']:7.2f}  {batch['commit_seconds']:8.2f}"
             )
+        lines.extend(_phases(shown["batches"]))
     for state in status.get("state", []):
         for operator, shown in state["operators"].items():
             keys = f", {shown['keys']:,} keys" if "keys" in shown else ""
@@ -163,6 +177,37 @@ def render(status: dict[str, Any], now: float) -> str:
                 f"{shown['bytes']:,} bytes stored{keys}"
             )
     return "\n".join(lines) + "\n"
+
+
+def _phases(batches: list[dict[str, Any]]) -> list[str]:
+    """The phases table: seconds per batch in the sink's tasks, the driver's commit and
+    each of its parts, and the slowest snapshot of each operator; then the operators'
+    snapshot bytes and state size."""
+    if not batches:
+        return []
+    parts = sorted({part for batch in batches for part in batch["commit_phases"]})
+    operators = sorted({op for batch in batches for op in batch["operators"]})
+    head = ["write s", "commit s", *(f"{p} s" for p in parts)]
+    head += [f"snapshot s ({op})" for op in operators]
+    lines = ["    phases:  batch  " + "  ".join(f"{h:>9}" for h in head)]
+    for batch in batches:
+        cells = [batch["write_seconds"], batch["commit_seconds"]]
+        cells += [batch["commit_phases"].get(p) for p in parts]
+        cells += [batch["operators"].get(op, {}).get("snapshot_seconds") for op in operators]
+        shown = "  ".join(f"{c:9.3f}" if c is not None else f"{'-':>9}" for c in cells)
+        lines.append(f"             {batch['batch']:5}  {shown}")
+    last = batches[-1]
+    for operator, figures in sorted(last["operators"].items()):
+        size = ""
+        if "state_bytes" in figures:
+            share = figures.get("incremental_share", 0.0)
+            size = f" of {figures['state_bytes']:,.0f} ({share:.0%} incremental)"
+        entries = f", {figures['state_entries']:,.0f} entries" if "state_entries" in figures else ""
+        lines.append(
+            f"    operator {operator} batch {last['batch']}: snapshot "
+            f"{figures.get('snapshot_bytes', 0):,.0f} bytes written{size}{entries}"
+        )
+    return lines
 
 
 def main(argv: list[str]) -> int:

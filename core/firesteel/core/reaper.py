@@ -41,8 +41,8 @@ def start_time(pid: int) -> str:
 
 def reap(lines: Iterable[str]) -> list[int]:
     """Follow ``+PID START`` / ``-PID`` lines until they end, then SIGKILL each guarded
-    process still running as the one guarded (its group when it leads one); returns the
-    PIDs killed."""
+    process still running as the one guarded (its group when it leads one), and what is
+    left of the group of a guarded leader that died; returns the PIDs (group ids) killed."""
     guarded: dict[int, str] = {}
     for line in lines:
         fields = line.split()
@@ -55,13 +55,20 @@ def reap(lines: Iterable[str]) -> list[int]:
             guarded.pop(pid, None)
     killed = []
     for pid, started in guarded.items():
-        if start_time(pid) != started:
-            continue
+        now = start_time(pid)
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            if os.getpgid(pid) == pid:
+            if now == started:
+                if os.getpgid(pid) == pid:
+                    os.killpg(pid, signal.SIGKILL)
+                else:
+                    os.kill(pid, signal.SIGKILL)
+            elif now == "":
+                # The leader is gone but its group may live on (a streamlet's JVM after its
+                # driver died). The kernel hands out no PID equal to a live group's id, so
+                # a group with this id can only be the one the leader left.
                 os.killpg(pid, signal.SIGKILL)
             else:
-                os.kill(pid, signal.SIGKILL)
+                continue
             killed.append(pid)
     return killed
 

@@ -32,6 +32,7 @@ from firesteel.core.context import TaskScope
 from firesteel.core.errors import IncompatibleFormatError, SinkError
 from firesteel.core.faults import fault_point
 from firesteel.core.guarantee import SinkKind
+from firesteel.core.phases import commit_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -305,7 +306,8 @@ class TwoPhaseCommitSink(Sink, SinkWriter[Txn, C], Committer[C]):
         BEFORE_COMMIT.fire(batch_id)
         kind = cast("type[C]", self.committable_type)
         ordered = sorted(votes, key=_partition)
-        self.commit(batch_id, [vote.committable(kind) for vote in ordered])
+        with commit_metrics().phase("publish"):
+            self.commit(batch_id, [vote.committable(kind) for vote in ordered])
         AFTER_COMMIT.fire(batch_id)
 
     def abort_batch(self, batch_id: int, votes: Sequence[Vote | None]) -> None:

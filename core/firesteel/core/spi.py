@@ -132,6 +132,7 @@ from firesteel.core.options import (
     require_absolute,
 )
 from firesteel.core.ownership import Ownership
+from firesteel.core.reaper import Reaper
 from firesteel.core.sink import (
     MID_COMMIT,
     Committable,
@@ -188,6 +189,7 @@ __all__ = [
     "Ownership",
     "PlainSink",
     "ReadLimit",
+    "Reaper",
     "RecordError",
     "Replay",
     "ResettableSource",

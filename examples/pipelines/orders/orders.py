@@ -115,23 +115,28 @@ class Validate(Streamlet):
 
 class ValidateLogic(StreamletLogic):
     def run(self) -> Sequence[Any]:
+        # One query per outlet, each reading the inlet itself: a Kafka inlet keeps its
+        # start in the checkpoint of the query that reads it.
+        return [
+            self.context.write_stream(self.classified("valid").where("reason IS NULL"), "valid"),
+            self.context.write_stream(
+                self.classified("rejected").where("reason IS NOT NULL"), "rejected"
+            ),
+        ]
+
+    def classified(self, query: str) -> Any:
+        """The inlet's orders, read by ``query``, each with why it is rejected (or null)."""
         from pyspark.sql import functions as F
 
         config = self.context.config
         max_age = int(config["max-age"].total_seconds())
-        orders = self.context.read_stream("in").withColumn(
+        stale = F.current_timestamp() - F.expr(f"INTERVAL {max_age} SECONDS")
+        return self.context.read_stream("in", query=query).withColumn(
             "reason",
             F.when(F.col("currency") != config["currency"], F.lit("currency"))
             .when(F.col("amount") > config["max-amount"], F.lit("amount"))
-            .when(
-                F.col("placed_at") < F.current_timestamp() - F.expr(f"INTERVAL {max_age} SECONDS"),
-                F.lit("stale"),
-            ),
+            .when(F.col("placed_at") < stale, F.lit("stale")),
         )
-        return [
-            self.context.write_stream(orders.where("reason IS NULL"), "valid"),
-            self.context.write_stream(orders.where("reason IS NOT NULL"), "rejected"),
-        ]
 
 
 class CustomerTotal(KeyedProcessor):

@@ -74,6 +74,7 @@ from firesteel.core.errors import CheckpointCorruptError, IncompatibleFormatErro
 from firesteel.core.faults import fault_point
 from firesteel.core.guarantee import SinkKind
 from firesteel.core.hashing import HashingWriter
+from firesteel.core.phases import commit_metrics
 from firesteel.core.sink import (
     AFTER_COMMIT,
     AFTER_PRE_COMMIT,
@@ -328,18 +329,27 @@ class WriteAheadSink(Sink):
         return CheckpointCorruptError(msg)
 
     def commit_batch(self, batch_id: int, votes: Sequence[Vote]) -> None:
+        """Plan, send each unsent segment and record it, clean up; each part timed as a
+        phase of the commit (``plan``, ``send``, ``record``, ``cleanup``:
+        :mod:`firesteel.core.metrics.commit`), ``segments_pending`` counting the segments
+        this commit found unsent (after a crash, fewer than the batch wrote)."""
         BEFORE_COMMIT.fire(batch_id)
-        pending = [vote for vote in self._plan(batch_id, votes) if self._unsent(vote)]
+        metrics = commit_metrics()
+        with metrics.phase("plan"):
+            pending = [vote for vote in self._plan(batch_id, votes) if self._unsent(vote)]
+        metrics.count("segments_pending", len(pending))
         if self.send_connect and pending:
             sends = [_SegmentSend(self, vote) for vote in pending]
-            run_on_executors(self.send_connect, sends, f"{self.sink_id} batch {batch_id}")
+            with metrics.phase("send"):
+                run_on_executors(self.send_connect, sends, f"{self.sink_id} batch {batch_id}")
         else:
             for position, vote in enumerate(pending):
                 self.send_segment(vote)
                 if position < len(pending) - 1:
                     MID_COMMIT.fire(batch_id)
-        self._delete_through(batch_id)
-        self.committer.forget(self.sink_id, batch_id)
+        with metrics.phase("cleanup"):
+            self._delete_through(batch_id)
+            self.committer.forget(self.sink_id, batch_id)
         AFTER_COMMIT.fire(batch_id)
 
     def _unsent(self, vote: Vote) -> bool:
@@ -358,9 +368,12 @@ class WriteAheadSink(Sink):
 
     def send_segment(self, vote: Vote) -> None:
         """Send one voted segment, then record it: where it runs, the driver or an executor."""
-        self.send_values(self.read_segment(vote), vote.batch_id, vote.partition_id)
+        metrics = commit_metrics()
+        with metrics.phase("send"):
+            self.send_values(self.read_segment(vote), vote.batch_id, vote.partition_id)
         AFTER_SEND.fire(vote.batch_id, vote.partition_id)
-        self.committer.commit(self.sink_id, vote.batch_id, vote.partition_id)
+        with metrics.phase("record"):
+            self.committer.commit(self.sink_id, vote.batch_id, vote.partition_id)
 
     def _plan(self, batch_id: int, votes: Sequence[Vote]) -> list[Vote]:
         """The votes batch ``batch_id`` commits: its first commit's, recorded durably."""

@@ -121,6 +121,15 @@ class KeyedStateStore(ABC):
     def discard(self) -> None:
         """The task failed: forget every in-memory change it made."""
 
+    def snapshot_metrics(self) -> dict[str, float]:
+        """Figures of the snapshot the last :meth:`PendingSnapshot.wait` made durable, for
+        the batch's record (:mod:`firesteel.core.metrics.history`): ``snapshot_bytes``
+        written to storage and, where the backend knows them without reading its state,
+        ``state_bytes`` (the bytes the version consists of, written now or before) and
+        ``state_entries`` (values held, summed over the processor's states). None by
+        default."""
+        return {}
+
 
 class StateBackend(ABC):
     """Configuration of where state lives; picklable, created on the driver."""

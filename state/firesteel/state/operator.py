@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -58,6 +59,7 @@ import pyarrow.compute as pc
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import ConfigError, FiresteelError, ProcessorError
 from firesteel.core.faults import fault_point
+from firesteel.core.metrics.task import hand_over
 from firesteel.core.storage import session_settings
 from firesteel.state import broadcast as broadcasts
 from firesteel.state import clock, coprocess, keygroups
@@ -127,6 +129,7 @@ def stateful(
     watermark: et.BoundedOutOfOrderness | None = None,
     late: et.LatePolicy = "side-output",
     right: DataFrame | None = None,
+    metrics: bool = True,
 ) -> DataFrame:
     """Run ``processor`` per key of ``df`` with keyed state in ``backend``.
 
@@ -161,6 +164,10 @@ def stateful(
     :class:`~firesteel.state.coprocess.CoProcessor`, whose ``process_left`` gets ``df``'s
     rows and ``process_right`` this one's, sharing the key's state and timers (see
     :mod:`firesteel.state.coprocess`).
+
+    ``metrics``: each task hands its snapshot's figures (seconds, bytes written, the
+    state's size as the backend knows it) to the sink's task after it, for the batch's
+    record (:func:`firesteel.core.metrics.task.hand_over`); ``False`` skips that.
 
     The result is a streaming DataFrame of ``output_schema``: write it with any
     sink. State is exactly-once with any sink (a batch's state commits with the
@@ -271,7 +278,16 @@ def stateful(
         .repartitionById(parallelism, partition.cast("int"))
     )
     task = OperatorTask(
-        spec, processor, backend, arrow_schema, restore, broadcast_order, times, late_type, sides
+        spec,
+        processor,
+        backend,
+        arrow_schema,
+        restore,
+        broadcast_order,
+        times,
+        late_type,
+        sides,
+        report_metrics=metrics,
     )
     logger.info(
         "firesteel: stateful operator %s on %s, %d partitions over %d key groups, %s backend at %s",
@@ -388,6 +404,8 @@ class OperatorTask:
     """The Arrow type of the ``__late`` column with ``late="side-output"``."""
     sides: coprocess.Sides | None = None
     """With a right input: the columns of each input (:mod:`firesteel.state.coprocess`)."""
+    report_metrics: bool = True
+    """Hand the snapshot's figures to the sink's task (:func:`stateful`'s ``metrics``)."""
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         scope = TaskScope.running()
@@ -511,11 +529,15 @@ def run_task(
         if handle.event_timers is not None:
             handle.event_timers.save()
         builder.flush()
+        started = time.perf_counter()
         pending = store.snapshot()
         yield from main.drain()
         pending.wait()
         pending = None
         AFTER_SNAPSHOT.fire(task.scope.batch_id, task.scope.partition_id)
+        if operator.report_metrics:
+            snapshot = {"snapshot_seconds": time.perf_counter() - started}
+            hand_over(task.scope, spec.name, {**snapshot, **store.snapshot_metrics()})
         logger.debug(
             "state: operator %s batch %d partition %d emitted %d rows",
             spec.name,

@@ -99,6 +99,7 @@ class HeapKeyedStore(TaskStore):
         self._fingerprint: tuple[Any, ...] = ()
         self._dropped: frozenset[str] = frozenset()
         self._group: KeyGroupState | None = None
+        self._written: dict[str, float] = {}
 
     # -- task lifecycle ---------------------------------------------------------------------
 
@@ -320,12 +321,30 @@ class HeapKeyedStore(TaskStore):
         }
         data, body_digest = fmt.encode(header, fmt.encode_body(rows.to_table()))
         written = self.storage.write(task.scope.batch_id, task.key_groups, kind, data, body_digest)
+        self._written = self._figures(task, kind, len(data))
         self.storage.remove_stale(written)
         for key_group in task.key_groups:
             self.identity[key_group] = (task.scope.batch_id, written.name)
         logger.debug("state: wrote %s (%d rows, %d bytes)", written.path, len(rows), len(data))
         if task.scope.partition_id == 0:
             self._apply_retention(task.scope.batch_id - 1)
+
+    def _figures(self, task: KeyedTask, kind: str, written: int) -> dict[str, float]:
+        """The snapshot's figures: a full snapshot is the whole state, a delta only what
+        changed, so ``state_bytes`` is known for full ones only."""
+        entries = sum(
+            len(slot.table)
+            for key_group in task.key_groups
+            for name, slot in self.groups[key_group].slots.items()
+            if not name.startswith("__")
+        )
+        figures = {"snapshot_bytes": float(written), "state_entries": float(entries)}
+        if kind == FULL:
+            figures["state_bytes"] = float(written)
+        return figures
+
+    def snapshot_metrics(self) -> dict[str, float]:
+        return dict(self._written)
 
     def _apply_retention(self, last_committed: int) -> None:
         oldest_kept = last_committed - self.retain + 1

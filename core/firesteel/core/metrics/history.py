@@ -3,13 +3,20 @@
 After a sink committed batch N, and before Spark writes ``commits/N``, the driver
 writes ``<checkpoint>/firesteel/metrics/<sink id>/<N>.json``: when the batch
 committed, how many tasks voted, the rows and Arrow bytes they were handed, the
-slowest task's write time, the commit's time, every counter the tasks added, and
-the running totals through batch N (those of batch N - 1 plus this batch's).
+slowest task's write time, the commit's time and that of each of its parts
+(:mod:`firesteel.core.metrics.commit`), every counter the tasks added, the figures of
+the stateful operators that fed the sink in the same tasks (snapshot time and bytes,
+state size: :func:`firesteel.core.metrics.task.hand_over`), and the running totals
+through batch N (those of batch N - 1 plus this batch's), histograms of the phase
+durations included.
 
 A crash before ``commits/N`` makes Spark commit batch N again, which writes the
 record again from the same input, so the history holds every committed batch
-once, and its totals count committed work only, however often a batch ran. The
-last :data:`RETAINED` records are kept, as Spark keeps its own progress.
+once, and its totals count committed work only, however often a batch ran. Figures
+that describe one attempt rather than committed work say so: the commit's parts (the
+last, completed, commit of the batch) and an operator's snapshot (the attempt whose
+vote was committed). The last :data:`RETAINED` records are kept, as Spark keeps its own
+progress.
 """
 
 from __future__ import annotations
@@ -17,25 +24,39 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pyarrow import fs
 
 from firesteel.core.checkpoint import FIRESTEEL_DIR, filesystem
 from firesteel.core.durable import read_record, write_record
-from firesteel.core.metrics.task import BYTES, ROWS, WRITE_SECONDS
+from firesteel.core.metrics.commit import CommitMetrics
+from firesteel.core.metrics.task import BYTES, OPERATOR_PREFIX, ROWS, WRITE_SECONDS
 from firesteel.core.sink import Vote
 
-__all__ = ["RETAINED", "BatchRecord", "batch_record", "read_history", "record_batch"]
+__all__ = [
+    "BUCKETS",
+    "RETAINED",
+    "BatchRecord",
+    "batch_record",
+    "batch_records",
+    "read_history",
+    "record_batch",
+]
 
 logger = logging.getLogger(__name__)
 
 KIND = "firesteel-batch-metrics"
-VERSION = 1
+VERSION = 2
+"""2 added the commit's parts, the operators' figures and the phase histograms."""
 RETAINED = 100
 """Batch records kept per sink; older ones are deleted as new ones are written."""
 METRICS_DIR = "metrics"
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+"""Upper bounds (seconds) of the phase histograms' buckets; a last one is unbounded."""
+MAXED = ("seconds",)
+"""Operator figures ending so are the slowest task's, not a sum over tasks."""
 
 
 @dataclass(frozen=True)
@@ -56,10 +77,34 @@ class BatchRecord:
     """Every counter the batch's tasks added, summed."""
     totals: dict[str, float] = field(default_factory=dict)
     """``input_rows``, ``input_bytes``, ``batches`` and every counter, through this batch."""
+    commit_phases: dict[str, float] = field(default_factory=dict)
+    """Seconds of each part of the driver's commit, as the last commit of the batch spent
+    them (``send``, ``record``, ``publish``...: :mod:`firesteel.core.metrics.commit`)."""
+    commit_counters: dict[str, float] = field(default_factory=dict)
+    """What that commit counted (``segments_pending``: write-ahead segments it had to send)."""
+    operators: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per stateful operator feeding the sink in the same tasks: ``snapshot_seconds`` (the
+    slowest task's), ``snapshot_bytes`` written, and what its backend tells of the state
+    (``state_bytes``, ``state_entries``), summed over tasks."""
+    histograms: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per phase (``write``, ``commit``, ``commit_<part>``, ``snapshot``): its seconds in
+    every committed batch through this one, as cumulative counts at or below each of
+    :data:`BUCKETS` (and one for all), their ``sum`` and ``count``."""
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> BatchRecord:
         return cls(**data)
+
+    def phases(self) -> dict[str, float]:
+        """This batch's seconds per phase, the keys of :attr:`histograms`."""
+        found = {"write": self.write_seconds, "commit": self.commit_seconds}
+        found.update({f"commit_{part}": s for part, s in self.commit_phases.items()})
+        snapshots = [
+            f["snapshot_seconds"] for f in self.operators.values() if "snapshot_seconds" in f
+        ]
+        if snapshots:
+            found["snapshot"] = max(snapshots)
+        return found
 
 
 def _folder(checkpoint: str, sink_id: str) -> str:
@@ -69,7 +114,7 @@ def _folder(checkpoint: str, sink_id: str) -> str:
 def batch_record(checkpoint: str, sink_id: str, batch: int) -> BatchRecord | None:
     """The record of ``batch``, or ``None`` when there is none."""
     try:
-        content = read_record(f"{_folder(checkpoint, sink_id)}/{batch}.json", KIND, (VERSION,))
+        content = read_record(f"{_folder(checkpoint, sink_id)}/{batch}.json", KIND, (1, VERSION))
     except FileNotFoundError:
         return None
     return BatchRecord.from_json(content)
@@ -79,13 +124,51 @@ def _summed(votes: Sequence[Vote]) -> dict[str, float]:
     summed: dict[str, float] = {}
     for vote in votes:
         for name, value in vote.metrics.items():
-            if name != WRITE_SECONDS:
+            if name != WRITE_SECONDS and not name.startswith(OPERATOR_PREFIX):
                 summed[name] = summed.get(name, 0) + value
     return summed
 
 
+def _operators(votes: Sequence[Vote]) -> dict[str, dict[str, float]]:
+    operators: dict[str, dict[str, float]] = {}
+    for vote in votes:
+        for name, value in vote.metrics.items():
+            if not name.startswith(OPERATOR_PREFIX):
+                continue
+            operator, figure = name.removeprefix(OPERATOR_PREFIX).rsplit(":", 1)
+            figures = operators.setdefault(operator, {})
+            if figure.endswith(MAXED):
+                figures[figure] = max(figures.get(figure, 0.0), value)
+            else:
+                figures[figure] = figures.get(figure, 0) + value
+    return operators
+
+
+def _observed(
+    histograms: dict[str, dict[str, Any]], phases: dict[str, float]
+) -> dict[str, dict[str, Any]]:
+    """``histograms`` with one more observation of each phase."""
+    empty = {"buckets": [0] * (len(BUCKETS) + 1), "sum": 0.0, "count": 0}
+    bounds = [*BUCKETS, float("inf")]
+    updated = {}
+    for phase, seconds in phases.items():
+        before = histograms.get(phase, empty)
+        updated[phase] = {
+            "buckets": [n + (seconds <= b) for n, b in zip(before["buckets"], bounds, strict=True)],
+            "sum": before["sum"] + seconds,
+            "count": before["count"] + 1,
+        }
+    return {**histograms, **updated}
+
+
 def record_batch(
-    checkpoint: str, sink_id: str, batch: int, votes: Sequence[Vote], commit_seconds: float
+    checkpoint: str,
+    sink_id: str,
+    batch: int,
+    votes: Sequence[Vote],
+    commit_seconds: float,
+    *,
+    commit: CommitMetrics | None = None,
 ) -> BatchRecord:
     """Write the record of committed ``batch`` (replacing one an earlier run wrote)."""
     summed = _summed(votes)
@@ -94,6 +177,7 @@ def record_batch(
     totals = dict(previous.totals) if previous is not None else {}
     for name, value in {**summed, "batches": 1}.items():
         totals[name] = totals.get(name, 0) + value
+    commit = commit or CommitMetrics()
     record = BatchRecord(
         sink_id=sink_id,
         batch=batch,
@@ -105,7 +189,12 @@ def record_batch(
         commit_seconds=commit_seconds,
         counters=counters,
         totals=totals,
+        commit_phases=dict(commit.phases),
+        commit_counters=dict(commit.counters),
+        operators=_operators(votes),
     )
+    before = previous.histograms if previous is not None else {}
+    record = replace(record, histograms=_observed(before, record.phases()))
     folder = _folder(checkpoint, sink_id)
     write_record(f"{folder}/{batch}.json", KIND, VERSION, asdict(record))
     _forget_before(folder, batch - RETAINED + 1)
@@ -126,15 +215,27 @@ def _forget_before(folder: str, oldest_kept: int) -> None:
         fsys.delete_file(stale)
 
 
+def _sinks(checkpoint: str) -> tuple[fs.FileSystem, list[fs.FileInfo]]:
+    """The sinks' record folders of a query, by sink id."""
+    fsys, base = filesystem(f"{checkpoint.rstrip('/')}/{FIRESTEEL_DIR}/{METRICS_DIR}")
+    infos = fsys.get_file_info(fs.FileSelector(base, allow_not_found=True))
+    folders = [info for info in infos if info.type == fs.FileType.Directory]
+    return fsys, sorted(folders, key=lambda info: info.base_name)
+
+
+def batch_records(checkpoint: str, batch: int) -> dict[str, BatchRecord]:
+    """The record of ``batch`` of every firesteel sink of a query that has one, by sink id."""
+    _, sinks = _sinks(checkpoint)
+    records = {sink.base_name: batch_record(checkpoint, sink.base_name, batch) for sink in sinks}
+    return {sink: record for sink, record in records.items() if record is not None}
+
+
 def read_history(checkpoint: str, last: int = RETAINED) -> dict[str, list[BatchRecord]]:
     """The last ``last`` batch records of every firesteel sink of a query, by sink id,
     oldest first."""
-    fsys, base = filesystem(f"{checkpoint.rstrip('/')}/{FIRESTEEL_DIR}/{METRICS_DIR}")
-    sinks = fsys.get_file_info(fs.FileSelector(base, allow_not_found=True))
+    fsys, sinks = _sinks(checkpoint)
     history = {}
-    for sink in sorted(sinks, key=lambda info: info.base_name):
-        if sink.type != fs.FileType.Directory:
-            continue
+    for sink in sinks:
         batches = _batches(fsys, sink.path)[-last:]
         records = [batch_record(checkpoint, sink.base_name, batch) for batch in batches]
         history[sink.base_name] = [r for r in records if r is not None]

@@ -15,6 +15,13 @@ id); counters count committed work only (see :mod:`firesteel.core.metrics.histor
     firesteel_sink_last_commit_timestamp_seconds
     firesteel_sink_last_write_seconds       the last batch's slowest task in the sink
     firesteel_sink_last_commit_seconds      the last batch's commit
+    firesteel_batch_phase_seconds{phase}    histogram of each committed batch's seconds
+                                            per phase: write (the slowest task), commit,
+                                            commit_<part> (send, record, publish...),
+                                            snapshot (the slowest operator task)
+    firesteel_state_bytes{operator}         the last batch's state, as its backend knows it
+    firesteel_state_entries{operator}       values held (heap and filesystem backends)
+    firesteel_state_last_snapshot_bytes{operator}   bytes the last batch's snapshot wrote
     firesteel_source_lag{partition}         committed records behind the log end when
                                             the source last planned a batch (Kafka)
 
@@ -28,7 +35,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from firesteel.core.errors import MissingDependencyError
-from firesteel.core.metrics.history import read_history
+from firesteel.core.metrics.history import BUCKETS, read_history
 from firesteel.core.metrics.sources import read_source_progress
 
 if TYPE_CHECKING:
@@ -51,7 +58,11 @@ class CheckpointCollector:
         self.queries = dict(queries)
 
     def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+        from prometheus_client.core import (
+            CounterMetricFamily,
+            GaugeMetricFamily,
+            HistogramMetricFamily,
+        )
 
         labels = ["query", "sink"]
         counters: dict[str, Any] = {}
@@ -62,6 +73,23 @@ class CheckpointCollector:
                 ("last_commit_timestamp_seconds", "When the last batch committed."),
                 ("last_write_seconds", "The last batch's slowest task in the sink."),
                 ("last_commit_seconds", "The last batch's commit."),
+            )
+        }
+        phases = HistogramMetricFamily(
+            "firesteel_batch_phase_seconds",
+            "Seconds per phase of each committed batch.",
+            labels=[*labels, "phase"],
+        )
+        state = {
+            figure: GaugeMetricFamily(name, text, labels=[*labels, "operator"])
+            for figure, name, text in (
+                ("state_bytes", "firesteel_state_bytes", "The state's bytes at the last batch."),
+                ("state_entries", "firesteel_state_entries", "Values held at the last batch."),
+                (
+                    "snapshot_bytes",
+                    "firesteel_state_last_snapshot_bytes",
+                    "Bytes the last batch's snapshot wrote.",
+                ),
             )
         }
         for query, checkpoint in self.queries.items():
@@ -80,6 +108,14 @@ class CheckpointCollector:
                 gauges["last_commit_timestamp_seconds"].add_metric(values, latest.committed_at)
                 gauges["last_write_seconds"].add_metric(values, latest.write_seconds)
                 gauges["last_commit_seconds"].add_metric(values, latest.commit_seconds)
+                for phase, histogram in sorted(latest.histograms.items()):
+                    bounds = [*(str(b) for b in BUCKETS), "+Inf"]
+                    buckets = list(zip(bounds, histogram["buckets"], strict=True))
+                    phases.add_metric([*values, phase], buckets, histogram["sum"])
+                for operator, figures in sorted(latest.operators.items()):
+                    for figure, gauge in state.items():
+                        if figure in figures:
+                            gauge.add_metric([*values, operator], figures[figure])
         lag = GaugeMetricFamily(
             "firesteel_source_lag",
             "Committed records behind the log end when the source last planned a batch.",
@@ -91,6 +127,8 @@ class CheckpointCollector:
                     lag.add_metric([query, source, partition], behind)
         yield from counters.values()
         yield from gauges.values()
+        yield phases
+        yield from state.values()
         yield lag
 
 

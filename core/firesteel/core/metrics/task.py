@@ -7,26 +7,44 @@ to count what only it knows (records skipped, retries, transactions fenced).
 The counts travel on the task's :class:`~firesteel.core.sink.Vote`, so the
 driver sees exactly the tasks whose votes it commits: a task attempt that
 failed, or a batch that was aborted, is never counted.
+
+An operator that runs earlier in the same Spark task, in another Python worker (the
+stateful operator's ``mapInArrow`` feeding the sink), hands its figures over with
+:func:`hand_over`: a small file on the executor's local disk, named by query, partition
+and operator and stamped with Spark's task attempt id, which the sink's task picks up
+once its input ended (the operator's last step, so its figures are written by then) and
+adds to its vote as ``operator:<name>:<figure>``. Figures of an operator separated from
+the sink by a shuffle are in another task and not picked up.
 """
 
 from __future__ import annotations
 
 import contextvars
+import json
+import logging
+import os
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pyarrow as pa
 
 from firesteel.core.context import TaskScope
 from firesteel.core.sink import Sink, Vote
 
-__all__ = ["TaskMetrics", "measured_write", "task_metrics"]
+__all__ = ["OPERATOR_PREFIX", "TaskMetrics", "hand_over", "measured_write", "task_metrics"]
+
+logger = logging.getLogger(__name__)
 
 ROWS = "input_rows"
 BYTES = "input_bytes"
 WRITE_SECONDS = "write_seconds"
 """The measures every task carries, beside the counters connectors add."""
+OPERATOR_PREFIX = "operator:"
+"""Vote metrics ``operator:<name>:<figure>`` come from an operator of the same task."""
+HANDOVER_DIR = "firesteel-task-metrics"
 
 
 @dataclass
@@ -59,6 +77,59 @@ def _counted(
         yield batch
 
 
+def _task_attempt() -> int | None:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return context.taskAttemptId() if context is not None else None
+
+
+def _handover_folder(scope: TaskScope) -> Path:
+    query = scope.query_id or "no-query"
+    return Path(tempfile.gettempdir()) / HANDOVER_DIR / query / str(scope.partition_id)
+
+
+def hand_over(scope: TaskScope, operator: str, figures: dict[str, float]) -> None:
+    """Leave ``figures`` of ``operator`` for the sink running later in this Spark task.
+
+    One file per query, partition and operator, replaced every batch, so the folder
+    stays as small as the queries an executor runs. Metrics never fail a task: a file
+    that cannot be written is logged and skipped.
+    """
+    attempt = _task_attempt()
+    if attempt is None:
+        return
+    folder = _handover_folder(scope)
+    content = json.dumps({"task": attempt, "batch": scope.batch_id, "figures": figures})
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        partial = folder / f".{operator}.{attempt}"
+        partial.write_text(content)
+        os.replace(partial, folder / f"{operator}.json")
+    except OSError as exc:
+        logger.warning("metrics: figures of operator %s not handed over: %s", operator, exc)
+
+
+def _taken_over(scope: TaskScope) -> dict[str, float]:
+    """The figures operators of this very task attempt handed over, as vote metrics."""
+    attempt = _task_attempt()
+    folder = _handover_folder(scope)
+    if attempt is None or not folder.is_dir():
+        return {}
+    found: dict[str, float] = {}
+    for path in folder.glob("*.json"):
+        try:
+            content = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # another task's file being replaced, or gone: not this task's
+        if content.get("task") != attempt:
+            continue
+        operator = path.name.removesuffix(".json")
+        for figure, value in content["figures"].items():
+            found[f"{OPERATOR_PREFIX}{operator}:{figure}"] = value
+    return found
+
+
 def measured_write(
     sink: Sink,
     scope: TaskScope,
@@ -74,5 +145,11 @@ def measured_write(
         vote = sink.write_partition(scope, _counted(batches, totals))
     finally:
         _CURRENT.reset(token)
-    vote.metrics = {**metrics.counters, **totals, WRITE_SECONDS: clock() - started}
+    finished = clock()
+    vote.metrics = {
+        **metrics.counters,
+        **totals,
+        WRITE_SECONDS: finished - started,
+        **_taken_over(scope),
+    }
     return vote

@@ -33,6 +33,11 @@ class SinkOptions:
         None,
         doc="refuse to start unless the query delivers this: exactly-once, at-least-once",
     )
+    metrics: bool = option(
+        True,
+        doc="record each committed batch's metrics beside the checkpoint (firesteel status, "
+        "Prometheus, last_progress); false writes no record and measures nothing",
+    )
     sink_id: str | None = option(
         None,
         doc="stable id of this sink across restarts (default: derived from the output, or "

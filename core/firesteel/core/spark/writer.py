@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +14,7 @@ from firesteel.core.context import TaskScope
 from firesteel.core.errors import ConfigError, SinkError
 from firesteel.core.guarantee import Guarantee, Part, check
 from firesteel.core.logs import configure_worker_logging
+from firesteel.core.metrics.commit import measured_commit
 from firesteel.core.metrics.history import record_batch
 from firesteel.core.metrics.task import measured_write
 from firesteel.core.sink import Sink, Vote
@@ -47,12 +47,17 @@ def check_guarantee(sink: Sink, checkpoint: str, required: Guarantee | None) -> 
     return achieved
 
 
-def commit_batch(sink: Sink, checkpoint: str, batch_id: int, votes: list[Vote]) -> None:
+def commit_batch(
+    sink: Sink, checkpoint: str, batch_id: int, votes: list[Vote], *, record: bool = True
+) -> None:
     """Commit the batch, then record its metrics (before Spark writes ``commits/N``, so a
-    crash in between makes Spark commit, and record, the batch again)."""
-    started = time.perf_counter()
-    sink.commit_batch(batch_id, votes)
-    record_batch(checkpoint, sink.sink_id, batch_id, votes, time.perf_counter() - started)
+    crash in between makes Spark commit, and record, the batch again); ``record=False``
+    (option ``metrics=false``) only commits."""
+    if not record:
+        sink.commit_batch(batch_id, votes)
+        return
+    metrics, seconds = measured_commit(sink, batch_id, votes)
+    record_batch(checkpoint, sink.sink_id, batch_id, votes, seconds, commit=metrics)
 
 
 class SparkStreamWriter(DataSourceStreamArrowWriter):
@@ -75,11 +80,15 @@ class SparkStreamWriter(DataSourceStreamArrowWriter):
         configure_worker_logging()
         self.sink = sink
         self.checkpoint = checkpoint
+        # Validated by the connector's options (SinkOptions.metrics): true or false.
+        self.metrics = str(options.get("metrics", "true")).strip().lower() == "true"
         self.guarantee = check_guarantee(sink, checkpoint, required)
         sink.prepare()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         configure_worker_logging()
+        if not self.metrics:
+            return self.sink.write_partition(TaskScope.current(), iterator)
         return measured_write(self.sink, TaskScope.current(), iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -88,7 +97,7 @@ class SparkStreamWriter(DataSourceStreamArrowWriter):
         if len(votes) != len(messages):
             msg = f"{self.sink.name}: batch {batchId} has tasks without a vote; refusing to commit"
             raise SinkError(msg)
-        commit_batch(self.sink, self.checkpoint, batchId, votes)
+        commit_batch(self.sink, self.checkpoint, batchId, votes, record=self.metrics)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         self.sink.abort_batch(batchId, [m if isinstance(m, Vote) else None for m in messages])

@@ -15,7 +15,7 @@ wins key by key (files in the order given, then arguments in order)::
         parallelism = 4                                   # its queries' partitions
       }
       kafka { bootstrap.servers = "127.0.0.1:9092" }      # topics on Kafka (else local topics)
-      supervision { restarts = 3 }                        # restarts of a dead streamlet
+      supervision { restarts = 20 }                       # restarts of a failed streamlet
       runner { jvm = shared }                             # one Spark application for all
     }
 

@@ -18,7 +18,7 @@ refused (:mod:`firesteel.pipelines.redeploy`). The blueprint's folder is put on
 the processes' ``PYTHONPATH`` (Spark's Python workers inherit it), so
 ``module.Class`` references resolve next to it.
 
-No streamlet outlives the runner: a reaper process (:mod:`firesteel.pipelines.reaper`)
+No streamlet outlives the runner: a reaper process (:class:`firesteel.core.spi.Reaper`)
 kills every streamlet's process group when the runner ends, even by SIGKILL of
 its group (a parent-death signal would reach the driver only, not its JVM, and
 needs an unsafe ``preexec_fn``). One runner
@@ -49,6 +49,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
+from firesteel.core.spi import Reaper
 from firesteel.pipelines.blueprint import load_blueprint
 from firesteel.pipelines.check import check_pipeline
 from firesteel.pipelines.config import PipelineConfig
@@ -130,7 +131,7 @@ class LocalRunner:
         self._env: dict[str, str] = {}
         self._stopping = False
         self._lock = WorkLock(self.work)
-        self._reaper: subprocess.Popen[str] | None = None
+        self._reaper = Reaper()
 
     def log_path(self, name: str) -> Path:
         """Where streamlet or process ``name`` logs (every streamlet in the shared log)."""
@@ -141,13 +142,6 @@ class LocalRunner:
         the work folder."""
         self._lock.acquire()
         (self.work / "logs").mkdir(parents=True, exist_ok=True)
-        self._reaper = subprocess.Popen(
-            [sys.executable, "-m", "firesteel.pipelines.reaper"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            text=True,
-            start_new_session=True,
-        )
         record_schemas(self.verified, self.work)
         if self.config.kafka_properties():
             create_topics(self.verified, self.config)
@@ -179,7 +173,7 @@ class LocalRunner:
                 env=self._environment(name),
                 start_new_session=True,
             )
-        self._tell_reaper(f"+{self.processes[name].pid}")
+        self._reaper.guard(self.processes[name].pid)
         what = "every streamlet" if self.shared else f"streamlet {name}"
         logger.info("%s started (pid %d)", what, self.processes[name].pid)
 
@@ -188,21 +182,6 @@ class LocalRunner:
         for streamlet in self.units[name]:
             env.update(self.environment.get(streamlet, {}))
         return env
-
-    def _tell_reaper(self, line: str) -> None:
-        """Tell the reaper a streamlet group it must kill if the runner dies (``+``), or
-        forget (``-``)."""
-        if self._reaper is None or self._reaper.stdin is None:
-            return
-        try:
-            self._reaper.stdin.write(f"{line}\n")
-            self._reaper.stdin.flush()
-        except BrokenPipeError:
-            logger.warning(
-                "the reaper (pid %d) is gone: streamlets would outlive a killed runner",
-                self._reaper.pid,
-            )
-            self._reaper = None
 
     def step(self) -> str | None:
         """Restart each dead streamlet once its backoff is over; the name of one that may not
@@ -233,7 +212,7 @@ class LocalRunner:
             # may write beside the restarted streamlet.
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
-            self._tell_reaper(f"-{process.pid}")
+            self._reaper.release(process.pid)
             policy = self.restarts[name].policy
             logger.warning(
                 "%s exited with %d: restart %d (at most %d within %g s) in %.1f s; see %s",
@@ -300,11 +279,7 @@ class LocalRunner:
                 logger.warning("%s did not stop in time: killing it", self._what(name))
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
-        if self._reaper is not None and self._reaper.stdin is not None:
-            # The pipe's end makes the reaper kill what is left of every streamlet's group
-            # (a JVM still shutting down), then exit.
-            with contextlib.suppress(BrokenPipeError):
-                self._reaper.stdin.close()
-            self._reaper.wait()
-            self._reaper = None
+        # The pipe's end makes the reaper kill what is left of every streamlet's group (a
+        # JVM still shutting down), then exit.
+        self._reaper.close()
         self._lock.release()

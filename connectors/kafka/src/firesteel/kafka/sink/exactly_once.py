@@ -57,6 +57,11 @@ but only after the re-run's tasks committed. Measured beside it (1M x 100 B,
 4 partitions, ``local[2]``, 2026-11-26), the write-ahead mode ran at 0.87x of
 this mode's throughput in one batch and 1.54x at 1 s triggers, so it is the
 default (see the connector's README, "Exactly-once modes").
+
+A task counts, in its metrics (:func:`~firesteel.core.spi.task_metrics`, in the batch's
+record), ``producers_fenced`` (a kept producer found fenced or superseded, replaced by a
+new one) and ``partitions_already_committed`` (the marker said a re-run's partition had
+committed: skipped).
 """
 
 from __future__ import annotations
@@ -68,7 +73,7 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from firesteel.core.spi import InTaskCommitSink, Ownership, SinkError, TaskScope
+from firesteel.core.spi import InTaskCommitSink, Ownership, SinkError, TaskScope, task_metrics
 from firesteel.kafka.config import (
     client_config,
     consumer_config,
@@ -281,11 +286,13 @@ class KafkaExactlyOnceSink(InTaskCommitSink[KafkaTransaction, KafkaCommittable])
                 txn.committed_batch,
             )
             txn.state = TxnState.SKIPPED
+            task_metrics().count("partitions_already_committed")
             return True
         if kept and marker.offset >= 0 and marker_writer(marker.metadata) != txn.client.token:
             # Another instance committed since this one's last transaction, so it called
             # init_transactions after this one's: certainly fenced, no need to ask.
             logger.debug("firesteel.kafka sink: %s: kept producer superseded", txn.transactional_id)
+            task_metrics().count("producers_fenced")
             return False
         try:
             txn.producer.begin_transaction()
@@ -305,6 +312,7 @@ class KafkaExactlyOnceSink(InTaskCommitSink[KafkaTransaction, KafkaCommittable])
         return True
 
     def _cannot_continue(self, txn: KafkaTransaction, reason: str) -> bool:
+        task_metrics().count("producers_fenced")
         logger.info(
             "firesteel.kafka sink: %s batch %d: the producer kept from an earlier task cannot "
             "go on (%s); starting a new one",

@@ -8,7 +8,9 @@ setting and the transactional id instead of hanging. A retried call is the same
 call into the same transaction, which librdkafka allows after a retriable error:
 nothing is sent twice. Abortable and fatal errors fail the task at once (an
 abortable one after the transaction is aborted, so Spark retries the task with a
-fresh one); a producer already fenced or fatal is never called again.
+fresh one); a producer already fenced or fatal is never called again. Each retry
+counts ``transactional_retries`` in the task's metrics (the task attempt whose vote
+commits; a failed attempt's retries are not counted).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from firesteel.core.spi import SinkError
+from firesteel.core.spi import SinkError, task_metrics
 from firesteel.kafka.config import safe_error
 from firesteel.kafka.outage import Outage, is_outage
 from firesteel.kafka.producing import DeliveryTracker, is_fencing
@@ -68,6 +70,7 @@ class TransactionalRetry:
                     if outage.began is None:
                         outage.began = started  # the window counts from the first attempt
                     time.sleep(outage.failed(f"{where}: {what}", safe_error(exc, self.config), exc))
+                    task_metrics().count("transactional_retries")
                     continue
                 if tracker is not None:
                     tracker.fenced = tracker.fenced or is_fencing(error)
