@@ -74,6 +74,7 @@ from firesteel.core.errors import CheckpointCorruptError, IncompatibleFormatErro
 from firesteel.core.faults import fault_point
 from firesteel.core.guarantee import SinkKind
 from firesteel.core.hashing import HashingWriter
+from firesteel.core.logs import timed
 from firesteel.core.sink import (
     AFTER_COMMIT,
     AFTER_PRE_COMMIT,
@@ -329,7 +330,8 @@ class WriteAheadSink(Sink):
 
     def commit_batch(self, batch_id: int, votes: Sequence[Vote]) -> None:
         BEFORE_COMMIT.fire(batch_id)
-        pending = [vote for vote in self._plan(batch_id, votes) if self._unsent(vote)]
+        with timed("wal.plan"):
+            pending = [vote for vote in self._plan(batch_id, votes) if self._unsent(vote)]
         if self.send_connect and pending:
             sends = [_SegmentSend(self, vote) for vote in pending]
             run_on_executors(self.send_connect, sends, f"{self.sink_id} batch {batch_id}")
@@ -338,8 +340,9 @@ class WriteAheadSink(Sink):
                 self.send_segment(vote)
                 if position < len(pending) - 1:
                     MID_COMMIT.fire(batch_id)
-        self._delete_through(batch_id)
-        self.committer.forget(self.sink_id, batch_id)
+        with timed("wal.cleanup"):
+            self._delete_through(batch_id)
+            self.committer.forget(self.sink_id, batch_id)
         AFTER_COMMIT.fire(batch_id)
 
     def _unsent(self, vote: Vote) -> bool:
@@ -358,9 +361,11 @@ class WriteAheadSink(Sink):
 
     def send_segment(self, vote: Vote) -> None:
         """Send one voted segment, then record it: where it runs, the driver or an executor."""
-        self.send_values(self.read_segment(vote), vote.batch_id, vote.partition_id)
+        with timed("wal.send"):
+            self.send_values(self.read_segment(vote), vote.batch_id, vote.partition_id)
         AFTER_SEND.fire(vote.batch_id, vote.partition_id)
-        self.committer.commit(self.sink_id, vote.batch_id, vote.partition_id)
+        with timed("wal.marker"):
+            self.committer.commit(self.sink_id, vote.batch_id, vote.partition_id)
 
     def _plan(self, batch_id: int, votes: Sequence[Vote]) -> list[Vote]:
         """The votes batch ``batch_id`` commits: its first commit's, recorded durably."""

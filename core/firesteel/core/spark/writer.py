@@ -14,7 +14,7 @@ from firesteel.core.checkpoint import GuaranteeRecord, source_parts, write_guara
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import ConfigError, SinkError
 from firesteel.core.guarantee import Guarantee, Part, check
-from firesteel.core.logs import configure_worker_logging
+from firesteel.core.logs import configure_worker_logging, timed
 from firesteel.core.metrics.history import record_batch
 from firesteel.core.metrics.task import measured_write
 from firesteel.core.sink import Sink, Vote
@@ -50,8 +50,10 @@ def commit_batch(sink: Sink, checkpoint: str, batch_id: int, votes: list[Vote]) 
     """Commit the batch, then record its metrics (before Spark writes ``commits/N``, so a
     crash in between makes Spark commit, and record, the batch again)."""
     started = time.perf_counter()
-    sink.commit_batch(batch_id, votes)
-    record_batch(checkpoint, sink.sink_id, batch_id, votes, time.perf_counter() - started)
+    with timed("sink.commit"):
+        sink.commit_batch(batch_id, votes)
+    with timed("sink.metrics_record"):
+        record_batch(checkpoint, sink.sink_id, batch_id, votes, time.perf_counter() - started)
 
 
 class SparkStreamWriter(DataSourceStreamArrowWriter):
@@ -74,12 +76,15 @@ class SparkStreamWriter(DataSourceStreamArrowWriter):
         configure_worker_logging()
         self.sink = sink
         self.checkpoint = checkpoint
-        self.guarantee = check_guarantee(sink, checkpoint, required)
-        sink.prepare()
+        with timed("writer.guarantee_check"):
+            self.guarantee = check_guarantee(sink, checkpoint, required)
+        with timed("writer.prepare"):
+            sink.prepare()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         configure_worker_logging()
-        return measured_write(self.sink, TaskScope.current(), iterator)
+        with timed("sink.write"):
+            return measured_write(self.sink, TaskScope.current(), iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         configure_worker_logging()

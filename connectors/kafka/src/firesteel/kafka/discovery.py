@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from firesteel.core.spi import ConfigError
+from firesteel.core.spi import ConfigError, timed
 from firesteel.kafka.config import client_config, safe_error
 from firesteel.kafka.errors import KafkaSourceError
 from firesteel.kafka.options import KafkaSourceOptions
@@ -100,9 +100,10 @@ class Discovery:
         from confluent_kafka import KafkaException
 
         try:
-            metadata = self.outage.run(
-                lambda timeout: self.consumer.list_topics(timeout=timeout), "cluster metadata"
-            )
+            with timed("kafka.metadata"):
+                metadata = self.outage.run(
+                    lambda timeout: self.consumer.list_topics(timeout=timeout), "cluster metadata"
+                )
         except KafkaException as exc:
             what = "cannot read cluster metadata"
             raise self._fail(what, exc) from exc
@@ -146,12 +147,21 @@ class Discovery:
 
     def latest(self, tps: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
         """The end of each partition: the next offset a ``read_committed`` reader can reach."""
-        from confluent_kafka import KafkaError, TopicPartition
-
-        listed = {tp: high for tp, (_low, high) in self._watermarks(tps).items()}
+        with timed("kafka.watermarks"):
+            listed = {tp: high for tp, (_low, high) in self._watermarks(tps).items()}
         if not listed:
             return {}
         ends = dict(listed)
+        with timed("kafka.probe"):
+            self._probe(listed, ends)
+        return ends
+
+    def _probe(
+        self, listed: dict[TopicPartitionKey, int], ends: dict[TopicPartitionKey, int]
+    ) -> None:
+        """Raise ``ends`` to what fetches from the ``listed`` offsets reach (module docs)."""
+        from confluent_kafka import KafkaError, TopicPartition
+
         pending = set(listed)
         self.consumer.assign([TopicPartition(t, p, max(off, 0)) for (t, p), off in listed.items()])
         deadline = time.monotonic() + PROBE_SECONDS
@@ -175,7 +185,6 @@ class Discovery:
             self.consumer.unassign()
         if pending:
             logger.info("firesteel.kafka: end of %s learned without end-of-partition", pending)
-        return ends
 
     def offsets_for_times(
         self, tps: Iterable[TopicPartitionKey], timestamp_ms: int
