@@ -166,18 +166,22 @@ class Discovery:
         self.consumer.assign([TopicPartition(t, p, max(off, 0)) for (t, p), off in listed.items()])
         deadline = time.monotonic() + PROBE_SECONDS
         try:
-            while pending and time.monotonic() < deadline:
-                for message in self.consumer.consume(10_000, timeout=0.05):
-                    tp = (str(message.topic()), int(message.partition() or 0))
-                    error = message.error()
-                    offset = int(message.offset() or 0)
-                    if error is None:
-                        ends[tp] = max(ends[tp], offset + 1)
-                    elif error.code() == KafkaError._PARTITION_EOF:
-                        ends[tp] = max(ends[tp], offset)
-                        pending.discard(tp)
-                    else:
-                        logger.warning("firesteel.kafka: probing %s: %s", tp, error.str())
+            # poll, not consume(n, timeout): consume waits out its whole timeout unless n
+            # messages come, so each probe cost that timeout; poll returns with each event.
+            while pending and (left := deadline - time.monotonic()) > 0:
+                message = self.consumer.poll(left)
+                if message is None:
+                    continue
+                tp = (str(message.topic()), int(message.partition() or 0))
+                error = message.error()
+                offset = int(message.offset() or 0)
+                if error is None:
+                    ends[tp] = max(ends[tp], offset + 1)
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    ends[tp] = max(ends[tp], offset)
+                    pending.discard(tp)
+                else:
+                    logger.warning("firesteel.kafka: probing %s: %s", tp, error.str())
             for position in self.consumer.position([TopicPartition(t, p) for (t, p) in pending]):
                 tp = (position.topic, position.partition)
                 ends[tp] = max(ends[tp], position.offset)
