@@ -141,6 +141,31 @@ class Discovery:
                 raise self._fail(what, exc) from exc
         return marks
 
+    def _ends(self, tps: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
+        """Each partition's end by ListOffsets: one request for all the partitions a broker
+        leads (``offsets_for_times`` at ``OFFSET_END``, the protocol's "latest"), where
+        ``get_watermark_offsets`` asks partition by partition."""
+        from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
+
+        tps = list(tps)
+        wanted = [TopicPartition(t, p, OFFSET_END) for t, p in tps]
+        if not wanted:
+            return {}
+        try:
+            found = self.outage.run(
+                lambda timeout: self.consumer.offsets_for_times(wanted, timeout=timeout),
+                "end offsets",
+                LEADER_MOVING,
+            )
+        except KafkaException as exc:
+            what = "cannot list end offsets"
+            raise self._fail(what, exc) from exc
+        if any(tp.error is not None for tp in found):
+            # A partition's own error (its leader moving): asked one by one, it is waited
+            # out, or named, as before.
+            return {tp: high for tp, (_low, high) in self._watermarks(tps).items()}
+        return {(tp.topic, tp.partition): tp.offset for tp in found}
+
     def earliest(self, tps: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
         """The first offset still in each partition's log (after retention)."""
         return {tp: low for tp, (low, _high) in self._watermarks(tps).items()}
@@ -148,7 +173,7 @@ class Discovery:
     def latest(self, tps: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
         """The end of each partition: the next offset a ``read_committed`` reader can reach."""
         with timed("kafka.watermarks"):
-            listed = {tp: high for tp, (_low, high) in self._watermarks(tps).items()}
+            listed = self._ends(tps)
         if not listed:
             return {}
         ends = dict(listed)
