@@ -17,10 +17,20 @@ Goal (issue 51): a 1-row exactly-once Kafka -> Kafka batch (the default,
 the goal itself, so the ratio is the cost over 300 ms (PASS at <= 1). The in-task
 mode, at-least-once, files -> files and a keyed count stand beside the same figure,
 reported only; files -> files also beside Spark's own Parquet source and sink.
+
+Then what the fixed cost sets, measured with the ``peers`` group's jobs and rules
+(:mod:`benchmarks.bench_peers`, its firesteel job in ``LOCAL_PROFILE``, Quix Streams
+3.28 in its own virtual environment, each run a process measured from outside):
+Kafka -> Kafka exactly-once, :data:`RECORDS` x 100 B on 4 partitions at 1 s triggers
+in :data:`BATCHES` batches, against Quix Streams exactly-once (goal >= 3x), with
+the job's peak PSS beside the issue's 1.2 GB; and the p50 (p99 beside it) latency
+from produce to committed output at 1,000 records/s for 60 s (0 s trigger) against
+Quix committing every 0.1 s, and against the issue's 1 s.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -40,6 +50,10 @@ from benchmarks.phases import batch_phases, medians, parse_timings
 
 ROOT = Path(__file__).resolve().parent.parent
 GOAL_MS = 300.0
+LATENCY_GOAL_MS = 1000.0
+PSS_GOAL_MB = 1200.0
+RECORDS = 1_000_000
+BATCHES = 8
 WARM_BATCHES = 3
 """Batches left out at the start of each job: the first pays the query's start."""
 FULL_BATCHES = 15
@@ -66,14 +80,15 @@ _RUN = _Run()
 
 @contextmanager
 def setup(quick: bool) -> Iterator[None]:
-    """A broker and a scratch folder for the group."""
+    """A broker and a scratch folder for the group, and the peers' input (:func:`_peers`)."""
     with (
         kafka_broker() as bootstrap,
         tempfile.TemporaryDirectory(prefix="firesteel-bench-fixedcost-") as scratch,
     ):
         _RUN.bootstrap, _RUN.scratch = bootstrap, Path(scratch)
         try:
-            yield
+            with _peers(quick):
+                yield
         finally:
             _RUN.scratch = None
 
@@ -154,6 +169,94 @@ def fixed_cost(workload: str, *conf: str) -> Measure:
     return run
 
 
+@contextmanager
+def _peers(quick: bool) -> Iterator[None]:
+    """The ``peers`` group's state for its sides: this group's broker, a topic of
+    :data:`RECORDS` x 100 B (fewer in a quick run), Quix Streams installed."""
+    from benchmarks import bench_peers as peers
+
+    peers.QUIX.ensure()
+    records = 20_000 if quick else RECORDS
+    sizes = peers.QUICK if quick else peers.FULL
+    state = peers._RUN
+    state.bootstrap, state.scratch = _RUN.bootstrap, _RUN.fresh("peers")
+    state.sizes = dataclasses.replace(
+        sizes, identity={"100 B": records}, batches=BATCHES, repetitions=1
+    )
+    state.topics["100 B"] = peers._topic()
+    peers._fill(state.topics["100 B"], [(None, b"%08d" % i + b"x" * 92) for i in range(records)])
+    try:
+        yield
+    finally:
+        state.topics.clear()
+        state.recorded.clear()
+        state.scratch = None
+
+
+def peer_workloads(quick: bool, common: dict[str, object]) -> list[Workload]:
+    """Throughput and latency of Kafka -> Kafka exactly-once beside Quix Streams, and the
+    peak PSS and p50 latency beside the issue's goals (the ``peers`` group's sides)."""
+    from benchmarks import bench_peers as peers
+
+    triggered, quix = peers.identity_sides(quick, "100 B", "1")
+    records = 20_000 if quick else RECORDS
+    pss = "identity 100 B 1 local site-packages"
+    latency = peers.shared(
+        peers.latency_side(
+            lambda source, target, work: peers._firesteel(
+                "identity", source, target, work, "--trigger", "0"
+            )
+        )
+    )
+    latency_quix = peers.latency_side(
+        lambda source, target, work: peers._quix(
+            "identity", source, target, work, "--commit-interval", str(peers.QUIX_LATENCY_COMMIT_S)
+        )
+    )
+    return [
+        Workload(
+            name=f"kafka -> kafka exactly-once, {records // 1000}k x 100 B, 1 s triggers "
+            f"({BATCHES} batches)",
+            unit="rows/s",
+            baseline_name="Quix Streams exactly-once",
+            goal=3.0,
+            firesteel=triggered,
+            baseline=quix,
+            **common,  # type: ignore[arg-type]
+        ),
+        Workload(
+            name="peak PSS of that firesteel job, local profile",
+            unit="MB",
+            baseline_name=f"the issue's goal, {PSS_GOAL_MB:g} MB",
+            goal=1.0,
+            lower_is_better=True,
+            firesteel=peers.recorded(pss),
+            baseline=lambda: PSS_GOAL_MB,
+            **common,  # type: ignore[arg-type]
+        ),
+        Workload(
+            name=f"latency p50, {peers.RATE:,} records/s, produce -> committed (0 s trigger)",
+            unit="ms",
+            baseline_name=f"Quix Streams, commit every {peers.QUIX_LATENCY_COMMIT_S:g} s",
+            goal=None,
+            lower_is_better=True,
+            firesteel=latency(),
+            baseline=latency_quix,
+            **common,  # type: ignore[arg-type]
+        ),
+        Workload(
+            name="latency p50 of that firesteel run",
+            unit="ms",
+            baseline_name=f"the issue's goal, {LATENCY_GOAL_MS:g} ms",
+            goal=1.0,
+            lower_is_better=True,
+            firesteel=latency(),
+            baseline=lambda: LATENCY_GOAL_MS,
+            **common,  # type: ignore[arg-type]
+        ),
+    ]
+
+
 def workloads(quick: bool) -> list[Workload]:
     """The fixed cost of each path beside the goal, files -> files also beside Spark's own."""
     common = {"group": "fixedcost", "repetitions": 1, "warmup": 0, "issue": "issue 51"}
@@ -207,4 +310,4 @@ def workloads(quick: bool) -> list[Workload]:
             **common,  # type: ignore[arg-type]
         )
     )
-    return out
+    return out + peer_workloads(quick, common)

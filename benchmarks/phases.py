@@ -33,6 +33,26 @@ SPARK_PHASES = (
 TASK_PHASES = frozenset({"source.read", "sink.write"})
 """Phases that run in parallel tasks: a batch waits for the slowest, so the maximum counts."""
 
+OURS = (
+    "source.latest_offset",
+    "source.report_latest_offset",
+    "source.commit",
+    "source.partitions",
+    "writer.guarantee_check",
+    "writer.prepare",
+    "sink.write",
+    "sink.commit",
+    "sink.metrics_record",
+)
+"""firesteel's steps that a batch waits for one after another (``sink.write``, the slowest
+write task, holds its task's ``source.read``); each ``source.*`` runs in the source's
+runner, each ``writer.*`` where Spark builds the writer."""
+
+FIRESTEEL = "firesteel's steps"
+SPARK = "Spark's own (the rest)"
+"""Per batch: the sum of :data:`OURS`, and ``triggerExecution`` less that sum: Spark's
+logs, planning, task scheduling and the hand-over of rows and calls to Python processes."""
+
 NEW_PROCESSES = "python processes started"
 """Per batch: firesteel processes that logged for the first time in it (a Python runner
 or worker started for that batch, not kept from an earlier one)."""
@@ -40,7 +60,11 @@ or worker started for that batch, not kept from an earlier one)."""
 _RECORD = re.compile(
     r"timing (?P<phase>\S+) (?P<ms>[0-9.]+) ms at (?P<at>[0-9.]+) pid (?P<pid>[0-9]+)"
 )
-_SLACK_S = 0.05
+_SLACK_S = 0.005
+"""How far before Spark's trigger timestamp (whole milliseconds) a step may begin and still
+belong to the batch. A window ends where ``triggerExecution`` does, exclusive: a batch
+that overran its interval is followed at once by the next trigger, whose planning must
+not count twice."""
 
 
 @dataclass(frozen=True)
@@ -82,12 +106,14 @@ def batch_phases(
         start = _epoch(batch["timestamp"])
         end = start + durations["triggerExecution"] / 1000
         phases: dict[str, float] = {name: float(durations.get(name, 0)) for name in SPARK_PHASES}
-        inside = [t for t in timings if start - _SLACK_S <= t.at <= end + _SLACK_S]
+        inside = [t for t in timings if start - _SLACK_S <= t.at < end]
         for timing in inside:
             if timing.phase in TASK_PHASES:
                 phases[timing.phase] = max(phases.get(timing.phase, 0.0), timing.ms)
             else:
                 phases[timing.phase] = phases.get(timing.phase, 0.0) + timing.ms
+        phases[FIRESTEEL] = sum(phases.get(name, 0.0) for name in OURS)
+        phases[SPARK] = phases["triggerExecution"] - phases[FIRESTEEL]
         pids = {t.pid for t in inside}
         phases[NEW_PROCESSES] = float(len(pids - seen_pids))
         seen_pids |= pids

@@ -36,7 +36,7 @@ def test_a_timed_step_logs_a_record_the_benchmark_reads_back_only_at_debug(
 
 
 def test_phases_of_a_batch_are_the_records_that_began_in_its_trigger_window() -> None:
-    from benchmarks.phases import NEW_PROCESSES, Timing, batch_phases, medians
+    from benchmarks.phases import FIRESTEEL, NEW_PROCESSES, SPARK, Timing, batch_phases, medians
 
     batches = [
         {
@@ -57,10 +57,12 @@ def test_phases_of_a_batch_are_the_records_that_began_in_its_trigger_window() ->
         Timing("sink.write", 30.0, start + 1.1, 11),
         Timing("wal.send", 5.0, start + 1.3, 21),
         Timing("wal.send", 99.0, start + 2.0, 21),  # after both windows: no batch's
+        Timing("source.latest_offset", 7.0, start + 0.5, 30),  # the next trigger's, at once
     ]
     first, second = batch_phases(batches, timings)
     assert first["sink.write"] == 90.0 and first["wal.send"] == 25.0
     assert first["addBatch"] == 300.0 and first[NEW_PROCESSES] == 3.0
+    assert first[FIRESTEEL] == 90.0 and first[SPARK] == 410.0  # wal.send is in sink.commit
     assert second["sink.write"] == 30.0 and second["wal.send"] == 5.0
     assert second[NEW_PROCESSES] == 1.0  # process 21 is new; 11 was seen before
     assert medians([first, second])["wal.send"] == 15.0
