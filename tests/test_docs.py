@@ -26,9 +26,12 @@ NOT_PYTHON = {
     "firesteel.connectors",
     "firesteel.commands",
     "firesteel.fault_points",
+    "firesteel.fault_handler",
     # pipeline configuration keys (HOCON)
     "firesteel.guarantee",
     "firesteel.kafka.bootstrap.servers",
+    "firesteel.runner.jvm",
+    "firesteel.streamlets",
     "firesteel.supervision",
     "firesteel.supervision.restarts",
     # headers of the Kafka source's dead letters

@@ -1,4 +1,4 @@
-"""Fault injection points, used by the crash-test harness to kill a job at an exact step.
+"""Fault points: named protocol steps at which a crash test may kill a job.
 
 Each point is declared once, by the module that fires it, at import::
 
@@ -6,50 +6,38 @@ Each point is declared once, by the module that fires it, at import::
     ...
     AFTER_SEND.fire(batch_id, partition)
 
-and recorded in :data:`REGISTRY`, which the arming side
-(``firesteel.testing``, a separate distribution) checks every name it arms
-against, so a misspelled point is an error instead of a kill that never comes.
-A distribution lists its declaring modules under the entry point group
+and recorded in :data:`REGISTRY`, which the arming side checks every name it
+arms against, so a misspelled point is an error instead of a kill that never
+comes. A distribution lists its declaring modules under the entry point group
 :data:`ENTRY_POINT_GROUP` so the arming side can import them first.
 
-Firing does nothing unless the environment variable ``FIRESTEEL_FAULT`` names
-that point, as ``point``, ``point@batch`` or ``point@batch:partition`` (several,
-comma-separated); unarmed, it costs one environment lookup. A spec ending in
-``#query`` fires only in a Spark task of the streaming query named ``query``
-(Spark's description of a micro-batch's jobs starts with the query's name), so
-the harness can aim a task kill at one of several queries sharing a driver; a
-point reached outside a task (the driver's commit) never matches such a spec.
-A matching point kills with SIGKILL, as a crash would:
-
-* ``FIRESTEEL_FAULT_KILL=job`` (default): the process group in
-  ``FIRESTEEL_FAULT_PGID`` (the job the harness started: driver and JVM) and
-  the caller's own process group (Spark's Python workers);
-* ``FIRESTEEL_FAULT_KILL=process``: only the calling process, which Spark sees
-  as a failed task and retries.
-
-``FIRESTEEL_FAULT_DIR`` names a folder of markers so each point fires once,
-even when Spark retries the task that hit it.
+Firing calls this process's fault handler, which is a no-op unless one was
+installed: explicitly with :func:`install_handler`, or by a distribution naming
+it under the entry point group :data:`HANDLER_GROUP` (``firesteel-testing``
+does, with the handler that kills where its crash harness armed). Product code
+itself never kills: a job without the test tooling installed cannot be made to
+kill itself, whatever its environment says.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import signal
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from importlib.metadata import entry_points
 
 from firesteel.core.errors import FiresteelError
 
 logger = logging.getLogger(__name__)
 
-FAULT_ENV = "FIRESTEEL_FAULT"
-KILL_ENV = "FIRESTEEL_FAULT_KILL"
-PGID_ENV = "FIRESTEEL_FAULT_PGID"
-MARKER_DIR_ENV = "FIRESTEEL_FAULT_DIR"
-
 ENTRY_POINT_GROUP = "firesteel.fault_points"
 """Entry point group naming the modules of a distribution that declare fault points."""
+
+HANDLER_GROUP = "firesteel.fault_handler"
+"""Entry point group naming the fault handler a test distribution installs (at most one)."""
+
+FaultHandler = Callable[["FaultPoint", "int | None", "int | None"], None]
+"""Called with the point, batch id and partition each time a fault point is reached."""
 
 
 class FaultPointError(FiresteelError, ValueError):
@@ -58,16 +46,14 @@ class FaultPointError(FiresteelError, ValueError):
 
 @dataclass(frozen=True)
 class FaultPoint:
-    """A named step at which the crash-test harness may kill the job (see module docs)."""
+    """A named step at which a crash test may kill the job (see module docs)."""
 
     name: str
     meaning: str
 
     def fire(self, batch_id: int | None = None, partition: int | None = None) -> None:
-        """Kill this job here if ``FIRESTEEL_FAULT`` arms this point for this batch/partition."""
-        specs = os.environ.get(FAULT_ENV)
-        if specs:
-            _fire(specs, self.name, batch_id, partition)
+        """Hand this step to the installed fault handler; a no-op when none is installed."""
+        _handler()(self, batch_id, partition)
 
 
 REGISTRY: dict[str, FaultPoint] = {}
@@ -90,57 +76,36 @@ def fault_point(name: str, meaning: str) -> FaultPoint:
     return point
 
 
-QUERY_DESCRIPTION = "spark.job.description"
-"""The task property whose first line names the streaming query (Spark's batch description)."""
+def no_fault(point: FaultPoint, batch_id: int | None, partition: int | None) -> None:
+    """The handler of a process with no test tooling: reaching a point does nothing."""
 
 
-def _running_query() -> str | None:
-    """The name of the streaming query whose task is running here; None outside a task."""
-    try:
-        from pyspark import TaskContext
-    except ImportError:
-        return None
-    context = TaskContext.get()
-    description = context.getLocalProperty(QUERY_DESCRIPTION) if context else None
-    return description.split("\n", 1)[0] if description else None
+_INSTALLED: dict[str, FaultHandler] = {}
+"""This process's fault handler under the key ``handler``, once installed or looked up."""
 
 
-def _matches(spec: str, point: str, batch_id: int | None, partition: int | None) -> bool:
-    target, _, query = spec.strip().partition("#")
-    name, _, where = target.partition("@")
-    if name != point:
-        return False
-    if where:
-        batch_text, _, partition_text = where.partition(":")
-        if batch_id is None or int(batch_text) != batch_id:
-            return False
-        if partition_text and (partition is None or int(partition_text) != partition):
-            return False
-    return not query or _running_query() == query
+def install_handler(handler: FaultHandler | None) -> None:
+    """Make ``handler`` this process's fault handler; None looks it up again on the next fire."""
+    if handler is None:
+        _INSTALLED.clear()
+    else:
+        _INSTALLED["handler"] = handler
 
 
-def _claim(spec: str) -> bool:
-    """Create this spec's marker; False when an earlier process already fired it."""
-    marker_dir = os.environ.get(MARKER_DIR_ENV)
-    if not marker_dir:
-        return True
-    Path(marker_dir).mkdir(parents=True, exist_ok=True)
-    marker = Path(marker_dir) / spec.replace("/", "_")
-    try:
-        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
-        return False
-    os.close(fd)
-    return True
+def _handler() -> FaultHandler:
+    """This process's handler: the installed one, else the one :data:`HANDLER_GROUP` names.
 
-
-def _fire(specs: str, point: str, batch_id: int | None, partition: int | None) -> None:
-    for spec in specs.split(","):
-        if _matches(spec, point, batch_id, partition) and _claim(spec.strip()):
-            logger.warning("fault injection: killing at %s (batch %s)", spec, batch_id)
-            if os.environ.get(KILL_ENV, "job") == "job":
-                job = os.environ.get(PGID_ENV)
-                if job:
-                    os.killpg(int(job), signal.SIGKILL)
-                os.killpg(os.getpgid(0), signal.SIGKILL)
-            os.kill(os.getpid(), signal.SIGKILL)
+    Looked up once per process, at the first point reached (Spark starts its
+    Python workers itself, so only an entry point reaches them).
+    """
+    handler = _INSTALLED.get("handler")
+    if handler is None:
+        found = sorted(entry_points(group=HANDLER_GROUP), key=lambda entry: entry.value)
+        if len(found) > 1:
+            names = ", ".join(entry.value for entry in found)
+            msg = f"several fault handlers are installed ({names}); uninstall all but one"
+            raise FaultPointError(msg)
+        handler = found[0].load() if found else no_fault
+        logger.debug("fault handler: %s", found[0].value if found else "none")
+        _INSTALLED["handler"] = handler
+    return handler

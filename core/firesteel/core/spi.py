@@ -83,7 +83,13 @@ partition)`` costs nothing unless a test arms it. A committer fires
 two-phase sink is killed at the same protocol point.
 """
 
-from firesteel.core.checkpoint import FIRESTEEL_DIR, filesystem, normalize_location, read_query_id
+from firesteel.core.checkpoint import (
+    FIRESTEEL_DIR,
+    filesystem,
+    normalize_location,
+    query_identity,
+    read_query_id,
+)
 from firesteel.core.context import TaskScope
 from firesteel.core.durable import (
     atomic_output,
@@ -119,7 +125,13 @@ from firesteel.core.guarantee import Guarantee, Replay, SinkKind
 from firesteel.core.guarded_fs import store_type
 from firesteel.core.logs import timed
 from firesteel.core.metrics import TaskMetrics, task_metrics
-from firesteel.core.options import option, parse_options, require_absolute
+from firesteel.core.options import (
+    check_ranges,
+    is_secret,
+    option,
+    parse_options,
+    require_absolute,
+)
 from firesteel.core.ownership import Ownership
 from firesteel.core.sink import (
     MID_COMMIT,
@@ -195,16 +207,19 @@ __all__ = [
     "atomic_output",
     "canonical",
     "check_location",
+    "check_ranges",
     "create_record",
     "decode_record",
     "default_sink_id",
     "encode_record",
     "fault_point",
     "filesystem",
+    "is_secret",
     "make_parent",
     "normalize_location",
     "option",
     "parse_options",
+    "query_identity",
     "read_query_id",
     "read_record",
     "require_absolute",

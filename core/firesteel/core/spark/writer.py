@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from firesteel.core.checkpoint import GuaranteeRecord, source_parts, write_guarantee
+from firesteel.core.checkpoint import GuaranteeRecord, write_guarantee
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import ConfigError, SinkError
 from firesteel.core.guarantee import Guarantee, Part, check
@@ -18,6 +18,7 @@ from firesteel.core.logs import configure_worker_logging, timed
 from firesteel.core.metrics.history import record_batch
 from firesteel.core.metrics.task import measured_write
 from firesteel.core.sink import Sink, Vote
+from firesteel.core.spark.offsets import source_parts
 
 logger = logging.getLogger(__name__)
 

@@ -1,18 +1,9 @@
 """Driver-side discovery: which topic-partitions exist and where their logs begin and end.
 
-End offsets come from two places, because brokers differ:
-
-* ListOffsets (``query_watermark_offsets``) gives the high watermark, or the
-  last stable offset for a ``read_committed`` client, on Apache Kafka; some
-  Kafka-compatible brokers (tansu 0.6) answer the base offset of the last
-  record batch + 1 instead, which lies short of the end;
-* a probe consumer assigned at that answer and polled until librdkafka
-  signals end-of-partition learns the end from fetch responses, which every
-  broker gets right, and never reads past the last stable offset under
-  ``read_committed``.
-
-The end is the larger of the two. On Apache Kafka the probe starts at the end
-and returns at once; elsewhere it reads at most one record batch per partition.
+End offsets come from ListOffsets, one request per leader for all its
+partitions (``offsets_for_times`` at ``OFFSET_END``): the high watermark, or
+for a ``read_committed`` client (the default) the last stable offset, so a
+batch never ends inside a transaction still open.
 
 Every request waits out a broker outage for option ``retry.timeout.ms``
 (:mod:`firesteel.kafka.outage`), so a restarting broker delays a batch's planning
@@ -23,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -44,9 +34,6 @@ LEADER_MOVING = (-190, 3)
 metadata just listed, they mean its leader is moving (a broker shutting down or starting:
 the client dropped the partition from its metadata until a leader is known), and are
 waited out like an outage."""
-
-PROBE_SECONDS = 5.0
-"""Longest a probe waits for end-of-partition before settling for what it learned."""
 
 
 def consumer_config(options: KafkaSourceOptions, **overrides: Any) -> dict[str, Any]:
@@ -74,9 +61,7 @@ class Discovery:
         from confluent_kafka import Consumer, KafkaException
 
         self.options = options
-        self.config = consumer_config(
-            options, enable_partition_eof=True, fetch_wait_max_ms=10, auto_offset_reset="latest"
-        )
+        self.config = consumer_config(options, auto_offset_reset="latest")
         try:
             self.consumer = Consumer(self.config)
         except KafkaException as exc:
@@ -141,79 +126,38 @@ class Discovery:
                 raise self._fail(what, exc) from exc
         return marks
 
-    def _ends(self, tps: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
-        """Each partition's end by ListOffsets: one request for all the partitions a broker
-        leads (``offsets_for_times`` at ``OFFSET_END``, the protocol's "latest"), where
-        ``get_watermark_offsets`` asks partition by partition."""
-        from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
-
-        tps = list(tps)
-        wanted = [TopicPartition(t, p, OFFSET_END) for t, p in tps]
-        if not wanted:
-            return {}
-        try:
-            found = self.outage.run(
-                lambda timeout: self.consumer.offsets_for_times(wanted, timeout=timeout),
-                "end offsets",
-                LEADER_MOVING,
-            )
-        except KafkaException as exc:
-            what = "cannot list end offsets"
-            raise self._fail(what, exc) from exc
-        if any(tp.error is not None for tp in found):
-            # A partition's own error (its leader moving): asked one by one, it is waited
-            # out, or named, as before.
-            return {tp: high for tp, (_low, high) in self._watermarks(tps).items()}
-        return {(tp.topic, tp.partition): tp.offset for tp in found}
-
     def earliest(self, tps: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
         """The first offset still in each partition's log (after retention)."""
         return {tp: low for tp, (low, _high) in self._watermarks(tps).items()}
 
     def latest(self, tps: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
-        """The end of each partition: the next offset a ``read_committed`` reader can reach."""
-        with timed("kafka.watermarks"):
-            listed = self._ends(tps)
-        if not listed:
+        """The end of each partition: the next offset a ``read_committed`` reader can reach.
+
+        One ``offsets_for_times`` at ``OFFSET_END`` (the protocol's latest, with the
+        consumer's isolation level, as the watermark query) asks once per leader, where
+        ``get_watermark_offsets`` asks partition by partition. A partition's own error
+        (its leader moving) falls back to that per-partition path, which waits it out,
+        or names it, as before.
+        """
+        from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
+
+        tps = list(tps)
+        if not tps:
             return {}
-        ends = dict(listed)
-        with timed("kafka.probe"):
-            self._probe(listed, ends)
-        return ends
-
-    def _probe(
-        self, listed: dict[TopicPartitionKey, int], ends: dict[TopicPartitionKey, int]
-    ) -> None:
-        """Raise ``ends`` to what fetches from the ``listed`` offsets reach (module docs)."""
-        from confluent_kafka import KafkaError, TopicPartition
-
-        pending = set(listed)
-        self.consumer.assign([TopicPartition(t, p, max(off, 0)) for (t, p), off in listed.items()])
-        deadline = time.monotonic() + PROBE_SECONDS
+        wanted = [TopicPartition(t, p, OFFSET_END) for t, p in tps]
         try:
-            # poll, not consume(n, timeout): consume waits out its whole timeout unless n
-            # messages come, so each probe cost that timeout; poll returns with each event.
-            while pending and (left := deadline - time.monotonic()) > 0:
-                message = self.consumer.poll(left)
-                if message is None:
-                    continue
-                tp = (str(message.topic()), int(message.partition() or 0))
-                error = message.error()
-                offset = int(message.offset() or 0)
-                if error is None:
-                    ends[tp] = max(ends[tp], offset + 1)
-                elif error.code() == KafkaError._PARTITION_EOF:
-                    ends[tp] = max(ends[tp], offset)
-                    pending.discard(tp)
-                else:
-                    logger.warning("firesteel.kafka: probing %s: %s", tp, error.str())
-            for position in self.consumer.position([TopicPartition(t, p) for (t, p) in pending]):
-                tp = (position.topic, position.partition)
-                ends[tp] = max(ends[tp], position.offset)
-        finally:
-            self.consumer.unassign()
-        if pending:
-            logger.info("firesteel.kafka: end of %s learned without end-of-partition", pending)
+            with timed("kafka.end_offsets"):
+                found = self.outage.run(
+                    lambda timeout: self.consumer.offsets_for_times(wanted, timeout=timeout),
+                    "end offsets",
+                    LEADER_MOVING,
+                )
+        except KafkaException as exc:
+            what = "cannot list end offsets"
+            raise self._fail(what, exc) from exc
+        if any(tp.error is not None for tp in found):
+            return {tp: high for tp, (_low, high) in self._watermarks(tps).items()}
+        return {(tp.topic, tp.partition): tp.offset for tp in found}
 
     def offsets_for_times(
         self, tps: Iterable[TopicPartitionKey], timestamp_ms: int
