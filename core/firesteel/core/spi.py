@@ -123,6 +123,7 @@ from firesteel.core.errors import (
 from firesteel.core.faults import FaultPoint, fault_point
 from firesteel.core.guarantee import Guarantee, Replay, SinkKind
 from firesteel.core.guarded_fs import store_type
+from firesteel.core.logs import timed
 from firesteel.core.metrics import TaskMetrics, task_metrics
 from firesteel.core.options import (
     check_ranges,
@@ -228,6 +229,7 @@ __all__ = [
     "storage_error",
     "store_type",
     "task_metrics",
+    "timed",
     "to_epoch",
     "write_atomically",
     "write_record",
