@@ -13,6 +13,7 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from firesteel.core.checkpoint import GuaranteeRecord, source_parts, write_guarantee
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import ConfigError, SinkError
+from firesteel.core.faults import committing
 from firesteel.core.guarantee import Guarantee, Part, check
 from firesteel.core.logs import configure_worker_logging
 from firesteel.core.metrics.history import record_batch
@@ -50,7 +51,8 @@ def commit_batch(sink: Sink, checkpoint: str, batch_id: int, votes: list[Vote]) 
     """Commit the batch, then record its metrics (before Spark writes ``commits/N``, so a
     crash in between makes Spark commit, and record, the batch again)."""
     started = time.perf_counter()
-    sink.commit_batch(batch_id, votes)
+    with committing(checkpoint):
+        sink.commit_batch(batch_id, votes)
     record_batch(checkpoint, sink.sink_id, batch_id, votes, time.perf_counter() - started)
 
 
