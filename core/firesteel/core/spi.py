@@ -61,6 +61,10 @@ names the filesystems whose uploads are atomic and which have no rename.
 that first wrote it; another query is refused with a :class:`ConfigError`
 naming the fix.
 
+**Retrying until a deadline.** :class:`RetryWindow`: the waits (doubling, bounded) and
+the deadline of a loop that rides out an outage; the caller logs each wait naming its
+server and setting, and raises its own error once the window expired.
+
 **Per-worker cache.** :class:`WorkerCache`: what a Python worker keeps between
 tasks (sessions, clients, stores).
 
@@ -120,6 +124,7 @@ from firesteel.core.guarded_fs import store_type
 from firesteel.core.metrics import TaskMetrics, task_metrics
 from firesteel.core.options import option, parse_options, require_absolute
 from firesteel.core.ownership import Ownership
+from firesteel.core.retry_window import RetryWindow
 from firesteel.core.sink import (
     MID_COMMIT,
     Committable,
@@ -179,6 +184,7 @@ __all__ = [
     "RecordError",
     "Replay",
     "ResettableSource",
+    "RetryWindow",
     "Sink",
     "SinkError",
     "SinkKind",

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from firesteel.core.errors import StorageError
+from firesteel.core.retry_window import RetryWindow
 
 logger = logging.getLogger(__name__)
 
@@ -87,18 +88,18 @@ class StoreRetry:
         ``call`` must be safe to run twice: an attempt whose answer was lost may
         have been applied.
         """
-        deadline = time.monotonic() + self.timeout_s
-        wait = FIRST_WAIT_S
+        window = RetryWindow(self.timeout_s, FIRST_WAIT_S, MAX_WAIT_S)
+        window.open()
         while True:
             try:
                 return call()
             except Exception as exc:
                 if not transient(exc):
                     raise
-                left = deadline - time.monotonic()
-                if left <= 0:
+                if window.expired:
                     raise self.exhausted(what, exc) from exc
-                pause = min(wait, left)
+                left = window.left
+                pause = window.next_wait()
                 logger.warning(
                     "firesteel: cannot %s: %s did not answer (%s); trying again in %.1f s, "
                     "for %.0f s more (%s=%d)",
@@ -111,7 +112,6 @@ class StoreRetry:
                     self.timeout_s * 1000,
                 )
                 time.sleep(pause)
-                wait = min(wait * 2, MAX_WAIT_S)
 
     def exhausted(self, what: str, error: BaseException) -> StorageError:
         """The error of a call that still failed when the window ended."""

@@ -22,10 +22,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from firesteel.core.spi import filesystem
+from firesteel.core.spi import RetryWindow, filesystem
 from firesteel.kafka.config import safe_error, scrub, secrets_of
 from firesteel.kafka.errors import OutageError
 
@@ -92,14 +92,15 @@ class Outage:
     """The client configuration (its ``bootstrap.servers``; secrets scrubbed from errors)."""
     timeout_ms: int
     """Option ``retry.timeout.ms``."""
-    began: float | None = None
-    """When the current outage began (``time.monotonic()``), ``None`` while none is."""
-    waits: int = 0
-    """Waits of the current outage so far (each doubles the backoff)."""
+    window: RetryWindow = field(init=False)
+    """The current outage's window and backoff (open while the brokers fail)."""
     logged: float = 0.0
-    """When :meth:`noticed` last logged (``time.monotonic()``)."""
+    """When :meth:`noticed` last logged (``time.monotonic()``); 0 since the last recovery."""
     reason: str = ""
     """The last failure's text (secrets scrubbed)."""
+
+    def __post_init__(self) -> None:
+        self.window = RetryWindow(self.timeout_ms / 1000, FIRST_BACKOFF, MAX_BACKOFF)
 
     @property
     def servers(self) -> str:
@@ -108,15 +109,15 @@ class Outage:
 
     def recovered(self) -> None:
         """The brokers answered: a later failure starts a new window."""
-        if self.began is not None and self.waits:
+        if self.window.ongoing and (self.window.waits or self.logged):
             logger.info(
                 "%s: brokers %s answered again after %.1f s",
                 self.who,
                 self.servers,
-                time.monotonic() - self.began,
+                self.window.elapsed,
             )
-        self.began = None
-        self.waits = 0
+        self.window.close()
+        self.logged = 0.0
         self.reason = ""
 
     def failed(self, what: str, reason: str, cause: BaseException | None = None) -> float:
@@ -125,14 +126,11 @@ class Outage:
         Logs the wait; raises :class:`OutageError` once the outage has lasted
         ``timeout_ms``. ``reason`` is the client's error text (scrubbed here).
         """
-        now = time.monotonic()
-        if self.began is None:
-            self.began = now
+        self.window.open()
         self.reason = scrub(reason, secrets_of(self.config))
         self.check(what, cause)
-        left = self.began + self.timeout_ms / 1000 - now
-        backoff = min(MAX_BACKOFF, FIRST_BACKOFF * 2**self.waits, max(left, 0.0))
-        self.waits += 1
+        lasted, left = self.window.elapsed, self.window.left
+        backoff = self.window.next_wait()
         logger.warning(
             "%s: %s: %s; retrying in %.1f s (brokers %s of option 'kafka.bootstrap.servers' "
             "failing for %.1f s, %.0f s left of option '%s' = %d ms)",
@@ -141,7 +139,7 @@ class Outage:
             self.reason,
             backoff,
             self.servers,
-            now - self.began,
+            lasted,
             left,
             SETTING,
             self.timeout_ms,
@@ -153,13 +151,11 @@ class Outage:
         producer's queued records): starts the window, logs at most every
         :data:`MAX_BACKOFF` seconds. The caller's loop calls :meth:`check`."""
         now = time.monotonic()
-        if self.began is None:
-            self.began = now
+        self.window.open()
         self.reason = scrub(reason, secrets_of(self.config))
         self.check(what)
-        if self.waits and now - self.logged < MAX_BACKOFF:
+        if self.logged and now - self.logged < MAX_BACKOFF:
             return
-        self.waits += 1
         self.logged = now
         logger.warning(
             "%s: %s: %s; waiting for the client to reconnect (brokers %s of option "
@@ -168,8 +164,8 @@ class Outage:
             what,
             self.reason,
             self.servers,
-            now - self.began,
-            self.began + self.timeout_ms / 1000 - now,
+            self.window.elapsed,
+            self.window.left,
             SETTING,
             self.timeout_ms,
         )
@@ -177,36 +173,36 @@ class Outage:
     @property
     def ongoing(self) -> bool:
         """Whether an outage began and nothing has answered since."""
-        return self.began is not None
+        return self.window.ongoing
 
     def check(self, what: str, cause: BaseException | None = None) -> None:
         """Raise :class:`OutageError` if the current outage has lasted ``timeout_ms``."""
-        if self.began is None:
-            return
-        lasted = time.monotonic() - self.began
-        if lasted * 1000 < self.timeout_ms:
+        if not self.window.expired:
             return
         why = f" (last error: {self.reason})" if self.reason else ""
         msg = (
             f"{self.who}: {what}: the brokers of option 'kafka.bootstrap.servers' "
-            f"({self.servers}) did not answer for {lasted:.0f} s, the limit set by option "
-            f"'{SETTING}' ({self.timeout_ms} ms){why}. Check that the brokers run and are "
-            f"reachable; raise '{SETTING}' to wait longer for a restarting cluster"
+            f"({self.servers}) did not answer for {self.window.elapsed:.0f} s, the limit set "
+            f"by option '{SETTING}' ({self.timeout_ms} ms){why}. Check that the brokers run "
+            f"and are reachable; raise '{SETTING}' to wait longer for a restarting cluster"
         )
         raise OutageError(msg) from cause
 
-    def run(self, call: Callable[[float], T], what: str, also: Collection[int] = ()) -> T:
+    def run(
+        self,
+        call: Callable[[float], T],
+        what: str,
+        also: Collection[int] = (),
+        call_timeout: float = CALL_TIMEOUT,
+    ) -> T:
         """``call(timeout_seconds)``, retried while it fails with an outage error
         (:func:`is_outage`) or one whose code is in ``also``; any other error is raised
-        as it is."""
+        as it is. Each attempt gets the window's time left, at most ``call_timeout``."""
         from confluent_kafka import KafkaException
 
         while True:
-            left = self.timeout_ms / 1000
-            if self.began is not None:
-                left -= time.monotonic() - self.began
             try:
-                result = call(max(1.0, min(CALL_TIMEOUT, left)))
+                result = call(max(1.0, min(call_timeout, self.window.left)))
             except KafkaException as exc:
                 if not (is_outage(exc.args[0]) or exc.args[0].code() in also):
                     raise
