@@ -14,6 +14,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+FIRST_WAIT_S = 0.2
+"""The first wait by default: short enough to catch a server that blinked."""
+MAX_WAIT_S = 5.0
+"""The longest wait by default: a restarted server is noticed within this."""
+
 
 @dataclass
 class RetryWindow:
@@ -21,9 +26,9 @@ class RetryWindow:
 
     timeout_s: float
     """How long failures may go on, from the window's opening."""
-    first_wait_s: float = 0.2
+    first_wait_s: float = FIRST_WAIT_S
     """The first wait; each further one doubles."""
-    max_wait_s: float = 5.0
+    max_wait_s: float = MAX_WAIT_S
     """The longest wait."""
     began: float | None = None
     """When the window opened (``time.monotonic()``); None while it is closed."""

@@ -35,9 +35,6 @@ T = TypeVar("T")
 
 SETTING = "retry.timeout.ms"
 """The option that sets the window, on the source and the sinks alike."""
-FIRST_BACKOFF = 0.2
-"""Seconds of the first wait; each further wait doubles, up to :data:`MAX_BACKOFF`."""
-MAX_BACKOFF = 5.0
 CALL_TIMEOUT = 10.0
 """Longest single attempt of a request: short enough to retry soon after the broker is back."""
 
@@ -100,7 +97,7 @@ class Outage:
     """The last failure's text (secrets scrubbed)."""
 
     def __post_init__(self) -> None:
-        self.window = RetryWindow(self.timeout_ms / 1000, FIRST_BACKOFF, MAX_BACKOFF)
+        self.window = RetryWindow(self.timeout_ms / 1000)
 
     @property
     def servers(self) -> str:
@@ -149,12 +146,12 @@ class Outage:
     def noticed(self, what: str, reason: str) -> None:
         """Record a failure that the client itself retries (a consumer's fetches, a
         producer's queued records): starts the window, logs at most every
-        :data:`MAX_BACKOFF` seconds. The caller's loop calls :meth:`check`."""
+        longest wait of its window. The caller's loop calls :meth:`check`."""
         now = time.monotonic()
         self.window.open()
         self.reason = scrub(reason, secrets_of(self.config))
         self.check(what)
-        if self.logged and now - self.logged < MAX_BACKOFF:
+        if self.logged and now - self.logged < self.window.max_wait_s:
             return
         self.logged = now
         logger.warning(
