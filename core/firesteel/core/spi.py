@@ -87,7 +87,13 @@ partition)`` costs nothing unless a test arms it. A committer fires
 two-phase sink is killed at the same protocol point.
 """
 
-from firesteel.core.checkpoint import FIRESTEEL_DIR, filesystem, normalize_location, read_query_id
+from firesteel.core.checkpoint import (
+    FIRESTEEL_DIR,
+    filesystem,
+    has_committed,
+    normalize_location,
+    read_query_id,
+)
 from firesteel.core.context import TaskScope
 from firesteel.core.durable import (
     atomic_output,
@@ -206,6 +212,7 @@ __all__ = [
     "encode_record",
     "fault_point",
     "filesystem",
+    "has_committed",
     "make_parent",
     "normalize_location",
     "option",

@@ -10,7 +10,12 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from firesteel.core.checkpoint import GuaranteeRecord, source_parts, write_guarantee
+from firesteel.core.checkpoint import (
+    GuaranteeRecord,
+    has_committed,
+    source_parts,
+    write_guarantee,
+)
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import ConfigError, SinkError
 from firesteel.core.faults import committing
@@ -19,6 +24,7 @@ from firesteel.core.logs import configure_worker_logging
 from firesteel.core.metrics.history import record_batch
 from firesteel.core.metrics.task import measured_write
 from firesteel.core.sink import Sink, Vote
+from firesteel.core.storage import patient_checks
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +83,10 @@ class SparkStreamWriter(DataSourceStreamArrowWriter):
         self.sink = sink
         self.checkpoint = checkpoint
         self.guarantee = check_guarantee(sink, checkpoint, required)
-        sink.prepare()
+        # Spark builds the writer in a new Python process for every batch: a query that
+        # committed before reached its store, and rides out an outage from here on too.
+        with patient_checks(has_committed(checkpoint)):
+            sink.prepare()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         configure_worker_logging()

@@ -13,8 +13,8 @@ abortable errors are never retried here: they go to their callers' policies
 
 A query's very first contact is not patient: pointed at the wrong host or port, it
 fails within :data:`~firesteel.kafka.reach.CONNECT_TIMEOUT`. A query that has
-committed a batch (:func:`has_committed`) has reached its cluster before, and rides
-out an outage from its first request on, also after a restart.
+committed a batch (:func:`~firesteel.core.spi.has_committed`) has reached its cluster
+before, and rides out an outage from its first request on, also after a restart.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from firesteel.core.spi import RetryWindow, filesystem
+from firesteel.core.spi import RetryWindow
 from firesteel.kafka.config import safe_error, scrub, secrets_of
 from firesteel.kafka.errors import OutageError
 
@@ -58,21 +58,6 @@ def is_outage(error: Any) -> bool:
         KafkaError.REQUEST_TIMED_OUT,
         KafkaError.NETWORK_EXCEPTION,
     )
-
-
-def has_committed(checkpoint: str | None) -> bool:
-    """Whether the query of ``checkpoint`` has committed a batch (Spark's ``commits/N``),
-    so its cluster answered before: its first request may wait out an outage."""
-    from pyarrow import fs
-
-    if not checkpoint:
-        return False
-    try:
-        fsys, base = filesystem(checkpoint)
-        found = fsys.get_file_info(fs.FileSelector(f"{base}/commits", allow_not_found=True))
-    except OSError:
-        return False
-    return any(info.base_name.isdigit() for info in found)
 
 
 @dataclass

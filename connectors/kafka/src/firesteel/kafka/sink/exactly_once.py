@@ -68,7 +68,7 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from firesteel.core.spi import InTaskCommitSink, Ownership, SinkError, TaskScope
+from firesteel.core.spi import InTaskCommitSink, Ownership, SinkError, TaskScope, has_committed
 from firesteel.kafka.config import (
     client_config,
     consumer_config,
@@ -78,7 +78,7 @@ from firesteel.kafka.config import (
     secrets_of,
 )
 from firesteel.kafka.options import KafkaSinkOptions
-from firesteel.kafka.outage import Outage, has_committed
+from firesteel.kafka.outage import Outage
 from firesteel.kafka.pool import TransactionalClient, TransactionalPool, config_key
 from firesteel.kafka.producing import DeliveryTracker, flush, produce_all, tracked_config
 from firesteel.kafka.rows import sink_extractor
