@@ -5,24 +5,27 @@ Usage::
     python -m firesteel.testing.kafka.long_outage [--down 90] [--records 2000] [--workdir DIR]
 
 Starts a real Apache Kafka broker (:func:`~firesteel.testing.kafka.distribution.find_kafka`)
-and the S3 server process of its own, and three exactly-once queries in one local
-SparkSession, each reading the same topic:
+and the S3 server process of its own, and four exactly-once queries in one local
+SparkSession:
 
 - ``kafka``: Kafka -> Kafka (the default ``exactly.once.mode=write-ahead``), with the
   default ``retry.timeout.ms`` (2 min) on the source and the sink;
-- ``files-default``: Kafka -> the file sink on the S3 server, with the default
-  ``fs.s3a.retry.timeout.ms`` (60 s);
+- ``kafka-long``: the same with ``retry.timeout.ms`` set past the outage;
+- ``files-default``: local Parquet files -> the file sink on the S3 server, with the
+  default ``fs.s3a.retry.timeout.ms`` (60 s); its source is local so that the store's
+  outage, not the broker's, is what its commits meet;
 - ``files-long``: the same with ``fs.s3a.retry.timeout.ms`` set past the outage.
 
 Once every query has committed output, the broker is SIGKILLed and the S3 server
 SIGKILLed (:meth:`~firesteel.testing.s3.S3Server.outage`, its objects kept) at the same
 moment; both start again ``--down`` seconds later. The rest of the input is
-produced once the broker is back. A query whose window outlasts the outage must ride
-it out; one whose window is shorter must fail with an error naming its server and the
-setting, and is then restarted from its checkpoint. At the end a plain ``read_committed``
-consumer reads the Kafka output and pyarrow's dataset reader the S3 outputs: every
-record exactly once. One JSON line reports the outage's lengths, each query's fate and
-the counts; the exit status is 1 when a count or a fate is wrong.
+written once both are back. A query whose window outlasts its server's outage (with 10 s
+to spare) must ride it out; one whose window is shorter must fail with an error naming
+its server and the setting, and is then restarted from its checkpoint. At the end a
+plain ``read_committed`` consumer reads the Kafka outputs and pyarrow's dataset reader
+the S3 outputs: every record exactly once. One JSON line reports how long each server
+was unreachable, each query's fate and the counts; the exit status is 1 when a count or
+a fate is wrong.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ KAFKA_WINDOW_MS = 120_000
 STORE_WINDOW_MS = 60_000
 """The default ``fs.s3a.retry.timeout.ms`` (``files-default`` leaves it unset)."""
 PER_TRIGGER = "50"
+PER_FILE = 50
 SETTLE_S = 600.0
 """How long the queries may take to finish (or fail) once both servers are back."""
 
@@ -106,6 +110,27 @@ def _both_down(broker: ApacheKafkaBroker, s3: S3Server, down: float) -> dict[str
     return result
 
 
+def _with(builder: Any, settings: dict[str, str]) -> Any:
+    """``builder`` (a stream reader or writer) with ``settings`` as options."""
+    for key, value in settings.items():
+        builder = builder.option(key, value)
+    return builder
+
+
+def _write_files(folder: Path, start: int, end: int) -> None:
+    """Parquet files of :data:`PER_FILE` sequence numbers each, ``start .. end - 1``, each
+    written beside the folder and moved in whole, as a file source expects."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for first in range(start, end, PER_FILE):
+        seqs = list(range(first, min(first + PER_FILE, end)))
+        staged = folder.parent / f".staged-{first}.parquet"
+        pq.write_table(pa.table({"seq": pa.array(seqs, pa.int64())}), staged)
+        staged.replace(folder / f"part-{first:08d}.parquet")
+
+
 def _seqs(values: Sequence[bytes]) -> Counter[int]:
     return Counter(int(v.decode()) for v in values)
 
@@ -119,9 +144,12 @@ def run(down: float, records: int, workdir: Path) -> dict[str, Any]:
     spark = None
     try:
         bootstrap = broker.bootstrap
-        source, target = create_topic(bootstrap, 2), create_topic(bootstrap, 2)
+        source = create_topic(bootstrap, 2)
+        targets = {name: create_topic(bootstrap, 2) for name in ("kafka", "kafka-long")}
         bucket = s3.create_bucket("long-outage")
+        inputs = workdir / "in"
         produce(bootstrap, source, [str(i).encode() for i in range(records // 2)])
+        _write_files(inputs, 0, records // 2)
         spark = suite_session("firesteel-long-outage")
 
         def read() -> Any:
@@ -133,30 +161,33 @@ def run(down: float, records: int, workdir: Path) -> dict[str, Any]:
                 .option("maxOffsetsPerTrigger", PER_TRIGGER)
             )
 
-        def kafka_query() -> Any:
-            checkpoint = str(workdir / "ck-kafka")
-            return (
-                read()
-                .option("checkpointLocation", checkpoint)
-                .load()
-                .selectExpr("value")
-                .writeStream.format("firesteel.kafka")
-                .option("kafka.bootstrap.servers", bootstrap)
-                .option("topic", target)
-                .option("guarantee", "exactly-once")
-                .option("checkpointLocation", checkpoint)
-                .trigger(processingTime="1 second")
-                .start()
-            )
+        def kafka_query(name: str, settings: dict[str, str]) -> Callable[[], Any]:
+            def start() -> Any:
+                checkpoint = str(workdir / f"ck-{name}")
+                reader = read().option("checkpointLocation", checkpoint)
+                writer = (
+                    _with(reader, settings)
+                    .load()
+                    .selectExpr("value")
+                    .writeStream.format("firesteel.kafka")
+                    .option("kafka.bootstrap.servers", bootstrap)
+                    .option("topic", targets[name])
+                    .option("guarantee", "exactly-once")
+                    .option("checkpointLocation", checkpoint)
+                    .trigger(processingTime="1 second")
+                )
+                return _with(writer, settings).start()
+
+            return start
 
         def files_query(name: str, settings: dict[str, str]) -> Callable[[], Any]:
             def start() -> Any:
                 checkpoint = str(workdir / f"ck-{name}")
                 writer = (
-                    read()
-                    .option("checkpointLocation", checkpoint)
-                    .load()
-                    .selectExpr("CAST(CAST(value AS STRING) AS BIGINT) AS seq")
+                    spark.readStream.format("firesteel.files")
+                    .option("format", "parquet")
+                    .option("max.files.per.batch", "2")
+                    .load(str(inputs))
                     .writeStream.format("firesteel.files")
                     .option("path", f"s3a://{bucket}/{name}")
                     .option("format", "parquet")
@@ -164,11 +195,16 @@ def run(down: float, records: int, workdir: Path) -> dict[str, Any]:
                     .option("checkpointLocation", checkpoint)
                     .trigger(processingTime="1 second")
                 )
-                for key, value in {**s3.settings(), **settings}.items():
-                    writer = writer.option(key, value)
-                return writer.start()
+                return _with(writer, {**s3.settings(), **settings}).start()
 
             return start
+
+        def kafka_count(name: str) -> Callable[[], Counter[int]]:
+            def count() -> Counter[int]:
+                records = read_committed(broker.bootstrap, targets[name])
+                return _seqs([r.value for r in records if r.value])
+
+            return count
 
         def files_count(name: str) -> Callable[[], Counter[int]]:
             def count() -> Counter[int]:
@@ -180,16 +216,23 @@ def run(down: float, records: int, workdir: Path) -> dict[str, Any]:
             return count
 
         long_ms = int((down * 2 + 60) * 1000)
+        servers = f"option 'kafka.bootstrap.servers' ({bootstrap})"
         queries = [
             Query(
                 "kafka",
                 KAFKA_WINDOW_MS,
-                f"option 'kafka.bootstrap.servers' ({bootstrap})",
+                servers,
                 "option 'retry.timeout.ms'",
-                kafka_query,
-                lambda: _seqs(
-                    [r.value for r in read_committed(broker.bootstrap, target) if r.value]
-                ),
+                kafka_query("kafka", {}),
+                kafka_count("kafka"),
+            ),
+            Query(
+                "kafka-long",
+                long_ms,
+                servers,
+                "option 'retry.timeout.ms'",
+                kafka_query("kafka-long", {"retry.timeout.ms": str(long_ms)}),
+                kafka_count("kafka-long"),
             ),
             Query(
                 "files-default",
@@ -214,12 +257,14 @@ def run(down: float, records: int, workdir: Path) -> dict[str, Any]:
         outage = _both_down(broker, s3, down)
         broker = outage.pop("broker")
         produce(broker.bootstrap, source, [str(i).encode() for i in range(records // 2, records)])
+        _write_files(inputs, records // 2, records)
         _settle(queries, records)
         report: dict[str, Any] = {"down_s": down, "records": records, **outage}
         unreachable = {
             "kafka": outage["broker_unreachable_s"],
-            "files-default": max(outage.values()),
-            "files-long": max(outage.values()),
+            "kafka-long": outage["broker_unreachable_s"],
+            "files-default": outage["s3_unreachable_s"],
+            "files-long": outage["s3_unreachable_s"],
         }
         ok = True
         for query in queries:
