@@ -48,6 +48,9 @@ def is_outage(error: Any) -> bool:
     return bool(error.retriable()) or error.code() in (
         KafkaError._TRANSPORT,
         KafkaError._ALL_BROKERS_DOWN,
+        # A broker handle replaced while a request waited on it (seen as a SIGKILLed
+        # broker came back after 90 s): the request is answered by the new handle.
+        KafkaError._DESTROY_BROKER,
         KafkaError._TIMED_OUT,
         KafkaError._WAIT_COORD,
         KafkaError.NOT_COORDINATOR,
