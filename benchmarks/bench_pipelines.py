@@ -15,6 +15,22 @@
   pipeline's ports give them (Avro values, the key column, the transaction
   timeout, the same processing-time trigger).
 
+The ``run-local`` workloads (full run only, issue 50) start ``firesteel run-local`` as a
+user does, on local topics, for the shipped example (three streamlets) and the
+five-streamlet "orders" example, each once with every streamlet in one Spark
+application (``firesteel.runner.jvm = shared``, the default) and once with one
+JVM per streamlet (``per-streamlet``, the former way): the peak PSS of the
+runner's whole process tree (runner, reaper, drivers, JVMs, Spark's Python
+workers), sampled every half second from the launch until
+:data:`SETTLE_S` after the first output file, and the seconds from the launch
+to that first output file (an extra figure), beside the issue's goals
+(1.5 GB for five streamlets, 60 s on a quiet machine). Then each mode runs
+the orders example for :data:`RESTARTS_S` with a new input file every
+:data:`DROP_S`, supervision allowing any number of restarts: the restarts it
+took (the runner's and, in one application, the streamlets' own, counted in
+the logs) are the figure that sets ``firesteel.supervision.restarts``'s
+default (issue 50's item 5).
+
 Both sides are timed from their start until the last query has committed every
 record (its progress reports count them), so the ratio pipeline / one query is
 the cost of the Kafka hop: a second exactly-once write and read, and the second
@@ -40,6 +56,11 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -51,7 +72,7 @@ from typing import Any
 
 from benchmarks import spark
 from benchmarks.broker import kafka_broker
-from benchmarks.framework import Workload
+from benchmarks.framework import Figure, Measure, Workload
 from firesteel.pipelines import (
     AvroCodec,
     Inlet,
@@ -83,6 +104,15 @@ TRIGGER_S, QUICK_TRIGGER_S = 1.0, 0.2
 TIMEOUT_S = 600.0
 TRANSACTION_TIMEOUT_MS = 60_000
 """The pipeline's default checkpointing timeout, which its Kafka outlets take."""
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "pipelines"
+SETTLE_S = 30.0
+"""How long memory is still sampled after the first output: every streamlet running."""
+PSS_GOAL_MB = 1536.0
+FIRST_OUTPUT_GOAL_S = 60.0
+FIRST_OUTPUT = "s to first output"
+_RECORDED: dict[str, list[float]] = {}
+RESTARTS_S = 600.0
+DROP_S = 10.0
 
 
 class Copy(Streamlet):
@@ -308,6 +338,222 @@ def quix_pipeline(commit_s: float) -> Callable[[], float]:
     return run
 
 
+def _orders_input(folder: Path, name: str = "orders.json") -> None:
+    """Sixty orders as one JSON-lines file, a tenth of them in dollars (rejected)."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
+    lines = [
+        json.dumps(
+            {
+                "order_id": f"o-{i}",
+                "customer": f"c{i % 3}",
+                "amount": 10.0 + i,
+                "currency": "USD" if i % 10 == 3 else "EUR",
+                "placed_at": now,
+            }
+        )
+        for i in range(60)
+    ]
+    hidden = folder / f".{name}"
+    hidden.write_text("\n".join(lines) + "\n")
+    hidden.rename(folder / name)
+
+
+def _tree_pss(root: Any) -> int:
+    """PSS bytes of ``root`` and every descendant alive now."""
+    import psutil
+
+    try:
+        processes = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0
+    total = 0
+    for process in processes:
+        try:
+            total += process.memory_full_info().pss
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return total
+
+
+def run_local(example: str, jvm: str) -> Measure:
+    """``firesteel run-local`` of example ``example`` with ``firesteel.runner.jvm = jvm``:
+    peak PSS (MB) of its process tree, and seconds from the launch to its first output."""
+
+    def run() -> Figure:
+        import psutil
+
+        scratch = Path(tempfile.mkdtemp(prefix=f"firesteel-bench-run-local-{example}-"))
+        command, output = _command(example, scratch, jvm)
+        started = time.perf_counter()
+        with open(scratch / "runner.log", "wb") as log:
+            runner = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        root = psutil.Process(runner.pid)
+        peak = 0
+
+        def sample(until: Any) -> float:
+            """Sample the peak PSS until ``until()``; the seconds since the launch then."""
+            nonlocal peak
+            while not until():
+                if runner.poll() is not None:
+                    msg = f"bench_pipelines: run-local of {example} exited: {scratch}/runner.log"
+                    raise RuntimeError(msg)
+                if time.perf_counter() - started > TIMEOUT_S * 2:
+                    msg = f"bench_pipelines: run-local of {example} wrote nothing in time"
+                    raise RuntimeError(msg)
+                peak = max(peak, _tree_pss(root))
+                time.sleep(0.5)
+            return time.perf_counter() - started
+
+        try:
+            first = sample(lambda: any(output.glob("*.parquet")))
+            sample(lambda: time.perf_counter() - started > first + SETTLE_S)
+        finally:
+            runner.send_signal(signal.SIGTERM)
+            try:
+                runner.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                os.killpg(runner.pid, signal.SIGKILL)
+                runner.wait()
+        shutil.rmtree(scratch, ignore_errors=True)
+        _RECORDED.setdefault(f"{example} {jvm} pss", []).append(peak / 1e6)
+        _RECORDED.setdefault(f"{example} {jvm} first", []).append(first)
+        return Figure(peak / 1e6, {FIRST_OUTPUT: first})
+
+    return run
+
+
+def _command(example: str, scratch: Path, jvm: str) -> tuple[list[str], Path]:
+    """``firesteel run-local`` of ``example`` with its folders under ``scratch``; the
+    folder its first output lands in."""
+    inputs, output = scratch / "input", scratch / "output"
+    inputs.mkdir(parents=True, exist_ok=True)
+    if example == "sensors":
+        shutil.copy(EXAMPLES / "sensors" / "sample-readings.json", inputs)
+        settings = [
+            f"firesteel.streamlets.readings.config-parameters.input-dir = {inputs}",
+            f"firesteel.streamlets.store.config-parameters.output-dir = {output}",
+        ]
+    else:
+        _orders_input(inputs)
+        settings = [
+            f"firesteel.streamlets.orders.config-parameters.input-dir = {inputs}",
+            f"firesteel.streamlets.store-totals.config-parameters.output-dir = {output}",
+            "firesteel.streamlets.store-rejected.config-parameters.output-dir = "
+            f"{scratch / 'rejected'}",
+        ]
+    folder = EXAMPLES / example
+    command = [sys.executable, "-m", "firesteel.cli.main", "run-local"]
+    command += [str(folder / "blueprint.conf"), "--conf", str(folder / "local.conf")]
+    command += ["--work", str(scratch / "work"), *settings, f"firesteel.runner.jvm = {jvm}"]
+    return command, output
+
+
+def restarts(jvm: str) -> Measure:
+    """Restarts of the orders example in :data:`RESTARTS_S` of ``run-local`` (module docs)."""
+
+    def run() -> float:
+        scratch = Path(tempfile.mkdtemp(prefix="firesteel-bench-restarts-"))
+        command, _ = _command("orders", scratch, jvm)
+        command.append("firesteel.supervision.restarts = 1000")
+        with open(scratch / "runner.log", "wb") as log:
+            runner = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        started = time.perf_counter()
+        try:
+            while time.perf_counter() - started < RESTARTS_S:
+                if runner.poll() is not None:
+                    msg = f"bench_pipelines: run-local exited: {scratch}/runner.log"
+                    raise RuntimeError(msg)
+                _orders_input(scratch / "input", f"orders-{time.monotonic_ns()}.json")
+                time.sleep(DROP_S)
+        finally:
+            runner.send_signal(signal.SIGTERM)
+            try:
+                runner.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                os.killpg(runner.pid, signal.SIGKILL)
+                runner.wait()
+        logs = [scratch / "runner.log", *(scratch / "work" / "logs").glob("*.log")]
+        count = sum(log.read_text(errors="replace").count(": restart ") for log in logs)
+        shutil.rmtree(scratch, ignore_errors=True)
+        return float(count)
+
+    return run
+
+
+def _recorded(key: str) -> Measure:
+    """The figures an earlier workload's runs recorded under ``key``, in order."""
+    taken = iter(range(1_000_000))
+
+    def take() -> float:
+        return _RECORDED[key][next(taken)]
+
+    return take
+
+
+def run_local_workloads() -> list[Workload]:
+    """Each example run by ``run-local`` in one application beside one JVM per streamlet;
+    the five-streamlet figures beside the issue's goals."""
+    common: dict[str, Any] = {
+        "group": "pipelines",
+        "issue": "issue 50",
+        "repetitions": 1,
+        "warmup": 0,
+        "lower_is_better": True,
+    }
+    out = [
+        Workload(
+            name=(
+                f"run-local, {what}, local topics: peak PSS of its processes "
+                f"(extra: {FIRST_OUTPUT}), one Spark application"
+            ),
+            unit="MB",
+            baseline_name="one JVM per streamlet (firesteel.runner.jvm = per-streamlet)",
+            goal=None,
+            firesteel=run_local(example, "shared"),
+            baseline=run_local(example, "per-streamlet"),
+            **common,
+        )
+        for example, what in (
+            ("sensors", "the sensors example (3 streamlets)"),
+            ("orders", "the orders example (5 streamlets)"),
+        )
+    ]
+    out += [
+        Workload(
+            name=(
+                f"run-local, the orders example, {RESTARTS_S / 60:g} minutes, an input file "
+                f"every {DROP_S:g} s: restarts, one Spark application"
+            ),
+            unit="restarts",
+            baseline_name="one JVM per streamlet",
+            goal=None,
+            firesteel=restarts("shared"),
+            baseline=restarts("per-streamlet"),
+            **common,
+        )
+    ]
+    for what, unit, goal, key in (
+        ("peak PSS", "MB", PSS_GOAL_MB, "orders shared pss"),
+        (FIRST_OUTPUT, "s", FIRST_OUTPUT_GOAL_S, "orders shared first"),
+    ):
+        out.append(
+            Workload(
+                name=f"run-local, the orders example (5 streamlets), one application: {what}",
+                unit=unit,
+                baseline_name=f"the issue's goal, {goal:g} {unit}",
+                goal=1.0,
+                firesteel=_recorded(key),
+                baseline=lambda goal=goal: goal,
+                **common,
+            )
+        )
+    return out
+
+
 def workloads(quick: bool) -> list[Workload]:
     """The pipeline beside one query, 100 B records, exactly-once."""
     repetitions, warmup = (1, 0) if quick else (3, 1)
@@ -346,4 +592,4 @@ def workloads(quick: bool) -> list[Workload]:
         "Quix Streams, two exactly-once applications (in -> mid -> out)",
         quix_pipeline(trigger_s),
     )
-    return [against_one_query, against_quix]
+    return [against_one_query, against_quix, *run_local_workloads()]

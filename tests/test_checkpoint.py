@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from firesteel.core.checkpoint import read_guarantee, source_parts
+from firesteel.core.checkpoint import read_guarantee
 from firesteel.core.errors import CheckpointCorruptError, GuaranteeError
 from firesteel.core.guarantee import Replay, SinkKind
 from firesteel.core.sink import PlainSink
+from firesteel.core.spark.offsets import source_parts
 from firesteel.core.spark.writer import check_guarantee
 
 META = '{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}'
@@ -158,11 +159,10 @@ def test_the_default_sink_id_follows_the_output_across_checkpoints(tmp_path):
     assert new not in (sink_id("q2"), sink_id("q3", new_stream=True))
     with pytest.raises(ConfigError, match=r"'sink\.id' .* 'sink\.new\.stream'"):
         default_sink_id({**options, "sink.id": "mine"}, "files:/out", new_stream=True)
-    # A checkpoint that ran under the query-derived id of earlier versions keeps it.
-    legacy = default_sink_id(options)
+    # No compatibility with ids of unreleased versions: a recorded guarantee changes nothing.
     record = GuaranteeRecord("s", [], Guarantee.EXACTLY_ONCE, None)
-    write_guarantee(str(checkpoint), legacy, record)
-    assert default_sink_id(options, "files:/out") == legacy
+    write_guarantee(str(checkpoint), default_sink_id(options), record)
+    assert default_sink_id(options, "files:/out") == sink_id("q2")
 
 
 def test_guarantee_record_is_rewritten_only_when_it_changes(tmp_path: Path) -> None:
@@ -179,3 +179,7 @@ def test_guarantee_record_is_rewritten_only_when_it_changes(tmp_path: Path) -> N
     write_guarantee(str(tmp_path), "s1", weaker)
     assert path.stat().st_ino != first
     assert read_guarantee(str(tmp_path))["s1"]["achieved"] == "at-least-once"
+    # A durable record like every other: checksummed, so an edit or a damage is refused.
+    path.write_bytes(path.read_bytes().replace(b"at-least-once", b"exactly-once"))
+    with pytest.raises(CheckpointCorruptError, match=r"guarantee-s1\.json.*checksum"):
+        read_guarantee(str(tmp_path))

@@ -1,5 +1,5 @@
-"""The fault hook fires exactly where and as often as FIRESTEEL_FAULT says, and kills hard;
-only declared points can be armed."""
+"""The test tooling's fault handler fires exactly where and as often as FIRESTEEL_FAULT says,
+and kills hard; only declared points can be armed; without the test tooling nothing kills."""
 
 from __future__ import annotations
 
@@ -14,17 +14,10 @@ import pytest
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
-from firesteel.core.faults import (
-    FAULT_ENV,
-    KILL_ENV,
-    MARKER_DIR_ENV,
-    REGISTRY,
-    FaultPointError,
-    fault_point,
-    gathered,
-)
+from firesteel.core.faults import REGISTRY, FaultPointError, fault_point
 from firesteel.core.sink import AFTER_WRITE
 from firesteel.testing import at_point, task_kills
+from firesteel.testing.faults import FAULT_ENV, KILL_ENV, MARKER_DIR_ENV, gathered
 from firesteel.testing.points import UnknownFaultPointError, registered
 from firesteel.testing.soak import PATHS
 
@@ -87,6 +80,45 @@ def test_noop_without_environment(tmp_path: Path) -> None:
     assert result.returncode == 0
     assert len(result.stdout.splitlines()) == 10
     assert not any(tmp_path.iterdir()), "no fault fired, so no marker may be written"
+
+
+def without_test_tooling(tmp_path: Path) -> Path:
+    """A site folder holding every installed distribution but ``firesteel-testing``."""
+    site = tmp_path / "site"
+    site.mkdir()
+    for entry in Path(pytest.__file__).parents[1].iterdir():
+        if "firesteel_testing" not in entry.name:
+            (site / entry.name).symlink_to(entry)
+    return site
+
+
+def test_without_the_test_tooling_an_armed_point_does_nothing(tmp_path: Path) -> None:
+    """Product code alone never kills, whatever the environment says: a production job
+    cannot be made to kill itself by setting FIRESTEEL_FAULT."""
+    site = without_test_tooling(tmp_path)
+    script = f"import site; site.addsitedir({str(site)!r})\n{SCRIPT}"
+    armed = {FAULT_ENV: "sink.after_write@1", KILL_ENV: "process", MARKER_DIR_ENV: str(tmp_path)}
+    result = subprocess.run(
+        [sys.executable, "-S", "-c", script],
+        env={**os.environ, **armed},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.splitlines()) == 10
+    assert [p.name for p in tmp_path.iterdir()] == ["site"], "no fault fired, no marker"
+
+
+def test_no_library_module_reads_the_fault_environment() -> None:
+    """Only the test tooling's handler knows how points are armed."""
+    readers = [
+        path.relative_to(ROOT)
+        for folder in LIBRARY
+        for path in (ROOT / folder).rglob("*.py")
+        if "tests" not in path.relative_to(ROOT).parts and FAULT_ENV in path.read_text()
+    ]
+    assert readers == []
 
 
 def test_arming_an_undeclared_point_names_it_and_its_close_matches() -> None:
@@ -166,8 +198,9 @@ def test_a_spec_for_one_query_fires_only_in_that_querys_tasks(
 COMMIT_SCRIPT = """
 import json, sys
 from pathlib import Path
-from firesteel.core.faults import committing, name_query
+from firesteel.core.faults import committing
 from firesteel.core.sink import MID_COMMIT
+from firesteel.testing.faults import name_query
 name, checkpoint = sys.argv[1], Path(sys.argv[2])
 checkpoint.mkdir(parents=True, exist_ok=True)
 (checkpoint / "metadata").write_text(json.dumps({"id": f"id-{name}"}))

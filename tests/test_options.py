@@ -9,7 +9,13 @@ import pytest
 
 from firesteel.core.errors import ConfigError
 from firesteel.core.guarantee import Guarantee
-from firesteel.core.options import describe_options, is_secret, option, parse_options
+from firesteel.core.options import (
+    check_ranges,
+    describe_options,
+    is_secret,
+    option,
+    parse_options,
+)
 
 
 @dataclass(frozen=True)
@@ -108,6 +114,45 @@ def test_secret_values_are_not_echoed() -> None:
     assert "hunter2" not in str(info.value)
     assert is_secret("kafka.sasl.password")
     assert not is_secret("kafka.bootstrap.servers")
+
+
+def test_one_secret_rule_for_options_storage_settings_and_client_properties() -> None:
+    """Words of the key mark a secret (so 'sasl' is not 'sas'); a client's allow-list makes
+    every other key secret, a misspelled one included."""
+    for key in ("fs.s3a.secret.key", "fs.azure.sas.token", "ssl.key.pem", "sasl.jaas.config"):
+        assert is_secret(key), key
+    for key in ("fs.s3a.endpoint", "sasl.mechanism", "keyspace", "path"):
+        assert not is_secret(key), key
+    loggable = frozenset({"bootstrap.servers"})
+    assert not is_secret("bootstrap.servers", loggable)
+    assert is_secret("sasl.pasword", loggable)
+
+
+@dataclass(frozen=True)
+class Bounded:
+    retries: int = option(3, doc="attempts", min=1, max=10)
+    timeout_ms: int | None = option(None, doc="a wait", min=0)
+
+    def __post_init__(self) -> None:
+        check_ranges(self, "example")
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"retries": "0"}, "option 'retries' is 0; it must be between 1 and 10"),
+        ({"retries": "11"}, "option 'retries' is 11; it must be between 1 and 10"),
+        ({"timeout.ms": "-1"}, "option 'timeout.ms' is -1; it must be at least 0"),
+    ],
+)
+def test_a_value_out_of_its_declared_range_is_refused_naming_the_option(
+    raw: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=f"^example: {message}$"):
+        parse_options(Bounded, raw)
+    assert parse_options(Bounded, {"retries": "10", "timeout.ms": "0"}) == Bounded(10, 0)
+    with pytest.raises(ConfigError, match="'retries' is True"):
+        Bounded(retries=True)
 
 
 def test_describe_lists_every_option() -> None:

@@ -11,6 +11,7 @@ from test_blueprint import GOOD
 
 from firesteel.cli.main import main as firesteel
 from firesteel.pipelines import ConfigurationError, PipelineConfig, parse_blueprint, verify
+from firesteel.pipelines.kafka import topic_partitions
 from firesteel.pipelines.parameters import parse_duration, parse_memory_size
 
 REQUIRED = "firesteel.streamlets.metrics.config-parameters.required-count=3"
@@ -266,3 +267,58 @@ def test_a_quoted_memory_size_parameter_is_read_as_it_always_was(tmp_path: Path)
     conf = tmp_path / "sizes.conf"
     conf.write_text('firesteel.streamlets.metrics.config-parameters { buffer = "512m" }\n')
     assert _config(files=(conf,)).streamlet("metrics").parameters["buffer"] == 512 * 1024**2
+
+
+def test_parallelism_and_the_runner_mode_are_checked_with_their_file_and_line(
+    tmp_path: Path,
+) -> None:
+    conf = tmp_path / "scale.conf"
+    conf.write_text(
+        "firesteel {\n"
+        "  streamlets.metrics.parallelism = three\n"
+        "  streamlets.readings.parallelism = 0\n"
+        '  streamlets.sink.config { "spark.driver.memory" = "2g" }\n'
+        "  runner.jvm = shard\n"
+        "}\n"
+    )
+    with pytest.raises(ConfigurationError) as failure:
+        _config(files=(conf,))
+    problems = [str(p) for p in failure.value.problems]
+    for text in (
+        f"{conf}:2: firesteel.streamlets.metrics.parallelism: 'three' is not a whole number >= 1",
+        f"{conf}:3: firesteel.streamlets.readings.parallelism: 0 is not a whole number >= 1",
+        f"{conf}:5: firesteel.runner.jvm: 'shard' is not one of shared, per-streamlet "
+        "(did you mean 'shared'?)",
+    ):
+        assert any(problem.startswith(text) for problem in problems), (text, problems)
+    assert len(problems) == 3, problems
+    # In one application a setting only the application takes cannot differ by streamlet.
+    conf.write_text('firesteel.streamlets.sink.config { "spark.driver.memory" = "2g" }\n')
+    with pytest.raises(ConfigurationError) as shared:
+        _config(files=(conf,))
+    assert [str(p) for p in shared.value.problems] == [
+        f"{conf}:1: firesteel.streamlets.sink.config.spark.driver.memory: a setting of the Spark "
+        "application, which every streamlet shares with firesteel.runner.jvm = shared; set it "
+        "once in firesteel.runtimes.spark.config, or give each streamlet its own JVM with "
+        "firesteel.runner.jvm = per-streamlet"
+    ]
+    own = _config("firesteel.runner.jvm = per-streamlet", files=(conf,))
+    assert own.streamlet("sink").spark_conf["spark.driver.memory"] == "2g"
+
+
+def test_parallelism_sets_the_streamlets_partitions_and_its_topics_partitions() -> None:
+    config = _config(
+        "firesteel.streamlets.metrics.parallelism = 4",
+        "firesteel.streamlets.sink.parallelism = 6",
+        'firesteel.streamlets.sink.config { "spark.sql.shuffle.partitions" = 5 }',
+        'firesteel.runtimes.spark.config { "spark.sql.shuffle.partitions" = 2 }',
+    )
+    assert config.streamlet("metrics").spark_conf["spark.sql.shuffle.partitions"] == 4
+    assert config.streamlet("sink").spark_conf["spark.sql.shuffle.partitions"] == 5
+    assert config.streamlet("readings").spark_conf["spark.sql.shuffle.partitions"] == 2
+    assert config.effective("metrics")["parallelism"] == 4
+    partitions = {
+        key: topic_partitions(config.verified, config, key)
+        for key in config.verified.blueprint.topics
+    }
+    assert partitions == {"sensor-readings": 4, "metrics": 6}

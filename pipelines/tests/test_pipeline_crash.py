@@ -1,15 +1,17 @@
 """The example pipeline on local and on Kafka topics, killed and restarted: every reading
 counted once.
 
-Two runs of ``LocalRunner`` (one process and SparkSession per streamlet):
-in the first, supervised, the stateful streamlet dies at a protocol point of
-its outlet's sink (a fault point armed in that streamlet's process only), the
-runner restarts it and the readings so far are counted exactly; then it is
-SIGKILLed at a random moment within 3 s of more input and restarted armed again,
-dying at the same point of its first commit, when the rest of the pipeline is
-SIGKILLed with it (every streamlet down at once); the second, given one more
-input file while
-the pipeline was down,
+Two runs of ``LocalRunner`` in its default mode, every streamlet a set of
+queries of one Spark application (``firesteel.runner.jvm = shared``): in the
+first, supervised, the stateful streamlet's outlet query dies at a protocol
+point of its sink (a fault point aimed at that query's tasks, killing the
+Python worker that runs it, as a crash of its executor would), the
+application restarts that streamlet's queries alone, its driver and the other
+streamlets running on, and the readings so far are counted exactly; then the
+whole process is SIGKILLed at a random moment within 3 s of more input,
+restarted by the runner and counted again, then SIGKILLed again once the
+egress has more output; the second run, given one more input file while the
+pipeline was down,
 runs with another trigger interval and another Spark shuffle-partition count
 until every reading is counted. The egress output is read with pyarrow's
 dataset reader, not firesteel's: each sensor's final count is its number of
@@ -35,7 +37,6 @@ from sensors_run import (
     EXAMPLE,
     PER_FILE,
     SENSORS,
-    TIMEOUT_S,
     kafka_example,
     output_rows,
     quick_start,
@@ -43,7 +44,7 @@ from sensors_run import (
     write_inputs,
 )
 
-from firesteel.pipelines.runner import LocalRunner
+from firesteel.pipelines.runner import SHARED, LocalRunner
 
 pytestmark = pytest.mark.crash
 
@@ -51,10 +52,16 @@ SEED_ENV = "FIRESTEEL_TEST_SEED"
 """Set to the seed a failed run printed to repeat its random kill moment."""
 
 
-def _kill(runner: LocalRunner, *names: str) -> None:
-    for name in names:
-        os.killpg(runner.processes[name].pid, signal.SIGKILL)
-        runner.processes[name].wait()
+def _kill(runner: LocalRunner) -> None:
+    os.killpg(runner.processes[SHARED].pid, signal.SIGKILL)
+    runner.processes[SHARED].wait()
+
+
+def _restarts(runner: LocalRunner, streamlet: str) -> int:
+    """How often the pipeline's process restarted ``streamlet``'s queries, by its log."""
+    log = runner.log_path(streamlet)
+    text = log.read_text() if log.exists() else ""
+    return text.count(f"streamlet {streamlet}: query ")
 
 
 @pytest.mark.parametrize("topics", ["local", "kafka"])
@@ -80,50 +87,52 @@ def test_every_reading_counted_once_across_kills_and_a_changed_configuration(
         blueprint = EXAMPLE / "blueprint.conf"
 
     write_inputs(inputs, 0, 3)
-    # Under supervision (on by default) the runner restarts a streamlet that died. The stateful
-    # streamlet dies first at a protocol point of its outlet's sink: on Kafka once a task's
-    # transaction committed, before its vote (the batch is downstream, not in Spark's commit
-    # log); on local topics inside the driver's commit, its manifest written, its files not
-    # yet all published. The fault kills the streamlet's own process group and leaves its
-    # marker, so the restarted process runs on; the readings so far are then counted exactly.
-    point = "kafka.after_commit_transaction" if topics == "kafka" else "driver.mid_commit"
+    # Under supervision (on by default) a streamlet whose query failed has its queries
+    # restarted. The stateful streamlet's outlet query fails first at a protocol point of its
+    # sink: once a task wrote its records (its write-ahead segment on Kafka, its files on
+    # local topics), before it voted. The fault kills the Python worker of that query's task
+    # only and leaves its marker, so the restarted queries run on; the readings so far are
+    # then counted exactly.
+    point = "sink.after_write"
     faults = tmp_path / "faults"
-    armed = {"FIRESTEEL_FAULT": point, "FIRESTEEL_FAULT_DIR": str(faults)}
+    armed = {
+        "FIRESTEEL_FAULT": f"{point}#sensors.metrics.out",
+        "FIRESTEEL_FAULT_KILL": "process",
+        "FIRESTEEL_FAULT_DIR": str(faults),
+    }
     supervised = LocalRunner(blueprint, work, settings=settings, environment={"metrics": armed})
     supervised.start()
     try:
+        driver = supervised.processes[SHARED].pid
         wait(
             supervised,
-            lambda: (
-                supervised.restarts["metrics"].total == 1
-                and supervised.processes["metrics"].poll() is None
-                and counted(output) >= 3 * PER_FILE
-            ),
-            "the metrics restarted after its fault point",
+            lambda: _restarts(supervised, "metrics") == 1 and counted(output) >= 3 * PER_FILE,
+            "the metrics' queries restarted after its fault point",
         )
-        assert (faults / point).exists()
+        assert any(faults.iterdir())
+        assert supervised.processes[SHARED].pid == driver, "its queries restart, not the JVM"
+        assert supervised.restarts[SHARED].total == 0
+        assert (_restarts(supervised, "readings"), _restarts(supervised, "store")) == (0, 0)
         _assert_exact(output_rows(output), 3 * PER_FILE)
 
-        # Then it is SIGKILLed at a random moment within 3 s of more input and restarted armed
-        # again (a fresh marker folder), with more input on its way: the restarted streamlet
-        # dies at the same point of its sink's commit, and the rest of the pipeline is
-        # SIGKILLed with it, so the whole pipeline is down at once (the outlet's second kill
-        # inside its commit, for the price of no restart more).
+        # Then the whole process is SIGKILLed at a random moment within 3 s of more input,
+        # restarted by the runner, and the readings so far counted exactly, before it is
+        # SIGKILLed again with more input on its way.
         write_inputs(inputs, 3, 3)
         time.sleep(kill_moment.uniform(0, 3))
-        again = tmp_path / "faults-again"
-        supervised.environment["metrics"] = {**armed, "FIRESTEEL_FAULT_DIR": str(again)}
-        killed = supervised.processes["metrics"].pid
-        _kill(supervised, "metrics")
+        _kill(supervised)
+        wait(
+            supervised,
+            lambda: supervised.processes[SHARED].pid != driver and counted(output) >= 6 * PER_FILE,
+            "the restarted pipeline",
+        )
+        assert supervised.restarts[SHARED].total == 1
+        _assert_exact(output_rows(output), 6 * PER_FILE)
+
         write_inputs(inputs, 6, 2)
-        wait(supervised, lambda: supervised.processes["metrics"].pid != killed, "a restart")
-        assert supervised.restarts["metrics"].total == 2
-        # On local topics the commit runs in the streamlet's own process group, SIGKILLed
-        # whole; on Kafka a task's worker group is, and the query fails with it.
-        died = supervised.processes["metrics"].wait(timeout=TIMEOUT_S)
-        assert died == -signal.SIGKILL if topics == "local" else died != 0, died
-        assert (again / point).exists(), "the restarted metrics died elsewhere than its point"
-        _kill(supervised, *(name for name in supervised.processes if name != "metrics"))
+        seen = len(output_rows(output))
+        wait(supervised, lambda: len(output_rows(output)) > seen, "the egress to write")
+        _kill(supervised)
     finally:
         supervised.stop()
 

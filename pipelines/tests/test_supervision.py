@@ -81,7 +81,11 @@ def test_a_streamlet_that_keeps_dying_stops_the_pipeline_naming_it_and_its_log(
     runner = LocalRunner(
         blueprint,
         tmp_path / "work",
-        settings=["firesteel.supervision.restarts = 2", "firesteel.supervision.backoff = 100ms"],
+        settings=[
+            "firesteel.supervision.restarts = 2",
+            "firesteel.supervision.backoff = 100ms",
+            "firesteel.runner.jvm = per-streamlet",
+        ],
         environment={"readings": no_java},
     )
     caplog.set_level(logging.INFO, logger="firesteel.pipelines.runner")

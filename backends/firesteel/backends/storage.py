@@ -22,7 +22,6 @@ heap backend, development only, skips the fsyncs).
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import re
 from dataclasses import dataclass
@@ -32,14 +31,15 @@ from pyarrow import fs
 
 from firesteel.backends import format as snapshot_format
 from firesteel.core.checkpoint import filesystem
-from firesteel.core.durable import make_parent, write_atomically
-from firesteel.core.errors import CheckpointCorruptError, IncompatibleFormatError
+from firesteel.core.durable import decode_record, encode_record, make_parent, write_atomically
+from firesteel.core.errors import CheckpointCorruptError
 from firesteel.core.storage import StorageConfig
 from firesteel.state.keygroups import KeyGroupRange
 
 logger = logging.getLogger(__name__)
 
 METADATA_FILE = "_operator.json"
+METADATA_KIND = "operator"
 METADATA_FORMAT = 1
 _VERSION_DIR = re.compile(r"^v(\d{12})$")
 _FILE = re.compile(r"^(\d{4})-(\d{4})-(full|delta)-([0-9a-f]{16})\.snap$")
@@ -139,24 +139,16 @@ class SnapshotStorage:
                 raw = stream.read()
         except FileNotFoundError:
             return None
-        try:
-            meta: dict[str, Any] = json.loads(raw)
-        except ValueError as exc:
-            msg = f"{self.describe(path)}: unreadable operator metadata"
-            raise CheckpointCorruptError(msg) from exc
-        if meta.get("format") != METADATA_FORMAT:
-            msg = (
-                f"{self.describe(path)}: operator metadata format {meta.get('format')}, "
-                f"this firesteel reads {METADATA_FORMAT}"
-            )
-            raise IncompatibleFormatError(msg)
+        meta: dict[str, Any] = decode_record(
+            raw, self.describe(path), METADATA_KIND, (METADATA_FORMAT,)
+        )
         return meta
 
     def write_metadata(self, meta: dict[str, Any]) -> None:
         """Write ``_operator.json`` atomically (tasks of the first batch all write the same)."""
-        body = json.dumps(dict(meta, format=METADATA_FORMAT), indent=2, sort_keys=True)
+        body = encode_record(METADATA_KIND, METADATA_FORMAT, meta)
         make_parent(self.fs, f"{self.base}/{METADATA_FILE}")
-        self._write_atomic(self.base, METADATA_FILE, body.encode())
+        self._write_atomic(self.base, METADATA_FILE, body)
 
     # -- listing ----------------------------------------------------------------------------
 

@@ -233,46 +233,6 @@ def test_a_transaction_near_its_timeout_is_aborted_not_left_to_the_broker(bootst
     assert view.values == [] and not view.pending and len(view.aborted) == 5
 
 
-@pytest.mark.parametrize("reader", ["read_committed", "raw"])
-def test_the_marker_log_covers_a_group_marker_the_broker_lost(bootstrap, reader):
-    """A Kafka-compatible broker can commit a transaction's data yet lose its group offsets
-    when the client dies inside EndTxn (tansu 0.6 did, on a SIGKILL during commit_transaction).
-    Rewinding the group marker by hand stands in for that loss: the re-run must
-    still skip, because the marker record committed with the data. Both readers of
-    the marker log: the broker's read_committed and the raw one."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    topic = create_topic(bootstrap, partitions=1)
-    marker_log = create_topic(bootstrap, partitions=1)
-    sink = _sink(bootstrap, topic, **{"marker.log.topic": marker_log, "marker.log.reader": reader})
-    scope = TaskScope(query_id="q", batch_id=4, partition_id=1, attempt=0)
-    assert (
-        not sink.write_partition(scope, iter([_batch("once")]))
-        .committable(KafkaCommittable)
-        .skipped
-    )
-    lost = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": sink.names.marker_group(1),
-            "enable.auto.commit": False,
-        }
-    )
-    lost.commit(offsets=[TopicPartition(topic, 0, 4)], asynchronous=False)
-    lost.close()
-    assert sink.write_partition(scope, iter([_batch("once")])).committable(KafkaCommittable).skipped
-    next_batch = TaskScope(query_id="q", batch_id=5, partition_id=1, attempt=0)
-    assert (
-        not sink.write_partition(next_batch, iter([_batch("next")]))
-        .committable(KafkaCommittable)
-        .skipped
-    )
-    values = sorted(read_log(bootstrap, topic).values)
-    assert values == sorted(
-        [f"once{i}".encode() for i in range(5)] + [f"next{i}".encode() for i in range(5)]
-    )
-
-
 def test_init_transactions_retries_are_bounded_and_name_the_transactional_id():
     """No broker answers: retriable timeouts are retried until retry.timeout.ms, then the
     task fails with an OutageError naming its transactional id, the servers and the setting
@@ -526,9 +486,8 @@ def test_a_recreated_checkpoint_is_refused_unless_declared_a_new_stream(spark, b
 
 
 def test_the_runtime_needs_no_second_kafka_client():
-    """``pip install firesteel-kafka`` pulls in no test-only client: kafka-python is only in
-    the ``tansu`` and ``test`` extras, the product extra ``tansu`` pulls in no test tooling,
-    and the sinks import and run their default marker-log reader without either."""
+    """``pip install firesteel-kafka`` pulls in no test-only client: kafka-python (the raw-log
+    checker's) is no requirement of it, and the sinks import without it or the test tooling."""
     import importlib.metadata
     import subprocess
     import sys
@@ -536,27 +495,10 @@ def test_the_runtime_needs_no_second_kafka_client():
     requires = importlib.metadata.requires("firesteel-kafka") or []
     runtime = [r for r in requires if "extra" not in r]
     assert runtime and not any(r.startswith("kafka-python") for r in runtime), runtime
-    raw = [r for r in requires if 'extra == "tansu"' in r]
-    assert raw and not any(r.startswith("firesteel-testing") for r in raw), raw
     code = (
         "import sys; sys.modules['kafka'] = None\n"
-        "import firesteel.kafka, firesteel.kafka.sink.markerlog\n"
-        "assert 'firesteel.kafka.rawlog' not in sys.modules\n"
+        "import firesteel.kafka, firesteel.kafka.sink\n"
         "assert not any(name.startswith('firesteel.testing') for name in sys.modules)"
     )
     done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-
-
-def test_the_raw_marker_log_reader_names_its_extra_when_missing(monkeypatch):
-    import importlib.util
-
-    from firesteel.kafka.sink.markerlog import MarkerLog
-
-    found = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == "kafka" else found(name, *a)
-    )
-    with pytest.raises(ConfigError, match=r"marker\.log\.reader.*firesteel-kafka\[tansu\]"):
-        MarkerLog("log", "raw", {}, 1000).check_reader()
-    MarkerLog("log", "read_committed", {}, 1000).check_reader()

@@ -1,10 +1,7 @@
-"""Reading Spark's checkpoint (the offsets log) and firesteel's own records beside it.
+"""Reading Spark's checkpoint (its query metadata) and firesteel's own records beside it.
 
-Spark writes ``<checkpoint>/offsets/N`` before batch N runs: a version line, a
-metadata line, then one JSON line per source. firesteel sources tag their
-offsets (see :mod:`firesteel.core.spark.reader`) and Spark's own resettable
-sources are known by the form of theirs (:mod:`firesteel.core.spark.offsets`),
-which is how a sink learns what feeds it.
+What the offsets log says about the sources feeding a query is read by
+:mod:`firesteel.core.spark.offsets`.
 """
 
 from __future__ import annotations
@@ -16,10 +13,9 @@ from typing import Any
 
 from pyarrow import fs
 
-from firesteel.core.durable import write_atomically
+from firesteel.core.durable import decode_record, encode_record, write_atomically
 from firesteel.core.errors import CheckpointCorruptError
-from firesteel.core.guarantee import Guarantee, Part
-from firesteel.core.spark.offsets import classify
+from firesteel.core.guarantee import Guarantee
 from firesteel.core.storage import StorageConfig, canonical, resolve
 
 logger = logging.getLogger(__name__)
@@ -72,33 +68,20 @@ def has_committed(checkpoint: str | None) -> bool:
     return any(info.base_name.isdigit() for info in found)
 
 
-def _latest_offsets_file(fsys: fs.FileSystem, base: str) -> str | None:
-    infos = fsys.get_file_info(fs.FileSelector(f"{base}/offsets", allow_not_found=True))
-    batches = [int(info.base_name) for info in infos if info.base_name.isdigit()]
-    return f"{base}/offsets/{max(batches)}" if batches else None
+def query_identity(checkpoint: str) -> str:
+    """What durable work of the query checkpointed at ``checkpoint`` is keyed by.
 
-
-def source_parts(checkpoint: str) -> list[Part]:
-    """The sources feeding the query checkpointed at ``checkpoint``, for the guarantee check.
-
-    Each offsets line is classified by :func:`firesteel.core.spark.offsets.classify`:
-    firesteel's tagged sources, Spark's own file and Kafka sources, and
-    everything else as not resettable.
+    Spark's query id (:func:`read_query_id`), which a deleted and recreated
+    checkpoint does not keep; the checkpoint's one spelling
+    (:func:`normalize_location`) only before Spark wrote its metadata, which it
+    does before it builds any source or sink of a streaming query.
     """
-    fsys, base = filesystem(checkpoint)
-    path = _latest_offsets_file(fsys, base)
-    if path is None:
-        return []
-    with fsys.open_input_stream(path) as stream:
-        lines = stream.read().decode("utf-8").splitlines()
-    if len(lines) < 2 or not lines[0].startswith("v"):
-        msg = f"{path}: not a Spark offsets log entry (expected a version line and metadata)"
-        raise CheckpointCorruptError(msg)
-    parts = []
-    for index, line in enumerate(lines[2:]):
-        entry = classify(line)
-        parts.append(Part(f"source #{index} ({entry.description})", replay=entry.replay))
-    return parts
+    query_id = read_query_id(checkpoint) if checkpoint else None
+    return query_id or normalize_location(checkpoint)
+
+
+GUARANTEE_KIND = "guarantee"
+GUARANTEE_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -121,7 +104,7 @@ def write_guarantee(checkpoint: str, sink_id: str, record: GuaranteeRecord) -> N
         "required": record.required.label if record.required is not None else None,
     }
     path = f"{base}/{FIRESTEEL_DIR}/guarantee-{sink_id}.json"
-    content = json.dumps(body, indent=2).encode()
+    content = encode_record(GUARANTEE_KIND, GUARANTEE_VERSION, body)
     # Spark rebuilds the sink's driver half for every batch: rewrite (and fsync)
     # only when the record changes, so the per-batch cost stays one small read.
     try:
@@ -134,13 +117,6 @@ def write_guarantee(checkpoint: str, sink_id: str, record: GuaranteeRecord) -> N
     write_atomically(fsys, path, content)
 
 
-def has_guarantee_record(checkpoint: str, sink_id: str) -> bool:
-    """Whether sink ``sink_id`` ran in this checkpoint (its guarantee record exists)."""
-    fsys, base = filesystem(checkpoint)
-    info = fsys.get_file_info(f"{base}/{FIRESTEEL_DIR}/guarantee-{sink_id}.json")
-    return info.type != fs.FileType.NotFound
-
-
 def read_guarantee(checkpoint: str) -> dict[str, Any]:
     """The guarantee records of every firesteel sink of a query, keyed by sink id."""
     fsys, base = filesystem(checkpoint)
@@ -150,5 +126,9 @@ def read_guarantee(checkpoint: str) -> dict[str, Any]:
         name = info.base_name
         if name.startswith("guarantee-") and name.endswith(".json"):
             with fsys.open_input_stream(info.path) as stream:
-                records[name[len("guarantee-") : -len(".json")]] = json.loads(stream.read())
+                data = stream.read()
+            where = f"{checkpoint}/{FIRESTEEL_DIR}/{name}"
+            records[name[len("guarantee-") : -len(".json")]] = decode_record(
+                data, where, GUARANTEE_KIND, (GUARANTEE_VERSION,)
+            )
     return records

@@ -4,6 +4,9 @@ A connector declares its options as a frozen dataclass whose fields use
 :func:`option`; :func:`parse_options` turns the strings Spark hands over into
 that dataclass, converting types, checking ``Literal`` choices, and refusing
 unknown or misspelled keys with the list of valid ones and the closest match.
+A field declared with ``min=`` / ``max=`` is range-checked by :func:`check_ranges`,
+which the dataclass's ``__post_init__`` calls, so options built directly in Python
+are checked as strictly as parsed ones.
 """
 
 from __future__ import annotations
@@ -11,9 +14,10 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import enum
+import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 
 from firesteel.core.errors import ConfigError
@@ -24,7 +28,10 @@ T = TypeVar("T")
 SPARK_MANAGED_KEYS = frozenset({"checkpointlocation", "queryname"})
 """Keys Spark itself adds to a sink's options; accepted and ignored unless declared."""
 
-_SECRET_MARKERS = ("password", "secret", "key.pem", "private", "token", "sasl.jaas")
+SECRET_MARKERS = frozenset(
+    {"password", "passwd", "secret", "token", "key", "private", "jaas", "sas", "credential"}
+)
+"""Words of a setting's name (split at ``.``, ``_``, ``-``) that mark its value secret."""
 
 
 def option(
@@ -33,13 +40,17 @@ def option(
     doc: str,
     name: str | None = None,
     required: bool = False,
+    min: float | None = None,
+    max: float | None = None,
 ) -> Any:
     """Declare a connector option field.
 
     ``name`` is the spelling users type (default: the field name with ``_`` → ``.``);
-    ``doc`` is shown by :func:`describe_options` and in error messages.
+    ``doc`` is shown by :func:`describe_options` and in error messages; ``min`` and
+    ``max`` bound a number inclusively (checked by :func:`check_ranges`; None, "not set",
+    is always allowed).
     """
-    metadata = {"doc": doc, "name": name, "required": required}
+    metadata = {"doc": doc, "name": name, "required": required, "min": min, "max": max}
     if required:
         return dataclasses.field(metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -50,10 +61,44 @@ def option_name(field: dataclasses.Field[Any]) -> str:
     return str(field.metadata.get("name") or field.name.replace("_", "."))
 
 
-def is_secret(key: str) -> bool:
-    """Whether an option's value must never be logged or echoed in an error."""
+def check_ranges(options: Any, where: str = "") -> None:
+    """Refuse any field of the dataclass ``options`` outside its ``option(min=, max=)`` bounds.
+
+    Called by an options dataclass's ``__post_init__``; ``where`` (e.g. the connector's
+    name) starts the message.
+    """
+    prefix = f"{where}: " if where else ""
+    for field in dataclasses.fields(options):
+        low, high = field.metadata.get("min"), field.metadata.get("max")
+        value = getattr(options, field.name)
+        if (low is None and high is None) or value is None:
+            continue
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if number and (low is None or value >= low) and (high is None or value <= high):
+            continue
+        if high is None:
+            bound = f"at least {low}"
+        elif low is None:
+            bound = f"at most {high}"
+        else:
+            bound = f"between {low} and {high}"
+        msg = f"{prefix}option '{option_name(field)}' is {value!r}; it must be {bound}"
+        raise ConfigError(msg)
+
+
+def is_secret(key: str, loggable: Collection[str] | None = None) -> bool:
+    """Whether the value of setting ``key`` must never be logged or echoed in an error.
+
+    The one rule for every option, storage setting and client property: a key
+    with a word of :data:`SECRET_MARKERS` is secret. A client whose secret
+    properties have open-ended names (librdkafka's ``sasl.oauthbearer.extensions``,
+    or a misspelled ``sasl.pasword``) passes its allow-list of property names
+    known to be safe as ``loggable``: every other key is secret too (fails closed).
+    """
     lowered = key.lower()
-    return any(marker in lowered for marker in _SECRET_MARKERS)
+    if loggable is not None and lowered not in loggable:
+        return True
+    return not SECRET_MARKERS.isdisjoint(re.split(r"[._-]", lowered))
 
 
 def _convert(key: str, text: str, annotation: Any) -> Any:

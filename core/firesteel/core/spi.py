@@ -92,6 +92,7 @@ from firesteel.core.checkpoint import (
     filesystem,
     has_committed,
     normalize_location,
+    query_identity,
     read_query_id,
 )
 from firesteel.core.context import TaskScope
@@ -128,7 +129,13 @@ from firesteel.core.faults import FaultPoint, fault_point
 from firesteel.core.guarantee import Guarantee, Replay, SinkKind
 from firesteel.core.guarded_fs import store_type
 from firesteel.core.metrics import TaskMetrics, task_metrics
-from firesteel.core.options import option, parse_options, require_absolute
+from firesteel.core.options import (
+    check_ranges,
+    is_secret,
+    option,
+    parse_options,
+    require_absolute,
+)
 from firesteel.core.ownership import Ownership
 from firesteel.core.retry_window import RetryWindow
 from firesteel.core.sink import (
@@ -206,6 +213,7 @@ __all__ = [
     "atomic_output",
     "canonical",
     "check_location",
+    "check_ranges",
     "create_record",
     "decode_record",
     "default_sink_id",
@@ -213,10 +221,12 @@ __all__ = [
     "fault_point",
     "filesystem",
     "has_committed",
+    "is_secret",
     "make_parent",
     "normalize_location",
     "option",
     "parse_options",
+    "query_identity",
     "read_query_id",
     "read_record",
     "require_absolute",

@@ -50,6 +50,7 @@ from pyarrow import fs
 
 from firesteel.core.errors import ConfigError, StorageError
 from firesteel.core.guarded_fs import guard, store_type, unguarded
+from firesteel.core.options import is_secret
 from firesteel.core.store_retry import DEFAULT_TIMEOUT_S as DEFAULT_RETRY_TIMEOUT_S
 from firesteel.core.store_retry import SETTING_SUFFIX as RETRY_SETTING_SUFFIX
 from firesteel.core.store_retry import StoreRetry
@@ -66,15 +67,10 @@ SCHEMES = ("file", *sorted(S3_SCHEMES | GCS_SCHEMES | AZURE_SCHEMES | HDFS_SCHEM
 OBJECT_STORES = frozenset({"s3", "gcs", "abfs"})
 """pyarrow filesystem types whose uploads are atomic and which have no rename."""
 
-SECRET_MARKERS = ("secret", "key", "token", "password", "sas")
 CONNECT_TIMEOUT_S = 5.0
 """Default time to open a connection: an unreachable endpoint fails within seconds."""
 REQUEST_TIMEOUT_S = 20.0
 ATTEMPTS = 3
-
-
-def _is_secret(name: str) -> bool:
-    return any(part in SECRET_MARKERS for part in name.split("."))
 
 
 @dataclass(frozen=True)
@@ -126,7 +122,7 @@ class StorageConfig:
 
     def __repr__(self) -> str:
         shown = ", ".join(
-            f"{key}={'***' if _is_secret(key) else value}" for key, value in self.settings
+            f"{key}={'***' if is_secret(key) else value}" for key, value in self.settings
         )
         return f"StorageConfig({shown})"
 

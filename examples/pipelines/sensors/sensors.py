@@ -131,7 +131,8 @@ class StoreLogic(StreamletLogic):
     def run(self) -> Sequence[Any]:
         query = (
             self.context.read_stream("in")
-            .writeStream.format("firesteel.files")
+            .writeStream.queryName(self.context.query_name())
+            .format("firesteel.files")
             .option("path", str(Path(self.context.config["output-dir"]).resolve()))
             .option("guarantee", "exactly-once")
             .option("checkpointLocation", self.context.checkpoint_location())

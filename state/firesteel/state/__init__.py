@@ -21,6 +21,7 @@ from firesteel.state.backend import (
     StateDeclarations,
 )
 from firesteel.state.broadcast import BroadcastContext, BroadcastMap
+from firesteel.state.coprocess import CoProcessor
 from firesteel.state.descriptors import (
     BroadcastStateDescriptor,
     ListStateDescriptor,
@@ -47,6 +48,7 @@ __all__ = [
     "BroadcastContext",
     "BroadcastMap",
     "BroadcastStateDescriptor",
+    "CoProcessor",
     "KeyGroupRange",
     "KeyState",
     "KeyedProcessor",

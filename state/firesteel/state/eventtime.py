@@ -136,19 +136,21 @@ class EventTimeTicks:
         latest: int | None = None
         schema: pa.Schema | None = None
         for batch in batches:
-            schema = batch.schema
+            # Every column nullable, as the tick row needs (an input column may be declared
+            # non-nullable, a literal for one): all batches of the task share one schema.
+            schema = pa.schema(
+                [*(f.with_nullable(True) for f in batch.schema), pa.field(TICK_COLUMN, pa.int64())]
+            )
             if batch.num_rows:
                 found = pc.max(epoch_ms(batch.column(self.column))).as_py()
                 if found is not None and (latest is None or found > latest):
                     latest = found
-            yield batch.append_column(TICK_COLUMN, pa.nulls(batch.num_rows, pa.int64()))
+            ticks = pa.nulls(batch.num_rows, pa.int64())
+            yield pa.RecordBatch.from_arrays([*batch.columns, ticks], schema=schema)
         if latest is None or schema is None:
             return
-        columns = [pa.nulls(1, f.type) for f in schema]
-        yield pa.RecordBatch.from_arrays(
-            [*columns, pa.array([latest], pa.int64())],
-            names=[*schema.names, TICK_COLUMN],
-        )
+        columns = [pa.nulls(1, f.type) for f in schema][:-1]
+        yield pa.RecordBatch.from_arrays([*columns, pa.array([latest], pa.int64())], schema=schema)
 
 
 def batch_max_event_time(received: pa.Table | None) -> int | None:
@@ -248,6 +250,14 @@ def count_dropped(store: KeyedStateStore, late: pa.Table, key_group_column: str)
     for entry in pc.value_counts(late.column(key_group_column).combine_chunks()).to_pylist():
         store.set_current_key(CLOCK_KEY, entry["values"])
         counter.update((counter.value() or 0) + entry["counts"])
+
+
+def count_dropped_in(store: KeyedStateStore, key_group: int, count: int) -> None:
+    """Add ``count`` dropped late records to :data:`LATE_DROPPED` of ``key_group`` (leaves
+    the store's current key on the key group's reserved entry)."""
+    counter = cast(ValueState, store.state(LATE_DROPPED))
+    store.set_current_key(CLOCK_KEY, key_group)
+    counter.update((counter.value() or 0) + count)
 
 
 def late_mask(rows: pa.Table, column: str, watermark: int | None) -> pa.Array | None:

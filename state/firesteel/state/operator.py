@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -60,7 +60,7 @@ from firesteel.core.errors import ConfigError, FiresteelError, ProcessorError
 from firesteel.core.faults import fault_point
 from firesteel.core.storage import session_settings
 from firesteel.state import broadcast as broadcasts
-from firesteel.state import clock, keygroups
+from firesteel.state import clock, coprocess, keygroups
 from firesteel.state import eventtime as et
 from firesteel.state.backend import (
     KeyedStateStore,
@@ -126,6 +126,7 @@ def stateful(
     event_time: str | None = None,
     watermark: et.BoundedOutOfOrderness | None = None,
     late: et.LatePolicy = "side-output",
+    right: DataFrame | None = None,
 ) -> DataFrame:
     """Run ``processor`` per key of ``df`` with keyed state in ``backend``.
 
@@ -155,6 +156,11 @@ def stateful(
     ``"drop"`` drops and counts them; ``"process"`` hands them to ``process`` with a boolean
     column ``__late`` true. Spark's own ``withWatermark`` on ``df`` is refused: its
     watermark serves Spark's operators, and two watermarks would disagree on what is late.
+
+    ``right``: a second keyed input (the same key columns) for a
+    :class:`~firesteel.state.coprocess.CoProcessor`, whose ``process_left`` gets ``df``'s
+    rows and ``process_right`` this one's, sharing the key's state and timers (see
+    :mod:`firesteel.state.coprocess`).
 
     The result is a streaming DataFrame of ``output_schema``: write it with any
     sink. State is exactly-once with any sink (a batch's state commits with the
@@ -194,7 +200,36 @@ def stateful(
             df.sparkSession.conf.get("spark.sql.shuffle.partitions") or "200"
         )
     keygroups.validate(parallelism, max_parallelism)
+    sides: coprocess.Sides | None = None
+    if right is not None:
+        if broadcast is not None:
+            msg = "stateful(): a broadcast input and a right input together are not supported"
+            raise ConfigError(msg)
+        if event_time is not None and event_time not in right.columns:
+            columns = ", ".join(right.columns)
+            msg = (
+                f"stateful(): event_time column '{event_time}' is not in the right input "
+                f"({columns})"
+            )
+            raise ConfigError(msg)
+        df, sides = coprocess.union_sides(df, right, processor, key_columns)
+    elif isinstance(processor, coprocess.CoProcessor):
+        msg = f"stateful(): {type(processor).__name__} takes two inputs: give right=<DataFrame>"
+        raise ConfigError(msg)
     times = _event_time(df, event_time, watermark, late)
+    if getattr(processor, "handles_late", False):
+        if times is None:
+            msg = (
+                f"stateful(): {type(processor).__name__} works in event time: give "
+                "event_time='<timestamp column>' and watermark=BoundedOutOfOrderness(...)"
+            )
+            raise ConfigError(msg)
+        if times.late == "process":
+            msg = (
+                f"stateful(): {type(processor).__name__} decides itself which late records "
+                "it can use; late='process' does not apply: use 'side-output' or 'drop'"
+            )
+            raise ConfigError(msg)
     input_schema = df.schema
     if times is not None:
         df = _with_ticks(df, times.column)
@@ -236,7 +271,7 @@ def stateful(
         .repartitionById(parallelism, partition.cast("int"))
     )
     task = OperatorTask(
-        spec, processor, backend, arrow_schema, restore, broadcast_order, times, late_type
+        spec, processor, backend, arrow_schema, restore, broadcast_order, times, late_type, sides
     )
     logger.info(
         "firesteel: stateful operator %s on %s, %d partitions over %d key groups, %s backend at %s",
@@ -351,6 +386,8 @@ class OperatorTask:
     event_time: et.EventTime | None = None
     late_type: pa.DataType | None = None
     """The Arrow type of the ``__late`` column with ``late="side-output"``."""
+    sides: coprocess.Sides | None = None
+    """With a right input: the columns of each input (:mod:`firesteel.state.coprocess`)."""
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         scope = TaskScope.running()
@@ -428,7 +465,14 @@ def run_task(
     now_ms = 0 if batch_time is None else batch_time
     processor = operator.processor
     declared = dict(processor.declared_states())
-    open_ctx = OpenContext(spec.name, task.scope.batch_id, task.scope.partition_id, declared)
+    open_ctx = OpenContext(
+        spec.name,
+        task.scope.batch_id,
+        task.scope.partition_id,
+        declared,
+        key_columns=spec.key_columns,
+        event_time_column=None if operator.event_time is None else operator.event_time.column,
+    )
     store: KeyedStateStore | None = None
     pending = None
     try:
@@ -532,7 +576,8 @@ def _split_late(
     """The records to process (with a ``__late`` flag under ``late="process"``) and the late
     records to the side output; None for either when there are none."""
     times = operator.event_time
-    if times is None:
+    if times is None or operator.processor.handles_late:
+        # A processor that handles late records routes the ones it rejects (emit_late).
         return table, None
     mask = et.late_mask(table, times.column, handle.watermark_ms)
     if times.late == "process":
@@ -585,8 +630,44 @@ def _process_input(
     if processed is None:
         return
     yield from _process_keys(
-        operator.processor, store=store, handle=handle, main=main, table=processed, spec=spec
+        operator.processor,
+        store=store,
+        handle=handle,
+        main=main,
+        table=processed,
+        spec=spec,
+        route_late=lambda: _route_rejected(operator, store, handle),
+        sides=operator.sides,
     )
+
+
+def _route_rejected(
+    operator: OperatorTask, store: KeyedStateStore, handle: KeyState
+) -> Iterator[pa.RecordBatch]:
+    """Route the late records the processor handed to ``emit_late`` by the late policy."""
+    rejected, handle.rejected_late = handle.rejected_late, []
+    times = operator.event_time
+    if times is None:
+        msg = (
+            f"operator '{operator.spec.name}': emit_late() needs an event-time column: "
+            "stateful(..., event_time='<column>', watermark=BoundedOutOfOrderness(...))"
+        )
+        raise ConfigError(msg)
+    if times.late == "side-output" and operator.late_type is not None:
+        for records in rejected:
+            yield et.side_output_batch(records, operator.schema, operator.late_type)
+        return
+    count = sum(records.num_rows for records in rejected)
+    logger.info(
+        "state: operator %s batch %d dropped %d late records of key group %d (watermark %s)",
+        operator.spec.name,
+        handle.batch_id,
+        count,
+        handle.key_group,
+        handle.watermark_ms,
+    )
+    et.count_dropped_in(store, handle.key_group, count)
+    store.set_current_key(handle.key, handle.key_group)
 
 
 def _process_keys(
@@ -597,6 +678,8 @@ def _process_keys(
     main: _MainOutput,
     table: pa.Table,
     spec: OperatorSpec,
+    route_late: Callable[[], Iterator[pa.RecordBatch]],
+    sides: coprocess.Sides | None = None,
 ) -> Iterator[pa.RecordBatch]:
     builder = main.builder
     ordered, starts = _key_runs(table, spec.key_columns)
@@ -612,11 +695,35 @@ def _process_keys(
         handle.key_group = key_groups[position]
         start = starts[position]
         rows: Any = data.slice(start, ends[position] - start)
-        if as_pandas:
-            rows = rows.to_pandas()
-        _call(processor.process, key, rows, handle, builder, what="process")
+        if sides is not None:
+            for method, what, part in _split_sides(processor, rows, sides):
+                given = part.to_pandas() if as_pandas else part
+                _call(method, key, given, handle, builder, what=what)
+        else:
+            if as_pandas:
+                rows = rows.to_pandas()
+            _call(processor.process, key, rows, handle, builder, what="process")
+        if handle.rejected_late:
+            yield from route_late()
         if builder.ready:
             yield from main.drain()
+
+
+def _split_sides(
+    processor: KeyedProcessor, rows: pa.Table, sides: coprocess.Sides
+) -> Iterator[tuple[Any, str, pa.Table]]:
+    """The key's rows of each input, with that input's columns (and ``__late`` if flagged),
+    each with the method that takes them: left first."""
+    co = cast(coprocess.CoProcessor, processor)
+    marks = rows.column(coprocess.SIDE_COLUMN)
+    extra = [et.LATE_COLUMN] if et.LATE_COLUMN in rows.column_names else []
+    for side, columns, method in (
+        ("left", sides[0], co.process_left),
+        ("right", sides[1], co.process_right),
+    ):
+        part = rows.filter(pc.equal(marks, side))
+        if part.num_rows:
+            yield method, f"process_{side}", part.select([*columns, *extra])
 
 
 def _apply_broadcast(

@@ -26,9 +26,11 @@ Call order, per task (one operator partition of one micro-batch):
    ``pyarrow.Table``, or a ``pandas.DataFrame`` with ``input_format = "pandas"``).
 4. ``close()`` -- also after a failure.
 
-With a broadcast input (``stateful(..., broadcast=df)``), ``process_broadcast(record, ctx)``
-runs first, in every partition, for each broadcast record of the batch (see
-:mod:`firesteel.state.broadcast`).
+With a second keyed input (``stateful(..., right=df)``), a
+:class:`~firesteel.state.coprocess.CoProcessor` gets ``process_left`` then ``process_right``
+in place of ``process`` in step 3. With a broadcast input (``stateful(..., broadcast=df)``),
+``process_broadcast(record, ctx)`` runs first, in every partition, for each broadcast record
+of the batch (see :mod:`firesteel.state.broadcast`).
 
 ``process`` and ``on_timer`` return output rows: an iterable of dicts (or
 tuples in output-schema order), a ``pyarrow.Table``/``RecordBatch``, a
@@ -45,6 +47,8 @@ import builtins
 import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
+
+import pyarrow as pa
 
 from firesteel.core.epoch import MILLIS, to_epoch
 from firesteel.core.errors import ConfigError
@@ -70,7 +74,14 @@ class OpenContext:
     """Given to ``open``: where the processor runs, and how to declare state."""
 
     def __init__(
-        self, operator: str, batch_id: int, partition: int, declared: dict[str, StateDescriptor]
+        self,
+        operator: str,
+        batch_id: int,
+        partition: int,
+        declared: dict[str, StateDescriptor],
+        *,
+        key_columns: tuple[str, ...] = (),
+        event_time_column: str | None = None,
     ) -> None:
         self.operator = operator
         """The operator's name."""
@@ -78,6 +89,10 @@ class OpenContext:
         """The micro-batch (= checkpoint) id this task processes."""
         self.partition = partition
         """The operator partition this task runs."""
+        self.key_columns = key_columns
+        """The operator's key columns, in the order of the key tuples."""
+        self.event_time_column = event_time_column
+        """The ``event_time`` column given to ``stateful``, or None without event time."""
         self._declared = declared
         self.dropped: list[str] = []
 
@@ -119,6 +134,8 @@ class KeyState:
         """The current key's key group."""
         self.event_timers: EventTimers | None = None
         """The task's event-time timers (set by the operator when it has ``event_time``)."""
+        self.rejected_late: builtins.list[pa.Table] = []
+        """Late records ``emit_late`` handed back, until the operator routes them."""
 
     def broadcast(self, descriptor: BroadcastStateDescriptor) -> Mapping[Any, Any]:
         """The broadcast map of ``descriptor`` (read-only; ``process_broadcast`` writes it)."""
@@ -197,6 +214,15 @@ class KeyState:
         """This key's pending event-time timers (epoch milliseconds, ascending)."""
         return self._event_timers().of_key(self.key_group, self.key)
 
+    def emit_late(self, rows: pa.Table) -> None:
+        """Send records of ``rows`` (a ``pyarrow.Table`` slice of what ``process`` received)
+        where the operator's ``late`` policy sends late records: the side output by default,
+        or dropped and counted. For processors with ``handles_late = True``, which decide
+        themselves which late records they can still use (a window within its allowed
+        lateness)."""
+        if rows.num_rows:
+            self.rejected_late.append(rows)
+
 
 class KeyedProcessor:
     """Base class of a stateful processor (see module docs for the call order).
@@ -206,6 +232,12 @@ class KeyedProcessor:
 
     input_format: ClassVar[Literal["arrow", "pandas"]] = "arrow"
     """How ``process`` receives a key's rows."""
+
+    handles_late: ClassVar[bool] = False
+    """True: ``process`` also receives the records at or behind the watermark (without a
+    ``__late`` column) and hands those it cannot use to ``state.emit_late``, which routes
+    them by the operator's ``late`` policy (``side-output`` or ``drop``; ``process`` is
+    refused). The window processors of :mod:`firesteel.state.windows` work this way."""
 
     def open(self, ctx: OpenContext) -> None:
         """Called once per task before anything else."""

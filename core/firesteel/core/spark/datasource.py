@@ -10,7 +10,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, DataSourc
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from firesteel.core.checkpoint import has_guarantee_record, normalize_location, read_query_id
+from firesteel.core.checkpoint import query_identity
 from firesteel.core.errors import ConfigError
 from firesteel.core.guarantee import Guarantee
 from firesteel.core.options import option, parse_options
@@ -61,11 +61,8 @@ def default_sink_id(
     (``<checkpoint>/metadata``, kept across restarts, new in a new checkpoint),
     a new sink that writes everything again and recognises its own restarts.
 
-    A checkpoint that already ran under the id of earlier firesteel versions
-    (derived from the query id alone; its guarantee record is named by it)
-    keeps that id, so an upgrade neither loses nor repeats an in-flight batch.
-    Without ``output`` (connectors that have not chosen one) the id is that
-    query-derived one. An explicit ``sink.id`` is taken as is: the user then
+    Without ``output`` (connectors that have not chosen one) the id is derived
+    from the query alone. An explicit ``sink.id`` is taken as is: the user then
     owns its lifetime (a new stream needs a new one).
     """
     explicit = options.get("sink.id")
@@ -77,12 +74,9 @@ def default_sink_id(
             )
             raise ConfigError(msg)
         return str(explicit)
-    checkpoint = str(options.get("checkpointlocation", ""))
-    query_id = read_query_id(checkpoint) if checkpoint else None
-    query = f"query:{query_id}" if query_id else normalize_location(checkpoint)
-    legacy = _digest(query)
-    if output is None or (checkpoint and has_guarantee_record(checkpoint, legacy)):
-        return legacy
+    query = query_identity(str(options.get("checkpointlocation", "")))
+    if output is None:
+        return _digest(query)
     if new_stream:
         return _digest(f"output:{output}|{query}")
     return _digest(f"output:{output}")

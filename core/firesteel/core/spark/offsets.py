@@ -16,7 +16,7 @@ Everything else (``rate``, ``socket``, ``memory``: a bare number; any unknown
 form) counts as not resettable, because nothing says a re-run would see the
 same records. A custom source whose entry happens to have the Kafka form is
 taken for Kafka: tag it (``{"firesteel": {"source": ..., "replay": ...}}``)
-to say otherwise.
+to say otherwise. :func:`source_parts` reads the latest entry of a query's log.
 """
 
 from __future__ import annotations
@@ -25,7 +25,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from firesteel.core.guarantee import Replay
+from pyarrow import fs
+
+from firesteel.core.checkpoint import filesystem
+from firesteel.core.errors import CheckpointCorruptError
+from firesteel.core.guarantee import Part, Replay
 
 SOURCE_TAG = "firesteel"
 """Key under which a firesteel source's offset carries its identity and replay capability."""
@@ -88,3 +92,32 @@ def classify(line: str) -> SourceEntry:
         f"not a source firesteel knows, offset {_shown(line)}; its replay capability is unknown",
         Replay.NOT_RESETTABLE,
     )
+
+
+def _latest_offsets_file(fsys: fs.FileSystem, base: str) -> str | None:
+    infos = fsys.get_file_info(fs.FileSelector(f"{base}/offsets", allow_not_found=True))
+    batches = [int(info.base_name) for info in infos if info.base_name.isdigit()]
+    return f"{base}/offsets/{max(batches)}" if batches else None
+
+
+def source_parts(checkpoint: str) -> list[Part]:
+    """The sources feeding the query checkpointed at ``checkpoint``, for the guarantee check.
+
+    Each offsets line is classified by :func:`classify`:
+    firesteel's tagged sources, Spark's own file and Kafka sources, and
+    everything else as not resettable.
+    """
+    fsys, base = filesystem(checkpoint)
+    path = _latest_offsets_file(fsys, base)
+    if path is None:
+        return []
+    with fsys.open_input_stream(path) as stream:
+        lines = stream.read().decode("utf-8").splitlines()
+    if len(lines) < 2 or not lines[0].startswith("v"):
+        msg = f"{path}: not a Spark offsets log entry (expected a version line and metadata)"
+        raise CheckpointCorruptError(msg)
+    parts = []
+    for index, line in enumerate(lines[2:]):
+        entry = classify(line)
+        parts.append(Part(f"source #{index} ({entry.description})", replay=entry.replay))
+    return parts

@@ -10,12 +10,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from firesteel.core.checkpoint import (
-    GuaranteeRecord,
-    has_committed,
-    source_parts,
-    write_guarantee,
-)
+from firesteel.core.checkpoint import GuaranteeRecord, has_committed, write_guarantee
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import ConfigError, SinkError
 from firesteel.core.faults import committing
@@ -24,6 +19,7 @@ from firesteel.core.logs import configure_worker_logging
 from firesteel.core.metrics.history import record_batch
 from firesteel.core.metrics.task import measured_write
 from firesteel.core.sink import Sink, Vote
+from firesteel.core.spark.offsets import source_parts
 from firesteel.core.storage import patient_checks
 
 logger = logging.getLogger(__name__)

@@ -17,6 +17,7 @@ from firesteel.pipelines.parameters import (
     MemorySizeParameter,
     StringParameter,
 )
+from firesteel.pipelines.partitioners import round_robin
 from firesteel.pipelines.ports import AvroCodec, Inlet, JsonCodec, Outlet, StreamletShape
 from firesteel.pipelines.streamlet import Streamlet, StreamletContext, StreamletLogic
 from firesteel.pipelines.verify import VerifiedBlueprint, verify
@@ -48,5 +49,6 @@ __all__ = [
     "check_pipeline",
     "load_blueprint",
     "parse_blueprint",
+    "round_robin",
     "verify",
 ]

@@ -10,15 +10,33 @@ wins key by key (files in the order given, then arguments in order)::
       }
       streamlets.metrics {
         config-parameters { window = 10m }                # one streamlet's parameters
-        config { "spark.executor.memory" = 2g }           # its SparkSession
+        config { "spark.sql.shuffle.partitions" = 8 }     # its SparkSession
         checkpointing { interval = 1s }                   # its queries
+        parallelism = 4                                   # its queries' partitions
       }
       kafka { bootstrap.servers = "127.0.0.1:9092" }      # topics on Kafka (else local topics)
       supervision { restarts = 3 }                        # restarts of a dead streamlet
+      runner { jvm = shared }                             # one Spark application for all
     }
 
-``supervision``: how the runner restarts a streamlet whose process died
+``supervision``: how the runner restarts a streamlet that died
 (:mod:`firesteel.pipelines.supervision`).
+
+``parallelism`` (Cloudflow's ``kubectl cloudflow scale``): a whole number >= 1,
+the Spark partitions of the streamlet's queries (its session's
+``spark.sql.shuffle.partitions``, unless its own ``config`` sets that key),
+and, over Kafka, the partitions of a topic it produces or consumes when the
+runner creates it and the blueprint's topic gives no ``partitions`` (the
+largest parallelism of the topic's streamlets; the Kafka source reads one
+Spark partition per topic partition). An existing topic keeps its partitions.
+
+``runner.jvm``: ``shared`` (the default of ``run-local``) runs every streamlet
+as queries of one Spark application, one driver JVM
+(:mod:`firesteel.pipelines.host`); ``per-streamlet`` gives each streamlet its
+own process, SparkSession and JVM, as ``run --master`` always does. In one
+application, a Spark setting that only the application can take (anything not
+``spark.sql.*``: driver memory, JVM options) must be the same for every
+streamlet: one that differs between streamlets is a configuration problem.
 
 Checkpointing, with Cloudflow's Flink-runtime defaults and what each means in Spark:
 
@@ -78,10 +96,16 @@ ROOT_KEYS = (
     "blueprint-name",
     "guarantee",
     "supervision",
+    "runner",
 )
 GUARANTEES = ("none", "at-least-once", "exactly-once")
 """Weakest first: a pipeline gives the weakest of its streamlets' guarantees."""
-STREAMLET_KEYS = ("config-parameters", "config", "checkpointing")
+STREAMLET_KEYS = ("config-parameters", "config", "checkpointing", "parallelism")
+RUNNER_KEYS = ("jvm",)
+JVM_MODES = ("shared", "per-streamlet")
+"""``firesteel.runner.jvm``: one Spark application for every streamlet (the default), or one
+each."""
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 RUNTIME_KEYS = ("config", "checkpointing")
 
 CHECKPOINT_DEFAULTS: dict[str, Any] = {
@@ -135,6 +159,8 @@ class StreamletConfig:
     checkpointing: Checkpointing
     not_applied: tuple[str, ...] = field(default=())
     """Settings accepted but without effect in Spark, each with the reason."""
+    parallelism: int | None = None
+    """``parallelism`` (module docs), when set."""
 
 
 @dataclass(frozen=True)
@@ -306,10 +332,56 @@ class PipelineConfig:
             if config is not None:
                 resolved[name] = config.checkpointing.guarantee
         problems.extend(self._guarantee_problems(resolved))
+        problems.extend(self._runner_problems())
         for message in restart_policy(_flatten(_child(self.tree, "supervision")))[1]:
             key = message.partition(":")[0].removeprefix("firesteel.")
             problems.append((message, tuple(key.split(".", 1))))
         return list(dict.fromkeys(problems))
+
+    def _runner_problems(self) -> list[_Found]:
+        """``firesteel.runner``'s problems; in one application, a Spark setting that only the
+        application takes but that differs between streamlets."""
+        runner = _child(self.tree, "runner")
+        problems: list[_Found] = []
+        _unknown(runner, RUNNER_KEYS, ("runner",), problems)
+        mode = runner.get("jvm", None)
+        if mode is not None and str(mode) not in JVM_MODES:
+            problems.append(
+                (
+                    f"firesteel.runner.jvm: {mode!r} is not one of {', '.join(JVM_MODES)}"
+                    f"{did_you_mean(str(mode), list(JVM_MODES))}",
+                    ("runner", "jvm"),
+                )
+            )
+        if problems or self.jvm != "shared":
+            return problems
+        runtime = _flatten(_child(self.tree, "runtimes", "spark", "config"))
+        scoped = {
+            name: _flatten(_child(self.tree, "streamlets", name, "config"))
+            for name in self.verified.streamlets
+        }
+        for key in sorted({k for conf in scoped.values() for k in conf}):
+            if key.startswith("spark.sql."):
+                continue
+            effective = {str(conf.get(key, runtime.get(key))) for conf in scoped.values()}
+            if len(effective) < 2:
+                continue
+            for name in sorted(n for n, conf in scoped.items() if key in conf):
+                problems.append(
+                    (
+                        f"firesteel.streamlets.{name}.config.{key}: a setting of the Spark "
+                        "application, which every streamlet shares with firesteel.runner.jvm = "
+                        "shared; set it once in firesteel.runtimes.spark.config, or give each "
+                        "streamlet its own JVM with firesteel.runner.jvm = per-streamlet",
+                        ("streamlets", name, "config", key),
+                    )
+                )
+        return problems
+
+    @property
+    def jvm(self) -> str:
+        """``firesteel.runner.jvm``: ``shared`` (default) or ``per-streamlet`` (module docs)."""
+        return str(_child(self.tree, "runner").get("jvm", "shared"))
 
     @property
     def required_guarantee(self) -> str | None:
@@ -387,6 +459,18 @@ class PipelineConfig:
                             (*path, key),
                         )
                     )
+        parallelism = _value(scope, "parallelism")
+        if parallelism is not None:
+            if isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1:
+                problems.append(
+                    (
+                        f"firesteel.streamlets.{name}.parallelism: {parallelism!r} is not a whole "
+                        "number >= 1 (the Spark partitions of its queries)",
+                        ("streamlets", name, "parallelism"),
+                    )
+                )
+            elif SHUFFLE_PARTITIONS not in _flatten(_child(scope, "config")):
+                spark_conf[SHUFFLE_PARTITIONS] = parallelism
         settings = dict(CHECKPOINT_DEFAULTS)
         origin: dict[str, tuple[str, ...]] = {}
         for path, layer in (
@@ -400,7 +484,12 @@ class PipelineConfig:
         if problems or checkpointing is None:
             return None, problems
         settings_applied, not_applied = checkpointing
-        return StreamletConfig(name, parameters, spark_conf, settings_applied, not_applied), []
+        return (
+            StreamletConfig(
+                name, parameters, spark_conf, settings_applied, not_applied, parallelism
+            ),
+            [],
+        )
 
     def supervision(self) -> RestartPolicy:
         """How the runner restarts a streamlet whose process died."""
@@ -432,6 +521,7 @@ class PipelineConfig:
                 "guarantee": checkpointing.guarantee,
             },
             "kafka": {k: mask(k, v) for k, v in self.kafka_properties().items()},
+            "parallelism": resolved.parallelism,
             "not-applied": list(resolved.not_applied),
         }
 

@@ -35,13 +35,15 @@ MAIN_QUERY = "main"
 
 @dataclass(frozen=True)
 class Port:
-    """One connected port: its topic, codec, record key (outlets) and Spark schema."""
+    """One connected port: its topic, codec, Spark schema, and for an outlet its record key
+    and partitioner (``module:function``)."""
 
     name: str
     topic: str
     codec: Codec
     schema: Any
     key: str | None = None
+    partitioner: str | None = None
 
 
 class PortContext(ABC):
@@ -81,6 +83,7 @@ class PortContext(ABC):
                 port.codec,
                 spark_schema(port.codec.avro_schema()),
                 port.key if isinstance(port, Outlet) else None,
+                port.partitioner_reference if isinstance(port, Outlet) else None,
             )
         self._prepare(config)
 
@@ -119,6 +122,11 @@ class PortContext(ABC):
             return self._temporary[name]
         return str(self.work / "checkpoints" / self._streamlet / name)
 
+    def query_name(self, query: str | None = None) -> str:
+        """``<pipeline>.<streamlet>.<query>`` (default: the main query): the name of query
+        ``query`` in Spark (its UI, its progress, its log lines)."""
+        return f"{self.blueprint}.{self._streamlet}.{query or self.main_query}"
+
     def port(self, name: str, kind: str) -> Port:
         """The connected inlet or outlet ``name`` (``kind`` names which, for the error)."""
         port = self.ports.get(name)
@@ -140,7 +148,7 @@ class PortContext(ABC):
 
     def start(self, writer: Any, outlet: str, options: Mapping[str, str]) -> Any:
         """Name ``writer``'s query, give it the outlet's checkpoint and guarantee, and start it."""
-        writer = writer.queryName(f"{self.blueprint}.{self._streamlet}.{outlet}").option(
+        writer = writer.queryName(self.query_name(outlet)).option(
             "checkpointLocation", self.checkpoint_location(outlet)
         )
         if self.checkpointing.enabled:

@@ -7,7 +7,9 @@ firesteel's exactly-once Kafka sink (``guarantee`` from the streamlet's
 checkpointing mode, ``transaction.timeout.ms`` from its checkpointing
 timeout, so broker transactions stay as short as a batch), keyed by the
 outlet's ``key`` column so that one key's records stay in one partition and
-in order; each inlet reads committed records only (the source's
+in order, or spread by the outlet's ``partitioner``
+(:mod:`firesteel.pipelines.partitioners`, the sink's ``partitioner`` option);
+each inlet reads committed records only (the source's
 ``read_committed`` isolation) through the resettable Kafka source, from the
 topic's beginning on a query's first run, then from its checkpoint. So a
 batch is either in the downstream streamlet's input whole, once, or not at
@@ -20,7 +22,8 @@ its own columns (``key``, ``topic``, ``partition``, ``offset``,
 record has a field of one of those names is refused.
 
 Topics are created before the streamlets start (:func:`create_topics`), with
-the blueprint's ``partitions`` (default :data:`DEFAULT_PARTITIONS`) and the
+the blueprint's ``partitions``, else the largest ``parallelism`` of the
+streamlets producing or consuming it, else :data:`DEFAULT_PARTITIONS`, and the
 broker's default replication; existing topics are left as they are.
 """
 
@@ -102,6 +105,8 @@ class KafkaContext(PortContext):
             "sink.id": f"{self.blueprint}.{self.streamlet}.{outlet}",
             "kafka.transaction.timeout.ms": str(timeout_ms),
         }
+        if port.partitioner is not None:
+            settings["partitioner"] = port.partitioner
         for key, value in settings.items():
             writer = writer.option(key, value)
         return self.start(writer, outlet, options)
@@ -112,6 +117,9 @@ def create_topics(verified: VerifiedBlueprint, config: PipelineConfig) -> None:
     try:
         from confluent_kafka import KafkaError, KafkaException
         from confluent_kafka.admin import AdminClient, NewTopic
+
+        from firesteel.kafka.errors import UnreachableError
+        from firesteel.kafka.reach import first_contact
     except ImportError:
         msg = "Kafka topics between streamlets need: pip install 'firesteel-pipelines[kafka]'"
         raise ConfigurationError(msg) from None
@@ -120,16 +128,13 @@ def create_topics(verified: VerifiedBlueprint, config: PipelineConfig) -> None:
     servers = properties.get("bootstrap.servers", "")
     admin = AdminClient(properties)
     try:
-        existing = set(admin.list_topics(timeout=ADMIN_TIMEOUT_S).topics)
-    except KafkaException as exc:
-        msg = (
-            f"the Kafka cluster at {servers!r} (firesteel.kafka.bootstrap.servers) did not "
-            f"answer within {ADMIN_TIMEOUT_S:.0f} s: {exc.args[0]}"
-        )
-        raise ConfigurationError(msg) from None
+        existing = set(first_contact(admin, properties, "pipeline topics").topics)
+    except UnreachableError as exc:
+        msg = f"{exc} (set in the configuration as firesteel.kafka.bootstrap.servers)"
+        raise ConfigurationError(msg) from exc
     wanted = [
-        NewTopic(binding.name, binding.partitions or DEFAULT_PARTITIONS)
-        for binding in verified.blueprint.topics.values()
+        NewTopic(binding.name, topic_partitions(verified, config, key))
+        for key, binding in verified.blueprint.topics.items()
         if binding.name not in existing
     ]
     if not wanted:
@@ -143,3 +148,13 @@ def create_topics(verified: VerifiedBlueprint, config: PipelineConfig) -> None:
             if error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 msg = f"cannot create topic {name!r} on {servers!r}: {error.str()}"
                 raise ConfigurationError(msg) from None
+
+
+def topic_partitions(verified: VerifiedBlueprint, config: PipelineConfig, topic: str) -> int:
+    """The partitions blueprint topic ``topic`` is created with (module docs)."""
+    binding = verified.blueprint.topics[topic]
+    if binding.partitions:
+        return binding.partitions
+    ends = [*binding.producers, *binding.consumers]
+    given = [config.streamlet(end.split(".")[0]).parallelism for end in ends]
+    return max((p for p in given if p is not None), default=DEFAULT_PARTITIONS)

@@ -5,7 +5,8 @@ is bound to: :class:`AvroCodec` (Avro binary, schema as an ``.avsc`` file or a
 dict) or :class:`JsonCodec` (JSON text, schema as a Spark ``StructType``). Both
 describe their records as an Avro schema, so a blueprint checks every producer
 and consumer pair on a topic by Avro's reader/writer rules, whatever the codec.
-An outlet may name its records' key (a column), which partitions the topic.
+An outlet may name its records' key (a column), which partitions the topic,
+and a partitioner (:mod:`firesteel.pipelines.partitioners`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from firesteel.pipelines.errors import ConfigurationError
+from firesteel.pipelines.partitioners import Partitioner, reference
 
 PORT_NAME = re.compile(r"^[a-z][a-z0-9-]*$")
 """Port names, as Cloudflow's: lowercase letters, digits and '-', starting with a letter."""
@@ -129,9 +131,25 @@ class Inlet(StreamletPort):
 
 @dataclass(frozen=True)
 class Outlet(StreamletPort):
-    """A named output of a streamlet; ``key`` (a column) partitions the topic by record key."""
+    """A named output of a streamlet; ``key`` (a column) is its records' key, which partitions
+    a Kafka topic by default; ``partitioner`` (``(key, partitions) -> partition``, e.g.
+    :func:`~firesteel.pipelines.partitioners.round_robin`) chooses the partition instead."""
 
     key: str | None = None
+    partitioner: Partitioner | None = None
+
+    def __post_init__(self) -> None:
+        if self.partitioner is not None:
+            try:
+                reference(self.partitioner)
+            except ValueError as exc:
+                msg = f"outlet {self.name!r}: {exc}"
+                raise ConfigurationError(msg) from None
+
+    @property
+    def partitioner_reference(self) -> str | None:
+        """``module:function`` of its partitioner, for the Kafka sink; None without one."""
+        return None if self.partitioner is None else reference(self.partitioner)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,13 @@
-"""``firesteel run-local`` / ``firesteel run --master``: every streamlet of a blueprint in its
-own process (on a cluster: its own Spark application).
+"""``firesteel run-local`` / ``firesteel run --master``: every streamlet of a blueprint as
+queries of one Spark application, or each in its own process (on a cluster: its own Spark
+application).
 
 The runner verifies the blueprint and its configuration (nothing starts if
-anything is wrong), then starts one Python process per streamlet
+anything is wrong), then, with ``firesteel.runner.jvm = shared`` (the default
+of ``run-local``), starts one process, one Spark driver JVM, that runs every
+streamlet's queries (:mod:`firesteel.pipelines.host`), logging to
+``<work>/logs/pipeline.log``; with ``per-streamlet`` (always with
+``--master``) one Python process per streamlet
 (:mod:`firesteel.pipelines.process`), each with its own SparkSession, logging
 to ``<work>/logs/<streamlet>.log``. Topics are folders under
 ``<work>/topics`` (:mod:`firesteel.pipelines.local`), or Kafka topics, created
@@ -22,11 +27,13 @@ is refused, naming the first one's PID and host.
 
 Ctrl-C (or SIGTERM) stops every streamlet: each stops its queries, waiting for
 a running batch to end; one still running after :data:`STOP_TIMEOUT_S` is
-killed (its next start recovers from its checkpoint). A streamlet whose process
-dies is restarted under ``firesteel.supervision``
-(:mod:`firesteel.pipelines.supervision`: bounded restarts with backoff, each
-logged); one that dies more often than that allows, or exits by itself, stops
-the others and the runner exits non-zero, naming its log.
+killed (its next start recovers from its checkpoint). A process that dies
+(one streamlet's, or the shared one) is restarted under
+``firesteel.supervision`` (:mod:`firesteel.pipelines.supervision`: bounded
+restarts with backoff, each logged), and in the shared process a streamlet
+whose query failed has its queries restarted there, the others running on;
+one that dies more often than that allows, or exits by itself, stops the
+others and the runner exits non-zero, naming its log.
 """
 
 from __future__ import annotations
@@ -47,7 +54,7 @@ from firesteel.pipelines.check import check_pipeline
 from firesteel.pipelines.config import PipelineConfig
 from firesteel.pipelines.kafka import create_topics
 from firesteel.pipelines.redeploy import check_recorded_schemas, record_schemas
-from firesteel.pipelines.supervision import Restarts
+from firesteel.pipelines.supervision import STOPPED_EXIT, Restarts
 from firesteel.pipelines.verify import VerifiedBlueprint
 from firesteel.pipelines.worklock import WorkLock
 
@@ -55,6 +62,8 @@ logger = logging.getLogger(__name__)
 
 STOP_TIMEOUT_S = 60.0
 POLL_S = 0.5
+SHARED = "pipeline"
+"""The name of the one process that hosts every streamlet (``firesteel.runner.jvm = shared``)."""
 
 
 def blueprint_on_path(blueprint: Path) -> None:
@@ -73,7 +82,13 @@ def load(
 
 
 class LocalRunner:
-    """The processes of one run of a pipeline: each streamlet's driver runs here.
+    """The processes of one run of a pipeline: its Spark drivers run here.
+
+    ``processes`` and ``restarts`` are keyed by process: :data:`SHARED`, the one
+    process hosting every streamlet (``firesteel.runner.jvm = shared``, the
+    default without ``master``), else each streamlet's name.
+    ``environment`` adds variables to one streamlet's process; in the shared
+    process every streamlet's are added.
 
     With ``master`` (``spark://host:7077``) each streamlet is its own Spark
     application on that cluster, its driver a process of this runner (client
@@ -102,11 +117,14 @@ class LocalRunner:
         self.settings = list(settings)
         self.verified, self.config = load(self.blueprint, self.files, self.settings)
         check_recorded_schemas(self.verified, self.work)
+        self.shared = master is None and self.config.jvm == "shared"
+        """Whether one process and Spark application hosts every streamlet."""
+        streamlets = tuple(self.verified.streamlets)
+        self.units = {SHARED: streamlets} if self.shared else {n: (n,) for n in streamlets}
+        """The streamlets of each process, by process name."""
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
-        self.restarts = {
-            name: Restarts(self.config.supervision()) for name in self.verified.streamlets
-        }
-        """Each streamlet's restarts in this run."""
+        self.restarts = {name: Restarts(self.config.supervision()) for name in self.units}
+        """Each process's restarts in this run."""
         self._due: dict[str, float] = {}
         """When each dead streamlet waiting for its restart is due (monotonic seconds)."""
         self._env: dict[str, str] = {}
@@ -114,9 +132,9 @@ class LocalRunner:
         self._lock = WorkLock(self.work)
         self._reaper: subprocess.Popen[str] | None = None
 
-    def log_path(self, streamlet: str) -> Path:
-        """Where streamlet ``streamlet`` logs."""
-        return self.work / "logs" / f"{streamlet}.log"
+    def log_path(self, name: str) -> Path:
+        """Where streamlet or process ``name`` logs (every streamlet in the shared log)."""
+        return self.work / "logs" / f"{SHARED if self.shared else name}.log"
 
     def start(self) -> None:
         """Start every streamlet's process; WorkFolderInUseError when another runner holds
@@ -138,20 +156,15 @@ class LocalRunner:
             p for p in (str(self.blueprint.parent), env.get("PYTHONPATH", "")) if p
         )
         self._env = env
-        for name in self.verified.streamlets:
+        for name in self.units:
             self._launch(name)
 
     def _launch(self, name: str) -> None:
-        """Start streamlet ``name``'s process, appending to its log."""
-        command = [
-            sys.executable,
-            "-m",
-            "firesteel.pipelines.process",
-            str(self.blueprint),
-            name,
-            "--work",
-            str(self.work),
-        ]
+        """Start process ``name`` (module docs), appending to its log."""
+        module = "host" if self.shared else "process"
+        command = [sys.executable, "-m", f"firesteel.pipelines.{module}", str(self.blueprint)]
+        command += [] if self.shared else [name]
+        command += ["--work", str(self.work)]
         if self.master:
             command += ["--master", self.master]
         for path in self.files:
@@ -163,11 +176,18 @@ class LocalRunner:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env={**self._env, **self.environment.get(name, {})},
+                env=self._environment(name),
                 start_new_session=True,
             )
         self._tell_reaper(f"+{self.processes[name].pid}")
-        logger.info("streamlet %s started (pid %d)", name, self.processes[name].pid)
+        what = "every streamlet" if self.shared else f"streamlet {name}"
+        logger.info("%s started (pid %d)", what, self.processes[name].pid)
+
+    def _environment(self, name: str) -> dict[str, str]:
+        env = dict(self._env)
+        for streamlet in self.units[name]:
+            env.update(self.environment.get(streamlet, {}))
+        return env
 
     def _tell_reaper(self, line: str) -> None:
         """Tell the reaper a streamlet group it must kill if the runner dies (``+``), or
@@ -198,11 +218,12 @@ class LocalRunner:
             code = process.poll()
             if code is None:
                 continue
-            delay = self.restarts[name].after_death(now) if code != 0 else None
+            stopped = code in (0, STOPPED_EXIT)
+            delay = None if stopped else self.restarts[name].after_death(now)
             if delay is None:
                 logger.error(
-                    "streamlet %s exited with %d%s: stopping the pipeline; see %s",
-                    name,
+                    "%s exited with %d%s: stopping the pipeline; see %s",
+                    self._what(name),
                     code,
                     self._given_up(name, code),
                     self.log_path(name),
@@ -215,9 +236,8 @@ class LocalRunner:
             self._tell_reaper(f"-{process.pid}")
             policy = self.restarts[name].policy
             logger.warning(
-                "streamlet %s exited with %d: restart %d (at most %d within %g s) in %.1f s; "
-                "see %s",
-                name,
+                "%s exited with %d: restart %d (at most %d within %g s) in %.1f s; see %s",
+                self._what(name),
                 code,
                 self.restarts[name].total,
                 policy.restarts,
@@ -228,11 +248,16 @@ class LocalRunner:
             self._due[name] = now + delay
         return None
 
+    def _what(self, name: str) -> str:
+        return "the pipeline's process" if self.shared else f"streamlet {name}"
+
     def _given_up(self, name: str, code: int) -> str:
-        """Why streamlet ``name``, exited with ``code``, is not restarted."""
+        """Why process ``name``, exited with ``code``, is not restarted."""
         policy = self.restarts[name].policy
         if code == 0:
             return " (its queries finished)"
+        if code == STOPPED_EXIT:
+            return " (a streamlet stopped it: its log names which and why)"
         if policy.restarts == 0:
             return " (supervision is off: firesteel.supervision.restarts = 0)"
         return (
@@ -272,7 +297,7 @@ class LocalRunner:
             try:
                 process.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                logger.warning("streamlet %s did not stop in time: killing it", name)
+                logger.warning("%s did not stop in time: killing it", self._what(name))
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
         if self._reaper is not None and self._reaper.stdin is not None:

@@ -55,6 +55,10 @@ class StreamletContext(Protocol):
         after it; the default is the streamlet's main query (its only outlet's, else
         ``main``), which an egress writing elsewhere uses."""
 
+    def query_name(self, query: str | None = None) -> str:
+        """Query ``query``'s name in Spark, ``<pipeline>.<streamlet>.<query>`` (default: the
+        main query): an egress writing elsewhere names its query with it."""
+
     def read_stream(self, inlet: str, query: str | None = None) -> Any:
         """A streaming DataFrame of ``inlet``'s records, decoded by its codec, for query
         ``query`` (default: the main query; a Kafka inlet keeps its start in its checkpoint)."""

@@ -31,6 +31,10 @@ from typing import Any
 from firesteel.pipelines.errors import did_you_mean
 from firesteel.pipelines.parameters import parse_duration
 
+STOPPED_EXIT = 3
+"""The exit code of a process that stopped its streamlets for good (one failed more often than
+supervision allows, or finished): the runner stops the pipeline instead of restarting it."""
+
 SUPERVISION_DEFAULTS: dict[str, Any] = {
     "restarts": 3,
     "window": "10 minutes",

@@ -55,14 +55,8 @@ from typing import Literal
 import psutil
 
 from firesteel.core.errors import FiresteelError
-from firesteel.core.faults import (
-    FAULT_ENV,
-    KILL_ENV,
-    MARKER_DIR_ENV,
-    PGID_ENV,
-    FaultPoint,
-    gathered,
-)
+from firesteel.core.faults import FaultPoint
+from firesteel.testing.faults import FAULT_ENV, KILL_ENV, MARKER_DIR_ENV, PGID_ENV, gathered
 from firesteel.testing.jobs import DEFAULT_MASTER, MASTER_ENV
 from firesteel.testing.jvm import ARCHIVE_ENV, driver_archive
 from firesteel.testing.points import check_point

@@ -2,7 +2,7 @@
 
 The harness starts the job in a new session, so its process group id equals
 its PID, which is only known once the process exists. This launcher puts it
-into ``FIRESTEEL_FAULT_PGID`` (read by :mod:`firesteel.core.faults`, and
+into ``FIRESTEEL_FAULT_PGID`` (read by :mod:`firesteel.testing.faults`, and
 inherited by the Spark JVM the script starts) and then runs the script as
 ``__main__`` with the remaining arguments, or several scripts in one driver
 (``--together``, see :mod:`firesteel.testing.together`).
@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
-from firesteel.core.faults import PGID_ENV
+from firesteel.testing.faults import PGID_ENV
 from firesteel.testing.together import TOGETHER_FLAG, run_parts, run_script, split_parts
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from firesteel.core.errors import MissingDependencyError
+from firesteel.core.reaper import Reaper
 
 try:
     import psutil
@@ -32,6 +33,10 @@ except ImportError as exc:
 
 logger = logging.getLogger(__name__)
 
+REAPER = Reaper()
+"""Guards every server, broker, cluster daemon and job this process starts: should the
+process die without stopping them (a killed test run), they are SIGKILLed with it."""
+
 TOKEN_ENV = "FIRESTEEL_HARNESS_RUN"
 """Environment variable carrying the id of one harness run into every process of the job."""
 
@@ -40,9 +45,10 @@ def spawn_logged(
     command: Sequence[str], log: Path, env: Mapping[str, str]
 ) -> subprocess.Popen[bytes]:
     """Start ``command`` in a session (and process group) of its own, stdout and stderr
-    into the file ``log``, no stdin; so it can be killed as a group without touching us."""
+    into the file ``log``, no stdin; so it can be killed as a group without touching us.
+    :data:`REAPER` guards it."""
     with open(log, "wb") as out:
-        return subprocess.Popen(
+        process = subprocess.Popen(
             command,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -50,6 +56,8 @@ def spawn_logged(
             env=env,
             start_new_session=True,
         )
+    REAPER.guard(process.pid)
+    return process
 
 
 def _matches_token(proc: psutil.Process, token: str) -> bool:

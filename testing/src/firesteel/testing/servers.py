@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from firesteel.testing.ports import free_port
-from firesteel.testing.processes import spawn_logged
+from firesteel.testing.processes import REAPER, spawn_logged
 
 START_TIMEOUT_S = 30.0
 
@@ -84,4 +84,6 @@ class ServerProcess(ABC):
         if self.process is not None and self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=30)
+        if self.process is not None:
+            REAPER.release(self.process.pid)
         self.process = None

@@ -14,6 +14,9 @@ Usage::
   a random operator parallelism (1-4) on every restart;
 - ``wal``: firesteel.files -> a write-ahead-log sink into an upsert target
   (SQLite), with a random partition count (1-4) on every restart;
+- ``windows``: firesteel.files -> session windows with late data -> firesteel.files,
+  with a random operator parallelism and input ``repartition`` on every restart, checked
+  against a plain-Python reference (:class:`WindowsSoak`);
 - ``files-s3``, ``state-s3``, ``wal-s3``: the same paths with the file sink's
   output, the keyed state, or the write-ahead log on an S3 API server process
   (moto, started by the soak in ``WORKDIR/s3`` and stopped with it), spelled
@@ -91,6 +94,8 @@ from firesteel.testing.s3 import SETTINGS_ENV, S3Server
 from firesteel.testing.scripts import script
 from firesteel.testing.scripts.wal_target import read_writes, resends
 from firesteel.testing.spellings import Spellings
+from firesteel.testing.windows import ROWS_PER_FILE as WINDOW_ROWS_PER_FILE
+from firesteel.testing.windows import check_window_output, write_window_files
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +145,17 @@ LOCAL_PATHS = {
     ),
 }
 S3_SUFFIX = "-s3"
-PATHS = {**LOCAL_PATHS, **{name + S3_SUFFIX: path for name, path in LOCAL_PATHS.items()}}
+WINDOWS = "windows"
+"""The event-time path: session windows with late data (:class:`WindowsSoak`)."""
+PATHS = {
+    **LOCAL_PATHS,
+    **{name + S3_SUFFIX: path for name, path in LOCAL_PATHS.items()},
+    WINDOWS: SoakPath(
+        "windows_job",
+        ("state.after_snapshot", "sink.after_write", "driver.before_commit", "driver.mid_commit"),
+        rescales=True,
+    ),
+}
 
 
 class SoakRun(Protocol):
@@ -409,6 +424,65 @@ class Soak:
         return ds.dataset(f"{self.bucket}/out", format="parquet", filesystem=filesystem).to_table()
 
 
+class WindowsSoak:
+    """The ``windows`` path: firesteel.files -> session windows with late data (allowed
+    lateness, side output) -> firesteel.files, every restart at a random operator
+    parallelism (1-4) and input ``repartition`` (none, 1-3). Each cycle adds
+    :data:`FILES_PER_CYCLE` files of out-of-order ``(seq, key, ts)`` records, read two to a
+    batch, so the batches are known and :func:`~firesteel.testing.windows.check_window_output`
+    compares the output with the plain-Python reference fed the same batches: every window
+    result and late record exactly once, re-emitted only for allowed-lateness updates."""
+
+    def __init__(self, workdir: Path, rng: random.Random, saved: SavedRun | None = None) -> None:
+        self.rng = rng
+        self.source = workdir / "in"
+        self.out = workdir / "out"
+        self.checkpoint = workdir / "ck"
+        self.checkpoints = Spellings(self.checkpoint)
+        self.states = Spellings(workdir / "state")
+        resumed_spellings(saved, checkpoint=self.checkpoints, state=self.states)
+        self.files = saved.number("files") if saved else 0
+
+    @property
+    def job(self) -> Path:
+        return script(PATHS[WINDOWS].job)
+
+    @property
+    def points(self) -> tuple[str, ...]:
+        return PATHS[WINDOWS].points
+
+    def saved(self) -> dict[str, Any]:
+        return {
+            "files": self.files,
+            "checkpoint_starts": self.checkpoints.starts,
+            "state_starts": self.states.starts,
+        }
+
+    def feed(self) -> None:
+        write_window_files(self.source, self.files, FILES_PER_CYCLE)
+        self.files += FILES_PER_CYCLE
+
+    def args(self, run: int) -> list[str]:
+        return [
+            str(self.source),
+            str(self.out),
+            self.checkpoints.next(),
+            self.states.next(),
+            FILES_PER_BATCH,
+            str(self.rng.randint(1, 4)),
+            str(self.rng.randint(0, 3)),
+        ]
+
+    def check(self) -> dict[str, int]:
+        found = check_window_output(self.out, self.files, int(FILES_PER_BATCH))
+        return {
+            "records": self.files * WINDOW_ROWS_PER_FILE,
+            "lost": found["missing"],
+            "duplicated": found["duplicated"],
+            "unexpected": found["unexpected"],
+        }
+
+
 @contextlib.contextmanager
 def on_s3(name: str, workdir: Path, rng: random.Random) -> Iterator[Soak]:
     """Path ``name`` (an ``-s3`` one) with its S3 server started in ``workdir/s3`` and its
@@ -626,6 +700,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     def factory(
         name: str, workdir: Path, rng: random.Random, saved: SavedRun | None
     ) -> AbstractContextManager[SoakRun]:
+        if name == WINDOWS:
+            return nullcontext(WindowsSoak(workdir, rng, saved))
         if not name.endswith(S3_SUFFIX):
             return nullcontext(Soak(name, workdir, rng, saved))
         if saved is not None:

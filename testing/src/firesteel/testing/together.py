@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from firesteel.core.faults import name_query
+from firesteel.testing.faults import name_query
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming import DataStreamWriter, StreamingQuery

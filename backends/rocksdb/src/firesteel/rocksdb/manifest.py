@@ -23,7 +23,6 @@ content, same checksum); :func:`decode` still reads those manifests.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -125,8 +124,8 @@ class Manifest:
     files: tuple[StoredFile, ...]
     parents: tuple[str, ...] = field(default=())
     written_ns: int = 0
-    """When its attempt began writing it (``time.time_ns()`` on the executor; 0 in manifests of
-    earlier releases): orders two attempts whose files a store dates to the same second."""
+    """When its attempt began writing it (``time.time_ns()`` on the executor): orders two
+    attempts whose files a store dates to the same second."""
 
     @property
     def name(self) -> str:
@@ -168,21 +167,9 @@ class Manifest:
         return encode_record(KIND, FORMAT, content)
 
 
-def _shared_envelope(data: bytes) -> bytes:
-    """``data`` with an earlier release's ``format`` key spelled ``version``."""
-    try:
-        body = json.loads(data)
-    except ValueError:
-        return data
-    if isinstance(body, dict) and "version" not in body and "format" in body:
-        body["version"] = body.pop("format")
-        return json.dumps(body).encode()
-    return data
-
-
 def decode(data: bytes, where: str, ref: ManifestRef) -> Manifest:
     """Verify and decode a manifest file; every failure names ``where``."""
-    content: Any = decode_record(_shared_envelope(data), f"state manifest {where}", KIND, (FORMAT,))
+    content: Any = decode_record(data, f"state manifest {where}", KIND, (FORMAT,))
     try:
         manifest = Manifest(
             operator=content["operator"],
@@ -197,7 +184,7 @@ def decode(data: bytes, where: str, ref: ManifestRef) -> Manifest:
                 for f in content["files"]
             ),
             parents=tuple(content["parents"]),
-            written_ns=int(content.get("written_ns", 0)),
+            written_ns=int(content["written_ns"]),
         )
     except (KeyError, TypeError, ValueError) as exc:
         msg = f"state manifest {where}: missing or malformed field ({exc})"

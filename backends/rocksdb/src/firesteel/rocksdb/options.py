@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
-from firesteel.core.spi import ConfigError, WorkerCache
+from firesteel.core.spi import ConfigError, WorkerCache, check_ranges, option
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -67,30 +67,39 @@ class RocksDBOptions:
     start a compaction (default 8).
     """
 
-    memory_budget: int = 64 * MiB
-    write_buffer_size: int | None = None
-    max_write_buffers: int = 2
+    memory_budget: int = option(
+        64 * MiB, doc="block cache bytes per worker", name="memory_budget", min=8 * MiB, max=1 << 40
+    )
+    write_buffer_size: int | None = option(
+        None, doc="bytes of one memtable", name="write_buffer_size", min=MiB, max=1 << 32
+    )
+    max_write_buffers: int = option(
+        2, doc="memtables per instance", name="max_write_buffers", min=2, max=64
+    )
     compression: Compression = "lz4"
-    block_size: int = 16 * KiB
-    bloom_bits_per_key: int = 10
-    target_file_size: int = 16 * MiB
-    background_jobs: int = 2
+    block_size: int = option(
+        16 * KiB, doc="bytes per SST block", name="block_size", min=KiB, max=4 * MiB
+    )
+    bloom_bits_per_key: int = option(
+        10, doc="bloom filter bits per key", name="bloom_bits_per_key", min=0, max=64
+    )
+    target_file_size: int = option(
+        16 * MiB, doc="bytes of compacted SST files", name="target_file_size", min=MiB, max=1 << 34
+    )
+    background_jobs: int = option(
+        2, doc="flush and compaction threads", name="background_jobs", min=1, max=64
+    )
     compaction: Compaction = "universal"
-    compaction_trigger: int = 8
+    compaction_trigger: int = option(
+        8, doc="runs or files that start a compaction", name="compaction_trigger", min=2, max=64
+    )
 
     def __post_init__(self) -> None:
-        _in_range("memory_budget", self.memory_budget, 8 * MiB, 1 << 40)
-        _in_range("max_write_buffers", self.max_write_buffers, 2, 64)
+        check_ranges(self, "RocksDBOptions")
         if self.write_buffer_size is None:
             # Frozen: the derived default is stored once, so equal options compare equal.
             derived = min(DEFAULT_MEMTABLE_CAP, self.memory_budget // (2 * self.max_write_buffers))
             object.__setattr__(self, "write_buffer_size", max(MiB, derived))
-        _in_range("write_buffer_size", self.write_buffer_size, 1 * MiB, 1 << 32)
-        _in_range("block_size", self.block_size, 1 * KiB, 4 * MiB)
-        _in_range("bloom_bits_per_key", self.bloom_bits_per_key, 0, 64)
-        _in_range("target_file_size", self.target_file_size, 1 * MiB, 1 << 34)
-        _in_range("background_jobs", self.background_jobs, 1, 64)
-        _in_range("compaction_trigger", self.compaction_trigger, 2, 64)
         _one_of("compression", self.compression, COMPRESSIONS)
         _one_of("compaction", self.compaction, COMPACTIONS)
         if self.write_buffer_bytes * 2 > self.memory_budget:
@@ -153,13 +162,9 @@ class RocksDBOptions:
 
 def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
-        msg = f"RocksDBOptions.{name}={value!r}: use one of {', '.join(allowed)}"
-        raise ConfigError(msg)
-
-
-def _in_range(name: str, value: object, lowest: int, highest: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or not lowest <= value <= highest:
-        msg = f"RocksDBOptions.{name}={value!r}: must be an integer in [{lowest}, {highest}]"
+        msg = (
+            f"RocksDBOptions: option '{name}' is {value!r}; it must be one of {', '.join(allowed)}"
+        )
         raise ConfigError(msg)
 
 

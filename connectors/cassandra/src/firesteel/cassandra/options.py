@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from firesteel.core.spi import ConfigError, SinkOptions, option
+from firesteel.core.spi import ConfigError, SinkOptions, check_ranges, option
 from firesteel.sinks.spi import check_send_connect, send_connect_option
 
 CONNECTOR = "firesteel.cassandra"
@@ -64,7 +64,7 @@ class CassandraSinkOptions(SinkOptions):
     )
     local_dc: str | None = option(None, name="local.dc", doc="data center for DC-aware routing")
     consistency: str = option("local_quorum", doc="write consistency level")
-    ttl: int | None = option(None, doc="TTL in seconds for every written row")
+    ttl: int | None = option(None, doc="TTL in seconds for every written row", min=1)
     ttl_column: str | None = option(None, doc="int column holding a row's TTL (s)")
     timestamp_column: str | None = option(
         None,
@@ -73,33 +73,26 @@ class CassandraSinkOptions(SinkOptions):
     nulls: Literal["unset", "tombstone"] = option(
         "unset", doc="unset: a null column is not written; tombstone: it deletes the cell"
     )
-    max_in_flight: int = option(10, doc="concurrent requests per task (backpressure bound)")
+    max_in_flight: int = option(10, doc="concurrent requests per task (backpressure bound)", min=1)
     batch: Literal["none", "partition"] = option(
         "none",
         doc="none: one INSERT per row; partition: rows sharing a partition key are sent "
         "together in UNLOGGED batches of up to batch.rows",
     )
-    batch_rows: int = option(32, doc="batch=partition: most rows in one UNLOGGED batch")
+    batch_rows: int = option(32, doc="batch=partition: most rows in one UNLOGGED batch", min=1)
     retry_timeout_ms: int = option(
         30000,
         doc="how long failed idempotent writes are re-sent, with exponential backoff, after "
         "the driver's own attempts (0: fail at once)",
+        min=0,
     )
     passthrough: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        check_ranges(self)
         if self.consistency.lower() not in CONSISTENCY_LEVELS:
             valid = ", ".join(CONSISTENCY_LEVELS)
             msg = f"option 'consistency': {self.consistency!r} is not one of {valid}"
-            raise ConfigError(msg)
-        if self.max_in_flight < 1:
-            msg = f"option 'max.in.flight' must be at least 1, got {self.max_in_flight}"
-            raise ConfigError(msg)
-        if self.retry_timeout_ms < 0:
-            msg = f"option 'retry.timeout.ms' must be 0 or more, got {self.retry_timeout_ms}"
-            raise ConfigError(msg)
-        if self.batch_rows < 1:
-            msg = f"option 'batch.rows' must be at least 1, got {self.batch_rows}"
             raise ConfigError(msg)
         check_send_connect(
             self.send_connect,
@@ -111,9 +104,6 @@ class CassandraSinkOptions(SinkOptions):
             self._check_increment()
         if self.ttl is not None and self.ttl_column is not None:
             msg = "options 'ttl' and 'ttl.column' exclude each other: give one"
-            raise ConfigError(msg)
-        if self.ttl is not None and self.ttl <= 0:
-            msg = f"option 'ttl' must be a positive number of seconds, got {self.ttl}"
             raise ConfigError(msg)
 
     def _check_increment(self) -> None:

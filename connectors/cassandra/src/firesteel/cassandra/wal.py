@@ -71,8 +71,7 @@ from firesteel.core.spi import (
     ConfigError,
     StorageConfig,
     fault_point,
-    normalize_location,
-    read_query_id,
+    query_identity,
 )
 from firesteel.sinks.spi import WriteAheadSink, log_dir_for
 
@@ -106,7 +105,7 @@ class CassandraWalSink(WriteAheadSink):
             options,
             options.committer_keyspace or options.keyspace,
             options.committer_table,
-            read_query_id(checkpoint) or normalize_location(checkpoint),
+            query_identity(checkpoint),
         )
         super().__init__(
             sink_id,

@@ -17,7 +17,7 @@ import functools
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from firesteel.core.spi import ConfigError
+from firesteel.core.spi import ConfigError, is_secret
 
 PREFIX = "kafka."
 
@@ -86,10 +86,11 @@ LOGGABLE_KEYS = frozenset(
 def is_secret_key(key: str) -> bool:
     """Whether the value of librdkafka property ``key`` must be kept out of logs and errors.
 
-    True for every key off :data:`LOGGABLE_KEYS`, so an unknown or misspelled
-    key (``sasl.pasword``) counts as secret.
+    firesteel's one rule (:func:`firesteel.core.spi.is_secret`) with
+    :data:`LOGGABLE_KEYS` as the allow-list: an unknown or misspelled key
+    (``sasl.pasword``) counts as secret.
     """
-    return key.lower() not in LOGGABLE_KEYS
+    return is_secret(key, LOGGABLE_KEYS)
 
 
 def client_config(passthrough: Mapping[str, str], **overrides: Any) -> dict[str, Any]:

@@ -1,18 +1,8 @@
 """Driver-side discovery: which topic-partitions exist and where their logs begin and end.
 
-End offsets come from two places, because brokers differ:
-
-* ListOffsets (``query_watermark_offsets``) gives the high watermark, or the
-  last stable offset for a ``read_committed`` client, on Apache Kafka; some
-  Kafka-compatible brokers (tansu 0.6) answer the base offset of the last
-  record batch + 1 instead, which lies short of the end;
-* a probe consumer assigned at that answer and polled until librdkafka
-  signals end-of-partition learns the end from fetch responses, which every
-  broker gets right, and never reads past the last stable offset under
-  ``read_committed``.
-
-The end is the larger of the two. On Apache Kafka the probe starts at the end
-and returns at once; elsewhere it reads at most one record batch per partition.
+End offsets come from ListOffsets (``get_watermark_offsets``): the high
+watermark, or for a ``read_committed`` client (the default) the last stable
+offset, so a batch never ends inside a transaction still open.
 
 Every request waits out a broker outage for option ``retry.timeout.ms``
 (:mod:`firesteel.kafka.outage`), so a restarting broker delays a batch's planning
@@ -23,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -44,9 +33,6 @@ LEADER_MOVING = (-190, 3)
 metadata just listed, they mean its leader is moving (a broker shutting down or starting:
 the client dropped the partition from its metadata until a leader is known), and are
 waited out like an outage."""
-
-PROBE_SECONDS = 5.0
-"""Longest a probe waits for end-of-partition before settling for what it learned."""
 
 
 def consumer_config(options: KafkaSourceOptions, **overrides: Any) -> dict[str, Any]:
@@ -74,9 +60,7 @@ class Discovery:
         from confluent_kafka import Consumer, KafkaException
 
         self.options = options
-        self.config = consumer_config(
-            options, enable_partition_eof=True, fetch_wait_max_ms=10, auto_offset_reset="latest"
-        )
+        self.config = consumer_config(options, auto_offset_reset="latest")
         try:
             self.consumer = Consumer(self.config)
         except KafkaException as exc:
@@ -146,36 +130,7 @@ class Discovery:
 
     def latest(self, tps: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
         """The end of each partition: the next offset a ``read_committed`` reader can reach."""
-        from confluent_kafka import KafkaError, TopicPartition
-
-        listed = {tp: high for tp, (_low, high) in self._watermarks(tps).items()}
-        if not listed:
-            return {}
-        ends = dict(listed)
-        pending = set(listed)
-        self.consumer.assign([TopicPartition(t, p, max(off, 0)) for (t, p), off in listed.items()])
-        deadline = time.monotonic() + PROBE_SECONDS
-        try:
-            while pending and time.monotonic() < deadline:
-                for message in self.consumer.consume(10_000, timeout=0.05):
-                    tp = (str(message.topic()), int(message.partition() or 0))
-                    error = message.error()
-                    offset = int(message.offset() or 0)
-                    if error is None:
-                        ends[tp] = max(ends[tp], offset + 1)
-                    elif error.code() == KafkaError._PARTITION_EOF:
-                        ends[tp] = max(ends[tp], offset)
-                        pending.discard(tp)
-                    else:
-                        logger.warning("firesteel.kafka: probing %s: %s", tp, error.str())
-            for position in self.consumer.position([TopicPartition(t, p) for (t, p) in pending]):
-                tp = (position.topic, position.partition)
-                ends[tp] = max(ends[tp], position.offset)
-        finally:
-            self.consumer.unassign()
-        if pending:
-            logger.info("firesteel.kafka: end of %s learned without end-of-partition", pending)
-        return ends
+        return {tp: high for tp, (_low, high) in self._watermarks(tps).items()}
 
     def offsets_for_times(
         self, tps: Iterable[TopicPartitionKey], timestamp_ms: int

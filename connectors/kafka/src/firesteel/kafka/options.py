@@ -16,6 +16,7 @@ from firesteel.core.spi import (
     ErrorPolicy,
     Guarantee,
     SinkOptions,
+    check_ranges,
     option,
     require_absolute,
 )
@@ -26,9 +27,10 @@ CONNECTOR = "firesteel.kafka"
 PASSTHROUGH = (PREFIX,)
 
 ValueFormat = Literal["binary", "json", "avro"]
-MarkerLogReader = Literal["read_committed", "raw"]
 ExactlyOnceMode = Literal["write-ahead", "in-task"]
 
+DAY_MS = 86_400_000
+"""The longest wait any ``*.ms`` option allows: a day."""
 DEFAULT_RETRY_TIMEOUT_MS = 120_000
 """Option ``retry.timeout.ms``'s default: how long a running query waits out a broker outage
 (:mod:`firesteel.kafka.outage`). Measured on the test broker (Apache Kafka 3.9.1, one node,
@@ -50,12 +52,6 @@ TRANSACTIONAL_ID_PREFIX = re.compile(r"[A-Za-z0-9._-]{1,100}")
 def _require_bootstrap(passthrough: dict[str, str]) -> None:
     if not any(k.lower() == "kafka.bootstrap.servers" for k in passthrough):
         msg = f"{CONNECTOR}: option 'kafka.bootstrap.servers' is required (host:port,...)"
-        raise ConfigError(msg)
-
-
-def _require_range(name: str, value: int | None, low: int, high: int) -> None:
-    if value is not None and not low <= value <= high:
-        msg = f"{CONNECTOR}: option '{name}' is {value}; it must be between {low} and {high}"
         raise ConfigError(msg)
 
 
@@ -85,11 +81,14 @@ class KafkaSourceOptions:
         None,
         name="startingTimestamp",
         doc="start every partition at the first record with timestamp >= this (ms since epoch)",
+        min=0,
+        max=2**63 - 1,
     )
     max_offsets_per_trigger: int | None = option(
         None,
         name="maxOffsetsPerTrigger",
         doc="admission control: at most this many offsets per batch, shared fairly by partitions",
+        min=1,
     )
     fail_on_data_loss: bool = option(
         True,
@@ -117,16 +116,23 @@ class KafkaSourceOptions:
     poll_timeout_ms: int = option(
         120_000,
         doc="how long a task waits for records its batch was promised before failing",
+        min=1,
+        max=DAY_MS,
     )
-    consume_batch_size: int = option(10_000, doc="records per confluent-kafka consume() call")
+    consume_batch_size: int = option(
+        10_000, doc="records per confluent-kafka consume() call", min=1, max=1_000_000
+    )
     retry_timeout_ms: int = option(
         DEFAULT_RETRY_TIMEOUT_MS,
         doc="how long a running query waits out unreachable brokers (a restart) in its "
         "metadata requests and reads, retrying with backoff, before failing",
+        min=1,
+        max=DAY_MS,
     )
     passthrough: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        check_ranges(self, CONNECTOR)
         _require_bootstrap(self.passthrough)
         if self.checkpoint_location is not None:
             require_absolute("checkpointLocation", self.checkpoint_location)
@@ -139,9 +145,6 @@ class KafkaSourceOptions:
             except re.error as exc:
                 msg = f"{CONNECTOR}: option 'subscribePattern' is not a valid regex: {exc}"
                 raise ConfigError(msg) from exc
-        if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger <= 0:
-            msg = f"{CONNECTOR}: option 'maxOffsetsPerTrigger' must be positive"
-            raise ConfigError(msg)
         if self.value_format != "binary" and not (self.value_schema or self.value_schema_file):
             msg = (
                 f"{CONNECTOR}: option 'value.format' is {self.value_format}; set "
@@ -151,10 +154,6 @@ class KafkaSourceOptions:
         if self.errors is ErrorPolicy.QUARANTINE and not self.errors_topic:
             msg = f"{CONNECTOR}: option 'errors' is quarantine; set 'errors.topic' (dead letters)"
             raise ConfigError(msg)
-        _require_range("startingTimestamp", self.starting_timestamp, 0, 2**63 - 1)
-        _require_range("poll.timeout.ms", self.poll_timeout_ms, 1, 86_400_000)
-        _require_range("consume.batch.size", self.consume_batch_size, 1, 1_000_000)
-        _require_range("retry.timeout.ms", self.retry_timeout_ms, 1, 86_400_000)
         validate_client_config(self.passthrough, "consumer", CONNECTOR)
 
     @property
@@ -210,20 +209,11 @@ class KafkaSinkOptions(SinkOptions):
         doc="exactly-once: existing topic whose partition 0 carries the commit markers "
         "(consumer-group offsets; default: option 'topic')",
     )
-    marker_log_topic: str | None = option(
-        None,
-        doc="exactly-once: a dedicated topic that also receives a marker record per task "
-        "transaction, for brokers that can lose a transaction's group offsets (tansu 0.6)",
-    )
-    marker_log_reader: MarkerLogReader = option(
-        "read_committed",
-        doc="exactly-once: how the marker log is read: read_committed (a consumer, the "
-        "broker's own isolation) or raw (applies commit/abort markers itself, for brokers "
-        "whose read_committed shows aborted data; needs firesteel-kafka[tansu])",
-    )
     flush_timeout_ms: int = option(
         300_000,
         doc="how long a task waits for delivery reports before failing",
+        min=1,
+        max=DAY_MS,
     )
     retry_timeout_ms: int = option(
         DEFAULT_RETRY_TIMEOUT_MS,
@@ -231,10 +221,13 @@ class KafkaSinkOptions(SinkOptions):
         "delivery of queued records, and (exactly-once) commit markers and the retriable "
         "errors of init_transactions, send_offsets_to_transaction and commit_transaction, "
         "retried with backoff before failing",
+        min=1,
+        max=DAY_MS,
     )
     passthrough: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        check_ranges(self, CONNECTOR)
         _require_bootstrap(self.passthrough)
         if self.value_format == "avro" and not (self.value_schema or self.value_schema_file):
             msg = f"{CONNECTOR}: option 'value.format' is avro; set 'value.schema(.file)'"
@@ -258,8 +251,6 @@ class KafkaSinkOptions(SinkOptions):
                 f"{self.transactional_id_prefix!r}; use 1-100 letters, digits, '.', '_' or '-'"
             )
             raise ConfigError(msg)
-        _require_range("flush.timeout.ms", self.flush_timeout_ms, 1, 86_400_000)
-        _require_range("retry.timeout.ms", self.retry_timeout_ms, 1, 86_400_000)
         defaults: dict[str, object] = {}
         if self.delivery > Guarantee.AT_MOST_ONCE:
             defaults = {"acks": "all", "enable.idempotence": True}

@@ -48,6 +48,7 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 from firesteel.testing.ports import NotListeningError, await_listening, free_port
+from firesteel.testing.processes import REAPER
 
 __all__ = [
     "HOSTS_ENV",
@@ -74,6 +75,7 @@ def start_server(timeout: float = 20.0) -> tuple[subprocess.Popen[bytes], int]:
             [sys.executable, "-m", "firesteel.testing.cassandra", str(port)],
             stdout=subprocess.DEVNULL,
         )
+        REAPER.guard(proc.pid)
         try:
             await_listening(proc, port, timeout, what="the CQL test server")
         except NotListeningError:

@@ -9,8 +9,7 @@ There is no fallback to a lesser broker.
 
 :func:`read_committed` reads a topic as a plain ``read_committed`` consumer,
 trusting the broker's isolation: the primary exactly-once checker.
-:func:`read_log` is the second one, firesteel-kafka's raw-log reader
-(:mod:`firesteel.kafka.rawlog`, which the sink's raw marker-log reader uses too). It
+:func:`read_log` is the second one (:mod:`firesteel.testing.kafka.rawlog`). It
 trusts no broker's isolation: it fetches the raw record batches with kafka-python and
 applies the transaction control markers itself: a transactional record is visible once
 a COMMIT marker of its producer follows it, never after an ABORT, and pending while
@@ -34,9 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from firesteel.kafka.rawlog import LogRecord, LogView, read_log
 from firesteel.testing.kafka.distribution import KAFKA_HOME_ENV, find_kafka
+from firesteel.testing.kafka.rawlog import LogRecord, LogView, read_log
 from firesteel.testing.ports import NotListeningError, await_listening, free_port
+from firesteel.testing.processes import REAPER
 
 __all__ = [
     "BOOTSTRAP_ENV",
@@ -193,6 +193,7 @@ class ApacheKafkaBroker:
                 env=env,
                 start_new_session=True,
             )
+        REAPER.guard(process.pid)
         broker = cls(port, process, workdir, owned=folder is None, home=Path(home))
         try:
             await_listening(process, port, timeout, what="Apache Kafka", log=log, interval=0.2)
@@ -212,6 +213,7 @@ class ApacheKafkaBroker:
             except subprocess.TimeoutExpired:
                 os.kill(self.process.pid, signal.SIGKILL)
                 self.process.wait(10)
+        REAPER.release(self.process.pid)
         if self.owned:
             shutil.rmtree(self.workdir, ignore_errors=True)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from firesteel.core.spi import ConfigError, SinkOptions, option, require_absolute
+from firesteel.core.spi import SinkOptions, check_ranges, option, require_absolute
 from firesteel.files.folder import path_option
 
 SinkFormat = Literal["parquet", "json"]
@@ -37,7 +37,10 @@ class FilesSinkOptions(SinkOptions):
     roll_size_bytes: int = option(
         128 * 1024 * 1024,
         name="roll.size.bytes",
-        doc="start a new file once the current one exceeds this many bytes",
+        doc="start a new file once the current one exceeds this many bytes (at most 5 GiB, "
+        "the largest object S3 copies in one request)",
+        min=1,
+        max=MAX_ROLL_SIZE_BYTES,
     )
     sink_new_stream: bool = option(
         False,
@@ -62,9 +65,4 @@ class FilesSinkOptions(SinkOptions):
 
     def __post_init__(self) -> None:
         require_absolute("path", self.path)
-        if not 1 <= self.roll_size_bytes <= MAX_ROLL_SIZE_BYTES:
-            msg = (
-                f"option 'roll.size.bytes' must be between 1 and {MAX_ROLL_SIZE_BYTES} "
-                f"(5 GiB, the largest object S3 copies in one request), got {self.roll_size_bytes}"
-            )
-            raise ConfigError(msg)
+        check_ranges(self)

@@ -22,7 +22,8 @@ from typing import Any
 from firesteel.core.spi import RecordError
 
 OUTPUT_RECORDS_DIR = "_firesteel"
-"""The sink's folder inside the output (pending files, manifests, owners): its name starts
+"""firesteel's folder inside a data folder (the sink's pending files, manifests and owners,
+the file source's default log of discovered files): its name starts
 with ``_`` so Spark's and pyarrow's dataset readers skip it. Not the checkpoint's
 ``firesteel`` folder (``firesteel.core.spi.FIRESTEEL_DIR``), which Spark never reads."""
 NULL_VALUE = "__HIVE_DEFAULT_PARTITION__"

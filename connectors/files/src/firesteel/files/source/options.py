@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from firesteel.core.spi import ConfigError, ErrorPolicy, option, require_absolute
+from firesteel.core.spi import ConfigError, ErrorPolicy, check_ranges, option, require_absolute
 from firesteel.files.folder import path_option
 
 SourceFormat = Literal["parquet", "csv", "json", "text"]
@@ -23,12 +23,16 @@ class FilesSourceOptions:
     path: str = path_option("the directory to read (or pass it to load())")
     format: SourceFormat = option("parquet", doc="file format: parquet, csv, json (lines), text")
     max_files_per_batch: int | None = option(
-        None, name="max.files.per.batch", doc="admission control: at most this many files a batch"
+        None,
+        name="max.files.per.batch",
+        doc="admission control: at most this many files a batch",
+        min=1,
     )
     max_bytes_per_batch: int | None = option(
         None,
         name="max.bytes.per.batch",
         doc="admission control: at most this many bytes a batch (at least one file)",
+        min=1,
     )
     cleanup: Literal["none", "archive", "delete"] = option(
         "none", doc="after a batch commits: none, archive (move to archive.path) or delete"
@@ -61,12 +65,7 @@ class FilesSourceOptions:
     def __post_init__(self) -> None:
         for key in ("path", "archive_path", "log_path", "quarantine_path"):
             require_absolute(key.replace("_", "."), getattr(self, key))
-        for name in ("max_files_per_batch", "max_bytes_per_batch"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                spelled = name.replace("_", ".")
-                msg = f"option '{spelled}' must be at least 1, got {value}"
-                raise ConfigError(msg)
+        check_ranges(self)
         if self.cleanup == "archive" and not self.archive_path:
             msg = "option 'cleanup' is 'archive' but option 'archive.path' is not set; set it"
             raise ConfigError(msg)

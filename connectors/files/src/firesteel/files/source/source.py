@@ -95,6 +95,7 @@ from firesteel.core.spi import (
     write_record,
 )
 from firesteel.files.folder import Folder
+from firesteel.files.sink.paths import OUTPUT_RECORDS_DIR
 from firesteel.files.source.formats import FormatSpec, infer_schema, read_file
 from firesteel.files.source.log import LOG_FORMAT_VERSION, FileEntry, FileLog
 from firesteel.files.source.options import FilesSourceOptions
@@ -154,7 +155,8 @@ class FilesSource(ResettableSource):
             raise ConfigError(msg)
         self.digest = _log_digest(opts)
         log_dir = Folder(
-            opts.log_path or self.root.uri_of(f"_firesteel/source-{self.digest}"), self.storage
+            opts.log_path or self.root.uri_of(f"{OUTPUT_RECORDS_DIR}/source-{self.digest}"),
+            self.storage,
         )
         config: dict[str, object] = {
             "format": opts.format,

@@ -10,8 +10,7 @@
   in-task mode's partition-count check),
   :mod:`.transaction` (a task's transaction and its vote), :mod:`.naming`
   (transactional ids and marker groups), :mod:`.marker` (the commit marker:
-  metadata codec and group-offset read), :mod:`.markerlog` (the optional
-  marker log), :mod:`.retry` (the transactional calls' retry policy);
+  metadata codec and group-offset read), :mod:`.retry` (the transactional calls' retry policy);
 * :mod:`.brokers`: the driver's checks of the cluster before the first task.
 """
 

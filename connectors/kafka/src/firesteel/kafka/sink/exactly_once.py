@@ -91,7 +91,6 @@ from firesteel.kafka.sink.marker import (
     marker_owner,
     marker_writer,
 )
-from firesteel.kafka.sink.markerlog import MarkerLog
 from firesteel.kafka.sink.naming import TransactionNames
 from firesteel.kafka.sink.points import (
     AFTER_COMMIT_TRANSACTION,
@@ -100,7 +99,12 @@ from firesteel.kafka.sink.points import (
     BEFORE_COMMIT_TRANSACTION,
 )
 from firesteel.kafka.sink.retry import TransactionalRetry
-from firesteel.kafka.sink.transaction import KafkaCommittable, KafkaTransaction, TxnState
+from firesteel.kafka.sink.transaction import (
+    KafkaCommittable,
+    KafkaTransaction,
+    TransactionScope,
+    TxnState,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -162,23 +166,10 @@ class KafkaExactlyOnceSink(InTaskCommitSink[KafkaTransaction, KafkaCommittable])
         }
         self.names = TransactionNames(options.transactional_id_prefix, sink_id)
         self.retry = TransactionalRetry(options.retry_timeout_ms, self.config)
-        self.marker_log = (
-            MarkerLog(
-                options.marker_log_topic,
-                options.marker_log_reader,
-                self.config,
-                options.retry_timeout_ms,
-            )
-            if options.marker_log_topic
-            else None
-        )
 
     def prepare(self) -> None:
         """Check the marker topic exists and the timeout fits the broker's cap
-        (:func:`~firesteel.kafka.sink.brokers.check_transactional_target`), and that the
-        marker log's reader is installed."""
-        if self.marker_log is not None:
-            self.marker_log.check_reader()
+        (:func:`~firesteel.kafka.sink.brokers.check_transactional_target`)."""
         patience = self.options.retry_timeout_ms if has_committed(self.checkpoint) else None
         if brokers.check_transactional_target(
             self.config, self.marker_topic, self.timeout_ms, patience
@@ -191,6 +182,10 @@ class KafkaExactlyOnceSink(InTaskCommitSink[KafkaTransaction, KafkaCommittable])
         super().prepare()
 
     def begin_transaction(self, scope: TaskScope) -> KafkaTransaction:
+        return self.begin(TransactionScope.of_task(scope))
+
+    def begin(self, scope: TransactionScope) -> KafkaTransaction:
+        """A new transaction for ``scope`` (a task's, or a write-ahead segment's)."""
         return KafkaTransaction(scope, self.names.transactional_id(scope.partition_id))
 
     def _producer_config(self, transactional_id: str) -> dict[str, Any]:
@@ -278,8 +273,6 @@ class KafkaExactlyOnceSink(InTaskCommitSink[KafkaTransaction, KafkaCommittable])
         if marker.offset >= 0:
             self._check_owner(scope, marker.metadata)
         txn.committed_batch = committed_batch(marker.offset)
-        if txn.committed_batch < scope.batch_id and self._logged_as_committed(scope):
-            txn.committed_batch = scope.batch_id
         if txn.committed_batch >= scope.batch_id:
             logger.info(
                 "firesteel.kafka sink: %s already committed batch %d (marker %d); skipping",
@@ -339,7 +332,7 @@ class KafkaExactlyOnceSink(InTaskCommitSink[KafkaTransaction, KafkaCommittable])
         producer = txn.producer
         return lambda timeout: producer.send_offsets_to_transaction(marker, metadata, timeout)
 
-    def _check_owner(self, scope: TaskScope, metadata: str | None) -> None:
+    def _check_owner(self, scope: TransactionScope, metadata: str | None) -> None:
         """Refuse a marker another query committed: another checkpoint uses this sink id.
 
         Each marker carries the query id that committed it
@@ -362,21 +355,6 @@ class KafkaExactlyOnceSink(InTaskCommitSink[KafkaTransaction, KafkaCommittable])
             f"{output!r} on purpose, set option 'sink.new.stream' to true (with an explicit "
             "'sink.id': give it a new one)",
         ).check(marker_owner(metadata))
-
-    def _logged_as_committed(self, scope: TaskScope) -> bool:
-        """Whether the marker log (if any) holds a committed marker for this task's batch."""
-        if self.marker_log is None:
-            return False
-        key = self.names.marker_log_key(scope.partition_id)
-        found = self.marker_log.covers(key, scope.batch_id)
-        if found:
-            logger.warning(
-                "firesteel.kafka sink: batch %d partition %d committed earlier but the broker "
-                "lost its group marker; the marker log says so, skipping",
-                scope.batch_id,
-                scope.partition_id,
-            )
-        return found
 
     def write(self, txn: KafkaTransaction, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
@@ -426,11 +404,6 @@ class KafkaExactlyOnceSink(InTaskCommitSink[KafkaTransaction, KafkaCommittable])
             self.outage(),
         )
         AFTER_FLUSH.fire(scope.batch_id, scope.partition_id)
-        if self.marker_log is not None:
-            # Same transaction as the data: visible exactly when the data is.
-            self.marker_log.append(
-                txn.producer, self.names.marker_log_key(scope.partition_id), scope.batch_id
-            )
         self._check_age(txn)
         BEFORE_COMMIT_TRANSACTION.fire(scope.batch_id, scope.partition_id)
         self._transactional(txn, "commit_transaction", txn.producer.commit_transaction)

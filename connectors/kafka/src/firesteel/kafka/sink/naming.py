@@ -28,7 +28,3 @@ class TransactionNames:
     def marker_group(self, partition: int) -> str:
         """The consumer group whose committed offset is partition ``partition``'s marker."""
         return f"{self.prefix}-{self.sink_id}-marker-{partition}"
-
-    def marker_log_key(self, partition: int) -> bytes:
-        """The key of partition ``partition``'s records in the marker log."""
-        return f"{self.sink_id}/{partition}".encode()

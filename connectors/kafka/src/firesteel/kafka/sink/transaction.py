@@ -35,11 +35,31 @@ class KafkaCommittable(Committable):
     """The marker said an earlier attempt had committed this (batch, partition)."""
 
 
+@dataclass(frozen=True)
+class TransactionScope:
+    """What one transaction and its marker are keyed by: query, batch and partition.
+
+    The partition is a task's (``exactly.once.mode=in-task``) or a write-ahead plan
+    segment's, sent by the batch's commit on the driver (``write-ahead``); never a
+    task attempt, which must not decide what is committed.
+    """
+
+    query_id: str
+    batch_id: int
+    partition_id: int
+
+    @classmethod
+    def of_task(cls, task: TaskScope) -> TransactionScope:
+        """The scope of the transaction a write task commits itself."""
+        return cls(task.query_id, task.batch_id, task.partition_id)
+
+
 @dataclass
 class KafkaTransaction:
-    """One task's transaction: opened lazily, on the first non-empty batch."""
+    """One task's (or plan segment's) transaction: opened lazily, on the first non-empty
+    batch."""
 
-    scope: TaskScope
+    scope: TransactionScope
     transactional_id: str
     client: TransactionalClient | None = None
     extractor: RowExtractor | None = None

@@ -61,14 +61,13 @@ import pyarrow as pa
 from firesteel.core.spi import (
     ConfigError,
     SinkError,
-    TaskScope,
     Vote,
-    normalize_location,
-    read_query_id,
+    query_identity,
 )
 from firesteel.kafka.errors import OutageError
 from firesteel.kafka.options import KafkaSinkOptions
 from firesteel.kafka.sink.exactly_once import KafkaExactlyOnceSink
+from firesteel.kafka.sink.transaction import TransactionScope
 from firesteel.sinks.spi import FileCheckpointCommitter, WriteAheadSink, log_dir_for
 
 logger = logging.getLogger(__name__)
@@ -94,7 +93,7 @@ class KafkaWriteAheadSink(WriteAheadSink):
             options.send_connect,
         )
         # Spark writes <checkpoint>/metadata before it builds a sink: the markers name it.
-        self.query_id = read_query_id(checkpoint) or normalize_location(checkpoint)
+        self.query_id = query_identity(checkpoint)
         self.transactions = KafkaExactlyOnceSink(options, sink_id, checkpoint=checkpoint)
         self.retry_timeout_ms = options.retry_timeout_ms
 
@@ -121,7 +120,7 @@ class KafkaWriteAheadSink(WriteAheadSink):
         """Send segment ``partition`` of batch ``batch_id`` in its own transaction with its
         marker, or nothing if the marker says an earlier commit sent it."""
         transactions = self.transactions
-        txn = transactions.begin_transaction(TaskScope(self.query_id, batch_id, partition, 0))
+        txn = transactions.begin(TransactionScope(self.query_id, batch_id, partition))
         try:
             for batch in batches:
                 transactions.write(txn, batch)

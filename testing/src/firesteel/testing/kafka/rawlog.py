@@ -1,13 +1,12 @@
 """Reading a topic's raw log and applying transaction markers, without trusting the broker.
 
-A ``read_committed`` consumer relies on the broker to hide aborted data; some
-Kafka-compatible brokers (tansu 0.6) do not. :func:`read_log` fetches raw
-record batches with kafka-python and applies the control records itself: a
-transactional record is visible once a COMMIT marker of its producer follows
-it, never after an ABORT, and pending while neither has. The sink's marker
-log reads itself with it (option ``marker.log.reader=raw``); the exactly-once
-checker of firesteel-testing reuses it. kafka-python, its client, comes with the
-extra ``firesteel-kafka[tansu]`` and is imported only when :func:`read_log` runs.
+A ``read_committed`` consumer relies on the broker to hide aborted data.
+:func:`read_log` fetches raw record batches with kafka-python (a client that is
+not the product's) and applies the control records itself: a transactional
+record is visible once a COMMIT marker of its producer follows it, never after
+an ABORT, and pending while neither has. It is the exactly-once checker's
+second reader; kafka-python comes with the extra ``firesteel-testing[kafka]``
+and is imported only when :func:`read_log` runs.
 """
 
 from __future__ import annotations

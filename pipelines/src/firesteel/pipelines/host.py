@@ -1,0 +1,240 @@
+"""Every streamlet of a pipeline in one Spark application: ``python -m firesteel.pipelines.host``.
+
+Started by :class:`firesteel.pipelines.runner.LocalRunner` when
+``firesteel.runner.jvm = shared`` (the default of ``run-local``), as Cloudflow's
+local runner hosted every streamlet in one JVM. One driver process and JVM;
+each streamlet gets its own SparkSession of that application (a clone of
+the first: its own SQL settings, among them its ``parallelism``, and its own
+query manager), its own fair-scheduler pool (so
+one streamlet's batches do not queue behind another's), its queries named
+``<pipeline>.<streamlet>.<query>`` and its own checkpoints, as in a process of
+its own.
+
+Supervision is per streamlet, in this process: when one of a streamlet's
+queries fails, its other queries are stopped and, under
+``firesteel.supervision``, all of them are started again from their
+checkpoints in a new session, the other streamlets running on. A streamlet
+that fails more often than supervision allows, or whose queries all finish,
+stops every streamlet; the process then exits :data:`STOPPED_EXIT` so the
+runner stops the pipeline instead of restarting it. A death of the whole
+process (the JVM, a SIGKILL) is the runner's to restart, under the same policy.
+
+Every streamlet shares the process's environment and the application's
+settings that are not ``spark.sql.*`` (``firesteel.pipelines.config``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from firesteel.pipelines.config import PipelineConfig
+from firesteel.pipelines.errors import ConfigurationError
+from firesteel.pipelines.process import start_streamlet
+from firesteel.pipelines.runner import load
+from firesteel.pipelines.supervision import STOPPED_EXIT, Restarts
+from firesteel.pipelines.verify import VerifiedBlueprint
+
+logger = logging.getLogger("firesteel.pipelines.host")
+
+POLL_S = 1.0
+MASTER = "local[2]"
+"""The application's master: every streamlet's tasks share its two task slots."""
+POOL = "spark.scheduler.pool"
+
+
+@dataclass
+class Hosted:
+    """One streamlet of the application: its queries, restarts and pending restart."""
+
+    name: str
+    restarts: Restarts
+    queries: Sequence[Any] = ()
+    due: float | None = None
+    """When its restart is due (monotonic seconds), while it waits for one."""
+    session: Any = None
+    """Its current session, whose query manager lists every query it started."""
+
+
+def application_conf(config: PipelineConfig, names: Sequence[str]) -> dict[str, str]:
+    """The settings the application starts with: each one every streamlet gives alike (its
+    ``spark.sql.*`` settings are set again on its own session)."""
+    confs = [config.streamlet(name).spark_conf for name in names]
+    shared = {k: v for k, v in confs[0].items() if all(c.get(k) == v for c in confs[1:])}
+    return {
+        "spark.ui.showConsoleProgress": "false",
+        "spark.scheduler.mode": "FAIR",
+        **{k: str(v) for k, v in shared.items()},
+    }
+
+
+class Host:
+    """The streamlets of one pipeline as queries of one Spark application (module docs)."""
+
+    def __init__(
+        self, spark: Any, verified: VerifiedBlueprint, config: PipelineConfig, work: Path
+    ) -> None:
+        self.spark = spark
+        self.verified = verified
+        self.config = config
+        self.work = work
+        policy = config.supervision()
+        self.streamlets = {name: Hosted(name, Restarts(policy)) for name in verified.streamlets}
+
+    def session(self, name: str) -> Any:
+        """A new session of the application for streamlet ``name``, its settings applied."""
+        from pyspark.sql import SparkSession
+
+        # A clone, not newSession(): a new session lacks the Python data sources registered
+        # with the first (firesteel's), and registering them again is refused as a duplicate.
+        session = SparkSession(self.spark.sparkContext, self.spark._jsparkSession.cloneSession())
+        for key, value in self.config.streamlet(name).spark_conf.items():
+            if session.conf.isModifiable(key):
+                session.conf.set(key, str(value))
+            elif self.spark.conf.get(key, None) != str(value):
+                msg = (
+                    f"streamlet {name!r}: Spark setting {key!r} = {value!r} is the "
+                    "application's, which every streamlet shares with firesteel.runner.jvm = "
+                    "shared; set it in firesteel.runtimes.spark.config, or use "
+                    "firesteel.runner.jvm = per-streamlet"
+                )
+                raise ConfigurationError(msg)
+        return session
+
+    def start(self, name: str) -> None:
+        """Start streamlet ``name``'s queries in a new session, in its own scheduler pool."""
+        hosted = self.streamlets[name]
+        hosted.due = None
+        hosted.session = session = self.session(name)
+        context = self.spark.sparkContext
+        # A query's batches run with the local properties of the thread that started it.
+        context.setLocalProperty(POOL, name)
+        try:
+            hosted.queries = start_streamlet(session, self.verified, self.config, name, self.work)
+        finally:
+            context.setLocalProperty(POOL, None)
+        logger.info("streamlet %s running %d queries", name, len(hosted.queries))
+
+    def step(self, now: float) -> str | None:
+        """Restart each failed streamlet once its backoff is over; the name of one that
+        stops the pipeline (it failed more often than supervision allows, or finished)."""
+        for name, hosted in self.streamlets.items():
+            if hosted.due is not None:
+                if now >= hosted.due and not self.launch(name, now):
+                    return name
+                continue
+            failed = [q for q in hosted.queries if not q.isActive and q.exception() is not None]
+            if failed:
+                why = f"query {failed[0].name} failed: {failed[0].exception()}"
+                if not self._failed(name, why, now):
+                    return name
+            elif not any(q.isActive for q in hosted.queries):
+                logger.error("streamlet %s: its queries finished: stopping the pipeline", name)
+                return name
+        return None
+
+    def launch(self, name: str, now: float) -> bool:
+        """Start streamlet ``name``; a start that fails is a failure of the streamlet. False
+        when it must stop the pipeline (a configuration problem, or no restart left)."""
+        try:
+            self.start(name)
+        except ConfigurationError as exc:
+            self._stop(name)
+            logger.error("streamlet %s: %s: stopping the pipeline", name, exc)
+            return False
+        except Exception as exc:
+            return self._failed(name, f"its queries did not start: {exc}", now)
+        return True
+
+    def _failed(self, name: str, why: str, now: float) -> bool:
+        """Stop streamlet ``name``'s queries and schedule its restart; False when supervision
+        allows none."""
+        hosted = self.streamlets[name]
+        self._stop(name)
+        delay = hosted.restarts.after_death(now)
+        policy = hosted.restarts.policy
+        if delay is None:
+            given_up = (
+                "supervision is off: firesteel.supervision.restarts = 0"
+                if policy.restarts == 0
+                else f"after {hosted.restarts.total} restarts, more than "
+                f"firesteel.supervision.restarts = {policy.restarts} within "
+                f"{policy.window.total_seconds():g} s allows"
+            )
+            logger.error("streamlet %s: %s (%s): stopping the pipeline", name, why, given_up)
+            return False
+        logger.warning(
+            "streamlet %s: %s: restart %d (at most %d within %g s) in %.1f s, the other "
+            "streamlets running on",
+            name,
+            why,
+            hosted.restarts.total,
+            policy.restarts,
+            policy.window.total_seconds(),
+            delay,
+        )
+        hosted.due = now + delay
+        return True
+
+    def _stop(self, name: str) -> None:
+        """Stop every query streamlet ``name`` started, returned by its logic or not."""
+        hosted = self.streamlets[name]
+        started = list(hosted.session.streams.active) if hosted.session is not None else []
+        for query in [*hosted.queries, *started]:
+            query.stop()
+        hosted.queries = ()
+
+    def stop(self) -> None:
+        """Stop every streamlet's queries (each waits for its running batch)."""
+        for name in self.streamlets:
+            self._stop(name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run every streamlet until SIGTERM (0) or until one stops the pipeline
+    (:data:`STOPPED_EXIT`)."""
+    parser = argparse.ArgumentParser(prog="python -m firesteel.pipelines.host")
+    parser.add_argument("blueprint")
+    parser.add_argument("--work", required=True)
+    parser.add_argument("--conf", action="append", default=[])
+    parser.add_argument("settings", nargs="*")
+    args = parser.parse_intermixed_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    verified, config = load(Path(args.blueprint), args.conf, args.settings)
+    from firesteel.core import local_session
+
+    names = list(verified.streamlets)
+    spark = local_session(
+        verified.blueprint.name,
+        master=MASTER,
+        config=application_conf(config, names),
+        log_level="WARN",
+    )
+    stopping = threading.Event()
+    # Only a flag here: a Py4J call from a signal handler would interrupt the main
+    # thread's own call on the same connection.
+    signal.signal(signal.SIGTERM, lambda signum, frame: stopping.set())
+    host = Host(spark, verified, config, Path(args.work))
+    try:
+        for name in names:
+            if not host.launch(name, time.monotonic()):
+                return STOPPED_EXIT
+        while not stopping.wait(POLL_S):
+            if host.step(time.monotonic()) is not None:
+                return STOPPED_EXIT
+        logger.info("stopping every streamlet")
+        return 0
+    finally:
+        host.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

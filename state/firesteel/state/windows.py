@@ -1,0 +1,370 @@
+"""Event-time windows on keyed state: tumbling, sliding and session windows with an aggregate
+function and allowed lateness (Flink's ``window(...).allowedLateness(...).aggregate(...)``)::
+
+    from firesteel.state.windows import Count, TumblingEventTimeWindows, WindowAggregate
+
+    counts = stateful(
+        events, key="sensor",
+        processor=WindowAggregate(TumblingEventTimeWindows(timedelta(minutes=1)), Count(),
+                                  allowed_lateness=timedelta(minutes=5)),
+        output_schema="sensor string, window_start timestamp, window_end timestamp, count long",
+        backend=backend, event_time="ts", watermark=BoundedOutOfOrderness(timedelta(seconds=10)))
+
+Per key, as Flink's event-time trigger does it (``W`` is the batch's watermark, a window
+``[start, end)`` is *due* once ``W >= end - 1`` and *expired* once ``W >= end - 1 +
+allowed_lateness``):
+
+* a window's accumulator lives in the key's map state ``windows`` (start -> ``[end,
+  accumulator]``), with an event-time timer at ``end - 1`` (emit) and one at ``end - 1 +
+  allowed_lateness`` (purge); both travel with the key group (restarts, rescales,
+  savepoints, any backend);
+* a due window emits its result once, when its timer fires (before the batch's input);
+* a record for a window that is due but not expired updates it, and the window emits its
+  updated result again in that batch (once per batch, however many records updated it);
+* a record whose windows are all expired (for a session: whose own window is expired and
+  merges with no window still kept) goes where the operator's ``late`` policy sends late
+  records: the side output by default (``late_output``), or dropped and counted;
+* a record without event time (null) cannot be placed in a window: it goes there too.
+
+A key's records of a batch are added in event-time order (ties in input order, which a
+re-run after a shuffle may not keep: make ``add`` commutative for records of equal time).
+Session windows merge when they overlap or touch, accumulators through ``merge``. Each
+result row holds the key columns, ``window_start`` and ``window_end`` (UTC timestamps) and
+the columns ``get_result`` returns. Early results on processing time are not built yet.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, cast
+
+import pyarrow as pa
+
+from firesteel.core.errors import ConfigError
+from firesteel.state.api import MapState
+from firesteel.state.backend import Key
+from firesteel.state.descriptors import MapStateDescriptor
+from firesteel.state.eventtime import epoch_ms
+from firesteel.state.processor import KeyedProcessor, KeyState, OpenContext
+
+_MS = dt.timedelta(milliseconds=1)
+
+
+def _millis(name: str, value: dt.timedelta, *, positive: bool = True) -> int:
+    if not isinstance(value, dt.timedelta) or value < dt.timedelta(0):
+        msg = f"{name} must be a timedelta >= 0, got {value!r}"
+        raise ConfigError(msg)
+    millis = value // _MS
+    if positive and millis <= 0:
+        msg = f"{name} must be at least 1 ms, got {value!r}"
+        raise ConfigError(msg)
+    return millis
+
+
+class WindowAssigner(ABC):
+    """Which windows ``[start, end)`` (epoch ms) a record of event time ``ts`` belongs to."""
+
+    merging: ClassVar[bool] = False
+    """True for session windows: windows that overlap or touch become one."""
+
+    @abstractmethod
+    def assign(self, ts: int) -> list[tuple[int, int]]:
+        """The windows of event time ``ts``, oldest first."""
+
+
+@dataclass(frozen=True)
+class TumblingEventTimeWindows(WindowAssigner):
+    """Fixed, non-overlapping windows of ``size``, aligned to the epoch plus ``offset``
+    (Flink's ``TumblingEventTimeWindows.of(size, offset)``)."""
+
+    size: dt.timedelta
+    offset: dt.timedelta = dt.timedelta(0)
+
+    def __post_init__(self) -> None:
+        size = _millis("TumblingEventTimeWindows: size", self.size)
+        offset = _millis("TumblingEventTimeWindows: offset", self.offset, positive=False)
+        object.__setattr__(self, "_size", size)
+        object.__setattr__(self, "_offset", offset % size)
+
+    def assign(self, ts: int) -> list[tuple[int, int]]:
+        size: int = self._size  # type: ignore[attr-defined]
+        start = ts - (ts - self._offset) % size  # type: ignore[attr-defined]
+        return [(start, start + size)]
+
+
+@dataclass(frozen=True)
+class SlidingEventTimeWindows(WindowAssigner):
+    """Windows of ``size`` starting every ``slide``, so a record is in ``size / slide`` of
+    them (Flink's ``SlidingEventTimeWindows.of(size, slide, offset)``)."""
+
+    size: dt.timedelta
+    slide: dt.timedelta
+    offset: dt.timedelta = dt.timedelta(0)
+
+    def __post_init__(self) -> None:
+        size = _millis("SlidingEventTimeWindows: size", self.size)
+        slide = _millis("SlidingEventTimeWindows: slide", self.slide)
+        offset = _millis("SlidingEventTimeWindows: offset", self.offset, positive=False)
+        if slide > size:
+            msg = f"SlidingEventTimeWindows: slide {self.slide} is longer than size {self.size}"
+            raise ConfigError(msg)
+        object.__setattr__(self, "_size", size)
+        object.__setattr__(self, "_slide", slide)
+        object.__setattr__(self, "_offset", offset % slide)
+
+    def assign(self, ts: int) -> list[tuple[int, int]]:
+        size: int = self._size  # type: ignore[attr-defined]
+        slide: int = self._slide  # type: ignore[attr-defined]
+        start = ts - (ts - self._offset) % slide  # type: ignore[attr-defined]
+        starts = range(start, ts - size, -slide)
+        return [(s, s + size) for s in reversed(starts)]
+
+
+@dataclass(frozen=True)
+class EventTimeSessionWindows(WindowAssigner):
+    """A session per key: records closer than ``gap`` to each other share one window,
+    ``[first record, last record + gap)`` (Flink's ``EventTimeSessionWindows.withGap``)."""
+
+    gap: dt.timedelta
+    merging: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_gap", _millis("EventTimeSessionWindows: gap", self.gap))
+
+    def assign(self, ts: int) -> list[tuple[int, int]]:
+        return [(ts, ts + self._gap)]  # type: ignore[attr-defined]
+
+
+class AggregateFunction(ABC):
+    """How a window's records become its result (Flink's ``AggregateFunction``).
+
+    The accumulator is kept in state between batches, so it must be msgpack-able (numbers,
+    str, bytes, lists, dicts, datetimes, dataclasses); return a new accumulator or the one
+    given, changed.
+    """
+
+    @abstractmethod
+    def create_accumulator(self) -> Any:
+        """A new, empty accumulator."""
+
+    @abstractmethod
+    def add(self, value: dict[str, Any], accumulator: Any) -> Any:
+        """The accumulator with one record (a dict of the input's columns) added."""
+
+    @abstractmethod
+    def get_result(self, accumulator: Any) -> Mapping[str, Any]:
+        """The result columns of a window (added to its key and bounds in the output row)."""
+
+    def merge(self, a: Any, b: Any) -> Any:
+        """One accumulator of two (session windows merging); others need not implement it."""
+        msg = f"{type(self).__name__} must implement merge(a, b) to aggregate session windows"
+        raise NotImplementedError(msg)
+
+
+@dataclass(frozen=True)
+class Count(AggregateFunction):
+    """The number of records of a window, in the output column ``column``."""
+
+    column: str = "count"
+
+    def create_accumulator(self) -> int:
+        return 0
+
+    def add(self, value: dict[str, Any], accumulator: int) -> int:
+        return accumulator + 1
+
+    def get_result(self, accumulator: int) -> Mapping[str, Any]:
+        return {self.column: accumulator}
+
+    def merge(self, a: int, b: int) -> int:
+        return a + b
+
+
+@dataclass(frozen=True)
+class Sum(AggregateFunction):
+    """The sum of the input column ``of`` over a window (nulls skipped), in the output
+    column ``column``."""
+
+    of: str
+    column: str = "sum"
+
+    def create_accumulator(self) -> float | int:
+        return 0
+
+    def add(self, value: dict[str, Any], accumulator: float | int) -> float | int:
+        found = value[self.of]
+        return accumulator if found is None else accumulator + found
+
+    def get_result(self, accumulator: float | int) -> Mapping[str, Any]:
+        return {self.column: accumulator}
+
+    def merge(self, a: float | int, b: float | int) -> float | int:
+        return a + b
+
+
+WINDOWS = MapStateDescriptor("windows", list, key_type=int)
+"""Per key: window start (epoch ms) -> ``[end, accumulator]``."""
+
+
+@dataclass
+class WindowAggregate(KeyedProcessor):
+    """The window operator: ``assigner``'s windows per key, aggregated by ``aggregate``,
+    kept ``allowed_lateness`` past their end for late records (see module docs). Run it
+    with ``stateful(..., processor=WindowAggregate(...), event_time=..., watermark=...)``.
+    """
+
+    assigner: WindowAssigner
+    aggregate: AggregateFunction
+    allowed_lateness: dt.timedelta = dt.timedelta(0)
+
+    handles_late: ClassVar[bool] = True
+    windows: ClassVar[MapStateDescriptor] = WINDOWS
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.assigner, WindowAssigner):
+            msg = f"WindowAggregate: assigner must be a WindowAssigner, got {self.assigner!r}"
+            raise ConfigError(msg)
+        if not isinstance(self.aggregate, AggregateFunction):
+            msg = f"WindowAggregate: aggregate must be an AggregateFunction, got {self.aggregate!r}"
+            raise ConfigError(msg)
+        if self.assigner.merging and type(self.aggregate).merge is AggregateFunction.merge:
+            msg = (
+                f"WindowAggregate: {type(self.aggregate).__name__} has no merge(a, b), which "
+                "session windows need"
+            )
+            raise ConfigError(msg)
+        self._lateness = _millis(
+            "WindowAggregate: allowed_lateness", self.allowed_lateness, positive=False
+        )
+        self._key_columns: tuple[str, ...] = ()
+        self._time_column = ""
+
+    def open(self, ctx: OpenContext) -> None:
+        if ctx.event_time_column is None:
+            msg = (
+                f"operator '{ctx.operator}': WindowAggregate needs event time: "
+                "stateful(..., event_time='<column>', watermark=BoundedOutOfOrderness(...))"
+            )
+            raise ConfigError(msg)
+        self._key_columns = ctx.key_columns
+        self._time_column = ctx.event_time_column
+
+    def _timers(self, windows: Mapping[int, list[Any]], watermark: int | None) -> set[int]:
+        """The event-time timers ``windows`` need at ``watermark``: emit (not yet due) and
+        purge; exactly the key's pending timers, since due ones have fired."""
+        needed: set[int] = set()
+        for end, _ in windows.values():
+            if watermark is None or end - 1 > watermark:
+                needed.add(end - 1)
+            needed.add(end - 1 + self._lateness)
+        return needed
+
+    def _row(self, key: Key, start: int, end: int, accumulator: Any) -> dict[str, Any]:
+        row: dict[str, Any] = dict(zip(self._key_columns, key, strict=True))
+        row["window_start"] = dt.datetime.fromtimestamp(start / 1000, tz=dt.timezone.utc)
+        row["window_end"] = dt.datetime.fromtimestamp(end / 1000, tz=dt.timezone.utc)
+        row.update(self.aggregate.get_result(accumulator))
+        return row
+
+    def process(self, key: Key, rows: Any, state: KeyState) -> Iterator[dict[str, Any]]:
+        table = cast(pa.Table, rows)
+        watermark = state.watermark_ms
+        times = epoch_ms(table.column(self._time_column)).to_pylist()
+        order = sorted((t, i) for i, t in enumerate(times) if t is not None)
+        rejected = [i for i, t in enumerate(times) if t is None]
+        values = table.to_pylist()
+        store = cast(MapState, state.get(self.windows))
+        windows: dict[int, list[Any]] = {int(s): list(v) for s, v in store.items()}
+        before = self._timers(windows, watermark)
+        touched: set[int] = set()
+        removed: set[int] = set()
+        for ts, index in order:
+            used = False
+            for first, last in self.assigner.assign(ts):
+                start = self._add(
+                    windows, first, last, values[index], watermark=watermark, removed=removed
+                )
+                if start is not None:
+                    touched.add(start)
+                    used = True
+            if not used:
+                rejected.append(index)
+        touched &= set(windows)
+        if rejected:
+            state.emit_late(table.take(pa.array(sorted(rejected), pa.int64())))
+        for start in removed - set(windows):
+            store.remove(start)
+        for start in sorted(touched):
+            end, accumulator = windows[start]
+            store.put(start, [end, accumulator])
+        after = self._timers(windows, watermark)
+        for timestamp in sorted(before - after):
+            state.delete_event_time_timer(timestamp)
+        for timestamp in sorted(after - before):
+            state.register_event_time_timer(timestamp)
+        if watermark is None:
+            return
+        for start in sorted(touched):
+            end, accumulator = windows[start]
+            if end - 1 <= watermark:  # due already: the update is a late firing
+                yield self._row(key, start, end, accumulator)
+
+    def _add(
+        self,
+        windows: dict[int, list[Any]],
+        start: int,
+        end: int,
+        value: dict[str, Any],
+        *,
+        watermark: int | None,
+        removed: set[int],
+    ) -> int | None:
+        """Add ``value`` to window ``[start, end)`` (merged with the sessions it touches);
+        the start of the window it went to, or None when that window has expired."""
+        found: Any = None
+        if self.assigner.merging:
+            # Sessions that overlap or touch the record's own window become one.
+            for other in sorted(windows):
+                other_end, accumulator = windows[other]
+                if other <= end and other_end >= start:
+                    del windows[other]
+                    removed.add(other)
+                    start, end = min(start, other), max(end, other_end)
+                    found = (
+                        accumulator if found is None else self.aggregate.merge(found, accumulator)
+                    )
+        elif start in windows:
+            found = windows[start][1]
+        if found is None:
+            if _expired(end, self._lateness, watermark):
+                return None
+            found = self.aggregate.create_accumulator()
+        windows[start] = [end, self.aggregate.add(value, found)]
+        return start
+
+    def on_timer(self, key: Key, timestamp_ms: int, state: KeyState) -> Iterator[dict[str, Any]]:
+        store = cast(MapState, state.get(self.windows))
+        for start, (end, accumulator) in sorted(store.items()):
+            if end - 1 == timestamp_ms:
+                yield self._row(key, start, end, accumulator)
+            if end - 1 + self._lateness <= timestamp_ms:
+                store.remove(start)
+
+
+def _expired(end: int, lateness: int, watermark: int | None) -> bool:
+    return watermark is not None and end - 1 + lateness <= watermark
+
+
+__all__ = [
+    "AggregateFunction",
+    "Count",
+    "EventTimeSessionWindows",
+    "SlidingEventTimeWindows",
+    "Sum",
+    "TumblingEventTimeWindows",
+    "WindowAggregate",
+    "WindowAssigner",
+]

@@ -1,0 +1,33 @@
+"""Crash-test job: firesteel.files source -> session windows with late data -> firesteel.files.
+
+Usage: windows_job.py <input dir> <output dir> <checkpoint> <state uri> <files per batch>
+<parallelism> <input partitions>
+
+Input rows are ``(seq, key, ts)`` (:func:`~firesteel.testing.windows.write_window_files`);
+the output holds one row per emitted session window ``(key, window_start, window_end,
+count, seq_sum)`` and one per late record (in ``__late``), written exactly-once, for
+:func:`~firesteel.testing.windows.check_window_output` to compare with the reference.
+``input partitions`` > 0 repartitions the input before the operator. The state is on the
+filesystem backend.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from firesteel.backends import FilesystemBackend
+from firesteel.testing.jobs import job_session, read_parquet_files, write_files_exactly_once
+from firesteel.testing.windows import session_counts
+
+
+def main() -> None:
+    source, out, checkpoint, state_uri, files_per_batch, parallelism, partitions = sys.argv[1:8]
+    spark = job_session("firesteel-windows-crash")
+    records = read_parquet_files(spark, source, files_per_batch)
+    backend = FilesystemBackend(state_uri, full_snapshot_every=3, retain=3)
+    windows = session_counts(records, backend, int(parallelism), int(partitions))
+    write_files_exactly_once(spark, windows, out, checkpoint)
+
+
+if __name__ == "__main__":
+    main()
