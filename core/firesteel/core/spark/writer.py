@@ -9,9 +9,10 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from firesteel.core.checkpoint import GuaranteeRecord, write_guarantee
+from firesteel.core.checkpoint import GuaranteeRecord, has_committed, write_guarantee
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import ConfigError, SinkError
+from firesteel.core.faults import committing
 from firesteel.core.guarantee import Guarantee, Part, check
 from firesteel.core.logs import configure_worker_logging, timed
 from firesteel.core.metrics.commit import measured_commit
@@ -19,6 +20,7 @@ from firesteel.core.metrics.history import record_batch
 from firesteel.core.metrics.task import measured_write
 from firesteel.core.sink import Sink, Vote
 from firesteel.core.spark.offsets import source_parts
+from firesteel.core.storage import patient_checks
 
 logger = logging.getLogger(__name__)
 
@@ -54,10 +56,10 @@ def commit_batch(
     crash in between makes Spark commit, and record, the batch again); ``record=False``
     (option ``metrics=false``) only commits."""
     if not record:
-        with timed("sink.commit"):
+        with timed("sink.commit"), committing(checkpoint):
             sink.commit_batch(batch_id, votes)
         return
-    with timed("sink.commit"):
+    with timed("sink.commit"), committing(checkpoint):
         metrics, seconds = measured_commit(sink, batch_id, votes)
     with timed("sink.metrics_record"):
         record_batch(checkpoint, sink.sink_id, batch_id, votes, seconds, commit=metrics)
@@ -87,7 +89,9 @@ class SparkStreamWriter(DataSourceStreamArrowWriter):
         self.metrics = str(options.get("metrics", "true")).strip().lower() == "true"
         with timed("writer.guarantee_check"):
             self.guarantee = check_guarantee(sink, checkpoint, required)
-        with timed("writer.prepare"):
+        # Spark builds the writer in a new Python process for every batch: a query that
+        # committed before reached its store, and rides out an outage from here on too.
+        with timed("writer.prepare"), patient_checks(has_committed(checkpoint)):
             sink.prepare()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:

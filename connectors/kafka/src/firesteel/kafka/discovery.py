@@ -18,11 +18,11 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from firesteel.core.spi import ConfigError, timed
+from firesteel.core.spi import ConfigError, has_committed, timed
 from firesteel.kafka.config import client_config, safe_error
 from firesteel.kafka.errors import KafkaSourceError
 from firesteel.kafka.options import KafkaSourceOptions
-from firesteel.kafka.outage import Outage, has_committed
+from firesteel.kafka.outage import Outage
 from firesteel.kafka.reach import first_contact
 
 logger = logging.getLogger(__name__)

@@ -78,6 +78,7 @@ from firesteel.core.spi import (
     Ownership,
     SinkError,
     TaskScope,
+    has_committed,
     task_metrics,
     timed,
 )
@@ -90,7 +91,7 @@ from firesteel.kafka.config import (
     secrets_of,
 )
 from firesteel.kafka.options import KafkaSinkOptions
-from firesteel.kafka.outage import Outage, has_committed
+from firesteel.kafka.outage import Outage
 from firesteel.kafka.pool import TransactionalClient, TransactionalPool, config_key
 from firesteel.kafka.producing import DeliveryTracker, flush, produce_all, tracked_config
 from firesteel.kafka.rows import sink_extractor
