@@ -86,6 +86,9 @@ def test_quick_run_of_every_benchmark_group(
     # The peers group installs Quix Streams and PyFlink into virtual environments of their
     # own (minutes for apache-flink): tests/test_benchmarks_peers.py tests its logic instead.
     groups.remove("peers")
+    # The fixedcost group measures job processes, a JVM each (minutes in all):
+    # tests/test_benchmarks_fixedcost.py tests its logic instead.
+    groups.remove("fixedcost")
     done = _benchmarks(
         "--quick", "--no-progress", "--out", str(tmp_path), *groups, bootstrap=bootstrap
     )

@@ -26,10 +26,11 @@ gets nine whole-job SIGKILLs over the two stores (each restart of a group costs
 the JVM's start once and every query's own start-up again: issue 30 asks for at
 least eight): in each store the first right after a write-ahead-log send of
 batch 1 planned with 4 partitions (the log's re-send window), then a RocksDB
-upload (local) or restore (S3), points of the file sink's commit, the state
-snapshot and the driver's commit, and a random moment. A point aimed at one query
-(``#name``) is reached by that query; a ``driver.*`` point is reached by whichever
-query's commit comes first, and crashes the others elsewhere. The run that
+upload (local) or restore (S3), the state snapshot, the file sink's commit
+(gathered: every query writing through it waits inside its own commit until all
+are there, so one kill lands inside each of their commits), and a random moment.
+A point aimed at one query (``#name``) is reached by that query, in its tasks or
+its driver's commit. The run that
 completes loses six tasks of each query (after a snapshot, an upload, a write, a
 vote), which Spark retries. On S3 the server is killed and restarted, keeping its
 objects, between two crashes and their restarts. Every path's output is counted by
@@ -77,24 +78,38 @@ SERVER_RESTARTS = (2, 4)
 """On S3: starts before which the server is killed and restarted with its objects."""
 
 
+FILE_SINK_QUERIES = {
+    "local": ["files", "state", "rocksdb", "broadcast"],
+    "s3": ["files", "state", "rocksdb"],
+}
+"""The queries writing through the file sink, whose commit (the manifest, then the moves that
+publish its files) the group's commit-window kills gather."""
+
+
 def whole_job_kills(store: str, files: FilesJob) -> list[Kill]:
     """This store's whole-job kills (five local, four on S3: each path gets nine, the
-    issue's eight and one); together with the other store's, every point but one
+    issue's eight and one). Every path is killed inside its batch's commit in both stores:
+    the write-ahead log between the sends of a batch (``wal.after_send``), the file-sink
+    paths gathered in their driver's commits (each query waits at the point until all have
+    reached it: one kill inside four commits), locally both mid-publish and between the
+    commit and Spark's ``commits/N``. With the other store's, every point but two
     (``driver.before_commit``: the task kills' ``sink.after_pre_commit`` vote precedes it,
-    and the Cassandra and Kafka drivers kill there)."""
+    and the Cassandra and Kafka drivers kill there; ``sink.after_pre_commit``, which the
+    task kills take in every path: a kill there gave way to a second commit-window kill)."""
     after_send = at_point("wal.after_send", batch=1, partition=1)
+    in_commits = FILE_SINK_QUERIES[store]
     if store == "local":
         return [
             after_send,
             at_point(MID_UPLOAD, query="rocksdb"),
-            at_point("sink.after_pre_commit", query="files"),
-            at_point("driver.after_commit"),
+            at_point("driver.mid_commit", query=in_commits),
+            at_point("driver.after_commit", query=in_commits),
             at_random((0.0, 1.0), when=batch_started(files.checkpoint, 5)),
         ]
     return [
         after_send,
         at_point("state.after_snapshot", query="state"),
-        at_point("driver.mid_commit"),
+        at_point("driver.mid_commit", query=in_commits),
         at_point(MID_RESTORE, query="rocksdb"),
     ]
 
@@ -140,6 +155,9 @@ def test_paths_killed_together_at_protocol_points_and_at_random(tmp_path: Path, 
         assert result.all_fired, result.summary()
         assert result.kills == len(whole_job) + 6 * len(paths)
         assert result.exit_codes == [-9] * len(whole_job) + [0]
+        gathered = [sorted(queries) for queries in result.gathered.values()]
+        expected = 2 if store == "local" else 1
+        assert gathered == [sorted(FILE_SINK_QUERIES[store])] * expected, result.gathered
         for path in paths:
             path.check(result)
     finally:

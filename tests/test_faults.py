@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 from firesteel.core.faults import REGISTRY, FaultPointError, fault_point
 from firesteel.core.sink import AFTER_WRITE
 from firesteel.testing import at_point, task_kills
-from firesteel.testing.faults import FAULT_ENV, KILL_ENV, MARKER_DIR_ENV
+from firesteel.testing.faults import FAULT_ENV, KILL_ENV, MARKER_DIR_ENV, gathered
 from firesteel.testing.points import UnknownFaultPointError, registered
 from firesteel.testing.soak import PATHS
 
@@ -161,7 +161,7 @@ def test_every_soak_point_is_declared() -> None:
     assert points <= set(registered()), points - set(registered())
 
 
-def test_a_spec_for_one_query_never_fires_outside_a_task(tmp_path: Path) -> None:
+def test_a_spec_for_one_query_never_fires_outside_its_tasks_and_commits(tmp_path: Path) -> None:
     result = run("sink.after_write@1#files", tmp_path)
     assert result.returncode == 0
     assert len(result.stdout.splitlines()) == 10
@@ -193,3 +193,62 @@ def test_a_spec_for_one_query_fires_only_in_that_querys_tasks(
     finally:
         context.setJobDescription(None)
     assert [p.name for p in tmp_path.iterdir()] == (["sink.after_write@1#files"] if fires else [])
+
+
+COMMIT_SCRIPT = """
+import json, sys
+from pathlib import Path
+from firesteel.core.faults import committing
+from firesteel.core.sink import MID_COMMIT
+from firesteel.testing.faults import name_query
+name, checkpoint = sys.argv[1], Path(sys.argv[2])
+checkpoint.mkdir(parents=True, exist_ok=True)
+(checkpoint / "metadata").write_text(json.dumps({"id": f"id-{name}"}))
+name_query(f"id-{name}", name)
+print("committing", flush=True)
+with committing(str(checkpoint)):
+    MID_COMMIT.fire(3)
+print("committed", flush=True)
+"""
+
+
+def commit_of(name: str, spec: str, tmp_path: Path, markers: Path) -> subprocess.Popen[str]:
+    """A process that names its query ``name`` and reaches ``driver.mid_commit`` of batch 3
+    inside that query's driver-side commit, armed with ``spec``."""
+    env = {**os.environ, FAULT_ENV: spec, KILL_ENV: "process", MARKER_DIR_ENV: str(markers)}
+    return subprocess.Popen(
+        [sys.executable, "-c", COMMIT_SCRIPT, name, str(tmp_path / name)],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize(("query", "fires"), [("files", True), ("state", False)])
+def test_a_spec_for_one_query_fires_in_that_querys_driver_commit(
+    tmp_path: Path, query: str, fires: bool
+) -> None:
+    """The driver's commit knows its checkpoint, hence Spark's query id, which the launcher
+    recorded under the query's name."""
+    markers = tmp_path / "markers"
+    done = commit_of(query, "driver.mid_commit@3#files", tmp_path, markers)
+    out, _ = done.communicate(timeout=60)
+    assert done.returncode == (-signal.SIGKILL if fires else 0)
+    assert out.split() == (["committing"] if fires else ["committing", "committed"])
+
+
+def test_a_spec_for_several_queries_kills_once_all_are_inside_the_point(tmp_path: Path) -> None:
+    """The first query to reach the point waits there for the other; then both die, and
+    the marker folder says which queries the kill found inside the point."""
+    markers = tmp_path / "markers"
+    spec = "driver.mid_commit#files+state"
+    first = commit_of("files", spec, tmp_path, markers)
+    assert first.stdout is not None
+    assert first.stdout.readline().strip() == "committing"
+    with pytest.raises(subprocess.TimeoutExpired):
+        first.wait(timeout=1.5)
+    second = commit_of("state", spec, tmp_path, markers)
+    assert second.wait(timeout=60) == -signal.SIGKILL
+    assert first.wait(timeout=60) == -signal.SIGKILL
+    assert gathered(markers, spec) == ["files", "state"]
+    assert (markers / spec).exists()

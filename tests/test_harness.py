@@ -425,6 +425,16 @@ def test_kills_aimed_at_one_query_of_a_group_carry_its_name() -> None:
     )
 
 
+def test_a_kill_gathering_queries_names_them_all_and_kills_the_whole_job() -> None:
+    assert at_point("driver.mid_commit", query=["files", "state"]).specs == (
+        "driver.mid_commit#files+state",
+    )
+    with pytest.raises(HarnessError, match="two queries or more and mode='job'"):
+        at_point("driver.mid_commit", query=["files", "state"], mode="process")
+    with pytest.raises(HarnessError, match="two queries or more"):
+        at_point("driver.mid_commit", query=["files"])
+
+
 def test_parts_of_a_group_need_distinct_names(toy_harness: CrashHarness) -> None:
     parts = [Part("a", TOY), Part("a", TOY)]
     with pytest.raises(HarnessError, match="distinct names"):

@@ -11,6 +11,7 @@ StorageError naming the endpoint and the setting.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -173,3 +174,51 @@ def test_past_the_window_the_source_and_the_sink_fail_naming_endpoint_and_settin
     assert f"s3://{bucket}/out/_firesteel/manifests/" in message, message
     assert own_s3.endpoint in message and "fs.s3a.retry.timeout.ms=3000" in message, message
     assert "fs.s3a.endpoint" in message, message
+
+
+@pytest.mark.parametrize("committed", [False, True])
+def test_a_query_that_committed_before_waits_for_its_store_in_a_new_process(
+    tmp_path: Path, committed: bool
+) -> None:
+    """Spark builds a query's writer in a new Python process for every batch, where a
+    bucket's check is the process's first: a new query fails at once naming the endpoint
+    setting, one whose checkpoint holds a committed batch waits out the window like any
+    call and names the window's setting."""
+    from firesteel.core.spark.writer import SparkStreamWriter
+    from firesteel.files.sink import FilesSink
+    from firesteel.files.sink.writer import WriterConfig
+    from firesteel.testing.ports import free_port
+
+    endpoint = f"http://127.0.0.1:{free_port()}"  # nobody listens: the store is away
+    checkpoint = tmp_path / "ck"
+    (checkpoint / "commits").mkdir(parents=True)
+    (checkpoint / "offsets").mkdir()
+    entry = {"firesteel": {"source": "firesteel.files", "replay": "resettable"}, "offset": {}}
+    (checkpoint / "offsets" / "1").write_text(f"v1\n{{}}\n{json.dumps(entry)}\n")
+    if committed:
+        (checkpoint / "commits" / "0").write_text("v1\n{}\n")
+    settings = {
+        "fs.s3a.endpoint": endpoint,
+        "fs.s3a.access.key": "k",
+        "fs.s3a.secret.key": "s",
+        "fs.s3a.retry.timeout.ms": "2000",
+    }
+    config = WriterConfig(
+        out="s3a://away/out",
+        sink_id="s1",
+        format="parquet",
+        bucket_columns=(),
+        roll_size_bytes=1 << 30,
+        compression=None,
+        storage=StorageConfig.of(settings),
+    )
+    started = time.monotonic()
+    with pytest.raises(StorageError) as failure:
+        SparkStreamWriter(FilesSink(config), {"checkpointlocation": str(checkpoint)}, None)
+    took = time.monotonic() - started
+    message = str(failure.value)
+    assert endpoint in message, message
+    if committed:
+        assert took >= 2.0 and "fs.s3a.retry.timeout.ms=2000" in message, (took, message)
+    else:
+        assert "retry.timeout.ms" not in message and "fs.s3a.endpoint" in message, message

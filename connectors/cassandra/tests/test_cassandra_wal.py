@@ -166,6 +166,11 @@ def test_wal_options_are_checked(
     assert parsed.send_connect == "sc://localhost:15002"
 
 
+IN_COMMIT = ["map", "upsert", "wal"]
+"""The queries the crash driver's two commit kills gather: each waits in its driver's commit,
+its writes done and ``commits/N`` not yet written, until all three are there."""
+
+
 @pytest.mark.crash
 def test_three_queries_killed_together_inside_the_resend_windows_and_at_random(
     crash_harness: CrashHarness, session: Any, cluster_address: tuple[str, int], tmp_path: Path
@@ -179,9 +184,10 @@ def test_three_queries_killed_together_inside_the_resend_windows_and_at_random(
     random, each restart with another partition count for each query; the run that
     completes loses twelve tasks of each query, and Spark retries them. The first four
     kills are the log's own points (``#wal``), so its re-sends are exactly the windows'; the
-    commit points fire in whichever query commits first and crash the others wherever they
-    are. The re-sends rewrite identical cells: every row once, with its body, and all cells
-    of a log batch carry one timestamp, later batches larger ones, although every restart
+    kills before and after the commit gather all three queries inside their driver's
+    commits (:data:`IN_COMMIT`), so each is killed there twice. The re-sends rewrite
+    identical cells: every row once, with its body, and all cells of a log batch carry
+    one timestamp, later batches larger ones, although every restart
     after window 2 runs with the clock set back an hour (an NTP step, a host moved) and
     every restart spells each checkpoint otherwise. A replayed map put rewrites the same
     entry: every seq ends in its key's map exactly once, with its value."""
@@ -200,8 +206,8 @@ def test_three_queries_killed_together_inside_the_resend_windows_and_at_random(
         at_point(AFTER_SEND, batch=2, partition=1),
         at_point("driver.mid_commit", batch=3),
         at_point("sink.after_write", batch=4, query="wal"),
-        at_point("driver.before_commit", batch=5),
-        at_point("driver.after_commit", batch=6),
+        at_point("driver.before_commit", query=IN_COMMIT),
+        at_point("driver.after_commit", query=IN_COMMIT),
         at_random((0.0, 1.0), when=batch_started(checkpoint, 7)),
         at_random((0.0, 1.0), when=batch_started(checkpoint, 11)),
         in_one_run(
@@ -252,6 +258,7 @@ def test_three_queries_killed_together_inside_the_resend_windows_and_at_random(
     assert result.all_fired, result.summary()
     assert result.kills == 8 + 36
     assert result.exit_codes == [-9] * 8 + [0]
+    assert list(result.gathered.values()) == [sorted(IN_COMMIT)] * 2, result.gathered
     for location in (checkpoint, tmp_path / "upsert-ck", tmp_path / "map-ck"):
         (record,) = read_guarantee(str(location)).values()
         assert record["achieved"] == "exactly-once", location

@@ -177,23 +177,31 @@ FILES_TASK_BATCHES = range(37, 40)
 been seen at batch 16 to 22, so its task kills aim well past that."""
 
 
+COMMIT_WINDOWS = [["files", "map"], ["map", "state"], ["files", "map", "state"]]
+"""The queries each gathered kill of :func:`together_kills` lands inside, in order."""
+
+
 def together_kills(map_checkpoint: Path) -> list:
     """Eight whole-job kills shared by the map (write-ahead), state (in-task) and file-sink
     queries (issue 30's eight: each restart costs every query's start-up again), then
     twelve task kills aimed at each of the first two and six at the third.
     A point only one query reaches (``wal.after_send``: the map's write-ahead commit;
-    ``#state``: the state query's tasks) is aimed at that query's batch; a point several
-    reach (``driver.mid_commit``: the map's sends or the file sink's publish) fires in
-    whichever gets there first. Random kills count in the map query's batches; the state
-    query (80 records a batch) is never ahead of the map query (60) by the batches aimed at."""
+    ``#state``: the state query's tasks) is aimed at that query's batch. The kills inside
+    the batches' commits gather the queries they are aimed at (each waits at the point, in
+    its own batch, until all are there: one kill inside each of their commits), so every
+    query is killed at least twice inside its commit (:data:`COMMIT_WINDOWS`): the map
+    between the transactions of its sends, the file sink mid-publish, the state query with
+    one task's transaction committed and others not; all three between the sink's commit and
+    Spark's ``commits/N``. Random kills count in the map query's batches; the state query
+    (80 records a batch) is never ahead of the map query (60) by the batches aimed at."""
     return [
         at_point("source.after_read"),
         at_point("wal.after_send", batch=1),
         at_point("state.after_snapshot", batch=2, query="state"),
-        at_point("driver.mid_commit", batch=3),
+        at_point("driver.mid_commit", query=COMMIT_WINDOWS[0]),
         at_random((0.2, 1.0), when=batch_started(map_checkpoint, 4)),
-        at_point("kafka.after_commit_transaction", batch=8),
-        at_point("driver.after_commit", batch=10),
+        at_point("kafka.after_commit_transaction", query=COMMIT_WINDOWS[1]),
+        at_point("driver.after_commit", query=COMMIT_WINDOWS[2]),
         at_random((0.2, 1.0), when=batch_started(map_checkpoint, 11)),
         in_one_run(
             task_kills(MAP_WRITE_TASK_POINTS, MAP_TASK_BATCHES, query="map"),
@@ -321,6 +329,7 @@ def test_map_state_and_file_sink_on_s3_are_exactly_once_under_shared_kills(
     assert result.all_fired, result.summary()
     assert result.kills == whole_job_kills + 30, result.summary()
     assert result.exit_codes == [-9] * whole_job_kills + [0], result.summary()
+    assert list(result.gathered.values()) == COMMIT_WINDOWS, result.gathered
 
     assert live.checks > 0
     assert not live.violations, live.violations

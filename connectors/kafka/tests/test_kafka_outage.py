@@ -156,3 +156,17 @@ def test_an_outage_past_retry_timeout_fails_naming_the_servers_and_the_setting(
     assert "OutageError" in message, message
     assert f"option 'kafka.bootstrap.servers' ({bootstrap})" in message, message
     assert "option 'retry.timeout.ms' (3000 ms)" in message, message
+
+
+@pytest.mark.parametrize(
+    ("code", "outage"),
+    [("_TRANSPORT", True), ("_DESTROY_BROKER", True), ("TOPIC_AUTHORIZATION_FAILED", False)],
+)
+def test_a_broker_handle_replaced_under_a_request_is_an_outage(code: str, outage: bool) -> None:
+    """librdkafka fails a request whose broker handle it replaced (a broker back from a long
+    outage) with _DESTROY_BROKER: waited out like the outage itself, not a query failure."""
+    from confluent_kafka import KafkaError
+
+    from firesteel.kafka.outage import is_outage
+
+    assert is_outage(KafkaError(getattr(KafkaError, code))) is outage

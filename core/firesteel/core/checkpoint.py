@@ -55,6 +55,19 @@ def read_query_id(checkpoint: str) -> str | None:
         raise CheckpointCorruptError(msg) from exc
 
 
+def has_committed(checkpoint: str | None) -> bool:
+    """Whether the query of ``checkpoint`` has committed a batch (Spark's ``commits/N``), so
+    its servers answered before: a first request in a new process may wait out an outage."""
+    if not checkpoint:
+        return False
+    try:
+        fsys, base = filesystem(checkpoint)
+        found = fsys.get_file_info(fs.FileSelector(f"{base}/commits", allow_not_found=True))
+    except OSError:
+        return False
+    return any(info.base_name.isdigit() for info in found)
+
+
 def query_identity(checkpoint: str) -> str:
     """What durable work of the query checkpointed at ``checkpoint`` is keyed by.
 

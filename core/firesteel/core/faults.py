@@ -17,12 +17,19 @@ it under the entry point group :data:`HANDLER_GROUP` (``firesteel-testing``
 does, with the handler that kills where its crash harness armed). Product code
 itself never kills: a job without the test tooling installed cannot be made to
 kill itself, whatever its environment says.
+
+The driver's commit of a batch runs inside :func:`committing`, so a handler can
+tell which query's commit reached a point (:func:`committing_checkpoint`: the
+checkpoint, hence Spark's query id) and aim a kill at one query of several
+sharing a driver.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 
@@ -109,3 +116,22 @@ def _handler() -> FaultHandler:
         logger.debug("fault handler: %s", found[0].value if found else "none")
         _INSTALLED["handler"] = handler
     return handler
+
+
+_COMMITTING: ContextVar[str | None] = ContextVar("firesteel_committing", default=None)
+"""The checkpoint of the query whose driver-side commit runs here, if any."""
+
+
+@contextmanager
+def committing(checkpoint: str) -> Iterator[None]:
+    """Run the driver's commit of the query checkpointed at ``checkpoint`` inside this block."""
+    token = _COMMITTING.set(checkpoint)
+    try:
+        yield
+    finally:
+        _COMMITTING.reset(token)
+
+
+def committing_checkpoint() -> str | None:
+    """The checkpoint of the query whose driver-side commit is running here, else None."""
+    return _COMMITTING.get()

@@ -61,6 +61,10 @@ names the filesystems whose uploads are atomic and which have no rename.
 that first wrote it; another query is refused with a :class:`ConfigError`
 naming the fix.
 
+**Retrying until a deadline.** :class:`RetryWindow`: the waits (doubling, bounded) and
+the deadline of a loop that rides out an outage; the caller logs each wait naming its
+server and setting, and raises its own error once the window expired.
+
 **Per-worker cache.** :class:`WorkerCache`: what a Python worker keeps between
 tasks (sessions, clients, stores).
 
@@ -86,6 +90,7 @@ two-phase sink is killed at the same protocol point.
 from firesteel.core.checkpoint import (
     FIRESTEEL_DIR,
     filesystem,
+    has_committed,
     normalize_location,
     query_identity,
     read_query_id,
@@ -123,6 +128,7 @@ from firesteel.core.errors import (
 from firesteel.core.faults import FaultPoint, fault_point
 from firesteel.core.guarantee import Guarantee, Replay, SinkKind
 from firesteel.core.guarded_fs import store_type
+from firesteel.core.logs import timed
 from firesteel.core.metrics import TaskMetrics, task_metrics
 from firesteel.core.options import (
     check_ranges,
@@ -133,6 +139,7 @@ from firesteel.core.options import (
 )
 from firesteel.core.ownership import Ownership
 from firesteel.core.reaper import Reaper
+from firesteel.core.retry_window import RetryWindow
 from firesteel.core.sink import (
     MID_COMMIT,
     Committable,
@@ -193,6 +200,7 @@ __all__ = [
     "RecordError",
     "Replay",
     "ResettableSource",
+    "RetryWindow",
     "Sink",
     "SinkError",
     "SinkKind",
@@ -215,6 +223,7 @@ __all__ = [
     "encode_record",
     "fault_point",
     "filesystem",
+    "has_committed",
     "is_secret",
     "make_parent",
     "normalize_location",
@@ -228,6 +237,7 @@ __all__ = [
     "storage_error",
     "store_type",
     "task_metrics",
+    "timed",
     "to_epoch",
     "write_atomically",
     "write_record",

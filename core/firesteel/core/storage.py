@@ -39,7 +39,9 @@ from __future__ import annotations
 import datetime
 import functools
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -372,6 +374,19 @@ def _azure(account_host: str, config: StorageConfig) -> fs.AzureFileSystem:
 
 _REACHED: set[tuple[str, str]] = set()
 """(endpoint, bucket) pairs that answered :func:`check_location` in this process."""
+_PATIENT: ContextVar[bool] = ContextVar("firesteel_patient_checks", default=False)
+
+
+@contextmanager
+def patient_checks(patient: bool = True) -> Iterator[None]:
+    """Inside, :func:`check_location` rides out an outage even on a bucket's first check in
+    this process: for a query that has committed a batch (its store answered before), in
+    the new Python process Spark starts to build its writer for every batch."""
+    token = _PATIENT.set(patient)
+    try:
+        yield
+    finally:
+        _PATIENT.reset(token)
 
 
 def check_location(location: Location, config: StorageConfig | None = None) -> None:
@@ -383,16 +398,17 @@ def check_location(location: Location, config: StorageConfig | None = None) -> N
     and HDFS locations are not checked here (their errors already name the path).
 
     The first check of a bucket in a process is not retried, so a mistyped
-    endpoint is named at once; once the bucket has answered, a later check
-    (Spark builds a sink for every micro-batch) rides out an outage like every
-    other call (:mod:`firesteel.core.store_retry`): a query survives an outage,
-    a query started during one fails at once.
+    endpoint is named at once; once the bucket has answered, or inside
+    :func:`patient_checks` (a query that has committed a batch), a check rides
+    out an outage like every other call (:mod:`firesteel.core.store_retry`): a
+    query survives an outage, a query started during one fails at once.
     """
     if store_type(location.filesystem) not in OBJECT_STORES:
         return
     bucket = location.path.split("/", 1)[0]
     reached = (_endpoint(location, config), bucket)
-    checker = location.filesystem if reached in _REACHED else unguarded(location.filesystem)
+    patient = reached in _REACHED or _PATIENT.get()
+    checker = location.filesystem if patient else unguarded(location.filesystem)
     try:
         info = checker.get_file_info(bucket)
     except OSError as exc:

@@ -5,8 +5,9 @@ The window is the setting ``<prefix>.retry.timeout.ms`` of the store's Hadoop
 prefix (``fs.s3a.retry.timeout.ms``, ``fs.gs.retry.timeout.ms``,
 ``fs.azure.retry.timeout.ms``; per bucket as ``fs.s3a.bucket.<b>.retry.timeout.ms``),
 by default :data:`DEFAULT_TIMEOUT_S`: long enough for a store (or the network
-to it) to restart. Waits start at :data:`FIRST_WAIT_S` and double up to
-:data:`MAX_WAIT_S`, around the client's own quick retries. Past the window
+to it) to restart. Waits start at 0.2 s and double up to 5 s
+(:class:`~firesteel.core.retry_window.RetryWindow`'s), around the client's own quick
+retries. Past the window
 the call fails with a :class:`~firesteel.core.errors.StorageError` naming the
 endpoint and the setting. Only calls that may run twice are retried (reads,
 listings, whole-object PUTs, deletes, copies); a create-if-absent checks on
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from firesteel.core.errors import StorageError
+from firesteel.core.retry_window import RetryWindow
 
 logger = logging.getLogger(__name__)
 
@@ -30,8 +32,6 @@ T = TypeVar("T")
 SETTING_SUFFIX = "retry.timeout.ms"
 """The window's setting, after the store's prefix: ``fs.s3a.retry.timeout.ms``."""
 DEFAULT_TIMEOUT_S = 60.0
-FIRST_WAIT_S = 0.2
-MAX_WAIT_S = 5.0
 
 TRANSIENT = (
     # pyarrow's AWS SDK and libcurl: no connection, a connection dropped, a timeout.
@@ -87,18 +87,18 @@ class StoreRetry:
         ``call`` must be safe to run twice: an attempt whose answer was lost may
         have been applied.
         """
-        deadline = time.monotonic() + self.timeout_s
-        wait = FIRST_WAIT_S
+        window = RetryWindow(self.timeout_s)
+        window.open()
         while True:
             try:
                 return call()
             except Exception as exc:
                 if not transient(exc):
                     raise
-                left = deadline - time.monotonic()
-                if left <= 0:
+                if window.expired:
                     raise self.exhausted(what, exc) from exc
-                pause = min(wait, left)
+                left = window.left
+                pause = window.next_wait()
                 logger.warning(
                     "firesteel: cannot %s: %s did not answer (%s); trying again in %.1f s, "
                     "for %.0f s more (%s=%d)",
@@ -111,7 +111,6 @@ class StoreRetry:
                     self.timeout_s * 1000,
                 )
                 time.sleep(pause)
-                wait = min(wait * 2, MAX_WAIT_S)
 
     def exhausted(self, what: str, error: BaseException) -> StorageError:
         """The error of a call that still failed when the window ended."""

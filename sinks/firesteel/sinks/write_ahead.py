@@ -74,6 +74,7 @@ from firesteel.core.errors import CheckpointCorruptError, IncompatibleFormatErro
 from firesteel.core.faults import fault_point
 from firesteel.core.guarantee import SinkKind
 from firesteel.core.hashing import HashingWriter
+from firesteel.core.logs import timed
 from firesteel.core.phases import commit_metrics
 from firesteel.core.sink import (
     AFTER_COMMIT,
@@ -335,7 +336,7 @@ class WriteAheadSink(Sink):
         this commit found unsent (after a crash, fewer than the batch wrote)."""
         BEFORE_COMMIT.fire(batch_id)
         metrics = commit_metrics()
-        with metrics.phase("plan"):
+        with metrics.phase("plan"), timed("wal.plan"):
             pending = [vote for vote in self._plan(batch_id, votes) if self._unsent(vote)]
         metrics.count("segments_pending", len(pending))
         if self.send_connect and pending:
@@ -347,7 +348,7 @@ class WriteAheadSink(Sink):
                 self.send_segment(vote)
                 if position < len(pending) - 1:
                     MID_COMMIT.fire(batch_id)
-        with metrics.phase("cleanup"):
+        with metrics.phase("cleanup"), timed("wal.cleanup"):
             self._delete_through(batch_id)
             self.committer.forget(self.sink_id, batch_id)
         AFTER_COMMIT.fire(batch_id)
@@ -369,10 +370,10 @@ class WriteAheadSink(Sink):
     def send_segment(self, vote: Vote) -> None:
         """Send one voted segment, then record it: where it runs, the driver or an executor."""
         metrics = commit_metrics()
-        with metrics.phase("send"):
+        with metrics.phase("send"), timed("wal.send"):
             self.send_values(self.read_segment(vote), vote.batch_id, vote.partition_id)
         AFTER_SEND.fire(vote.batch_id, vote.partition_id)
-        with metrics.phase("record"):
+        with metrics.phase("record"), timed("wal.marker"):
             self.committer.commit(self.sink_id, vote.batch_id, vote.partition_id)
 
     def _plan(self, batch_id: int, votes: Sequence[Vote]) -> list[Vote]:

@@ -18,6 +18,7 @@ from pyspark.sql.streaming.datasource import ReadLimit as SparkReadLimit
 
 from firesteel.core.context import TaskScope
 from firesteel.core.faults import fault_point
+from firesteel.core.logs import configure_worker_logging, timed
 from firesteel.core.source import UNBOUNDED, Offset, ReadLimit, ResettableSource
 from firesteel.core.spark.offsets import SOURCE_TAG
 
@@ -41,6 +42,7 @@ class SparkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """
 
     def __init__(self, source: ResettableSource) -> None:
+        configure_worker_logging()
         self.source = source
 
     def _wrap(self, offset: Offset) -> dict[str, Any]:
@@ -71,26 +73,32 @@ class SparkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ours: ReadLimit = (
             UNBOUNDED if isinstance(limit, ReadAllAvailable) else self.source.default_limit()
         )
-        return self._wrap(self.source.latest_offset(self._unwrap(start), ours))
+        with timed("source.latest_offset"):
+            return self._wrap(self.source.latest_offset(self._unwrap(start), ours))
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
-        reported = self.source.report_latest_offset()
+        with timed("source.report_latest_offset"):
+            reported = self.source.report_latest_offset()
         return None if reported is None else self._wrap(reported)
 
     def prepareForTriggerAvailableNow(self) -> None:
         self.source.prepare_available_now()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        planned = self.source.partitions(self._unwrap(start), self._unwrap(end))
+        with timed("source.partitions"):
+            planned = self.source.partitions(self._unwrap(start), self._unwrap(end))
         return [_Partition(value) for value in planned]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        yield from self.source.read(partition.value)
+        configure_worker_logging()
+        with timed("source.read"):
+            yield from self.source.read(partition.value)
         scope = TaskScope.running()
         AFTER_READ.fire(scope.batch_id if scope else None, scope.partition_id if scope else None)
 
     def commit(self, end: dict[str, Any]) -> None:
-        self.source.commit(self._unwrap(end))
+        with timed("source.commit"):
+            self.source.commit(self._unwrap(end))
 
     def stop(self) -> None:
         self.source.stop()

@@ -9,16 +9,18 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from firesteel.core.checkpoint import GuaranteeRecord, write_guarantee
+from firesteel.core.checkpoint import GuaranteeRecord, has_committed, write_guarantee
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import ConfigError, SinkError
+from firesteel.core.faults import committing
 from firesteel.core.guarantee import Guarantee, Part, check
-from firesteel.core.logs import configure_worker_logging
+from firesteel.core.logs import configure_worker_logging, timed
 from firesteel.core.metrics.commit import measured_commit
 from firesteel.core.metrics.history import record_batch
 from firesteel.core.metrics.task import measured_write
 from firesteel.core.sink import Sink, Vote
 from firesteel.core.spark.offsets import source_parts
+from firesteel.core.storage import patient_checks
 
 logger = logging.getLogger(__name__)
 
@@ -54,10 +56,13 @@ def commit_batch(
     crash in between makes Spark commit, and record, the batch again); ``record=False``
     (option ``metrics=false``) only commits."""
     if not record:
-        sink.commit_batch(batch_id, votes)
+        with timed("sink.commit"), committing(checkpoint):
+            sink.commit_batch(batch_id, votes)
         return
-    metrics, seconds = measured_commit(sink, batch_id, votes)
-    record_batch(checkpoint, sink.sink_id, batch_id, votes, seconds, commit=metrics)
+    with timed("sink.commit"), committing(checkpoint):
+        metrics, seconds = measured_commit(sink, batch_id, votes)
+    with timed("sink.metrics_record"):
+        record_batch(checkpoint, sink.sink_id, batch_id, votes, seconds, commit=metrics)
 
 
 class SparkStreamWriter(DataSourceStreamArrowWriter):
@@ -82,14 +87,19 @@ class SparkStreamWriter(DataSourceStreamArrowWriter):
         self.checkpoint = checkpoint
         # Validated by the connector's options (SinkOptions.metrics): true or false.
         self.metrics = str(options.get("metrics", "true")).strip().lower() == "true"
-        self.guarantee = check_guarantee(sink, checkpoint, required)
-        sink.prepare()
+        with timed("writer.guarantee_check"):
+            self.guarantee = check_guarantee(sink, checkpoint, required)
+        # Spark builds the writer in a new Python process for every batch: a query that
+        # committed before reached its store, and rides out an outage from here on too.
+        with timed("writer.prepare"), patient_checks(has_committed(checkpoint)):
+            sink.prepare()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         configure_worker_logging()
-        if not self.metrics:
-            return self.sink.write_partition(TaskScope.current(), iterator)
-        return measured_write(self.sink, TaskScope.current(), iterator)
+        with timed("sink.write"):
+            if not self.metrics:
+                return self.sink.write_partition(TaskScope.current(), iterator)
+            return measured_write(self.sink, TaskScope.current(), iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         configure_worker_logging()

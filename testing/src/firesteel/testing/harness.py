@@ -56,7 +56,7 @@ import psutil
 
 from firesteel.core.errors import FiresteelError
 from firesteel.core.faults import FaultPoint
-from firesteel.testing.faults import FAULT_ENV, KILL_ENV, MARKER_DIR_ENV, PGID_ENV
+from firesteel.testing.faults import FAULT_ENV, KILL_ENV, MARKER_DIR_ENV, PGID_ENV, gathered
 from firesteel.testing.jobs import DEFAULT_MASTER, MASTER_ENV
 from firesteel.testing.jvm import ARCHIVE_ENV, driver_archive
 from firesteel.testing.points import check_point
@@ -157,8 +157,10 @@ class Part:
         return [self.name, str(self.script), *map(str, args)]
 
 
-def _in_query(query: str | None) -> str:
-    return f"#{query}" if query else ""
+def _in_query(query: str | Sequence[str] | None) -> str:
+    if query is None or isinstance(query, str):
+        return f"#{query}" if query else ""
+    return "#" + "+".join(query)
 
 
 def at_point(
@@ -166,13 +168,20 @@ def at_point(
     batch: int | None = None,
     partition: int | None = None,
     mode: Literal["job", "process"] = "job",
-    query: str | None = None,
+    query: str | Sequence[str] | None = None,
 ) -> AtPoints:
     """Arm one declared fault point (see :mod:`firesteel.testing.points`) for one run.
 
-    ``query`` limits it to the tasks of the query of that name (a part of
-    :meth:`CrashHarness.run_together`); a point reached on the driver never matches then.
+    ``query`` limits it to the query of that name (a part of
+    :meth:`CrashHarness.run_together`): its tasks, and its driver's commit. Several
+    names gather those queries: each waits at the point until all of them reached it
+    (``batch`` then counts in each query's own batches), and one SIGKILL of the whole job
+    lands inside all of them; :attr:`CrashResult.gathered` says which had arrived.
     """
+    gathering = query is not None and not isinstance(query, str)
+    if gathering and (mode != "job" or len(query or ()) < 2):
+        msg = f"gathering needs two queries or more and mode='job', got {query} in {mode}"
+        raise HarnessError(msg)
     spec = check_point(point)
     if batch is not None:
         spec += f"@{batch}"
@@ -258,6 +267,8 @@ class RunRecord:
     """Fault specs that fired in this run (several for ``mode="process"`` task kills)."""
     killed_pids: list[int] = field(default_factory=list)
     """PIDs the harness killed itself (random kills, executor kills); empty if it did not."""
+    gathered: dict[str, list[str]] = field(default_factory=dict)
+    """For each fired spec aimed at several queries: the queries waiting at its point."""
 
     @property
     def killed(self) -> bool:
@@ -282,6 +293,11 @@ class CrashResult:
     def fired(self) -> list[str]:
         """Every fault spec that fired, in order."""
         return [spec for run in self.runs for spec in run.fired]
+
+    @property
+    def gathered(self) -> dict[str, list[str]]:
+        """For each fired spec aimed at several queries, the queries inside its point."""
+        return {spec: names for run in self.runs for spec, names in run.gathered.items()}
 
     @property
     def restarts(self) -> int:
@@ -578,7 +594,10 @@ class CrashHarness:
             tracker.kill_all()
             proc.wait()
             self._active.remove(tracker)
-        fired = sorted(set(os.listdir(faults_dir)) - fired_before)
+        # Dot-folders hold the launcher's query names and gathered arrivals, not fired specs.
+        fired = sorted(
+            name for name in set(os.listdir(faults_dir)) - fired_before if name[0] != "."
+        )
         record = RunRecord(
             index=index,
             kill=kill,
@@ -587,6 +606,9 @@ class CrashHarness:
             log=log,
             fired=fired,
             killed_pids=killed_pids,
+            gathered={
+                spec: gathered(faults_dir, spec) for spec in fired if "+" in spec.partition("#")[2]
+            },
         )
         logger.info("harness run %d ended: exit %s, killed %s", index, exit_code, record.killed)
         if exit_code not in (0, -9):

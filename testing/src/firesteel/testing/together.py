@@ -8,7 +8,9 @@ one driver process running several job scripts, each of whose queries is named
 after its script's part, and every kill of a run (a protocol point reached by
 one query, a random moment) crashes all of them, so each path gets every kill
 of the run for the price of one restart. A task kill can be aimed at one query
-(``task_kills(..., query=name)``: the fault spec's ``#name``).
+(``task_kills(..., query=name)``: the fault spec's ``#name``), and so can a point of the
+driver's commit, and one kill can gather several queries inside their commits
+(``at_point(..., query=[a, b])``): the launcher records each query's id under its name.
 
 Inside the job process, :func:`run_parts` runs each part's script in turn;
 :func:`~firesteel.testing.jobs.run_available` then starts the script's query
@@ -24,6 +26,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from firesteel.testing.faults import name_query
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
@@ -57,6 +61,7 @@ def start_in_group(writer: DataStreamWriter, checkpoint: str) -> bool:
         .trigger(availableNow=True)
         .start()
     )
+    name_query(str(query.id), _GROUP.part)
     _GROUP.queries.append(query)
     return True
 

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from cassandra.policies import RetryPolicy
 from firesteel.cassandra.errors import CassandraUnreachableError
-from firesteel.core.spi import WorkerCache
+from firesteel.core.spi import RetryWindow, WorkerCache
 
 logger = logging.getLogger(__name__)
 
@@ -34,26 +34,28 @@ class Backoff:
 
     The driver's retries are immediate (see :class:`IdempotentRetryPolicy`);
     this is the slower loop around them that outlasts an outage of a few
-    seconds: :data:`FIRST_BACKOFF`, doubling, at most :data:`MAX_BACKOFF`.
+    seconds: :data:`FIRST_BACKOFF`, doubling, at most :data:`MAX_BACKOFF`, the
+    last wait cut to the time left (a :class:`~firesteel.core.spi.RetryWindow`
+    opened when the first attempt was sent).
     """
 
     def __init__(self, timeout: float) -> None:
-        self.deadline = time.monotonic() + timeout
-        self.wait = FIRST_BACKOFF
+        self.window = RetryWindow(timeout, FIRST_BACKOFF, MAX_BACKOFF)
+        self.window.open()
 
     def pause(self, what: str, error: object) -> bool:
         """Sleep before the next re-send of ``what``; False (no sleep) once time is up."""
-        if time.monotonic() + self.wait > self.deadline:
+        if self.window.expired:
             return False
+        wait = self.window.next_wait()
         logger.warning(
             "firesteel.cassandra: %s failed after the driver's attempts (%s); "
             "sending again in %.1f s",
             what,
             error,
-            self.wait,
+            wait,
         )
-        time.sleep(self.wait)
-        self.wait = min(self.wait * 2, MAX_BACKOFF)
+        time.sleep(wait)
         return True
 
 

@@ -1,8 +1,9 @@
 """Driver-side discovery: which topic-partitions exist and where their logs begin and end.
 
-End offsets come from ListOffsets (``get_watermark_offsets``): the high
-watermark, or for a ``read_committed`` client (the default) the last stable
-offset, so a batch never ends inside a transaction still open.
+End offsets come from ListOffsets, one request per leader for all its
+partitions (``offsets_for_times`` at ``OFFSET_END``): the high watermark, or
+for a ``read_committed`` client (the default) the last stable offset, so a
+batch never ends inside a transaction still open.
 
 Every request waits out a broker outage for option ``retry.timeout.ms``
 (:mod:`firesteel.kafka.outage`), so a restarting broker delays a batch's planning
@@ -17,11 +18,11 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from firesteel.core.spi import ConfigError
+from firesteel.core.spi import ConfigError, has_committed, timed
 from firesteel.kafka.config import client_config, safe_error
 from firesteel.kafka.errors import KafkaSourceError
 from firesteel.kafka.options import KafkaSourceOptions
-from firesteel.kafka.outage import Outage, has_committed
+from firesteel.kafka.outage import Outage
 from firesteel.kafka.reach import first_contact
 
 logger = logging.getLogger(__name__)
@@ -84,9 +85,10 @@ class Discovery:
         from confluent_kafka import KafkaException
 
         try:
-            metadata = self.outage.run(
-                lambda timeout: self.consumer.list_topics(timeout=timeout), "cluster metadata"
-            )
+            with timed("kafka.metadata"):
+                metadata = self.outage.run(
+                    lambda timeout: self.consumer.list_topics(timeout=timeout), "cluster metadata"
+                )
         except KafkaException as exc:
             what = "cannot read cluster metadata"
             raise self._fail(what, exc) from exc
@@ -129,8 +131,33 @@ class Discovery:
         return {tp: low for tp, (low, _high) in self._watermarks(tps).items()}
 
     def latest(self, tps: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
-        """The end of each partition: the next offset a ``read_committed`` reader can reach."""
-        return {tp: high for tp, (_low, high) in self._watermarks(tps).items()}
+        """The end of each partition: the next offset a ``read_committed`` reader can reach.
+
+        One ``offsets_for_times`` at ``OFFSET_END`` (the protocol's latest, with the
+        consumer's isolation level, as the watermark query) asks once per leader, where
+        ``get_watermark_offsets`` asks partition by partition. A partition's own error
+        (its leader moving) falls back to that per-partition path, which waits it out,
+        or names it, as before.
+        """
+        from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
+
+        tps = list(tps)
+        if not tps:
+            return {}
+        wanted = [TopicPartition(t, p, OFFSET_END) for t, p in tps]
+        try:
+            with timed("kafka.end_offsets"):
+                found = self.outage.run(
+                    lambda timeout: self.consumer.offsets_for_times(wanted, timeout=timeout),
+                    "end offsets",
+                    LEADER_MOVING,
+                )
+        except KafkaException as exc:
+            what = "cannot list end offsets"
+            raise self._fail(what, exc) from exc
+        if any(tp.error is not None for tp in found):
+            return {tp: high for tp, (_low, high) in self._watermarks(tps).items()}
+        return {(tp.topic, tp.partition): tp.offset for tp in found}
 
     def offsets_for_times(
         self, tps: Iterable[TopicPartitionKey], timestamp_ms: int

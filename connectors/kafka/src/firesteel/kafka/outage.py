@@ -13,8 +13,8 @@ abortable errors are never retried here: they go to their callers' policies
 
 A query's very first contact is not patient: pointed at the wrong host or port, it
 fails within :data:`~firesteel.kafka.reach.CONNECT_TIMEOUT`. A query that has
-committed a batch (:func:`has_committed`) has reached its cluster before, and rides
-out an outage from its first request on, also after a restart.
+committed a batch (:func:`~firesteel.core.spi.has_committed`) has reached its cluster
+before, and rides out an outage from its first request on, also after a restart.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from firesteel.core.spi import filesystem
+from firesteel.core.spi import RetryWindow
 from firesteel.kafka.config import safe_error, scrub, secrets_of
 from firesteel.kafka.errors import OutageError
 
@@ -35,9 +35,6 @@ T = TypeVar("T")
 
 SETTING = "retry.timeout.ms"
 """The option that sets the window, on the source and the sinks alike."""
-FIRST_BACKOFF = 0.2
-"""Seconds of the first wait; each further wait doubles, up to :data:`MAX_BACKOFF`."""
-MAX_BACKOFF = 5.0
 CALL_TIMEOUT = 10.0
 """Longest single attempt of a request: short enough to retry soon after the broker is back."""
 
@@ -51,6 +48,9 @@ def is_outage(error: Any) -> bool:
     return bool(error.retriable()) or error.code() in (
         KafkaError._TRANSPORT,
         KafkaError._ALL_BROKERS_DOWN,
+        # A broker handle replaced while a request waited on it (seen as a SIGKILLed
+        # broker came back after 90 s): the request is answered by the new handle.
+        KafkaError._DESTROY_BROKER,
         KafkaError._TIMED_OUT,
         KafkaError._WAIT_COORD,
         KafkaError.NOT_COORDINATOR,
@@ -61,21 +61,6 @@ def is_outage(error: Any) -> bool:
         KafkaError.REQUEST_TIMED_OUT,
         KafkaError.NETWORK_EXCEPTION,
     )
-
-
-def has_committed(checkpoint: str | None) -> bool:
-    """Whether the query of ``checkpoint`` has committed a batch (Spark's ``commits/N``),
-    so its cluster answered before: its first request may wait out an outage."""
-    from pyarrow import fs
-
-    if not checkpoint:
-        return False
-    try:
-        fsys, base = filesystem(checkpoint)
-        found = fsys.get_file_info(fs.FileSelector(f"{base}/commits", allow_not_found=True))
-    except OSError:
-        return False
-    return any(info.base_name.isdigit() for info in found)
 
 
 @dataclass
@@ -92,14 +77,15 @@ class Outage:
     """The client configuration (its ``bootstrap.servers``; secrets scrubbed from errors)."""
     timeout_ms: int
     """Option ``retry.timeout.ms``."""
-    began: float | None = None
-    """When the current outage began (``time.monotonic()``), ``None`` while none is."""
-    waits: int = 0
-    """Waits of the current outage so far (each doubles the backoff)."""
+    window: RetryWindow = field(init=False)
+    """The current outage's window and backoff (open while the brokers fail)."""
     logged: float = 0.0
-    """When :meth:`noticed` last logged (``time.monotonic()``)."""
+    """When :meth:`noticed` last logged (``time.monotonic()``); 0 since the last recovery."""
     reason: str = ""
     """The last failure's text (secrets scrubbed)."""
+
+    def __post_init__(self) -> None:
+        self.window = RetryWindow(self.timeout_ms / 1000)
 
     @property
     def servers(self) -> str:
@@ -108,15 +94,15 @@ class Outage:
 
     def recovered(self) -> None:
         """The brokers answered: a later failure starts a new window."""
-        if self.began is not None and self.waits:
+        if self.window.ongoing and (self.window.waits or self.logged):
             logger.info(
                 "%s: brokers %s answered again after %.1f s",
                 self.who,
                 self.servers,
-                time.monotonic() - self.began,
+                self.window.elapsed,
             )
-        self.began = None
-        self.waits = 0
+        self.window.close()
+        self.logged = 0.0
         self.reason = ""
 
     def failed(self, what: str, reason: str, cause: BaseException | None = None) -> float:
@@ -125,14 +111,11 @@ class Outage:
         Logs the wait; raises :class:`OutageError` once the outage has lasted
         ``timeout_ms``. ``reason`` is the client's error text (scrubbed here).
         """
-        now = time.monotonic()
-        if self.began is None:
-            self.began = now
+        self.window.open()
         self.reason = scrub(reason, secrets_of(self.config))
         self.check(what, cause)
-        left = self.began + self.timeout_ms / 1000 - now
-        backoff = min(MAX_BACKOFF, FIRST_BACKOFF * 2**self.waits, max(left, 0.0))
-        self.waits += 1
+        lasted, left = self.window.elapsed, self.window.left
+        backoff = self.window.next_wait()
         logger.warning(
             "%s: %s: %s; retrying in %.1f s (brokers %s of option 'kafka.bootstrap.servers' "
             "failing for %.1f s, %.0f s left of option '%s' = %d ms)",
@@ -141,7 +124,7 @@ class Outage:
             self.reason,
             backoff,
             self.servers,
-            now - self.began,
+            lasted,
             left,
             SETTING,
             self.timeout_ms,
@@ -151,15 +134,13 @@ class Outage:
     def noticed(self, what: str, reason: str) -> None:
         """Record a failure that the client itself retries (a consumer's fetches, a
         producer's queued records): starts the window, logs at most every
-        :data:`MAX_BACKOFF` seconds. The caller's loop calls :meth:`check`."""
+        longest wait of its window. The caller's loop calls :meth:`check`."""
         now = time.monotonic()
-        if self.began is None:
-            self.began = now
+        self.window.open()
         self.reason = scrub(reason, secrets_of(self.config))
         self.check(what)
-        if self.waits and now - self.logged < MAX_BACKOFF:
+        if self.logged and now - self.logged < self.window.max_wait_s:
             return
-        self.waits += 1
         self.logged = now
         logger.warning(
             "%s: %s: %s; waiting for the client to reconnect (brokers %s of option "
@@ -168,8 +149,8 @@ class Outage:
             what,
             self.reason,
             self.servers,
-            now - self.began,
-            self.began + self.timeout_ms / 1000 - now,
+            self.window.elapsed,
+            self.window.left,
             SETTING,
             self.timeout_ms,
         )
@@ -177,36 +158,36 @@ class Outage:
     @property
     def ongoing(self) -> bool:
         """Whether an outage began and nothing has answered since."""
-        return self.began is not None
+        return self.window.ongoing
 
     def check(self, what: str, cause: BaseException | None = None) -> None:
         """Raise :class:`OutageError` if the current outage has lasted ``timeout_ms``."""
-        if self.began is None:
-            return
-        lasted = time.monotonic() - self.began
-        if lasted * 1000 < self.timeout_ms:
+        if not self.window.expired:
             return
         why = f" (last error: {self.reason})" if self.reason else ""
         msg = (
             f"{self.who}: {what}: the brokers of option 'kafka.bootstrap.servers' "
-            f"({self.servers}) did not answer for {lasted:.0f} s, the limit set by option "
-            f"'{SETTING}' ({self.timeout_ms} ms){why}. Check that the brokers run and are "
-            f"reachable; raise '{SETTING}' to wait longer for a restarting cluster"
+            f"({self.servers}) did not answer for {self.window.elapsed:.0f} s, the limit set "
+            f"by option '{SETTING}' ({self.timeout_ms} ms){why}. Check that the brokers run "
+            f"and are reachable; raise '{SETTING}' to wait longer for a restarting cluster"
         )
         raise OutageError(msg) from cause
 
-    def run(self, call: Callable[[float], T], what: str, also: Collection[int] = ()) -> T:
+    def run(
+        self,
+        call: Callable[[float], T],
+        what: str,
+        also: Collection[int] = (),
+        call_timeout: float = CALL_TIMEOUT,
+    ) -> T:
         """``call(timeout_seconds)``, retried while it fails with an outage error
         (:func:`is_outage`) or one whose code is in ``also``; any other error is raised
-        as it is."""
+        as it is. Each attempt gets the window's time left, at most ``call_timeout``."""
         from confluent_kafka import KafkaException
 
         while True:
-            left = self.timeout_ms / 1000
-            if self.began is not None:
-                left -= time.monotonic() - self.began
             try:
-                result = call(max(1.0, min(CALL_TIMEOUT, left)))
+                result = call(max(1.0, min(call_timeout, self.window.left)))
             except KafkaException as exc:
                 if not (is_outage(exc.args[0]) or exc.args[0].code() in also):
                     raise

@@ -31,7 +31,14 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from firesteel.core.spi import ConfigError, Offset, ReadLimit, ResettableSource, fault_point
+from firesteel.core.spi import (
+    ConfigError,
+    Offset,
+    ReadLimit,
+    ResettableSource,
+    fault_point,
+    timed,
+)
 from firesteel.kafka.codec import ValueDecoder, schema_text
 from firesteel.kafka.deadletter import TopicDeadLetter
 from firesteel.kafka.discovery import Discovery, TopicPartitionKey, parse_partition_offsets
@@ -224,7 +231,8 @@ class KafkaSource(ResettableSource):
             logger.info("firesteel.kafka: new partitions %s start at their earliest offset", new)
         known = [tp for tp in current if tp in positions]
         ends = self.discovery.latest(known)
-        self._record_lag(positions, ends)
+        with timed("kafka.lag_record"):
+            self._record_lag(positions, ends)
         restarted = self._went_back(ends, positions)
         for tp in restarted:
             del ends[tp]

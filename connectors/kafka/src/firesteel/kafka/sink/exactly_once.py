@@ -73,7 +73,15 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from firesteel.core.spi import InTaskCommitSink, Ownership, SinkError, TaskScope, task_metrics
+from firesteel.core.spi import (
+    InTaskCommitSink,
+    Ownership,
+    SinkError,
+    TaskScope,
+    has_committed,
+    task_metrics,
+    timed,
+)
 from firesteel.kafka.config import (
     client_config,
     consumer_config,
@@ -83,7 +91,7 @@ from firesteel.kafka.config import (
     secrets_of,
 )
 from firesteel.kafka.options import KafkaSinkOptions
-from firesteel.kafka.outage import Outage, has_committed
+from firesteel.kafka.outage import Outage
 from firesteel.kafka.pool import TransactionalClient, TransactionalPool, config_key
 from firesteel.kafka.producing import DeliveryTracker, flush, produce_all, tracked_config
 from firesteel.kafka.rows import sink_extractor
@@ -214,9 +222,10 @@ class KafkaExactlyOnceSink(InTaskCommitSink[KafkaTransaction, KafkaCommittable])
             kept.producer = None
             txn.client = None
         logger.debug("firesteel.kafka sink: %s: new producer", txn.transactional_id)
-        txn.client = self._new_client(txn, consumer)
-        # Fences older instances with this id and aborts their open transaction.
-        self._transactional(txn, "init_transactions", txn.producer.init_transactions)
+        with timed("kafka.new_producer"):
+            txn.client = self._new_client(txn, consumer)
+            # Fences older instances with this id and aborts their open transaction.
+            self._transactional(txn, "init_transactions", txn.producer.init_transactions)
         self._start(txn, kept=False)
 
     def _new_client(self, txn: KafkaTransaction, consumer: Any) -> TransactionalClient:
@@ -260,13 +269,15 @@ class KafkaExactlyOnceSink(InTaskCommitSink[KafkaTransaction, KafkaCommittable])
         consumer = txn.client.marker_consumer
         partition = TopicPartition(self.marker_topic, 0)
         try:
-            if kept:
-                marker = committed_marker(consumer, partition, KEPT_MARKER_TIMEOUT)
-            else:
-                marker = self.outage().run(
-                    lambda timeout: committed_marker(consumer, partition, timeout),
-                    f"{txn.transactional_id} batch {scope.batch_id}: commit marker (group {group})",
-                )
+            with timed("kafka.marker_read"):
+                if kept:
+                    marker = committed_marker(consumer, partition, KEPT_MARKER_TIMEOUT)
+                else:
+                    marker = self.outage().run(
+                        lambda timeout: committed_marker(consumer, partition, timeout),
+                        f"{txn.transactional_id} batch {scope.batch_id}: commit marker "
+                        f"(group {group})",
+                    )
         except KafkaException as exc:
             if kept:
                 return self._cannot_continue(txn, f"marker unreadable: {exc.args[0].str()}")
@@ -296,7 +307,8 @@ class KafkaExactlyOnceSink(InTaskCommitSink[KafkaTransaction, KafkaCommittable])
             return False
         try:
             txn.producer.begin_transaction()
-            self._transactional(txn, "send_offsets_to_transaction", self._send_marker(txn))
+            with timed("kafka.send_offsets"):
+                self._transactional(txn, "send_offsets_to_transaction", self._send_marker(txn))
         except KafkaException as exc:
             if kept:
                 return self._cannot_continue(txn, exc.args[0].str())
@@ -404,17 +416,19 @@ class KafkaExactlyOnceSink(InTaskCommitSink[KafkaTransaction, KafkaCommittable])
             return handle
         AFTER_PRODUCE.fire(scope.batch_id, scope.partition_id)
         assert txn.tracker is not None
-        flush(
-            txn.producer,
-            txn.tracker,
-            self.options.flush_timeout_ms,
-            txn.transactional_id,
-            self.outage(),
-        )
+        with timed("kafka.flush"):
+            flush(
+                txn.producer,
+                txn.tracker,
+                self.options.flush_timeout_ms,
+                txn.transactional_id,
+                self.outage(),
+            )
         AFTER_FLUSH.fire(scope.batch_id, scope.partition_id)
         self._check_age(txn)
         BEFORE_COMMIT_TRANSACTION.fire(scope.batch_id, scope.partition_id)
-        self._transactional(txn, "commit_transaction", txn.producer.commit_transaction)
+        with timed("kafka.commit_transaction"):
+            self._transactional(txn, "commit_transaction", txn.producer.commit_transaction)
         txn.state = TxnState.COMMITTED
         AFTER_COMMIT_TRANSACTION.fire(scope.batch_id, scope.partition_id)
         self._release(txn)

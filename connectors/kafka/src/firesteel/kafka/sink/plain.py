@@ -8,10 +8,10 @@ from typing import ClassVar
 
 import pyarrow as pa
 
-from firesteel.core.spi import PlainSink, TaskScope
+from firesteel.core.spi import PlainSink, TaskScope, has_committed
 from firesteel.kafka.config import client_config, redact
 from firesteel.kafka.options import KafkaSinkOptions
-from firesteel.kafka.outage import Outage, has_committed
+from firesteel.kafka.outage import Outage
 from firesteel.kafka.pool import SharedProducers
 from firesteel.kafka.producing import flush, produce_all
 from firesteel.kafka.rows import sink_extractor

@@ -15,14 +15,13 @@ commits; a failed attempt's retries are not counted).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from firesteel.core.spi import SinkError, task_metrics
 from firesteel.kafka.config import safe_error
-from firesteel.kafka.outage import Outage, is_outage
+from firesteel.kafka.outage import Outage
 from firesteel.kafka.producing import DeliveryTracker, is_fencing
 
 CALL_TIMEOUT = 60.0
@@ -57,28 +56,27 @@ class TransactionalRetry:
 
         where = f"{transactional_id} batch {batch_id}"
         outage = Outage("firesteel.kafka sink", self.config, self.timeout_ms)
-        started = time.monotonic()
-        while True:
+        outage.window.open()  # the window counts from the first attempt
+        attempts = 0
+
+        def attempt(timeout: float) -> None:
+            nonlocal attempts
             if tracker is not None:
                 tracker.check_usable(where)
-            left = self.timeout_ms / 1000 - (time.monotonic() - started)
-            try:
-                call(max(1.0, min(CALL_TIMEOUT, left)))
-            except KafkaException as exc:
-                error = exc.args[0]
-                if is_outage(error):
-                    if outage.began is None:
-                        outage.began = started  # the window counts from the first attempt
-                    time.sleep(outage.failed(f"{where}: {what}", safe_error(exc, self.config), exc))
-                    task_metrics().count("transactional_retries")
-                    continue
-                if tracker is not None:
-                    tracker.fenced = tracker.fenced or is_fencing(error)
-                    if error.fatal():
-                        tracker.fatal = tracker.fatal or error.str()
-                kind = "abortable" if error.txn_requires_abort() else "fatal"
-                text = safe_error(exc, self.config)
-                msg = f"firesteel.kafka sink: {where}: {what} failed ({kind}): {text}"
-                raise SinkError(msg) from exc
-            outage.recovered()
-            return
+            if attempts:
+                task_metrics().count("transactional_retries")
+            attempts += 1
+            call(timeout)
+
+        try:
+            outage.run(attempt, f"{where}: {what}", call_timeout=CALL_TIMEOUT)
+        except KafkaException as exc:
+            error = exc.args[0]
+            if tracker is not None:
+                tracker.fenced = tracker.fenced or is_fencing(error)
+                if error.fatal():
+                    tracker.fatal = tracker.fatal or error.str()
+            kind = "abortable" if error.txn_requires_abort() else "fatal"
+            text = safe_error(exc, self.config)
+            msg = f"firesteel.kafka sink: {where}: {what} failed ({kind}): {text}"
+            raise SinkError(msg) from exc
