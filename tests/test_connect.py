@@ -100,6 +100,7 @@ def test_firesteel_from_a_spark_connect_client(
         said = _said(lines)
         assert "firesteel.files" in said["registered"]
         assert "not-a-checkpoint" in said["unseen"], "read_guarantee raises for an unseen path"
+        assert "remove withWatermark" in said["event_time"]["refused"], said["event_time"]
         (record,) = said["guarantee"].values()
         assert record["achieved"] == "exactly-once"
 

@@ -45,6 +45,8 @@ timers wait for the next batch with rows, which keeps re-runs identical.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import re
 import time
@@ -329,14 +331,23 @@ def _event_time(
             "it must be a timestamp (cast it, e.g. F.col(c).cast('timestamp'))"
         )
         raise ConfigError(msg)
-    plan = df._jdf.queryExecution().logical().toString()
-    if "EventTimeWatermark" in plan:
+    if "EventTimeWatermark" in _plans(df):
         msg = (
             "stateful(): the input has Spark's withWatermark; firesteel derives its own "
             "watermark from event_time= and watermark=: remove withWatermark"
         )
         raise ConfigError(msg)
     return et.EventTime(column, watermark, cast(et.LatePolicy, late))
+
+
+def _plans(df: DataFrame) -> str:
+    """The plans of ``df`` as ``explain(extended=True)`` prints them: the one way to see
+    them both in a classic session and from a Spark Connect client (which has no JVM
+    handle on the DataFrame)."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        df.explain(extended=True)
+    return printed.getvalue()
 
 
 def _nullable(schema: StructType) -> StructType:
