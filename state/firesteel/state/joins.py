@@ -70,14 +70,8 @@ class IntervalJoin(CoProcessor):
         self._upper = self.upper // _MS
 
     def open(self, ctx: OpenContext) -> None:
-        if ctx.event_time_column is None:
-            msg = (
-                f"operator '{ctx.operator}': IntervalJoin needs event time: stateful(..., "
-                "event_time='<column in both inputs>', watermark=BoundedOutOfOrderness(...))"
-            )
-            raise ConfigError(msg)
+        self._time_column = ctx.require_event_time("IntervalJoin", "<column in both inputs>")
         self._key_columns = ctx.key_columns
-        self._time_column = ctx.event_time_column
 
     def _joined(self, left: dict[str, Any], right: dict[str, Any]) -> Mapping[str, Any]:
         if self.join is not None:

@@ -96,6 +96,17 @@ class OpenContext:
         self._declared = declared
         self.dropped: list[str] = []
 
+    def require_event_time(self, who: str, column: str = "<column>") -> str:
+        """The ``event_time`` column; a :class:`ConfigError` naming ``who`` (a processor that
+        works on event time) and showing the arguments when ``stateful`` was given none."""
+        if self.event_time_column is None:
+            msg = (
+                f"operator '{self.operator}': {who} needs event time: stateful(..., "
+                f"event_time='{column}', watermark=BoundedOutOfOrderness(...))"
+            )
+            raise ConfigError(msg)
+        return self.event_time_column
+
     def declare(self, descriptor: StateDescriptor) -> StateDescriptor:
         """Declare a state (class-attribute descriptors are declared already)."""
         known = self._declared.get(descriptor.name)

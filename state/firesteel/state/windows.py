@@ -243,14 +243,8 @@ class WindowAggregate(KeyedProcessor):
         self._time_column = ""
 
     def open(self, ctx: OpenContext) -> None:
-        if ctx.event_time_column is None:
-            msg = (
-                f"operator '{ctx.operator}': WindowAggregate needs event time: "
-                "stateful(..., event_time='<column>', watermark=BoundedOutOfOrderness(...))"
-            )
-            raise ConfigError(msg)
+        self._time_column = ctx.require_event_time("WindowAggregate")
         self._key_columns = ctx.key_columns
-        self._time_column = ctx.event_time_column
 
     def _timers(self, windows: Mapping[int, list[Any]], watermark: int | None) -> set[int]:
         """The event-time timers ``windows`` need at ``watermark``: emit (not yet due) and

@@ -139,22 +139,14 @@ class Discovery:
         (its leader moving) falls back to that per-partition path, which waits it out,
         or names it, as before.
         """
-        from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
+        from confluent_kafka import OFFSET_END, TopicPartition
 
         tps = list(tps)
         if not tps:
             return {}
         wanted = [TopicPartition(t, p, OFFSET_END) for t, p in tps]
-        try:
-            with timed("kafka.end_offsets"):
-                found = self.outage.run(
-                    lambda timeout: self.consumer.offsets_for_times(wanted, timeout=timeout),
-                    "end offsets",
-                    LEADER_MOVING,
-                )
-        except KafkaException as exc:
-            what = "cannot list end offsets"
-            raise self._fail(what, exc) from exc
+        with timed("kafka.end_offsets"):
+            found = self._offsets_for_times(wanted, "end offsets", "cannot list end offsets")
         if any(tp.error is not None for tp in found):
             return {tp: high for tp, (_low, high) in self._watermarks(tps).items()}
         return {(tp.topic, tp.partition): tp.offset for tp in found}
@@ -163,19 +155,28 @@ class Discovery:
         self, tps: Iterable[TopicPartitionKey], timestamp_ms: int
     ) -> dict[TopicPartitionKey, int]:
         """The first offset with a timestamp >= ``timestamp_ms``; -1 where no record is."""
-        from confluent_kafka import KafkaException, TopicPartition
+        from confluent_kafka import TopicPartition
 
         wanted = [TopicPartition(t, p, timestamp_ms) for t, p in tps]
+        found = self._offsets_for_times(
+            wanted, "offsets by timestamp", "cannot look up offsets by timestamp"
+        )
+        return {(tp.topic, tp.partition): tp.offset for tp in found}
+
+    def _offsets_for_times(self, wanted: list[Any], doing: str, failed: str) -> list[Any]:
+        """``offsets_for_times`` of ``wanted`` riding out an outage (``doing`` in its log
+        lines); ``failed`` leads the error once the outage window is over."""
+        from confluent_kafka import KafkaException
+
         try:
-            found = self.outage.run(
+            found: list[Any] = self.outage.run(
                 lambda timeout: self.consumer.offsets_for_times(wanted, timeout=timeout),
-                "offsets by timestamp",
+                doing,
                 LEADER_MOVING,
             )
         except KafkaException as exc:
-            what = "cannot look up offsets by timestamp"
-            raise self._fail(what, exc) from exc
-        return {(tp.topic, tp.partition): tp.offset for tp in found}
+            raise self._fail(failed, exc) from exc
+        return found
 
     def commit_progress(self, group: str, offsets: Mapping[TopicPartitionKey, int]) -> None:
         """Report ``offsets`` as the committed position of consumer group ``group``."""
