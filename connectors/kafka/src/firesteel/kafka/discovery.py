@@ -12,6 +12,7 @@ instead of failing the query.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import uuid
@@ -22,7 +23,7 @@ from firesteel.core.spi import ConfigError, has_committed, timed
 from firesteel.kafka.config import client_config, safe_error
 from firesteel.kafka.errors import KafkaSourceError
 from firesteel.kafka.options import KafkaSourceOptions
-from firesteel.kafka.outage import Outage
+from firesteel.kafka.outage import CALL_TIMEOUT, Outage
 from firesteel.kafka.reach import first_contact
 
 logger = logging.getLogger(__name__)
@@ -136,18 +137,21 @@ class Discovery:
         One ``offsets_for_times`` at ``OFFSET_END`` (the protocol's latest, with the
         consumer's isolation level, as the watermark query) asks once per leader, where
         ``get_watermark_offsets`` asks partition by partition. A partition's own error
-        (its leader moving) falls back to that per-partition path, which waits it out,
-        or names it, as before.
+        (its leader moving) or a failed request falls back to that per-partition path,
+        which waits an outage out, or names it. The one request is tried once: after a
+        broker restart it kept failing with ``_UNKNOWN_PARTITION`` for as long as the
+        outage window lasted, where the per-partition path answered.
         """
-        from confluent_kafka import OFFSET_END, TopicPartition
+        from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
 
         tps = list(tps)
         if not tps:
             return {}
         wanted = [TopicPartition(t, p, OFFSET_END) for t, p in tps]
-        with timed("kafka.end_offsets"):
-            found = self._offsets_for_times(wanted, "end offsets", "cannot list end offsets")
-        if any(tp.error is not None for tp in found):
+        found = None
+        with timed("kafka.end_offsets"), contextlib.suppress(KafkaException):
+            found = self.consumer.offsets_for_times(wanted, timeout=CALL_TIMEOUT)
+        if found is None or any(tp.error is not None for tp in found):
             return {tp: high for tp, (_low, high) in self._watermarks(tps).items()}
         return {(tp.topic, tp.partition): tp.offset for tp in found}
 
