@@ -95,7 +95,9 @@ class _Broker:
 _STATE = _Broker()
 
 
-def _fill(bootstrap: str, topic: str, records: int, size: int) -> None:
+def fill_topic(bootstrap: str, topic: str, records: int, size: int) -> None:
+    """Produce ``records`` records of ``size`` bytes (an 8-digit sequence number, then
+    padding) round-robin over the :data:`PARTITIONS` partitions of ``topic``."""
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, **PRODUCER_SETTINGS})
@@ -156,7 +158,7 @@ def setup(quick: bool) -> Iterator[None]:
         for label in counts:
             size = SIZES[label]
             topic = create_topic(bootstrap, PARTITIONS)
-            _fill(bootstrap, topic, counts[label], size)
+            fill_topic(bootstrap, topic, counts[label], size)
             _STATE.topics[label] = topic
             _STATE.records[label] = counts[label]
             _STATE.files[label] = Path(scratch) / label.replace(" ", "")

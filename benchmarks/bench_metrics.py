@@ -33,11 +33,11 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from benchmarks import spark
+from benchmarks.bench_kafka import PARTITIONS, fill_topic
 from benchmarks.broker import kafka_broker
 from benchmarks.framework import Workload
 from benchmarks.keyed import KeyedCount
 
-PARTITIONS = 4
 BATCHES = 10
 FULL = {"records": 300_000, "events": 1_000_000, "keys": 10_000}
 QUICK = {"records": 1_000, "events": 2_000, "keys": 50}
@@ -58,23 +58,10 @@ _STATE = _Inputs()
 
 
 def _fill(records: int) -> str:
-    from confluent_kafka import Producer
-
     from firesteel.testing.kafka import create_topic
 
     topic = create_topic(_STATE.bootstrap, PARTITIONS)
-    producer = Producer({"bootstrap.servers": _STATE.bootstrap, "linger.ms": 20})
-    payload = b"x" * 92
-    for index in range(records):
-        while True:
-            try:
-                producer.produce(topic, b"%08d" % index + payload, partition=index % PARTITIONS)
-                break
-            except BufferError:
-                producer.poll(0.05)
-    if producer.flush(120):
-        msg = f"bench_metrics: could not fill {topic}"
-        raise RuntimeError(msg)
+    fill_topic(_STATE.bootstrap, topic, records, 100)
     return topic
 
 
