@@ -32,6 +32,7 @@ from orders_run import (
     write_orders,
 )
 from pyspark import cloudpickle
+from pyspark.sql import SparkSession
 
 from firesteel.pipelines.host import Host
 from firesteel.pipelines.kafka import create_topics
@@ -104,6 +105,10 @@ def test_the_orders_pipeline_counts_every_order_once(
         )
     finally:
         host.stop()
+    # Spark finds a Python data source by name in the thread's active session: a
+    # streamlet's session left active hid the suite's later registrations from its tests.
+    sessions = SparkSession._get_j_spark_session_class(spark.sparkContext._jvm)
+    assert sessions.getActiveSession().get().equals(spark._jsparkSession)
     totals, rejected = rows(totals_dir), rows(rejected_dir)
     assert Counter(str(r["reason"]) for r in rejected) == rejections
     assert repeated(totals, rejected) == []

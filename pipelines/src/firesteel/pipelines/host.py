@@ -31,7 +31,8 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,28 @@ def application_conf(config: PipelineConfig, names: Sequence[str]) -> dict[str, 
     }
 
 
+@contextmanager
+def _active_session_kept(spark: Any) -> Iterator[None]:
+    """Leave the calling thread's active Spark session as it was.
+
+    Starting a query makes its session the thread's active one, and Spark looks up a
+    Python data source by name in the *active* session: a streamlet's clone left active
+    would hide every data source registered with the application after it was cloned
+    (a caller's next ``format(...)`` then fails with ``DATA_SOURCE_NOT_FOUND``).
+    """
+    from pyspark.sql import SparkSession
+
+    sessions = SparkSession._get_j_spark_session_class(spark.sparkContext._jvm)
+    before = sessions.getActiveSession()
+    try:
+        yield
+    finally:
+        if before.isDefined():
+            sessions.setActiveSession(before.get())
+        else:
+            sessions.clearActiveSession()
+
+
 class Host:
     """The streamlets of one pipeline as queries of one Spark application (module docs)."""
 
@@ -118,7 +141,10 @@ class Host:
         # A query's batches run with the local properties of the thread that started it.
         context.setLocalProperty(POOL, name)
         try:
-            hosted.queries = start_streamlet(session, self.verified, self.config, name, self.work)
+            with _active_session_kept(self.spark):
+                hosted.queries = start_streamlet(
+                    session, self.verified, self.config, name, self.work
+                )
         finally:
             context.setLocalProperty(POOL, None)
         logger.info("streamlet %s running %d queries", name, len(hosted.queries))
