@@ -404,6 +404,13 @@ class KafkaExactlyOnceSink(InTaskCommitSink[KafkaTransaction, KafkaCommittable])
             "'sink.id': give it a new one)",
         ).check(marker_owner(metadata))
 
+    def open(self, txn: KafkaTransaction) -> bool:
+        """Steps 1-3 of the module docs now, before any row; whether there is anything to
+        send (``False``: the marker says the batch was committed, the transaction skipped)."""
+        if txn.state is TxnState.NEW:
+            self._open(txn)
+        return txn.state is not TxnState.SKIPPED
+
     def write(self, txn: KafkaTransaction, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
             return

@@ -122,12 +122,18 @@ class KafkaWriteAheadSink(WriteAheadSink):
 
     def send_values(self, batches: Iterable[pa.RecordBatch], batch_id: int, partition: int) -> None:
         """Send segment ``partition`` of batch ``batch_id`` in its own transaction with its
-        marker, or nothing if the marker says an earlier commit sent it."""
+        marker, or nothing if the marker says an earlier commit sent it.
+
+        The marker is read before the segment: a segment sent is not even read, which
+        matters once the batch's commit has deleted its segments (Spark commits the batch
+        again after a crash before ``commits/N``, and a re-run with another partition
+        count sends the plan's segments, all sent and deleted by then)."""
         transactions = self.transactions
         txn = transactions.begin(TransactionScope(self.query_id, batch_id, partition))
         try:
-            for batch in batches:
-                transactions.write(txn, batch)
+            if transactions.open(txn):
+                for batch in batches:
+                    transactions.write(txn, batch)
             handle = transactions.pre_commit(txn)
         except BaseException:
             transactions.abort_transaction(txn)
