@@ -44,8 +44,14 @@ it does not know (:class:`IncompatibleFormatError`), never misreads either.
 not at all; :func:`make_parent` creates a file's folder where folders exist
 (not on object stores, where it would cost requests for nothing).
 
-**Storage.** :func:`resolve` turns a location as Spark users write it (a local
-path, ``s3a://``, ``gs://``, ``abfs://``, ``hdfs://``) and a
+**Storage.** A :class:`Folder` is a folder on any store addressed by relative keys:
+whole-file writes under the durability policy, create-if-absent, reads,
+listings, deletes and local fsyncs, its failures naming the operation and the
+path; it pickles, so it travels to tasks. :mod:`~firesteel.core.layout` names
+every location of firesteel's records beside a Spark checkpoint
+(``<checkpoint>/firesteel/``). Below it, :func:`resolve` turns a location as
+Spark users write it (a local path, ``s3a://``, ``gs://``, ``abfs://``,
+``hdfs://``) and a
 :class:`StorageConfig` (Hadoop-named settings from options and
 ``spark.hadoop.fs.*``) into a pyarrow filesystem and path;
 :func:`check_location` names a missing bucket, refused credentials or an
@@ -87,14 +93,8 @@ partition)`` costs nothing unless a test arms it. A committer fires
 two-phase sink is killed at the same protocol point.
 """
 
-from firesteel.core.checkpoint import (
-    FIRESTEEL_DIR,
-    filesystem,
-    has_committed,
-    normalize_location,
-    query_identity,
-    read_query_id,
-)
+from firesteel.core import layout
+from firesteel.core.checkpoint import has_committed, query_identity, read_query_id
 from firesteel.core.context import TaskScope
 from firesteel.core.durable import (
     atomic_output,
@@ -126,6 +126,7 @@ from firesteel.core.errors import (
     SourceChangedError,
 )
 from firesteel.core.faults import FaultPoint, fault_point
+from firesteel.core.folder import Folder
 from firesteel.core.guarantee import Guarantee, Replay, SinkKind
 from firesteel.core.guarded_fs import store_type
 from firesteel.core.logs import timed
@@ -167,7 +168,6 @@ from firesteel.core.storage import (
 from firesteel.core.worker_cache import WorkerCache
 
 __all__ = [
-    "FIRESTEEL_DIR",
     "MICROS",
     "MID_COMMIT",
     "MILLIS",
@@ -185,6 +185,7 @@ __all__ = [
     "FaultPoint",
     "FiresteelDataSource",
     "FiresteelError",
+    "Folder",
     "FolderDeadLetter",
     "Guarantee",
     "IdempotentSink",
@@ -222,11 +223,10 @@ __all__ = [
     "default_sink_id",
     "encode_record",
     "fault_point",
-    "filesystem",
     "has_committed",
     "is_secret",
+    "layout",
     "make_parent",
-    "normalize_location",
     "option",
     "parse_options",
     "query_identity",
