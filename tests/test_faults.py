@@ -14,8 +14,7 @@ import pytest
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
-from firesteel.core.faults import REGISTRY, FaultPointError, fault_point
-from firesteel.core.sink import AFTER_WRITE
+from firesteel.core.faults import AFTER_WRITE, REGISTRY, FaultPointError, fault_point
 from firesteel.testing import at_point, task_kills
 from firesteel.testing.faults import FAULT_ENV, KILL_ENV, MARKER_DIR_ENV, gathered
 from firesteel.testing.points import UnknownFaultPointError, registered
@@ -27,7 +26,7 @@ LIBRARY = ["core", "sources", "sinks", "state", "backends", "connectors", "pipel
 
 SCRIPT = """
 import sys
-from firesteel.core.sink import AFTER_WRITE
+from firesteel.core.faults import AFTER_WRITE
 for batch in range(5):
     for partition in range(2):
         AFTER_WRITE.fire(batch, partition)
@@ -199,7 +198,7 @@ COMMIT_SCRIPT = """
 import json, sys
 from pathlib import Path
 from firesteel.core.faults import committing
-from firesteel.core.sink import MID_COMMIT
+from firesteel.core.faults import MID_COMMIT
 from firesteel.testing.faults import name_query
 name, checkpoint = sys.argv[1], Path(sys.argv[2])
 checkpoint.mkdir(parents=True, exist_ok=True)

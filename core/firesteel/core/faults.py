@@ -1,6 +1,11 @@
 """Fault points: named protocol steps at which a crash test may kill a job.
 
-Each point is declared once, by the module that fires it, at import::
+This module is the test hooks' one home, apart from the role interfaces
+(:mod:`firesteel.core.sink`, :mod:`firesteel.core.spi`): a connector declares
+its own points with :func:`fault_point` and fires the protocol's
+(:data:`AFTER_WRITE` ... :data:`AFTER_COMMIT`, declared below) where its
+commit reaches them. Each point is declared once, by the module that fires it
+(the protocol's: here), at import::
 
     AFTER_SEND = fault_point("wal.after_send", "a WAL segment was sent, before its commit record")
     ...
@@ -135,3 +140,22 @@ def committing(checkpoint: str) -> Iterator[None]:
 def committing_checkpoint() -> str | None:
     """The checkpoint of the query whose driver-side commit is running here, else None."""
     return _COMMITTING.get()
+
+
+# The protocol's fault points, fired by every sink framework: the same protocol step has
+# the same name in every sink, so every exactly-once path is killed at the same places.
+AFTER_WRITE = fault_point(
+    "sink.after_write", "a task wrote its records, before it prepared its commit and voted"
+)
+AFTER_PRE_COMMIT = fault_point(
+    "sink.after_pre_commit", "a task prepared its commit durably, before its vote reached Spark"
+)
+BEFORE_COMMIT = fault_point(
+    "driver.before_commit", "every task voted, before the driver commits the batch"
+)
+MID_COMMIT = fault_point(
+    "driver.mid_commit", "inside the driver's commit: some of its durable steps done, not all"
+)
+AFTER_COMMIT = fault_point(
+    "driver.after_commit", "the driver committed the batch, before Spark writes commits/N"
+)

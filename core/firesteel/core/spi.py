@@ -85,12 +85,12 @@ example, into a :class:`FolderDeadLetter`).
 **Timestamps.** :func:`to_epoch` counts a datetime (naive means UTC) or a
 number in :data:`MILLIS` or :data:`MICROS` since the epoch.
 
-**Fault points.** :func:`fault_point` declares, at module level, a named
-:class:`FaultPoint` where the crash tests kill the job (its module is listed
-under the entry point group ``firesteel.fault_points``); ``POINT.fire(batch,
-partition)`` costs nothing unless a test arms it. A committer fires
-:data:`MID_COMMIT` between its durable steps (some done, not all), so every
-two-phase sink is killed at the same protocol point.
+**Test hooks** are not part of this interface: a connector declares its fault
+points (where the crash tests kill a job) and fires the protocol's
+(``MID_COMMIT`` between a committer's durable steps) through
+:mod:`firesteel.core.faults`, the one test-hook module a distribution may
+import besides these, and lists its declaring modules under the entry point
+group ``firesteel.fault_points``.
 """
 
 from firesteel.core import layout
@@ -125,7 +125,6 @@ from firesteel.core.errors import (
     SinkError,
     SourceChangedError,
 )
-from firesteel.core.faults import FaultPoint, fault_point
 from firesteel.core.folder import Folder
 from firesteel.core.guarantee import Guarantee, Replay, SinkKind
 from firesteel.core.guarded_fs import store_type
@@ -142,7 +141,6 @@ from firesteel.core.ownership import Ownership
 from firesteel.core.reaper import Reaper
 from firesteel.core.retry_window import RetryWindow
 from firesteel.core.sink import (
-    MID_COMMIT,
     Committable,
     Committer,
     IdempotentSink,
@@ -169,7 +167,6 @@ from firesteel.core.worker_cache import WorkerCache
 
 __all__ = [
     "MICROS",
-    "MID_COMMIT",
     "MILLIS",
     "OBJECT_STORES",
     "SETTING_PREFIX",
@@ -182,7 +179,6 @@ __all__ = [
     "DeadLetterWriter",
     "ErrorHandler",
     "ErrorPolicy",
-    "FaultPoint",
     "FiresteelDataSource",
     "FiresteelError",
     "Folder",
@@ -222,7 +218,6 @@ __all__ = [
     "decode_record",
     "default_sink_id",
     "encode_record",
-    "fault_point",
     "has_committed",
     "is_secret",
     "layout",

@@ -71,22 +71,20 @@ from pyarrow import fs
 from firesteel.core.context import TaskScope
 from firesteel.core.durable import read_record, write_record
 from firesteel.core.errors import CheckpointCorruptError, IncompatibleFormatError, SinkError
-from firesteel.core.faults import fault_point
-from firesteel.core.folder import Folder
-from firesteel.core.guarantee import SinkKind
-from firesteel.core.hashing import HashingWriter
-from firesteel.core.logs import timed
-from firesteel.core.phases import commit_metrics
-from firesteel.core.sink import (
+from firesteel.core.faults import (
     AFTER_COMMIT,
     AFTER_PRE_COMMIT,
     AFTER_WRITE,
     BEFORE_COMMIT,
     MID_COMMIT,
-    Committable,
-    Sink,
-    Vote,
+    fault_point,
 )
+from firesteel.core.folder import Folder
+from firesteel.core.guarantee import SinkKind
+from firesteel.core.hashing import HashingWriter
+from firesteel.core.logs import timed
+from firesteel.core.phases import commit_metrics
+from firesteel.core.sink import Committable, Sink, Vote
 from firesteel.core.storage import StorageConfig, check_location, resolve
 from firesteel.sinks.committers import CheckpointCommitter
 from firesteel.sinks.fanout import run_on_executors

@@ -67,10 +67,10 @@ from firesteel.cassandra.client import session_for
 from firesteel.cassandra.committer import CassandraCommitter
 from firesteel.cassandra.options import CassandraSinkOptions
 from firesteel.cassandra.statement import RowStatement
+from firesteel.core.faults import fault_point
 from firesteel.core.spi import (
     ConfigError,
     StorageConfig,
-    fault_point,
     layout,
     query_identity,
 )
