@@ -11,7 +11,8 @@ commit's parts, each stateful operator's snapshot, its bytes written and its sta
 It reads files only, so it works for a stopped query as for a running one.
 ``--json`` prints the same as one JSON document; ``--watch S`` repeats every S
 seconds; ``--state LOCATION`` adds the files and bytes each operator stores there
-(``--keys`` also counts its keys); ``--prometheus PORT`` serves the checkpoints as
+(``--keys`` also counts its keys and entries, ``--key-groups`` per key group);
+``--prometheus PORT`` serves the checkpoints as
 Prometheus metrics (:mod:`firesteel.core.metrics.prometheus`) until interrupted.
 """
 
@@ -99,10 +100,12 @@ def _shown(record: BatchRecord, fsys: fs.FileSystem, base: str) -> dict[str, Any
     return _with_duration(batch, fsys, base)
 
 
-def state_status(location: str, keys: bool = False) -> dict[str, Any]:
+def state_status(location: str, keys: bool = False, key_groups: bool = False) -> dict[str, Any]:
     """Per operator under a state location: files and bytes stored (every retained version,
-    whichever backend wrote them) and, with ``keys``, the keys of the latest version (which
-    reads the whole state)."""
+    whichever backend wrote them) and, with ``keys``, the keys and entries of the latest
+    version; with ``key_groups``, the same per key group (both read the whole state, so
+    they are exact on every backend). Entries are values, list elements, map entries and
+    timers, firesteel's own entries (``__...``) left out."""
     from firesteel.backends.inspect import list_operators, read_state
 
     fsys, base = filesystem(location)
@@ -111,10 +114,22 @@ def state_status(location: str, keys: bool = False) -> dict[str, Any]:
         infos = fsys.get_file_info(fs.FileSelector(f"{base}/{operator}", recursive=True))
         files = [i for i in infos if i.type == fs.FileType.File]
         shown: dict[str, Any] = {"files": len(files), "bytes": sum(i.size or 0 for i in files)}
-        if keys:
+        if keys or key_groups:
             table = read_state(location, operator=operator)
-            user = pc.filter(table["key"], pc.invert(pc.starts_with(table["state"], "__")))
-            shown["keys"] = len(pc.unique(user))
+            user = table.filter(pc.invert(pc.starts_with(table["state"], "__")))
+            shown["keys"] = len(pc.unique(user["key"]))
+            shown["entries"] = user.num_rows
+        if key_groups:
+            grouped = user.group_by("key_group").aggregate(
+                [("key", "count_distinct"), ("key", "count")]
+            )
+            shown["key_groups"] = {
+                str(row["key_group"]): {
+                    "keys": row["key_count_distinct"],
+                    "entries": row["key_count"],
+                }
+                for row in sorted(grouped.to_pylist(), key=lambda row: row["key_group"])
+            }
         operators[operator] = shown
     return {"location": location, "operators": operators}
 
@@ -171,11 +186,19 @@ def render(status: dict[str, Any], now: float) -> str:
         lines.extend(_phases(shown["batches"]))
     for state in status.get("state", []):
         for operator, shown in state["operators"].items():
-            keys = f", {shown['keys']:,} keys" if "keys" in shown else ""
+            keys = ""
+            if "keys" in shown:
+                keys = f", {shown['keys']:,} keys, {shown['entries']:,} entries"
             lines.append(
                 f"  state {operator} at {state['location']}: {shown['files']} files, "
                 f"{shown['bytes']:,} bytes stored{keys}"
             )
+            if "key_groups" in shown:
+                lines.append("    key group   keys  entries")
+                lines.extend(
+                    f"    {group:>9}  {counts['keys']:5,}  {counts['entries']:7,}"
+                    for group, counts in shown["key_groups"].items()
+                )
     return "\n".join(lines) + "\n"
 
 
@@ -203,6 +226,8 @@ def _phases(batches: list[dict[str, Any]]) -> list[str]:
             share = figures.get("incremental_share", 0.0)
             size = f" of {figures['state_bytes']:,.0f} ({share:.0%} incremental)"
         entries = f", {figures['state_entries']:,.0f} entries" if "state_entries" in figures else ""
+        if "state_entries_estimate" in figures:
+            entries += f", ~{figures['state_entries_estimate']:,.0f} entries (RocksDB's estimate)"
         lines.append(
             f"    operator {operator} batch {last['batch']}: snapshot "
             f"{figures.get('snapshot_bytes', 0):,.0f} bytes written{size}{entries}"
@@ -230,6 +255,9 @@ def main(argv: list[str]) -> int:
         help="a state backend's location to show per operator (repeatable)",
     )
     parser.add_argument("--keys", action="store_true", help="count the keys of --state (reads it)")
+    parser.add_argument(
+        "--key-groups", action="store_true", help="count keys and entries per key group (reads it)"
+    )
     args = parser.parse_args(argv)
     try:
         if args.prometheus is not None:
@@ -237,7 +265,9 @@ def main(argv: list[str]) -> int:
         while True:
             shown = [query_status(c, args.last) for c in args.checkpoint]
             if args.state:
-                shown[0]["state"] = [state_status(loc, args.keys) for loc in args.state]
+                shown[0]["state"] = [
+                    state_status(loc, args.keys, args.key_groups) for loc in args.state
+                ]
             if args.json:
                 sys.stdout.write(json.dumps(shown if len(shown) > 1 else shown[0], indent=2))
                 sys.stdout.write("\n")
