@@ -8,7 +8,9 @@ batches (rows, bytes,
 the time from Spark planning the batch to the sink's commit, the slowest task's
 write time, the commit's time, the counters its tasks add), and a phases table (the
 commit's parts, each stateful operator's snapshot, its bytes written and its state's size).
-It reads files only, so it works for a stopped query as for a running one.
+It reads files only, so it works for a stopped query as for a running one. Given a
+pipeline's work folder, it lists each streamlet's queries and progress (last batch, rows
+in and out, lag: :mod:`firesteel.pipelines.progress`).
 ``--json`` prints the same as one JSON document; ``--watch S`` repeats every S
 seconds; ``--state LOCATION`` adds the files and bytes each operator stores there
 (``--keys`` also counts its keys and entries, ``--key-groups`` per key group);
@@ -22,6 +24,7 @@ import json
 import sys
 import time
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import pyarrow.compute as pc
@@ -29,7 +32,7 @@ from pyarrow import fs
 
 from firesteel.cli.args import EXIT_USAGE, command_parser
 from firesteel.core.checkpoint import filesystem, read_guarantee, read_query_id
-from firesteel.core.errors import FiresteelError
+from firesteel.core.errors import FiresteelError, MissingDependencyError
 from firesteel.core.metrics.history import BatchRecord, read_history
 from firesteel.core.metrics.sources import read_source_progress
 
@@ -202,6 +205,43 @@ def render(status: dict[str, Any], now: float) -> str:
     return "\n".join(lines) + "\n"
 
 
+def is_pipeline_work(location: str) -> bool:
+    """Whether ``location`` is a pipeline's work folder (``firesteel run-local --work``):
+    a local folder with streamlets' checkpoints and no query metadata of its own."""
+    folder = Path(location)
+    return (folder / "checkpoints").is_dir() and not (folder / "metadata").exists()
+
+
+def pipeline_status(work: str) -> dict[str, Any]:
+    """Each streamlet of a pipeline's work folder: its queries' checkpoints and progress
+    (:mod:`firesteel.pipelines.progress`)."""
+    try:
+        from firesteel.pipelines.progress import pipeline_progress
+    except ImportError as exc:
+        package = "firesteel.pipelines"
+        raise MissingDependencyError(package, "firesteel-pipelines") from exc
+    folder = Path(work)
+    streamlets = []
+    for shown in pipeline_progress(folder):
+        checkpoints = folder / "checkpoints" / shown.streamlet
+        queries = sorted(str(p) for p in checkpoints.iterdir() if (p / "metadata").is_file())
+        streamlets.append({**asdict(shown), "checkpoints": queries})
+    return {"pipeline": work, "streamlets": streamlets}
+
+
+def _rendered(status: dict[str, Any], now: float) -> str:
+    if "pipeline" not in status:
+        return render(status, now)
+    from firesteel.pipelines.progress import StreamletProgress, progress_line
+
+    lines = [f"pipeline at {status['pipeline']}: {len(status['streamlets'])} streamlets"]
+    for streamlet in status["streamlets"]:
+        checkpoints = streamlet.pop("checkpoints")
+        lines.append(f"  {progress_line(StreamletProgress(**streamlet), now)}")
+        lines.extend(f"    query {checkpoint}" for checkpoint in checkpoints)
+    return "\n".join(lines) + "\n"
+
+
 def _phases(batches: list[dict[str, Any]]) -> list[str]:
     """The phases table: seconds per batch in the sink's tasks, the driver's commit and
     each of its parts, and the slowest snapshot of each operator; then the operators'
@@ -242,7 +282,11 @@ def main(argv: list[str]) -> int:
         (__doc__ or "").split("\n\n")[1],
         "firesteel status /tmp/firesteel-demo/checkpoint --last 5",
     )
-    parser.add_argument("checkpoint", nargs="+", help="a query's checkpoint location")
+    parser.add_argument(
+        "checkpoint",
+        nargs="+",
+        help="a query's checkpoint location, or a pipeline's work folder (its streamlets)",
+    )
     parser.add_argument("--last", type=int, default=10, help="batches shown per sink")
     parser.add_argument("--json", action="store_true", help="one JSON document")
     parser.add_argument("--watch", type=float, metavar="S", help="repeat every S seconds")
@@ -263,7 +307,10 @@ def main(argv: list[str]) -> int:
         if args.prometheus is not None:
             return _serve(args.prometheus, args.checkpoint)
         while True:
-            shown = [query_status(c, args.last) for c in args.checkpoint]
+            shown = [
+                pipeline_status(c) if is_pipeline_work(c) else query_status(c, args.last)
+                for c in args.checkpoint
+            ]
             if args.state:
                 shown[0]["state"] = [
                     state_status(loc, args.keys, args.key_groups) for loc in args.state
@@ -272,7 +319,7 @@ def main(argv: list[str]) -> int:
                 sys.stdout.write(json.dumps(shown if len(shown) > 1 else shown[0], indent=2))
                 sys.stdout.write("\n")
             else:
-                sys.stdout.write("".join(render(s, time.time()) for s in shown))
+                sys.stdout.write("".join(_rendered(s, time.time()) for s in shown))
             sys.stdout.flush()
             if args.watch is None:
                 return 0
