@@ -1,12 +1,11 @@
 """``firesteel savepoint stop``'s requests and answers (:mod:`firesteel.core.control`), without
 Spark: the command against a checkpoint no driver watches, and the two sides of the protocol.
-The running query stopped by the command is in ``test_savepoint_jobs``."""
+The running query stopped by the command, run in a process of its own, is in
+``test_savepoint_jobs``."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -35,17 +34,13 @@ def test_the_command_names_what_it_waited_for_and_withdraws_its_request(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     location = checkpoint(tmp_path)
-    command = [sys.executable, "-m", "firesteel.cli.main", "savepoint", "stop", location]
-    done = subprocess.run(
-        [*command, "--to", str(tmp_path / "sp"), "--timeout", "0.5"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode == 1
-    assert "no answer to stop request" in done.stderr
-    assert f"{location}/firesteel/control/stop-" in done.stderr
-    assert "no driver took the request (withdrawn)" in done.stderr
+    with pytest.raises(SystemExit) as exited:
+        main(["savepoint", "stop", location, "--to", str(tmp_path / "sp"), "--timeout", "0.5"])
+    assert exited.value.code == 1
+    said = capsys.readouterr().err
+    assert "no answer to stop request" in said
+    assert f"{location}/firesteel/control/stop-" in said
+    assert "no driver took the request (withdrawn)" in said
     # A query started later must not stop on a request nobody answered.
     assert pending_stop(location) is None
     with pytest.raises(SystemExit) as exited:

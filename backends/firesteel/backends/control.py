@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
+from firesteel.backends.savepoint import stop_with_savepoint
 from firesteel.backends.storage import SnapshotStorage
 from firesteel.core.checkpoint import read_query_id
 from firesteel.core.control import StopRequest, answer_stop, pending_stop, take_stop
@@ -119,8 +120,6 @@ class QueryControl(StreamingQueryListener):
             logger.exception("firesteel: stop requests of query %s", query_id)
 
     def _stop(self, query_id: str, checkpoint: str, request: StopRequest) -> None:
-        from firesteel.backends.savepoint import stop_with_savepoint
-
         # Taken first: a driver that dies while stopping must not stop the restarted query.
         take_stop(checkpoint, request)
         logger.info("firesteel: stop request %s for query %s", request.id, query_id)
