@@ -11,6 +11,7 @@ with these functions (each returns a location in the spelling of
         <connector>-sink-<sink>/       a sink's own records (the Kafka sink's topic layout)
         wal/<sink>/...                 write-ahead-log segments and plans (the default folder)
         wal-commits/                   the file checkpoint committer's markers
+        control/                       requests to the running query and their answers
 
 Spark never reads this folder. A data folder's own records (the file sink's
 pending files and manifests) live under its ``_firesteel/`` instead, which
@@ -86,3 +87,9 @@ def write_ahead_log(checkpoint: str) -> str:
 def write_ahead_commits(checkpoint: str) -> str:
     """The file checkpoint committer's markers."""
     return f"{records(checkpoint)}/wal-commits"
+
+
+def control(checkpoint: str) -> str:
+    """Requests to the running query from another process (a stop with a savepoint) and
+    the driver's answers."""
+    return f"{records(checkpoint)}/control"
