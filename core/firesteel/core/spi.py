@@ -84,7 +84,9 @@ number in :data:`MILLIS` or :data:`MICROS` since the epoch.
 under the entry point group ``firesteel.fault_points``); ``POINT.fire(batch,
 partition)`` costs nothing unless a test arms it. A committer fires
 :data:`MID_COMMIT` between its durable steps (some done, not all), so every
-two-phase sink is killed at the same protocol point.
+two-phase sink is killed at the same protocol point. A driver starting several
+named queries reports each with :func:`name_query`, so a test can aim a point
+of the driver's commit at one of them.
 """
 
 from firesteel.core.checkpoint import (
@@ -125,7 +127,7 @@ from firesteel.core.errors import (
     SinkError,
     SourceChangedError,
 )
-from firesteel.core.faults import FaultPoint, fault_point
+from firesteel.core.faults import FaultPoint, fault_point, name_query
 from firesteel.core.guarantee import Guarantee, Replay, SinkKind
 from firesteel.core.guarded_fs import store_type
 from firesteel.core.logs import timed
@@ -226,6 +228,7 @@ __all__ = [
     "has_committed",
     "is_secret",
     "make_parent",
+    "name_query",
     "normalize_location",
     "option",
     "parse_options",
