@@ -278,7 +278,6 @@ AFTER_WRITE.fire(0, 0)
     [
         ("process", "sink.after_write!job", True),
         ("job", "sink.after_write!process", False),
-        ("process", "sink.after_write", False),
     ],
 )
 def test_a_spec_may_carry_its_own_kill_mode(
