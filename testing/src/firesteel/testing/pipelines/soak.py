@@ -20,7 +20,9 @@ there, whereupon the soak SIGKILLs the runner's process group before it restarts
 it), else the runner's process group SIGKILLed at a random moment of the
 :data:`RANDOM_WINDOW_S` seconds after every streamlet started. The runner's reaper
 takes its streamlets with it; the next cycle starts once none is left. After the last
-cycle an unarmed runner works until the outputs hold every order, then stops.
+cycle an unarmed runner works until the outputs hold every order, then stops (exit 2,
+``"complete": false``, if it could not within :data:`FINAL_WAIT_S`: its ``lost`` then
+counts what had not arrived yet).
 
 The outputs are read by readers that are not firesteel's: the egresses' Parquet files
 by pyarrow's dataset reader (each customer's latest total is its count and sum of valid
@@ -78,7 +80,10 @@ INTERVALS = ("500ms", "1s", "2s", "3s")
 RANDOM_WINDOW_S = 20.0
 """A random kill comes within this long after every streamlet of the start is running."""
 WAIT_S = 600.0
-"""How long a start may take to reach its kill, and the last run to count every order."""
+"""How long a start may take to reach its kill."""
+FINAL_WAIT_S = 1800.0
+"""How long the last, unarmed run may take to count every order (a loaded machine restarts
+streamlets whose Python workers missed Spark's 10 s to connect back)."""
 POLL_S = 0.5
 RUNNING = re.compile(rb"streamlet \S+ running \d+ queries")
 """The host's log line of a streamlet whose queries started."""
@@ -350,9 +355,10 @@ def soak(
         last = run.settings(rng.choice(INTERVALS), rng.randint(1, 4))
         runner = run.start(last, {}, workdir / "runner.log")
         try:
-            deadline = time.monotonic() + WAIT_S
+            deadline = time.monotonic() + FINAL_WAIT_S
             while not run.done() and runner.poll() is None and time.monotonic() < deadline:
                 time.sleep(POLL_S)
+            complete = run.done()
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(runner.pid, signal.SIGTERM)
@@ -365,6 +371,7 @@ def soak(
         "kills": fired + sum("random" in k for k in kills),
         "at_commit_points": fired,
         "points_not_reached": sum("point" in k and not k.get("fired") for k in kills),
+        "complete": complete,
         **report,
         "seconds": round(time.monotonic() - began, 1),
     }
@@ -386,6 +393,9 @@ def main(argv: list[str] | None = None) -> int:
         workdir.mkdir(parents=True, exist_ok=True)
         report = soak(options.path, workdir, options.cycles, rng, options.example)
     sys.stdout.write(json.dumps(report) + "\n")
+    if not report["complete"]:
+        logger.error("the last run did not count every order within %g s", FINAL_WAIT_S)
+        return 2
     return 1 if report["lost"] or report["duplicated"] or report["wrong"] else 0
 
 
