@@ -9,7 +9,6 @@ the host's log, in order: no timing is asserted.
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import time
@@ -18,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pyspark import cloudpickle
 
 from firesteel.pipelines.host import Host
 from firesteel.pipelines.runner import load
@@ -55,24 +53,26 @@ class Poisonable(Streamlet):
 
 
 class PoisonableLogic(StreamletLogic):
-    def run(self):
-        from pyspark.sql import functions as F
+    """Spark's own JSON source and a batch function on the driver: a failure and a restart
+    start no Python worker, so the test pays for none."""
 
+    def run(self):
         poison = self.context.config["poison"]
 
-        def checked(seq):
+        def checked(batch, batch_id):
             if os.path.exists(poison):
-                raise RuntimeError(f"poisoned by {poison}")
-            return seq
+                raise RuntimeError(f"batch {batch_id} poisoned by {poison}")
 
-        records = (
-            self.context.spark.readStream.format("firesteel.files")
-            .schema("seq long")
-            .option("format", "json")
-            .load(str(Path(self.context.config["input-dir"])))
+        query = (
+            self.context.spark.readStream.schema("seq long")
+            .json(str(Path(self.context.config["input-dir"])))
+            .writeStream.queryName(self.context.query_name())
+            .option("checkpointLocation", self.context.checkpoint_location())
+            .foreachBatch(checked)
+            .trigger(**self.context.trigger)
+            .start()
         )
-        checked_seq = F.udf(checked, "long")("seq").alias("seq")
-        return [self.context.write_stream(records.select(checked_seq), "out")]
+        return [query]
 '''
 
 BLUEPRINT = """
@@ -122,8 +122,6 @@ def test_streamlets_failing_together_restart_one_after_the_other(
         settings += [f"{parameters}.poison = {poison}"]
         _write(tmp_path / name, "records.json", range(3))
     verified, config = load(tmp_path / "blueprint.conf", [], settings)
-    # Spark's Python workers cannot import the streamlets' module by name: ship it by value.
-    cloudpickle.register_pickle_by_value(importlib.import_module("poisonable"))
     caplog.set_level(logging.INFO, logger="firesteel.pipelines.host")
 
     # Both fail in their first batch; the host sees both failures in one step, so both are
