@@ -22,9 +22,9 @@ first task's worker), and Spark gives each a fixed 10 s to connect back to the
 JVM: several streamlets starting theirs at once on a loaded machine miss it
 and fail again, each failure spending a restart. The application's first
 start launches every streamlet at once (a streamlet that fails then restarts
-staggered). A streamlet that fails more often than supervision allows, or whose queries all finish,
-stops every streamlet; the process then exits :data:`STOPPED_EXIT` so the
-runner stops the pipeline instead of restarting it. A death of the whole
+staggered). A streamlet that fails more often than supervision allows, or
+whose queries all finish, stops every streamlet; the process then exits
+:data:`STOPPED_EXIT` so the runner stops the pipeline instead of restarting it. A death of the whole
 process (the JVM, a SIGKILL) is the runner's to restart, under the same policy.
 
 Every streamlet shares the process's environment and the application's
