@@ -87,7 +87,8 @@ number in :data:`MILLIS` or :data:`MICROS` since the epoch.
 
 **Test hooks** are not part of this interface: a connector declares its fault
 points (where the crash tests kill a job) and fires the protocol's
-(``MID_COMMIT`` between a committer's durable steps) through
+(``MID_COMMIT`` between a committer's durable steps), and a driver starting
+several named queries reports each (``name_query``), through
 :mod:`firesteel.core.faults`, the one test-hook module a distribution may
 import besides these, and lists its declaring modules under the entry point
 group ``firesteel.fault_points``.
