@@ -43,7 +43,7 @@ def test_a_changed_spark_session_is_named_and_put_back(spark: Any) -> None:
     assert "Spark setting spark.sql.shuffle.partitions: " in text
     assert "spark.sql.session.timeZone" in text
     assert "local property spark.scheduler.pool: None -> 'isolation-probe'" in text
-    assert "job tags: [] -> ['isolation-probe']" in text
+    assert "job tags: [] -> [isolation-probe]" in text
     assert "the thread's active Spark session" in text
     assert "PySpark's active session" in text
     assert not query.isActive and not spark.streams.active

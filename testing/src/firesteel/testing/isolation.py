@@ -93,6 +93,32 @@ _CONF = _Snapshot()
 _PROPERTIES = _Snapshot()
 
 
+class _Handles:
+    """The JVM objects one session's reads go through, looked up once per session: a Py4J
+    lookup of a class by its dotted name costs a round trip per dot."""
+
+    def __init__(self, session: Any) -> None:
+        from pyspark.sql import SparkSession
+
+        jvm = session.sparkContext._jvm
+        self.session = session
+        self.conf = session.conf._jconf
+        self.jsc = session.sparkContext._jsc
+        self.context = self.jsc.sc()
+        self.sessions = SparkSession._get_j_spark_session_class(jvm)
+        self.log = jvm.org.apache.logging.log4j.LogManager.getRootLogger()
+
+
+_HANDLES: dict[int, _Handles] = {}
+
+
+def _handles(session: Any) -> _Handles:
+    handles = _HANDLES.get(id(session))
+    if handles is None or handles.session is not session:
+        handles = _HANDLES[id(session)] = _Handles(session)
+    return handles
+
+
 @dataclass
 class _Spark:
     """What the tests of a process share through its Spark session."""
@@ -100,8 +126,9 @@ class _Spark:
     session: Any
     conf: dict[str, str]
     local_properties: dict[str, str]
-    job_tags: set[str]
+    job_tags: str
     active: Any
+    """The thread's active session as Spark's ``Option`` (compared with ``equals``)."""
     default: Any
     python_active: Any
     log_level: str
@@ -110,33 +137,21 @@ class _Spark:
     def read(cls, session: Any) -> _Spark:
         from pyspark.sql import SparkSession
 
-        jvm = session.sparkContext._jvm
-        sessions = SparkSession._get_j_spark_session_class(jvm)
-        properties = session.sparkContext._jsc.sc().getLocalProperties()
+        handles = _handles(session)
+        properties = handles.context.getLocalProperties()
         return cls(
             session=session,
-            conf=_CONF.read(
-                session._jsparkSession.conf().getAll().toString(),
-                lambda: dict(session.conf.getAll),
-            ),
+            conf=_CONF.read(handles.conf.getAll().toString(), lambda: dict(session.conf.getAll)),
             local_properties=_PROPERTIES.read(
                 properties.toString(),
                 lambda: {k: properties.getProperty(k) for k in properties.stringPropertyNames()},
             ),
-            job_tags=set(session.sparkContext.getJobTags()),
-            active=_option(sessions.getActiveSession()),
-            default=_option(sessions.getDefaultSession()),
+            job_tags=handles.jsc.getJobTags().toString(),
+            active=handles.sessions.getActiveSession(),
+            default=handles.sessions.getDefaultSession(),
             python_active=SparkSession._activeSession,
-            log_level=str(jvm.org.apache.logging.log4j.LogManager.getRootLogger().getLevel()),
+            log_level=handles.log.getLevel().toString(),
         )
-
-
-def _option(option: Any) -> Any:
-    return option.get() if option.isDefined() else None
-
-
-def _same(left: Any, right: Any) -> bool:
-    return left is None if right is None else right.equals(left)
 
 
 def _shared_session() -> Any:
@@ -180,23 +195,24 @@ def _restore_spark(before: _Spark) -> list[str]:
         changed.append(line)
         context.setLocalProperty(key, before.local_properties.get(key))
     if now.job_tags != before.job_tags:
-        changed.append(f"job tags: {sorted(before.job_tags)} -> {sorted(now.job_tags)}")
+        changed.append(f"job tags: {before.job_tags} -> {now.job_tags}")
         context.clearJobTags()
-        for tag in before.job_tags:
-            context.addJobTag(tag)
-    sessions = SparkSession._get_j_spark_session_class(context._jvm)
-    if not _same(now.active, before.active):
+        for tag in before.job_tags.strip("[]").split(", "):
+            if tag:
+                context.addJobTag(tag)
+    sessions = _handles(session).sessions
+    if not now.active.equals(before.active):
         changed.append(f"the thread's active Spark session: {before.active} -> {now.active}")
-        if before.active is None:
+        if before.active.isDefined():
+            sessions.setActiveSession(before.active.get())
+        else:
             sessions.clearActiveSession()
-        else:
-            sessions.setActiveSession(before.active)
-    if not _same(now.default, before.default):
+    if not now.default.equals(before.default):
         changed.append(f"the default Spark session: {before.default} -> {now.default}")
-        if before.default is None:
-            sessions.clearDefaultSession()
+        if before.default.isDefined():
+            sessions.setDefaultSession(before.default.get())
         else:
-            sessions.setDefaultSession(before.default)
+            sessions.clearDefaultSession()
     if now.python_active is not before.python_active:
         changed.append("PySpark's active session (SparkSession._activeSession) is another")
         SparkSession._activeSession = before.python_active
