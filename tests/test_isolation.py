@@ -14,8 +14,8 @@ from firesteel.testing.isolation import _Process, _restore_process, _restore_spa
 def test_a_changed_environment_directory_and_log_level_are_named_and_put_back(
     tmp_path: Path,
 ) -> None:
-    before = _Process()
     level = logging.getLogger("firesteel").level
+    before = _Process()
     os.environ["FIRESTEEL_ISOLATION_PROBE"] = "1"
     os.chdir(tmp_path)
     logging.getLogger("firesteel").setLevel(logging.DEBUG)

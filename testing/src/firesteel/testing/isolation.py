@@ -7,8 +7,8 @@ dependence then shows in the test that leaks, in any order, instead of in whiche
 test happens to run after it (the suite runs in random order: ``pytest-randomly``).
 
 Recorded for every test: the environment variables, the working directory and the
-levels of Python's loggers. Where the process has a Spark session, also the session's
-SQL settings (``spark.conf``), the calling thread's local properties (a job
+levels of Python's loggers that exist before it. Where the process has a Spark session,
+also the session's SQL settings (``spark.conf``), the calling thread's local properties (a job
 description, a scheduler pool) and job tags, its active and default session (Spark
 resolves a Python data source by name in the *active* session), the level of Spark's
 own log, and the streaming queries running. A query left running is stopped.
@@ -63,9 +63,11 @@ def _restore_process(before: _Process) -> list[str]:
     if cwd != before.cwd:
         changed.append(f"working directory: {before.cwd} -> {cwd}")
         os.chdir(before.cwd)
-    for name, level in _logger_levels().items():
-        # A logger made during the test was NOTSET before: it had no level of its own.
-        was = before.levels.get(name, logging.NOTSET)
+    levels = _logger_levels()
+    # A logger made during the test is left alone: libraries set their loggers' levels
+    # when first imported (PySpark's Spark Connect client does), the same in any order.
+    for name, was in before.levels.items():
+        level = levels.get(name, was)
         if level != was:
             changed.append(
                 f"level of logger {name or 'root'}: "
