@@ -20,9 +20,8 @@ from firesteel.core.errors import (
 )
 from firesteel.core.guarantee import Guarantee, Replay, SinkKind, end_to_end
 from firesteel.core.registry import register
-from firesteel.core.spark.daemon import WORKER_DAEMON
 from firesteel.core.spark.foreach import foreach_batch
-from firesteel.core.spark.session import LOCAL_PROFILE, local_session
+from firesteel.core.spark.session import LOCAL_PROFILE, WORKER_DAEMON, local_session
 
 __all__ = [
     "LOCAL_PROFILE",
