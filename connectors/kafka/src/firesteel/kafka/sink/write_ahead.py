@@ -68,13 +68,14 @@ from firesteel.core.spi import (
     ConfigError,
     SinkError,
     Vote,
+    layout,
     query_identity,
 )
 from firesteel.kafka.errors import OutageError
 from firesteel.kafka.options import KafkaSinkOptions
 from firesteel.kafka.sink.exactly_once import KafkaExactlyOnceSink
 from firesteel.kafka.sink.transaction import TransactionScope
-from firesteel.sinks.spi import WriteAheadSink, log_dir_for
+from firesteel.sinks.spi import WriteAheadSink
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ class KafkaWriteAheadSink(WriteAheadSink):
             )
             raise ConfigError(msg)
         # No committer: the marker each segment's transaction commits records the send.
-        super().__init__(sink_id, log_dir_for(checkpoint), None, options.send_connect)
+        super().__init__(sink_id, layout.write_ahead_log(checkpoint), None, options.send_connect)
         # Spark writes <checkpoint>/metadata before it builds a sink: the markers name it.
         self.query_id = query_identity(checkpoint)
         self.transactions = KafkaExactlyOnceSink(
