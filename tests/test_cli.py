@@ -92,6 +92,7 @@ def test_state_hides_firesteels_own_entries_unless_asked(
         "files": len(stored),
         "bytes": sum(p.stat().st_size for p in stored),
         "keys": 1,
+        "entries": 1,
     }
     assert "count" in shown and CLOCK.name not in shown and "(1 entries)" in shown
     assert main(["state", backend.location, "--all"]) == 0

@@ -5,21 +5,30 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import tempfile
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.dataset as ds
+import pytest
 from files_helpers import rows, run_available_now, write_input
 
 from firesteel.core.context import TaskScope
 from firesteel.core.metrics import read_history, task_metrics
 from firesteel.core.metrics.history import RETAINED
 from firesteel.core.metrics.prometheus import serve_prometheus
-from firesteel.core.metrics.task import measured_write
+from firesteel.core.metrics.task import (
+    HANDOVER_DIR,
+    measured_write,
+    remove_handovers,
+    sweep_handovers,
+)
 from firesteel.core.sink import PlainSink, Vote
 from firesteel.core.spark.writer import commit_batch
 from firesteel.testing.ports import free_port
@@ -67,6 +76,28 @@ def test_a_batch_committed_again_replaces_its_record_and_totals_stay(tmp_path: P
     assert latest.totals["input_rows"] == 12 and latest.totals["batches"] == 2
     assert latest.counters == {"requests_sent": 4} and latest.totals["requests_sent"] == 8
     assert latest.input_bytes == 5 * 8 and latest.totals["input_bytes"] == 12 * 8
+
+
+def test_hand_over_folders_of_stopped_queries_are_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder no task touched for a day goes at a worker's first hand-over; a stopped
+    query's folder goes when the driver's listener hears it stopped (``test_savepoint_jobs``
+    runs that listener)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    root = tmp_path / HANDOVER_DIR
+    for query in ("idle", "fresh", "stopped"):
+        (root / query / "0").mkdir(parents=True)
+        (root / query / "0" / "ranks.json").write_text("{}")
+    now = time.time()
+    two_days_ago = now - 2 * 24 * 3600
+    for path in (root / "idle", root / "idle" / "0", root / "idle" / "0" / "ranks.json"):
+        os.utime(path, (two_days_ago, two_days_ago))
+    os.utime(root / "fresh", (two_days_ago, two_days_ago))  # a file in it was written now
+    assert sweep_handovers(now=now) == ["idle"]
+    assert sorted(p.name for p in root.iterdir()) == ["fresh", "stopped"]
+    remove_handovers("stopped")
+    assert [p.name for p in root.iterdir()] == ["fresh"]
 
 
 def test_only_the_last_batches_are_kept(tmp_path: Path) -> None:
@@ -214,8 +245,6 @@ def test_a_keyed_query_records_its_phases_and_its_state(spark, tmp_path: Path) -
     rows written per batch); Spark's progress of each batch comes merged with it
     (``last_progress``, the listener); ``status`` shows them as a phases table, Prometheus
     as a histogram and gauges."""
-    import time
-
     from prometheus_client.parser import text_string_to_metric_families
 
     from firesteel.backends import FilesystemBackend

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from firesteel.backends import FilesystemBackend
 from firesteel.backends.inspect import backend_class, read_state
 from firesteel.backends.savepoint import read_savepoint
 from firesteel.core.errors import ConfigError
+from firesteel.core.metrics.task import HANDOVER_DIR
 from firesteel.state import KeyState, StateBackend, ValueStateDescriptor
 from firesteel.state.savepoint import SavepointRestore, bootstrap, open_savepoint, rewrite
 from firesteel.state.savepoint.format import OperatorRows, write_savepoint
@@ -185,18 +187,20 @@ def test_a_bootstrapped_job_continues_counting(spark: Any, tmp_path: Path) -> No
     assert latest_counts(tmp_path) == expected
 
 
-def test_a_running_job_stopped_with_a_savepoint_goes_on_from_it(spark: Any, tmp_path: Path) -> None:
-    """``stop_with_savepoint`` on a running keyed job (file source -> ranks per key -> file
-    sink, exactly-once): the savepoint is of the batch the query last committed, and the
-    job restarted from it on the same checkpoint (state in a new location) ends with every
-    key ranked 1..n exactly once, read back with pyarrow."""
+def test_a_running_job_stopped_from_the_cli_goes_on_from_its_savepoint(
+    spark: Any, tmp_path: Path
+) -> None:
+    """``firesteel savepoint stop CHECKPOINT --to PATH``, run in another process, stops a
+    running keyed job (file source -> ranks per key -> file sink, exactly-once): the
+    driver's listener takes the request after a batch, the savepoint is of the batch the
+    query last committed, and the job restarted from it on the same checkpoint (state in
+    a new location) ends with every key ranked 1..n exactly once, read back with pyarrow."""
     import time
 
     import pyarrow as pa
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
 
-    from firesteel.backends.savepoint import stop_with_savepoint
     from firesteel.state import stateful
     from firesteel.testing.processors import RankPerKey
 
@@ -242,17 +246,30 @@ def test_a_running_job_stopped_with_a_savepoint_goes_on_from_it(spark: Any, tmp_
         assert query.exception() is None and time.monotonic() < deadline
         time.sleep(0.2)
     written += write(2)  # lands while the query runs: in the stopped job or the next one
-    taken = stop_with_savepoint(
-        query, f"file://{tmp_path}/state-v1", str(tmp_path / "savepoints" / "stop")
+    handed_over = Path(tempfile.gettempdir()) / HANDOVER_DIR / str(query.id)
+    assert handed_over.is_dir()
+    savepoint = tmp_path / "savepoints" / "stop"
+    command = [sys.executable, "-m", "firesteel.cli.main", "savepoint", "stop"]
+    stopped = subprocess.run(
+        [*command, str(tmp_path / "ck"), "--to", str(savepoint), "--timeout", "120"],
+        capture_output=True,
+        text=True,
+        check=False,
     )
+    assert stopped.returncode == 0, stopped.stderr
     assert not query.isActive
     commits = [int(p.name) for p in (tmp_path / "ck" / "commits").iterdir() if p.name.isdigit()]
-    assert taken.batch == max(commits) >= 1
+    assert f"savepoint of batch {max(commits)} at {savepoint}" in stopped.stdout
+    assert max(commits) >= 1
+    assert not (tmp_path / "ck" / "firesteel" / "control" / "stop.json").exists()
+    # The stopped query's metrics hand-over folder goes when the listener hears of the stop.
+    deadline = time.monotonic() + 60
+    while handed_over.exists():
+        assert time.monotonic() < deadline, f"{handed_over} left after the query stopped"
+        time.sleep(0.2)
 
     written += write(3)
-    again = start(
-        f"file://{tmp_path}/state-v2", str(tmp_path / "savepoints" / "stop"), availableNow=True
-    )
+    again = start(f"file://{tmp_path}/state-v2", str(savepoint), availableNow=True)
     again.awaitTermination(240)
     assert again.exception() is None
     out = ds.dataset(str(tmp_path / "out")).to_table().to_pylist()

@@ -13,7 +13,9 @@ JVM start.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
 import json
 import time
 from collections import Counter
@@ -34,8 +36,10 @@ from orders_run import (
 from pyspark import cloudpickle
 from pyspark.sql import SparkSession
 
+from firesteel.cli.status import main as status_command
 from firesteel.pipelines.host import Host
 from firesteel.pipelines.kafka import create_topics
+from firesteel.pipelines.progress import ProgressPrinter, pipeline_progress
 from firesteel.pipelines.runner import load
 
 TIMEOUT_S = 240.0
@@ -61,6 +65,35 @@ def _run_until(host: Host, done: Callable[[], bool]) -> None:
         assert host.step(time.monotonic()) is None, "a streamlet stopped the pipeline"
         assert time.monotonic() < deadline, "timed out waiting for the orders"
         time.sleep(0.5)
+
+
+def check_progress(work: Path) -> None:
+    """Each streamlet's progress against the topics counted with pyarrow: a producer's rows
+    out are its topic's rows, and a consumer's rows in plus its lag are the same rows."""
+    progress = {shown.streamlet: shown for shown in pipeline_progress(work)}
+    topic = {name: len(rows(work / "topics" / name)) for name in TOPICS}
+    assert progress["orders"].rows_out == topic["orders"] > 0
+    assert progress["validate"].rows_out == topic["valid-orders"] + topic["rejected-orders"]
+    assert progress["totals"].rows_out == topic["customer-totals"] > 0
+    for streamlet, inlet in [
+        ("validate", "orders"),
+        ("totals", "valid-orders"),
+        ("store-rejected", "rejected-orders"),
+        ("store-totals", "customer-totals"),
+    ]:
+        shown = progress[streamlet]
+        assert shown.batch is not None and shown.rows_in is not None
+        assert shown.rows_in + shown.lag[inlet] == topic[inlet], streamlet
+    # firesteel status on the work folder: the same per streamlet, with its queries.
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert status_command([str(work)]) == 0
+    lines = printed.getvalue().splitlines()
+    assert lines[0] == f"pipeline at {work}: {len(progress)} streamlets"
+    for name, shown in progress.items():
+        (line,) = [line for line in lines if line.startswith(f"  {name}: ")]
+        assert f"rows out {shown.rows_out:,}" in line
+        assert f"    query {work / 'checkpoints' / name}/" in "\n".join(lines)
 
 
 @pytest.mark.parametrize("topics", ["local", "kafka"])
@@ -92,7 +125,10 @@ def test_the_orders_pipeline_counts_every_order_once(
     rejections = Counter(r for r in map(reason, orders) if r is not None)
     assert set(rejections) == {"currency", "amount", "stale"}
 
-    host = Host(spark, verified, config, tmp_path / "work")
+    work = tmp_path / "work"
+    host = Host(spark, verified, config, work)
+    printed = io.StringIO()
+    printer = ProgressPrinter(work, 1.0, printed).start()
     try:
         for name in verified.streamlets:
             assert host.launch(name, time.monotonic())
@@ -104,7 +140,13 @@ def test_the_orders_pipeline_counts_every_order_once(
             ),
         )
     finally:
+        printer.stop()
         host.stop()
+    # What run-local prints while it runs: every streamlet's progress, a line at a time.
+    lines = [line for line in printed.getvalue().splitlines() if line.startswith("progress: ")]
+    assert lines and all(f"{name}: " in lines[-1] for name in verified.streamlets)
+    if bootstrap is None:
+        check_progress(work)
     # Spark finds a Python data source by name in the thread's active session: a
     # streamlet's session left active hid the suite's later registrations from its tests.
     sessions = SparkSession._get_j_spark_session_class(spark.sparkContext._jvm)

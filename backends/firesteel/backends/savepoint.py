@@ -234,6 +234,7 @@ def stop_with_savepoint(
     target: str,
     *,
     checkpoint: str | None = None,
+    operators: Sequence[str] | None = None,
     timeout_seconds: float = 600.0,
     storage: StorageConfig | Mapping[str, str] | None = None,
     target_storage: StorageConfig | Mapping[str, str] | None = None,
@@ -248,7 +249,8 @@ def stop_with_savepoint(
     committed batch either way, and a job restored from it (``restore_from``) on the same
     checkpoint runs the interrupted batch again. ``checkpoint``: the query's location
     (read from the query when not given; needed over Spark Connect). The rest is
-    :func:`create`'s.
+    :func:`create`'s. ``firesteel savepoint stop`` asks a running driver to call this
+    (:mod:`firesteel.backends.control`).
     """
     location = checkpoint or checkpoint_of(query)
     deadline = time.monotonic() + timeout_seconds
@@ -272,6 +274,7 @@ def stop_with_savepoint(
         state_location,
         target,
         checkpoint=location,
+        operators=operators,
         storage=storage,
         target_storage=target_storage,
     )

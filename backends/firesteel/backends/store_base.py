@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from abc import abstractmethod
 from collections.abc import Hashable, Mapping
-from typing import Any, ClassVar, Self, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Self, cast
 
 import pyarrow as pa
 
@@ -38,6 +38,9 @@ from firesteel.state.backend import (
 )
 from firesteel.state.descriptors import StateDescriptor
 from firesteel.state.schemas import StateUpgrade, recorded, upgrade
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 from firesteel.state.serializers import check_serializer
 
 
@@ -159,6 +162,15 @@ class TaskStoreBackend(StateBackend):
                 f"{self.location!r}: {exc}"
             )
             raise ConfigError(msg) from exc
+
+    def on_built(self, session: SparkSession, operator: str) -> None:
+        """Take ``firesteel savepoint stop`` requests for the session's queries and clean up
+        after them (:mod:`firesteel.backends.control`); a Spark Connect client cannot tell a
+        query's checkpoint, so its sessions do not."""
+        from firesteel.backends.control import accept_stop_requests
+
+        if hasattr(session, "_jsparkSession"):
+            accept_stop_requests(session, self.location, operator, self._storage_config)
 
     def open_store(
         self, spec: OperatorSpec, task: KeyedTask, declared: StateDeclarations, now_ms: int

@@ -348,8 +348,38 @@ def test_snapshot_figures_equal_the_stores_listing(tmp_path: Path) -> None:
         written = sum(p.stat().st_size for p in [*added, *private.iterdir()])
         [content] = manifests(tmp_path, version)
         listed = sum((operator / f["path"]).stat().st_size for f in content["files"])
+        shown.pop("state_entries_estimate")  # against a count: the test below
         assert shown == {"snapshot_bytes": written, "state_bytes": listed}
     # Incremental: the second version re-lists the first one's SSTs; it writes one small SST
     # and its private files (MANIFEST, OPTIONS: a few KB every version).
     assert figures[0]["snapshot_bytes"] == figures[0]["state_bytes"]
     assert figures[1]["snapshot_bytes"] * 2 < figures[1]["state_bytes"]
+
+
+def test_the_entry_estimate_and_the_keys_per_key_group_against_the_keys_written(
+    tmp_path: Path,
+) -> None:
+    """RocksDB's ``rocksdb.estimate-num-keys`` in a snapshot's figures: right after the first
+    snapshot (compacted into one sorted run) it equals the entries read back with pyarrow
+    (``read_state``, firesteel's own entries included); after a batch that overwrote some
+    keys it counts each overwrite until a compaction merges it, so it lies between the
+    count and the count plus the writes. ``firesteel status --key-groups`` counts the keys
+    of each key group as the test wrote them."""
+    from firesteel.backends.inspect import read_state
+    from firesteel.cli.status import state_status
+
+    chosen = backend(tmp_path)
+    store = run(worker(tmp_path, "w", chosen), 0, MANY)
+    first = store.snapshot_metrics()["state_entries_estimate"]
+    stored = read_state(chosen.location, operator="op", batch=0)
+    assert first == stored.num_rows
+    second = run(store, 1, FEW).snapshot_metrics()["state_entries_estimate"]
+    stored = read_state(chosen.location, operator="op", batch=1)
+    assert stored.num_rows <= second <= stored.num_rows + len(FEW)
+    assert second > first  # the overwrites of FEW are still in the estimate
+
+    (counted,) = state_status(chosen.location, key_groups=True)["operators"].values()
+    expected = {str(group): len(range(group, len(MANY), MAX_P)) for group in range(MAX_P)}
+    assert {g: c["keys"] for g, c in counted["key_groups"].items()} == expected
+    assert {g: c["entries"] for g, c in counted["key_groups"].items()} == expected
+    assert counted["keys"] == counted["entries"] == len(MANY)

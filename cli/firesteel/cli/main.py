@@ -59,8 +59,9 @@ def _state(argv: list[str]) -> int:
 def _savepoint(argv: list[str]) -> int:
     parser = command_parser(
         "firesteel savepoint",
-        "Take a portable savepoint of keyed state, or show one.",
+        "Take a portable savepoint of keyed state, stop a running query with one, or show one.",
         "firesteel savepoint create /data/state /data/savepoints/sp-1 --checkpoint /chk/job\n"
+        "  firesteel savepoint stop /chk/job --to /data/savepoints/sp-2\n"
         "  firesteel savepoint inspect /data/savepoints/sp-1 --limit 20",
     )
     parser.add_argument(
@@ -79,6 +80,18 @@ def _savepoint(argv: list[str]) -> int:
     )
     create.add_argument("--batch", type=int, help="the committed batch (default: the last one)")
     create.add_argument("--operator", action="append", help="one operator (repeat; default: all)")
+    stop = commands.add_parser(
+        "stop",
+        help="stop a running query after its batch, with a savepoint of its state",
+        description="Ask the driver running the query of CHECKPOINT (a classic Spark session "
+        "with a firesteel stateful operator) to let its batch finish, take a savepoint of "
+        "that committed batch at PATH and stop the query; wait for its answer.",
+    )
+    stop.add_argument("checkpoint", help="the running query's Spark checkpoint location")
+    stop.add_argument("--to", required=True, metavar="PATH", help="where the savepoint goes")
+    stop.add_argument(
+        "--timeout", type=float, default=600.0, metavar="S", help="seconds to wait (default 600)"
+    )
     show = commands.add_parser("inspect", help="print a savepoint's metadata and entries")
     show.add_argument("savepoint", help="the savepoint's path or URI")
     show.add_argument("--operator", help="one operator (default: all)")
@@ -99,6 +112,8 @@ def _run_savepoint(args: argparse.Namespace) -> int:
     from firesteel.backends.savepoint import read_savepoint
     from firesteel.state.savepoint import open_savepoint
 
+    if args.action == "stop":
+        return _stop(args)
     if args.action == "create":
         made = create_savepoint(
             args.location,
@@ -122,6 +137,26 @@ def _run_savepoint(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stop(args: argparse.Namespace) -> int:
+    from firesteel.cli.status import require_checkpoint
+    from firesteel.core.control import StopFailedError, request_stop, wait_for_answer
+    from firesteel.core.errors import CheckpointNotFoundError
+
+    try:
+        require_checkpoint(args.checkpoint)
+    except FileNotFoundError as exc:
+        raise CheckpointNotFoundError(str(exc)) from exc
+    request = request_stop(args.checkpoint, args.to)
+    sys.stdout.write(f"stop request {request.id} sent to {args.checkpoint}; waiting\n")
+    sys.stdout.flush()
+    answer = wait_for_answer(args.checkpoint, request, args.timeout)
+    if answer.error is not None:
+        msg = f"the query did not stop with a savepoint: {answer.error}"
+        raise StopFailedError(msg)
+    sys.stdout.write(f"query stopped; savepoint of batch {answer.batch} at {answer.savepoint}\n")
+    return 0
+
+
 def _installed_commands() -> dict[str, EntryPoint]:
     return {ep.name: ep for ep in entry_points(group="firesteel.commands")}
 
@@ -129,7 +164,7 @@ def _installed_commands() -> dict[str, EntryPoint]:
 COMMANDS = {
     "demo": "run the main example job (firesteel demo --help)",
     "state": "print the keyed state under a location",
-    "savepoint": "take or show a savepoint",
+    "savepoint": "take or show a savepoint, or stop a running query with one",
     "status": "how a query is doing, from its checkpoint (--json, --watch, --prometheus)",
     "ui": "a local web page of how the queries are doing (firesteel ui CHECKPOINT...)",
     "doctor": "check this machine for what a first run trips over",

@@ -8,10 +8,13 @@ batches (rows, bytes,
 the time from Spark planning the batch to the sink's commit, the slowest task's
 write time, the commit's time, the counters its tasks add), and a phases table (the
 commit's parts, each stateful operator's snapshot, its bytes written and its state's size).
-It reads files only, so it works for a stopped query as for a running one.
+It reads files only, so it works for a stopped query as for a running one. Given a
+pipeline's work folder, it lists each streamlet's queries and progress (last batch, rows
+in and out, lag: :mod:`firesteel.pipelines.progress`).
 ``--json`` prints the same as one JSON document; ``--watch S`` repeats every S
 seconds; ``--state LOCATION`` adds the files and bytes each operator stores there
-(``--keys`` also counts its keys); ``--prometheus PORT`` serves the checkpoints as
+(``--keys`` also counts its keys and entries, ``--key-groups`` per key group);
+``--prometheus PORT`` serves the checkpoints as
 Prometheus metrics (:mod:`firesteel.core.metrics.prometheus`) until interrupted.
 """
 
@@ -21,6 +24,7 @@ import json
 import sys
 import time
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import pyarrow.compute as pc
@@ -28,7 +32,7 @@ from pyarrow import fs
 
 from firesteel.cli.args import EXIT_USAGE, command_parser
 from firesteel.core.checkpoint import filesystem, read_guarantee, read_query_id
-from firesteel.core.errors import FiresteelError
+from firesteel.core.errors import FiresteelError, MissingDependencyError
 from firesteel.core.metrics.history import BatchRecord, read_history
 from firesteel.core.metrics.sources import read_source_progress
 
@@ -99,10 +103,12 @@ def _shown(record: BatchRecord, fsys: fs.FileSystem, base: str) -> dict[str, Any
     return _with_duration(batch, fsys, base)
 
 
-def state_status(location: str, keys: bool = False) -> dict[str, Any]:
+def state_status(location: str, keys: bool = False, key_groups: bool = False) -> dict[str, Any]:
     """Per operator under a state location: files and bytes stored (every retained version,
-    whichever backend wrote them) and, with ``keys``, the keys of the latest version (which
-    reads the whole state)."""
+    whichever backend wrote them) and, with ``keys``, the keys and entries of the latest
+    version; with ``key_groups``, the same per key group (both read the whole state, so
+    they are exact on every backend). Entries are values, list elements, map entries and
+    timers, firesteel's own entries (``__...``) left out."""
     from firesteel.backends.inspect import list_operators, read_state
 
     fsys, base = filesystem(location)
@@ -111,10 +117,22 @@ def state_status(location: str, keys: bool = False) -> dict[str, Any]:
         infos = fsys.get_file_info(fs.FileSelector(f"{base}/{operator}", recursive=True))
         files = [i for i in infos if i.type == fs.FileType.File]
         shown: dict[str, Any] = {"files": len(files), "bytes": sum(i.size or 0 for i in files)}
-        if keys:
+        if keys or key_groups:
             table = read_state(location, operator=operator)
-            user = pc.filter(table["key"], pc.invert(pc.starts_with(table["state"], "__")))
-            shown["keys"] = len(pc.unique(user))
+            user = table.filter(pc.invert(pc.starts_with(table["state"], "__")))
+            shown["keys"] = len(pc.unique(user["key"]))
+            shown["entries"] = user.num_rows
+        if key_groups:
+            grouped = user.group_by("key_group").aggregate(
+                [("key", "count_distinct"), ("key", "count")]
+            )
+            shown["key_groups"] = {
+                str(row["key_group"]): {
+                    "keys": row["key_count_distinct"],
+                    "entries": row["key_count"],
+                }
+                for row in sorted(grouped.to_pylist(), key=lambda row: row["key_group"])
+            }
         operators[operator] = shown
     return {"location": location, "operators": operators}
 
@@ -171,11 +189,56 @@ def render(status: dict[str, Any], now: float) -> str:
         lines.extend(_phases(shown["batches"]))
     for state in status.get("state", []):
         for operator, shown in state["operators"].items():
-            keys = f", {shown['keys']:,} keys" if "keys" in shown else ""
+            keys = ""
+            if "keys" in shown:
+                keys = f", {shown['keys']:,} keys, {shown['entries']:,} entries"
             lines.append(
                 f"  state {operator} at {state['location']}: {shown['files']} files, "
                 f"{shown['bytes']:,} bytes stored{keys}"
             )
+            if "key_groups" in shown:
+                lines.append("    key group   keys  entries")
+                lines.extend(
+                    f"    {group:>9}  {counts['keys']:5,}  {counts['entries']:7,}"
+                    for group, counts in shown["key_groups"].items()
+                )
+    return "\n".join(lines) + "\n"
+
+
+def is_pipeline_work(location: str) -> bool:
+    """Whether ``location`` is a pipeline's work folder (``firesteel run-local --work``):
+    a local folder with streamlets' checkpoints and no query metadata of its own."""
+    folder = Path(location)
+    return (folder / "checkpoints").is_dir() and not (folder / "metadata").exists()
+
+
+def pipeline_status(work: str) -> dict[str, Any]:
+    """Each streamlet of a pipeline's work folder: its queries' checkpoints and progress
+    (:mod:`firesteel.pipelines.progress`)."""
+    try:
+        from firesteel.pipelines.progress import pipeline_progress
+    except ImportError as exc:
+        package = "firesteel.pipelines"
+        raise MissingDependencyError(package, "firesteel-pipelines") from exc
+    folder = Path(work)
+    streamlets = []
+    for shown in pipeline_progress(folder):
+        checkpoints = folder / "checkpoints" / shown.streamlet
+        queries = sorted(str(p) for p in checkpoints.iterdir() if (p / "metadata").is_file())
+        streamlets.append({**asdict(shown), "checkpoints": queries})
+    return {"pipeline": work, "streamlets": streamlets}
+
+
+def _rendered(status: dict[str, Any], now: float) -> str:
+    if "pipeline" not in status:
+        return render(status, now)
+    from firesteel.pipelines.progress import StreamletProgress, progress_line
+
+    lines = [f"pipeline at {status['pipeline']}: {len(status['streamlets'])} streamlets"]
+    for streamlet in status["streamlets"]:
+        checkpoints = streamlet.pop("checkpoints")
+        lines.append(f"  {progress_line(StreamletProgress(**streamlet), now)}")
+        lines.extend(f"    query {checkpoint}" for checkpoint in checkpoints)
     return "\n".join(lines) + "\n"
 
 
@@ -203,6 +266,8 @@ def _phases(batches: list[dict[str, Any]]) -> list[str]:
             share = figures.get("incremental_share", 0.0)
             size = f" of {figures['state_bytes']:,.0f} ({share:.0%} incremental)"
         entries = f", {figures['state_entries']:,.0f} entries" if "state_entries" in figures else ""
+        if "state_entries_estimate" in figures:
+            entries += f", ~{figures['state_entries_estimate']:,.0f} entries (RocksDB's estimate)"
         lines.append(
             f"    operator {operator} batch {last['batch']}: snapshot "
             f"{figures.get('snapshot_bytes', 0):,.0f} bytes written{size}{entries}"
@@ -217,7 +282,11 @@ def main(argv: list[str]) -> int:
         (__doc__ or "").split("\n\n")[1],
         "firesteel status /tmp/firesteel-demo/checkpoint --last 5",
     )
-    parser.add_argument("checkpoint", nargs="+", help="a query's checkpoint location")
+    parser.add_argument(
+        "checkpoint",
+        nargs="+",
+        help="a query's checkpoint location, or a pipeline's work folder (its streamlets)",
+    )
     parser.add_argument("--last", type=int, default=10, help="batches shown per sink")
     parser.add_argument("--json", action="store_true", help="one JSON document")
     parser.add_argument("--watch", type=float, metavar="S", help="repeat every S seconds")
@@ -230,19 +299,27 @@ def main(argv: list[str]) -> int:
         help="a state backend's location to show per operator (repeatable)",
     )
     parser.add_argument("--keys", action="store_true", help="count the keys of --state (reads it)")
+    parser.add_argument(
+        "--key-groups", action="store_true", help="count keys and entries per key group (reads it)"
+    )
     args = parser.parse_args(argv)
     try:
         if args.prometheus is not None:
             return _serve(args.prometheus, args.checkpoint)
         while True:
-            shown = [query_status(c, args.last) for c in args.checkpoint]
+            shown = [
+                pipeline_status(c) if is_pipeline_work(c) else query_status(c, args.last)
+                for c in args.checkpoint
+            ]
             if args.state:
-                shown[0]["state"] = [state_status(loc, args.keys) for loc in args.state]
+                shown[0]["state"] = [
+                    state_status(loc, args.keys, args.key_groups) for loc in args.state
+                ]
             if args.json:
                 sys.stdout.write(json.dumps(shown if len(shown) > 1 else shown[0], indent=2))
                 sys.stdout.write("\n")
             else:
-                sys.stdout.write("".join(render(s, time.time()) for s in shown))
+                sys.stdout.write("".join(_rendered(s, time.time()) for s in shown))
             sys.stdout.flush()
             if args.watch is None:
                 return 0

@@ -19,10 +19,11 @@ from firesteel.core.errors import (
     RecordError,
 )
 from firesteel.core.guarantee import Guarantee, Replay, SinkKind, end_to_end
+from firesteel.core.metrics.history import read_history
+from firesteel.core.metrics.sources import read_source_progress
 from firesteel.core.registry import register
-from firesteel.core.spark.daemon import WORKER_DAEMON
 from firesteel.core.spark.foreach import foreach_batch
-from firesteel.core.spark.session import LOCAL_PROFILE, local_session
+from firesteel.core.spark.session import LOCAL_PROFILE, WORKER_DAEMON, local_session
 
 __all__ = [
     "LOCAL_PROFILE",
@@ -41,5 +42,7 @@ __all__ = [
     "foreach_batch",
     "local_session",
     "read_guarantee",
+    "read_history",
+    "read_source_progress",
     "register",
 ]

@@ -129,11 +129,12 @@ def generate_readings(folder: Path, files: int, per_file: int, sensors: int, see
 
 def _session() -> Any:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from firesteel.core.spark.session import LOOPBACK, local_session
+    from firesteel.core.spark.session import LOCAL_PROFILE, LOOPBACK, local_session
 
     return local_session(
         "firesteel-demo",
         config={
+            **LOCAL_PROFILE,
             "spark.ui.showConsoleProgress": "false",
             **LOOPBACK,
             "spark.sql.session.timeZone": "UTC",

@@ -27,7 +27,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -35,6 +35,9 @@ from firesteel.core.context import TaskScope
 from firesteel.state.api import ListState, MapState, ValueState
 from firesteel.state.descriptors import StateDescriptor
 from firesteel.state.keygroups import KeyGroupRange
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 Key = tuple[Any, ...]
 """A grouping key: the values of the key columns, in order."""
@@ -152,6 +155,11 @@ class StateBackend(ABC):
         A backend that reaches no object store returns itself.
         """
         return self
+
+    def on_built(self, session: SparkSession, operator: str) -> None:
+        """Driver side, once ``operator`` is built from ``session``: what the backend does
+        for the queries that will run it (the built-in backends take stop-with-savepoint
+        requests, :mod:`firesteel.backends.control`). Nothing by default."""
 
     def recorded_parallelism(self, operator: str) -> int | None:
         """Driver side: the parallelism the newest snapshot of ``operator`` was written with.

@@ -291,6 +291,7 @@ def stateful(
         sides,
         report_metrics=metrics,
     )
+    backend.on_built(df.sparkSession, operator)
     logger.info(
         "firesteel: stateful operator %s on %s, %d partitions over %d key groups, %s backend at %s",
         operator,

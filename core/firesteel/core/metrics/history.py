@@ -85,7 +85,8 @@ class BatchRecord:
     operators: dict[str, dict[str, float]] = field(default_factory=dict)
     """Per stateful operator feeding the sink in the same tasks: ``snapshot_seconds`` (the
     slowest task's), ``snapshot_bytes`` written, and what its backend tells of the state
-    (``state_bytes``, ``state_entries``), summed over tasks."""
+    (``state_bytes``, ``state_entries``, RocksDB's ``state_entries_estimate``), summed over
+    tasks."""
     histograms: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per phase (``write``, ``commit``, ``commit_<part>``, ``snapshot``): its seconds in
     every committed batch through this one, as cumulative counts at or below each of

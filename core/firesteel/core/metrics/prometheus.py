@@ -21,6 +21,7 @@ id); counters count committed work only (see :mod:`firesteel.core.metrics.histor
                                             snapshot (the slowest operator task)
     firesteel_state_bytes{operator}         the last batch's state, as its backend knows it
     firesteel_state_entries{operator}       values held (heap and filesystem backends)
+    firesteel_state_entries_estimate{operator}  RocksDB's estimate of its entries (no scan)
     firesteel_state_last_snapshot_bytes{operator}   bytes the last batch's snapshot wrote
     firesteel_source_lag{partition}         committed records behind the log end when
                                             the source last planned a batch (Kafka)
@@ -85,6 +86,13 @@ class CheckpointCollector:
             for figure, name, text in (
                 ("state_bytes", "firesteel_state_bytes", "The state's bytes at the last batch."),
                 ("state_entries", "firesteel_state_entries", "Values held at the last batch."),
+                (
+                    "state_entries_estimate",
+                    "firesteel_state_entries_estimate",
+                    "RocksDB's estimate of the entries held at the last batch "
+                    "(rocksdb.estimate-num-keys: an estimate, not a count; entries overwritten "
+                    "or deleted since the last compaction are in it).",
+                ),
                 (
                     "snapshot_bytes",
                     "firesteel_state_last_snapshot_bytes",

@@ -14,7 +14,11 @@ stateful operator's ``mapInArrow`` feeding the sink), hands its figures over wit
 and operator and stamped with Spark's task attempt id, which the sink's task picks up
 once its input ended (the operator's last step, so its figures are written by then) and
 adds to its vote as ``operator:<name>:<figure>``. Figures of an operator separated from
-the sink by a shuffle are in another task and not picked up.
+the sink by a shuffle are in another task and not picked up. A file is needed only
+within its task, so the folders go: a query's when it stops (the driver's listener,
+:func:`remove_handovers`, on the driver's disk, which local mode's executors share) and,
+on every machine, those no task touched for :data:`HANDOVER_MAX_AGE_SECONDS` when a Python
+worker hands its first figures over (:func:`sweep_handovers`).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import contextvars
 import json
 import logging
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -34,7 +39,15 @@ import pyarrow as pa
 from firesteel.core.context import TaskScope
 from firesteel.core.sink import Sink, Vote
 
-__all__ = ["OPERATOR_PREFIX", "TaskMetrics", "hand_over", "measured_write", "task_metrics"]
+__all__ = [
+    "OPERATOR_PREFIX",
+    "TaskMetrics",
+    "hand_over",
+    "measured_write",
+    "remove_handovers",
+    "sweep_handovers",
+    "task_metrics",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +58,11 @@ WRITE_SECONDS = "write_seconds"
 OPERATOR_PREFIX = "operator:"
 """Vote metrics ``operator:<name>:<figure>`` come from an operator of the same task."""
 HANDOVER_DIR = "firesteel-task-metrics"
+HANDOVER_MAX_AGE_SECONDS = 24 * 3600.0
+"""A hand-over folder no task touched for this long belongs to a query that stopped (or
+runs no batch): :func:`sweep_handovers` removes it."""
+_SWEPT: list[bool] = []
+"""Non-empty once this process swept (:func:`hand_over` sweeps at its first call)."""
 
 
 @dataclass
@@ -84,9 +102,53 @@ def _task_attempt() -> int | None:
     return context.taskAttemptId() if context is not None else None
 
 
+def _handover_root() -> Path:
+    return Path(tempfile.gettempdir()) / HANDOVER_DIR
+
+
 def _handover_folder(scope: TaskScope) -> Path:
     query = scope.query_id or "no-query"
-    return Path(tempfile.gettempdir()) / HANDOVER_DIR / query / str(scope.partition_id)
+    return _handover_root() / query / str(scope.partition_id)
+
+
+def remove_handovers(query_id: str) -> None:
+    """Remove the hand-over folders of ``query_id`` on this machine (it stopped)."""
+    shutil.rmtree(_handover_root() / query_id, ignore_errors=True)
+
+
+def _newest_change(folder: Path) -> float:
+    """The latest modification under ``folder`` (its partitions' folders and files)."""
+    stamps = [folder.stat().st_mtime]
+    for path in folder.rglob("*"):
+        try:
+            stamps.append(path.stat().st_mtime)
+        except FileNotFoundError:
+            continue  # replaced by a task meanwhile: it is being used
+    return max(stamps)
+
+
+def sweep_handovers(
+    max_age_seconds: float = HANDOVER_MAX_AGE_SECONDS, now: float | None = None
+) -> list[str]:
+    """Remove the hand-over folders of every query none of whose tasks touched them for
+    ``max_age_seconds``; returns their query ids. A file matters only inside its task, so
+    a folder idle that long has none in use."""
+    root = _handover_root()
+    if not root.is_dir():
+        return []
+    now = time.time() if now is None else now
+    removed = []
+    for folder in root.iterdir():
+        try:
+            idle = now - _newest_change(folder) > max_age_seconds
+        except FileNotFoundError:
+            continue  # removed by another process meanwhile
+        if idle:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder.name)
+    if removed:
+        logger.info("metrics: removed the hand-over folders of stopped queries %s", removed)
+    return removed
 
 
 def hand_over(scope: TaskScope, operator: str, figures: dict[str, float]) -> None:
@@ -99,6 +161,12 @@ def hand_over(scope: TaskScope, operator: str, figures: dict[str, float]) -> Non
     attempt = _task_attempt()
     if attempt is None:
         return
+    if not _SWEPT:
+        _SWEPT.append(True)
+        try:
+            sweep_handovers()
+        except OSError as exc:
+            logger.warning("metrics: old hand-over folders not swept: %s", exc)
     folder = _handover_folder(scope)
     content = json.dumps({"task": attempt, "batch": scope.batch_id, "figures": figures})
     try:

@@ -8,7 +8,10 @@ JVM, which waits for it a fixed 10 s. This daemon imports them once and its
 forks inherit them: a worker starts in a fraction of the time, so fewer of them
 miss that wait on a loaded machine. The figures are in the operations guide.
 
-Opt in with :data:`WORKER_DAEMON` (on in :data:`~firesteel.core.LOCAL_PROFILE`).
+Opt in with :data:`firesteel.core.WORKER_DAEMON` (on in
+:data:`~firesteel.core.LOCAL_PROFILE`). Nothing imports this module: Spark runs it
+(``python -m``), and a module already imported when ``python -m`` runs it makes
+Python warn in every worker's log.
 ``PYSPARK_PYTHON`` must have firesteel installed, as for any firesteel job.
 
 PySpark defers those imports because pyarrow and numpy start threads when
@@ -21,13 +24,6 @@ lock, whenever it forks.
 Spark applies ``spark.python.daemon.module`` to the task workers only; its
 planner and commit runners start ``pyspark.daemon`` whatever it says.
 """
-
-from __future__ import annotations
-
-from collections.abc import Mapping
-
-WORKER_DAEMON: Mapping[str, str] = {"spark.python.daemon.module": __name__}
-"""The session setting that makes Spark start this module as its worker daemon."""
 
 if __name__ == "__main__":
     import pyarrow.fs  # noqa: F401

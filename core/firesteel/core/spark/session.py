@@ -12,8 +12,6 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from firesteel.core.spark.daemon import WORKER_DAEMON
-
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -23,6 +21,10 @@ LOOPBACK: Mapping[str, str] = {
 }
 """Settings that keep the driver on 127.0.0.1 (machines whose hostname does not resolve,
 or where only the loopback interface may be used)."""
+
+WORKER_DAEMON: Mapping[str, str] = {"spark.python.daemon.module": "firesteel.core.spark.daemon"}
+"""The session setting that makes Spark fork its Python workers from firesteel's worker
+daemon (:mod:`firesteel.core.spark.daemon`)."""
 
 LOCAL_PROFILE: Mapping[str, str] = {
     "spark.driver.memory": "512m",

@@ -7,7 +7,9 @@ then prints each streamlet with its ports, topics and guarantee (and, with
 
 ``firesteel run-local BLUEPRINT [--conf FILE]... [--work DIR] [key=value]...``
 verifies, prints the topology, and runs every streamlet in its own process
-(:mod:`firesteel.pipelines.runner`), on local or Kafka topics, until Ctrl-C.
+(:mod:`firesteel.pipelines.runner`), on local or Kafka topics, until Ctrl-C; every
+``--progress`` seconds (default 30) it prints each streamlet's last batch, rows in and
+out and lag (:mod:`firesteel.pipelines.progress`).
 
 ``firesteel run BLUEPRINT --master spark://host:7077 [...]`` does the same with
 each streamlet its own Spark application on that standalone cluster (drivers
@@ -24,6 +26,7 @@ from pathlib import Path
 
 from firesteel.pipelines.config import PipelineConfig
 from firesteel.pipelines.errors import BlueprintError, ConfigurationError
+from firesteel.pipelines.progress import ProgressPrinter
 from firesteel.pipelines.runner import LocalRunner, load
 from firesteel.pipelines.verify import VerifiedBlueprint
 from firesteel.pipelines.worklock import WorkFolderInUseError
@@ -102,6 +105,14 @@ def _run(argv: list[str], prog: str, *, cluster: bool) -> int:
         "--work",
         help="topics, checkpoints and logs (default: ./.firesteel/<blueprint file name>)",
     )
+    parser.add_argument(
+        "--progress",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="print each streamlet's last batch, rows in and out and lag every S seconds "
+        "(default 30; 0: never)",
+    )
     parser.add_argument("settings", nargs="*", help="key=value settings (win over files)")
     args = parser.parse_intermixed_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
@@ -125,4 +136,10 @@ def _run(argv: list[str], prog: str, *, cluster: bool) -> int:
     except WorkFolderInUseError as exc:
         sys.stderr.write(f"{exc}\n")
         return 1
-    return runner.wait()
+    if not args.progress:
+        return runner.wait()
+    printer = ProgressPrinter(runner.work, args.progress, sys.stdout).start()
+    try:
+        return runner.wait()
+    finally:
+        printer.stop()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from firesteel.core.spark.daemon import WORKER_DAEMON
+from firesteel.core import WORKER_DAEMON
 
 DAEMON_CONFIG: Mapping[str, str] = WORKER_DAEMON
 """The session setting that makes Spark fork the workers from that daemon."""

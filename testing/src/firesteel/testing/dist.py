@@ -2,15 +2,17 @@
 repository installs it: ``python -m firesteel.testing.dist [--keep DIR]`` (``make check-dist``).
 
 Builds every wheel (``make dist``), then for each of ``firesteel``,
-``firesteel-rocksdb``, ``firesteel-kafka`` and ``firesteel-pipelines``: a fresh
-virtual environment with only PySpark, the distribution installed with
-``--find-links dist`` (its pin on ``firesteel`` resolves from the same folder), and
-a small job run with that environment's Python (:mod:`firesteel.testing.scripts.dist_job`):
-files -> files exactly-once, keyed state on RocksDB, a Kafka -> Kafka exactly-once round
-trip on a broker started here, a pipeline's ``verify`` (``--built``: the wheels already in
-``dist/``). Prints each step's seconds;
-exits 1 when a job's output is not what it must be. uv and its cache make the
-installs fast; this takes minutes, so it runs beside the soak commands, not in the suite.
+``firesteel-rocksdb``, ``firesteel-kafka``, ``firesteel-cassandra`` and
+``firesteel-pipelines``: a fresh virtual environment with only PySpark, the
+distribution installed with ``--find-links dist`` (its pin on ``firesteel`` resolves
+from the same folder), and a small job run with that environment's Python
+(:mod:`firesteel.testing.scripts.dist_job`): files -> files exactly-once, keyed state
+on RocksDB, a Kafka -> Kafka exactly-once round trip on a broker started here, files
+-> Cassandra's write-ahead-log sink on the CQL test server started here (or
+``FIRESTEEL_CASSANDRA_HOSTS``), a pipeline's ``verify`` (``--built``: the wheels already
+in ``dist/``). Prints each step's seconds; exits 1 when a job's output is not what it
+must be. uv and its cache make the installs fast; this takes minutes, so it runs beside
+the soak commands, not in the suite.
 """
 
 from __future__ import annotations
@@ -57,6 +59,12 @@ def _pyspark_wheel(wheels: Path) -> None:
         _timed("PySpark's wheel, built once", command)
 
 
+def _built_names() -> set[str]:
+    """The distributions ``dist/`` holds wheels of (``firesteel_kafka-0.1.0-...`` ->
+    ``firesteel-kafka``)."""
+    return {w.name.split("-")[0].replace("_", "-") for w in (ROOT / "dist").glob("*.whl")}
+
+
 def _venv(uv: str, folder: Path, distribution: str) -> Path:
     python = folder / "bin" / "python"
     shutil.rmtree(folder, ignore_errors=True)
@@ -67,6 +75,9 @@ def _venv(uv: str, folder: Path, distribution: str) -> Path:
         f"{distribution}: PySpark alone",
         [uv, "pip", "install", "-q", "--python", str(python), *wheels, pin],
     )
+    # Every build is version 0.1.0: uv's cache would serve a wheel of an earlier build
+    # under that name and version, so the repository's own distributions are refreshed.
+    refresh = [f"--refresh-package={name}" for name in _built_names()]
     _timed(
         f"{distribution}: pip install --find-links dist {distribution}",
         [
@@ -76,6 +87,7 @@ def _venv(uv: str, folder: Path, distribution: str) -> Path:
             "-q",
             "--python",
             str(python),
+            *refresh,
             "--find-links",
             str(ROOT / "dist"),
             distribution,
@@ -118,6 +130,15 @@ def _check(uv: str, work: Path, distribution: str, job: str) -> bool:
             _, out = _timed(f"{distribution}: Kafka -> Kafka job", [*arguments, bootstrap], env=env)
         wanted = {"rows": ROWS, "distinct": ROWS}
         return _expect("records in the output topic", json.loads(out), wanted)
+    if job == "cassandra":
+        from firesteel.testing.cassandra import cassandra_cluster
+
+        with cassandra_cluster() as (host, port):
+            _, out = _timed(
+                f"{distribution}: files -> Cassandra job", [*arguments, f"{host}:{port}"], env=env
+            )
+        wanted = {"rows": ROWS, "distinct": ROWS}
+        return _expect("rows in the table", json.loads(out), wanted)
     _, out = _timed(f"{distribution}: {job} job", arguments, env=env)
     wanted = {"rows": ROWS} if job == "files" else {"keys": 7, "total": ROWS // 7 + 1}
     return _expect("output", json.loads(out), wanted)
@@ -143,6 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("firesteel", "files"),
             ("firesteel-rocksdb", "rocksdb"),
             ("firesteel-kafka", "kafka"),
+            ("firesteel-cassandra", "cassandra"),
         ):
             try:
                 ok &= _check(uv, work, distribution, job)

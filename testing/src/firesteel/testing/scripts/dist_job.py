@@ -2,9 +2,10 @@
 installed from the built wheels (``python -m firesteel.testing.dist``); imports only what
 that distribution brings, never firesteel-testing.
 
-``python dist_job.py files|rocksdb <workdir>`` or ``python dist_job.py kafka <workdir>
-<bootstrap>``; prints one JSON line: the records the output holds, counted with pyarrow or
-a plain Kafka consumer.
+``python dist_job.py files|rocksdb <workdir>``, ``python dist_job.py kafka <workdir>
+<bootstrap>`` or ``python dist_job.py cassandra <workdir> <host:port>``; prints one JSON
+line: the records the output holds, counted with pyarrow, a plain Kafka consumer or a
+plain cassandra-driver session.
 """
 
 import json
@@ -129,10 +130,41 @@ def kafka(workdir: Path, bootstrap: str) -> dict[str, int]:
     return {"rows": read, "distinct": len(seen)}
 
 
+def cassandra(workdir: Path, server: str) -> dict[str, int]:
+    from cassandra.cluster import Cluster
+
+    host, _, port = server.partition(":")
+    cluster = Cluster([host], port=int(port), protocol_version=4)
+    session = cluster.connect()
+    session.execute(
+        "CREATE KEYSPACE IF NOT EXISTS dist WITH replication = "
+        "{'class': 'SimpleStrategy', 'replication_factor': 1}"
+    )
+    session.execute("CREATE TABLE IF NOT EXISTS dist.events (seq bigint PRIMARY KEY, key text)")
+    _inputs(workdir / "in")
+    spark = _session()
+    events = spark.readStream.format("firesteel.files").load(str(workdir / "in"))
+    _run(
+        events,
+        workdir,
+        "firesteel.cassandra",
+        contact_points=host,
+        port=port,
+        keyspace="dist",
+        table="events",
+        mode="wal",
+    )
+    rows = list(session.execute("SELECT seq FROM dist.events"))
+    cluster.shutdown()
+    return {"rows": len(rows), "distinct": len({row.seq for row in rows})}
+
+
 if __name__ == "__main__":
     kind, folder = sys.argv[1], Path(sys.argv[2])
     if kind == "kafka":
         result = kafka(folder, sys.argv[3])
+    elif kind == "cassandra":
+        result = cassandra(folder, sys.argv[3])
     else:
         result = {"files": files, "rocksdb": rocksdb}[kind](folder)
     print(json.dumps(result), flush=True)
