@@ -53,7 +53,7 @@ CHROMIUM_STEP := if command -v chromium >/dev/null; then :; \
 install: $(BIN)/uv
 	@{ $(AZURITE_STEP); } & azurite=$$!; { $(CHROMIUM_STEP); } & chromium=$$!; \
 	$(BIN)/uv pip install --python $(BIN)/python -q --compile-bytecode -e ".[dev,test,connect,s3,metrics]" \
-		-e "./testing[kafka,cassandra]" -e "./connectors/kafka[test]" \
+		-e "./testing[kafka,cassandra,pipelines]" -e "./connectors/kafka[test]" \
 		-e "./connectors/_template[test]" -e "./connectors/cassandra[test]" \
 		-e "./backends/rocksdb[test]" -e "./pipelines[test,kafka]" \
 		|| { wait $$azurite $$chromium; exit 1; }; \

@@ -104,7 +104,7 @@ def test_check_records_what_the_query_runs_with(tmp_path: Path) -> None:
 
 
 def test_one_spelling_per_checkpoint(tmp_path):
-    from firesteel.core.checkpoint import normalize_location
+    from firesteel.core.storage import canonical
 
     (tmp_path / "chk").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "chk")
@@ -116,7 +116,7 @@ def test_one_spelling_per_checkpoint(tmp_path):
         str(tmp_path / "link"),
         f"{tmp_path}/other/../chk",
     ]
-    assert {normalize_location(s) for s in spellings} == {str((tmp_path / "chk").resolve())}
+    assert {canonical(s) for s in spellings} == {str((tmp_path / "chk").resolve())}
 
 
 def test_query_id_is_read_from_spark_metadata(tmp_path):

@@ -37,6 +37,7 @@ NOT_PYTHON = {
     "firesteel.commands",
     "firesteel.fault_points",
     "firesteel.fault_handler",
+    "firesteel.query_namer",
     # pipeline configuration keys (HOCON)
     "firesteel.guarantee",
     "firesteel.kafka.bootstrap.servers",

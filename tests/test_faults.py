@@ -3,6 +3,7 @@ and kills hard; only declared points can be armed; without the test tooling noth
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -10,14 +11,21 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
-from firesteel.core.faults import REGISTRY, FaultPointError, fault_point
-from firesteel.core.sink import AFTER_WRITE
+from firesteel.core.faults import AFTER_WRITE, REGISTRY, FaultPointError, fault_point
 from firesteel.testing import at_point, task_kills
-from firesteel.testing.faults import FAULT_ENV, KILL_ENV, MARKER_DIR_ENV, gathered
+from firesteel.testing.faults import (
+    FAULT_ENV,
+    KILL_ENV,
+    MARKER_DIR_ENV,
+    PGID_ENV,
+    SESSION,
+    gathered,
+)
 from firesteel.testing.points import UnknownFaultPointError, registered
 from firesteel.testing.soak import PATHS
 
@@ -27,7 +35,7 @@ LIBRARY = ["core", "sources", "sinks", "state", "backends", "connectors", "pipel
 
 SCRIPT = """
 import sys
-from firesteel.core.sink import AFTER_WRITE
+from firesteel.core.faults import AFTER_WRITE
 for batch in range(5):
     for partition in range(2):
         AFTER_WRITE.fire(batch, partition)
@@ -199,8 +207,7 @@ COMMIT_SCRIPT = """
 import json, sys
 from pathlib import Path
 from firesteel.core.faults import committing
-from firesteel.core.sink import MID_COMMIT
-from firesteel.testing.faults import name_query
+from firesteel.core.faults import MID_COMMIT, name_query
 name, checkpoint = sys.argv[1], Path(sys.argv[2])
 checkpoint.mkdir(parents=True, exist_ok=True)
 (checkpoint / "metadata").write_text(json.dumps({"id": f"id-{name}"}))
@@ -228,8 +235,9 @@ def commit_of(name: str, spec: str, tmp_path: Path, markers: Path) -> subprocess
 def test_a_spec_for_one_query_fires_in_that_querys_driver_commit(
     tmp_path: Path, query: str, fires: bool
 ) -> None:
-    """The driver's commit knows its checkpoint, hence Spark's query id, which the launcher
-    recorded under the query's name."""
+    """The driver's commit knows its checkpoint, hence Spark's query id, which the driver
+    reported under the query's name (the product's hook, reaching the test tooling's namer
+    through its entry point, as a pipeline's host does)."""
     markers = tmp_path / "markers"
     done = commit_of(query, "driver.mid_commit@3#files", tmp_path, markers)
     out, _ = done.communicate(timeout=60)
@@ -252,3 +260,80 @@ def test_a_spec_for_several_queries_kills_once_all_are_inside_the_point(tmp_path
     assert first.wait(timeout=60) == -signal.SIGKILL
     assert gathered(markers, spec) == ["files", "state"]
     assert (markers / spec).exists()
+
+
+MODE_SCRIPT = """
+import subprocess, sys
+from firesteel.core.sink import AFTER_WRITE
+child = subprocess.Popen(["sleep", "60"], stdout=subprocess.DEVNULL)
+print(child.pid, flush=True)
+AFTER_WRITE.fire(0, 0)
+"""
+
+
+@pytest.mark.parametrize(
+    ("setting", "spec", "group_killed"),
+    [
+        ("process", "sink.after_write!job", True),
+        ("job", "sink.after_write!process", False),
+    ],
+)
+def test_a_spec_may_carry_its_own_kill_mode(
+    tmp_path: Path, setting: str, spec: str, group_killed: bool
+) -> None:
+    """``!job`` kills the caller's process group (its child too) and ``!process`` the caller
+    alone, whatever ``FIRESTEEL_FAULT_KILL`` says: one environment arms both kinds."""
+    env = {**os.environ, FAULT_ENV: spec, KILL_ENV: setting, MARKER_DIR_ENV: str(tmp_path)}
+    job = subprocess.Popen(
+        [sys.executable, "-c", MODE_SCRIPT],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    out, _ = job.communicate(timeout=60)
+    child = int(out.split()[0])
+    try:
+        assert job.returncode == -signal.SIGKILL
+        assert _alive(child) != group_killed
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(job.pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+SESSION_SCRIPT = """
+import subprocess, sys
+# Like PySpark's daemon, the process reaching the point leads a process group of its own.
+reach = "import os; os.setpgid(0, 0); from firesteel.core import sink; sink.AFTER_WRITE.fire()"
+subprocess.run([sys.executable, "-c", reach], check=False)
+print("survived", flush=True)
+"""
+
+
+@pytest.mark.parametrize(("pgid", "survives"), [(SESSION, False), (None, True)])
+def test_a_job_kill_may_take_the_group_leading_the_session(
+    tmp_path: Path, pgid: str | None, survives: bool
+) -> None:
+    """``FIRESTEEL_FAULT_PGID=session`` kills the session's leading group (a pipeline's
+    driver, its JVM) from a worker in a group of its own, which alone would spare them."""
+    env = {**os.environ, FAULT_ENV: "sink.after_write", KILL_ENV: "job"}
+    env.pop(PGID_ENV, None)
+    if pgid is not None:
+        env[PGID_ENV] = pgid
+    job = subprocess.run(
+        [sys.executable, "-c", SESSION_SCRIPT],
+        env=env,
+        capture_output=True,
+        text=True,
+        start_new_session=True,
+        timeout=60,
+        check=False,
+    )
+    assert (job.returncode, job.stdout.split()) == ((0, ["survived"]) if survives else (-9, []))

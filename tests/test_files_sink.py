@@ -15,8 +15,8 @@ from files_helpers import rows, run_available_now, write_input
 from firesteel.core.checkpoint import read_guarantee
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import CheckpointCorruptError, ConfigError
+from firesteel.core.folder import Folder
 from firesteel.files import committed_files, read_committed
-from firesteel.files.folder import Folder
 from firesteel.files.sink import FilesSink, WriterConfig
 from firesteel.files.sink.manifest import (
     FileCommittable,

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from firesteel.core.checkpoint import normalize_location
+from firesteel.core.storage import canonical
 from firesteel.testing import Spellings
 from firesteel.testing.clock import clock_offset
 
@@ -21,7 +21,7 @@ def test_spellings_differ_from_one_restart_to_the_next_and_name_one_folder(
     runs = [spellings(run) for run in range(len(spellings.variants) + 1)]
     assert len(set(spellings.variants)) == len(spellings.variants) >= 4
     assert all(a != b for a, b in itertools.pairwise(runs))
-    assert {normalize_location(s) for s in runs} == {str((tmp_path / "ck").resolve())}
+    assert {canonical(s) for s in runs} == {str((tmp_path / "ck").resolve())}
     assert any(s.startswith("file://") for s in runs)
     assert any(Path(s.removeprefix("file://")).is_symlink() for s in runs)
     assert [spellings.next() for _ in runs] == runs

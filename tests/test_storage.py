@@ -12,21 +12,20 @@ from pathlib import Path
 import pytest
 from pyarrow import fs
 
-from firesteel.core.checkpoint import filesystem, normalize_location
 from firesteel.core.durable import decode_record, encode_record, write_atomically
 from firesteel.core.errors import ConfigError, StorageError
-from firesteel.core.storage import StorageConfig, check_location, resolve, store_type
+from firesteel.core.storage import StorageConfig, canonical, check_location, resolve, store_type
 from firesteel.testing.ports import free_port
 from firesteel.testing.s3 import S3Server
 
 
 def test_spark_spellings_of_one_location_are_one_location(tmp_path: Path) -> None:
-    assert normalize_location("s3a://bkt/chk/") == normalize_location("s3://bkt/chk")
-    assert normalize_location("s3n://bkt/chk") == "s3://bkt/chk"
-    assert normalize_location("gcs://bkt/chk") == normalize_location("gs://bkt/chk/")
+    assert canonical("s3a://bkt/chk/") == canonical("s3://bkt/chk")
+    assert canonical("s3n://bkt/chk") == "s3://bkt/chk"
+    assert canonical("gcs://bkt/chk") == canonical("gs://bkt/chk/")
     link = tmp_path / "link"
     link.symlink_to(tmp_path / "real", target_is_directory=True)
-    assert normalize_location(f"file:{link}/") == normalize_location(str(tmp_path / "real"))
+    assert canonical(f"file:{link}/") == canonical(str(tmp_path / "real"))
 
 
 def test_an_unknown_scheme_is_refused_naming_it_and_what_works() -> None:
@@ -64,7 +63,8 @@ def test_a_record_written_at_s3a_is_read_by_boto3_and_at_s3(s3_server: S3Server)
 
     body = s3_server.client().get_object(Bucket=bucket, Key="chk/firesteel/owner.json")["Body"]
     assert body.read() == record
-    fsys, path = filesystem("s3://records/chk/firesteel/owner.json", config)
+    record_location = resolve("s3://records/chk/firesteel/owner.json", config)
+    fsys, path = record_location.filesystem, record_location.path
     with fsys.open_input_stream(path) as stream:
         assert decode_record(stream.read(), path, "test-record", (1,)) == {"batch": 7}
     listed = fsys.get_file_info(fs.FileSelector("records/chk/firesteel"))

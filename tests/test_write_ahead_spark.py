@@ -9,10 +9,9 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.errors import StreamingQueryException
 
-from firesteel.core import Guarantee, foreach_batch
+from firesteel.core import Guarantee, foreach_batch, layout
 from firesteel.core.checkpoint import read_guarantee
 from firesteel.sinks.committers import FileCheckpointCommitter
-from firesteel.sinks.write_ahead import log_dir_for
 from firesteel.testing import assert_exactly_once
 from firesteel.testing.scripts.wal_target import (
     JsonLinesWalSink,
@@ -53,7 +52,7 @@ def _sink(cls, tmp_path: Path, target: Path):
     checkpoint = tmp_path / "ck"
     return cls(
         "wal-spark",
-        log_dir_for(str(checkpoint)),
+        layout.write_ahead_log(str(checkpoint)),
         FileCheckpointCommitter.for_checkpoint(str(checkpoint)),
         str(target),
     )

@@ -1,32 +1,35 @@
-"""The example pipeline on local and on Kafka topics, killed and restarted: every reading
-counted once.
+"""The example pipeline on local and on Kafka topics, killed inside its commits and
+restarted: every reading counted once.
 
-Two runs of ``LocalRunner`` in its default mode, every streamlet a set of
-queries of one Spark application (``firesteel.runner.jvm = shared``): in the
-first, supervised, the stateful streamlet's outlet query dies at a protocol
-point of its sink (a fault point aimed at that query's tasks, killing the
-Python worker that runs it, as a crash of its executor would), the
-application restarts that streamlet's queries alone, its driver and the other
-streamlets running on, and the readings so far are counted exactly; then the
-whole process is SIGKILLed at a random moment within 3 s of more input,
-restarted by the runner and counted again, then SIGKILLed again once the
-egress has more output; the second run, given one more input file while the
-pipeline was down,
-runs with another trigger interval and another Spark shuffle-partition count
-until every reading is counted. The egress output is read with pyarrow's
-dataset reader, not firesteel's: each sensor's final count is its number of
-readings, with its mean, and no (sensor, count) row appears twice.
+Runs of ``LocalRunner`` in its default mode, every streamlet a set of queries of one Spark
+application (``firesteel.runner.jvm = shared``), armed through the process's environment
+(:func:`firesteel.testing.fault_setting`: each spec with its own kill mode). In the first
+run the stateful streamlet's outlet query loses a task at a protocol point of its sink
+(once a task wrote its records, before its vote: a fault point aimed at that query's tasks
+kills the Python worker running it, as a crash of its executor would), and the application
+restarts that streamlet's queries alone, the driver and the other streamlets running on;
+the restarted query's re-run of the batch then dies inside its driver-side commit with the
+whole process (driver JVM and Python workers), SIGKILLed: on local topics at
+``driver.mid_commit``, between the file topic's manifest and the moves publishing its
+files; on Kafka at ``kafka.after_commit_transaction``, once a write-ahead segment's
+transaction (records and marker) committed, before the batch is recorded (a batch of three
+sensors sends one segment, so ``driver.mid_commit``, between two segments, is not
+reached). The runner restarts it under supervision, now armed with ``driver.after_commit``
+gathered over the ingress's and the stateful streamlet's outlet queries: the first of them
+to commit waits inside its commit for the other, then the whole process is SIGKILLed with
+both inside. Each driver-side point finds its query by the id the host recorded under the
+query's name. A last run, given more input while the pipeline was down, runs with another
+trigger interval and Spark shuffle-partition count until every reading is counted. The
+egress output is read with pyarrow's dataset reader, not firesteel's: each sensor's final
+count is its number of readings, with its mean, and no (sensor, count) row appears twice.
 
-On Kafka (the suite's broker) the test runs a copy of the example whose
-blueprint names topics of its own, so no earlier run's records are read; a
-streamlet's exactly-once Kafka outlet is then killed mid-transaction, and the
-readings cross two Kafka hops.
+On Kafka (the suite's broker) the test runs a copy of the example whose blueprint names
+topics of its own, so no earlier run's records are read; the readings cross two Kafka
+hops.
 """
 
 from __future__ import annotations
 
-import os
-import random
 import signal
 import time
 from collections import Counter
@@ -37,6 +40,7 @@ from sensors_run import (
     EXAMPLE,
     PER_FILE,
     SENSORS,
+    TIMEOUT_S,
     kafka_example,
     output_rows,
     quick_start,
@@ -45,16 +49,14 @@ from sensors_run import (
 )
 
 from firesteel.pipelines.runner import SHARED, LocalRunner
+from firesteel.testing import at_point, fault_setting
+from firesteel.testing.faults import FAULT_ENV, MARKER_DIR_ENV, PGID_ENV, SESSION, gathered
 
 pytestmark = pytest.mark.crash
 
-SEED_ENV = "FIRESTEEL_TEST_SEED"
-"""Set to the seed a failed run printed to repeat its random kill moment."""
-
-
-def _kill(runner: LocalRunner) -> None:
-    os.killpg(runner.processes[SHARED].pid, signal.SIGKILL)
-    runner.processes[SHARED].wait()
+INGRESS = "sensors.readings.out"
+STATEFUL = "sensors.metrics.out"
+"""The queries of the ingress's and of the stateful streamlet's outlets, as the host names them."""
 
 
 def _restarts(runner: LocalRunner, streamlet: str) -> int:
@@ -64,13 +66,24 @@ def _restarts(runner: LocalRunner, streamlet: str) -> int:
     return text.count(f"streamlet {streamlet}: query ")
 
 
+def _death(runner: LocalRunner) -> int:
+    """Wait, without restarting it, for the pipeline's process to die; its exit code."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while (code := runner.processes[SHARED].poll()) is None:
+        assert time.monotonic() < deadline, f"no kill came: {runner.log_path(SHARED)}"
+        time.sleep(0.5)
+    return code
+
+
+def _fired(faults: Path) -> list[str]:
+    """The specs that fired (their markers; dot-folders hold query names and arrivals)."""
+    return sorted(p.name for p in faults.iterdir() if not p.name.startswith("."))
+
+
 @pytest.mark.parametrize("topics", ["local", "kafka"])
-def test_every_reading_counted_once_across_kills_and_a_changed_configuration(
+def test_every_reading_counted_once_across_kills_inside_commits_and_a_changed_configuration(
     tmp_path: Path, topics: str, request: pytest.FixtureRequest
 ) -> None:
-    seed = int(os.environ.get(SEED_ENV) or random.SystemRandom().randrange(1 << 32))
-    print(f"random kill moment: {SEED_ENV}={seed}")  # shown with a failure's output
-    kill_moment = random.Random(seed)
     inputs, output, work = tmp_path / "in", tmp_path / "out", tmp_path / "work"
     settings = [
         f"firesteel.streamlets.readings.config-parameters.input-dir = {inputs}",
@@ -80,66 +93,49 @@ def test_every_reading_counted_once_across_kills_and_a_changed_configuration(
     ]
     if topics == "kafka":
         bootstrap = request.getfixturevalue("bootstrap")
-        suffix = tmp_path.name
-        blueprint = kafka_example(tmp_path / "example", suffix)
+        blueprint = kafka_example(tmp_path / "example", tmp_path.name)
         settings.append(f'firesteel.kafka.bootstrap.servers = "{bootstrap}"')
     else:
         blueprint = EXAMPLE / "blueprint.conf"
 
     write_inputs(inputs, 0, 3)
-    # Under supervision (on by default) a streamlet whose query failed has its queries
-    # restarted. The stateful streamlet's outlet query fails first at a protocol point of its
-    # sink: once a task wrote its records (its write-ahead segment on Kafka, its files on
-    # local topics), before it voted. The fault kills the Python worker of that query's task
-    # only and leaves its marker, so the restarted queries run on; the readings so far are
-    # then counted exactly.
-    point = "sink.after_write"
     faults = tmp_path / "faults"
-    armed = {
-        "FIRESTEEL_FAULT": f"{point}#sensors.metrics.out",
-        "FIRESTEEL_FAULT_KILL": "process",
-        "FIRESTEEL_FAULT_DIR": str(faults),
-    }
+    task_kill = at_point("sink.after_write", mode="process", query=STATEFUL)
+    # Inside the commit, between two durable writes: on local topics the file topic's
+    # manifest is written, its files not yet moved into place; on Kafka a write-ahead
+    # segment's transaction committed (records and marker), the batch not yet recorded.
+    inside = "driver.mid_commit" if topics == "local" else "kafka.after_commit_transaction"
+    mid_commit = at_point(inside, query=STATEFUL)
+    # A whole-job kill takes the session the runner started the pipeline's process in.
+    job = {MARKER_DIR_ENV: str(faults), PGID_ENV: SESSION}
+    armed = {FAULT_ENV: fault_setting(task_kill, mid_commit), **job}
     supervised = LocalRunner(blueprint, work, settings=settings, environment={"metrics": armed})
     supervised.start()
     try:
-        driver = supervised.processes[SHARED].pid
-        wait(
-            supervised,
-            lambda: _restarts(supervised, "metrics") == 1 and counted(output) >= 3 * PER_FILE,
-            "the metrics' queries restarted after its fault point",
-        )
-        assert any(faults.iterdir())
-        assert supervised.processes[SHARED].pid == driver, "its queries restart, not the JVM"
-        assert supervised.restarts[SHARED].total == 0
+        # The task kill restarts the stateful streamlet's queries inside the running process;
+        # their re-run of the batch dies inside its commit with the whole process.
+        assert _death(supervised) == -signal.SIGKILL
+        assert _fired(faults) == sorted([*task_kill.specs, *mid_commit.specs])
+        assert _restarts(supervised, "metrics") == 1, "its queries restart, not the JVM"
         assert (_restarts(supervised, "readings"), _restarts(supervised, "store")) == (0, 0)
-        _assert_exact(output_rows(output), 3 * PER_FILE)
 
-        # Then the whole process is SIGKILLed at a random moment within 3 s of more input,
-        # restarted by the runner, and the readings so far counted exactly, before it is
-        # SIGKILLed again with more input on its way.
+        # Its restart by the runner's supervision meets two queries' commits at once.
+        after_commit = at_point("driver.after_commit", query=[INGRESS, STATEFUL])
+        spec = after_commit.specs[0]
+        supervised.environment["metrics"] = {FAULT_ENV: fault_setting(after_commit), **job}
         write_inputs(inputs, 3, 3)
-        time.sleep(kill_moment.uniform(0, 3))
-        _kill(supervised)
-        wait(
-            supervised,
-            lambda: supervised.processes[SHARED].pid != driver and counted(output) >= 6 * PER_FILE,
-            "the restarted pipeline",
-        )
+        killed = supervised.processes[SHARED].pid
+        wait(supervised, lambda: supervised.processes[SHARED].pid != killed, "its restart")
+        assert _death(supervised) == -signal.SIGKILL
         assert supervised.restarts[SHARED].total == 1
-        _assert_exact(output_rows(output), 6 * PER_FILE)
-
-        write_inputs(inputs, 6, 2)
-        seen = len(output_rows(output))
-        wait(supervised, lambda: len(output_rows(output)) > seen, "the egress to write")
-        _kill(supervised)
+        assert spec in _fired(faults)
+        assert gathered(faults, spec) == sorted([INGRESS, STATEFUL])
     finally:
         supervised.stop()
 
-    # The last input arrives while the pipeline is down: the run with the changed
+    # More input arrives while the pipeline is down: the run with the changed
     # configuration has work of its own.
-    write_inputs(inputs, 8, 1)
-
+    write_inputs(inputs, 6, 3)
     readings = 9 * PER_FILE
     changed = [
         *settings,

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from firesteel.core.sink import MID_COMMIT
+from firesteel.core.faults import MID_COMMIT
 
 
 def main() -> None:

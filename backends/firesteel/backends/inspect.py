@@ -31,9 +31,15 @@ import pyarrow.compute as pc
 from pyarrow import fs
 
 from firesteel.backends import format as fmt
-from firesteel.backends.storage import RestorePlan, SnapshotFile, SnapshotStorage, plan_restore
-from firesteel.core.checkpoint import filesystem
+from firesteel.backends.storage import (
+    METADATA_FILE,
+    RestorePlan,
+    SnapshotFile,
+    SnapshotStorage,
+    plan_restore,
+)
 from firesteel.core.errors import ConfigError, MissingDependencyError
+from firesteel.core.folder import Folder
 from firesteel.core.storage import StorageConfig
 from firesteel.state.backend import StateBackend
 from firesteel.state.clock import CLOCK, CLOCK_KEY
@@ -136,13 +142,11 @@ def backend_class(name: str) -> Callable[..., StateBackend]:
 
 def list_operators(location: str, storage: StorageConfig | None = None) -> list[str]:
     """The operators that have state under ``location``."""
-    fsys, base = filesystem(location, storage)
-    infos = fsys.get_file_info(fs.FileSelector(base, allow_not_found=True))
+    folder = Folder(location, storage)
     return sorted(
         info.base_name
-        for info in infos
-        if info.type == fs.FileType.Directory
-        and fsys.get_file_info(f"{info.path}/_operator.json").type == fs.FileType.File
+        for info in folder.entries()
+        if info.type == fs.FileType.Directory and folder.exists(f"{info.base_name}/{METADATA_FILE}")
     )
 
 

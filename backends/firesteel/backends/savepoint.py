@@ -27,7 +27,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-from pyarrow import fs
 
 from firesteel.backends.heap.states import TIMERS as STORED_TIMERS
 from firesteel.backends.inspect import (
@@ -39,8 +38,9 @@ from firesteel.backends.inspect import (
     stored_state,
     to_table,
 )
-from firesteel.core.checkpoint import filesystem, read_query_id
+from firesteel.core.checkpoint import read_query_id
 from firesteel.core.errors import ConfigError
+from firesteel.core.folder import Folder
 from firesteel.core.metrics.progress import checkpoint_of
 from firesteel.core.storage import StorageConfig
 from firesteel.state.clock import CLOCK
@@ -71,9 +71,7 @@ nowhere (a savepoint of a restored job is a new savepoint)."""
 
 def last_committed_batch(checkpoint: str) -> int | None:
     """The newest batch in Spark's commit log of ``checkpoint`` (None before any commit)."""
-    fsys, base = filesystem(checkpoint)
-    infos = fsys.get_file_info(fs.FileSelector(f"{base}/commits", allow_not_found=True))
-    batches = [int(info.base_name) for info in infos if info.base_name.isdigit()]
+    batches = [int(name) for name in Folder(checkpoint).names("commits") if name.isdigit()]
     return max(batches) if batches else None
 
 
@@ -94,10 +92,7 @@ def _check_query(checkpoint: str, found: Mapping[str, StoredState], location: st
 
 
 def _offsets_entry(checkpoint: str, batch: int) -> bytes:
-    fsys, base = filesystem(checkpoint)
-    with fsys.open_input_stream(f"{base}/offsets/{batch}") as stream:
-        data: bytes = stream.read()
-    return data
+    return Folder(checkpoint).read(f"offsets/{batch}")
 
 
 class _Canonical:

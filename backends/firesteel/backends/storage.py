@@ -15,8 +15,9 @@ name is the BLAKE2b of the file's body, so a worker can tell whether the file
 it wrote is the one that is now committed (see
 :mod:`firesteel.backends.heap.store`).
 
-Writes follow the durability policy of :mod:`firesteel.core.durable` (the
-heap backend, development only, skips the fsyncs).
+The operator's folder is a :class:`~firesteel.core.folder.Folder`; writes
+follow the durability policy of :mod:`firesteel.core.durable` (the heap
+backend, development only, skips the fsyncs).
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ from typing import Any
 from pyarrow import fs
 
 from firesteel.backends import format as snapshot_format
-from firesteel.core.checkpoint import filesystem
-from firesteel.core.durable import decode_record, encode_record, make_parent, write_atomically
+from firesteel.core.durable import decode_record, encode_record
 from firesteel.core.errors import CheckpointCorruptError
+from firesteel.core.folder import Folder
 from firesteel.core.storage import StorageConfig
 from firesteel.state.keygroups import KeyGroupRange
 
@@ -100,8 +101,8 @@ class SnapshotStorage:
         self.operator = operator
         self.durable = durable
         self.config = config
-        self._fs: fs.FileSystem | None = None
-        self._base = ""
+        self.folder = Folder(location, config).child(operator)
+        """The operator's folder (resolved on first use)."""
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Rebuilt from its settings: the receiving process opens its own filesystem.
@@ -111,52 +112,40 @@ class SnapshotStorage:
     @property
     def fs(self) -> fs.FileSystem:
         """The pyarrow filesystem (created on first use)."""
-        if self._fs is None:
-            self._fs, root = filesystem(self.location, self.config)
-            self._base = f"{root.rstrip('/')}/{self.operator}"
-        return self._fs
+        return self.folder.fs
 
     @property
     def base(self) -> str:
         """The operator's folder on :attr:`fs`."""
-        _ = self.fs
-        return self._base
+        return self.folder.path()
 
     def describe(self, path: str) -> str:
         """A path as users should see it in messages (with the URI scheme when there is one)."""
-        if "://" in self.location:
-            scheme = self.location.split("://", 1)[0]
-            return f"{scheme}://{path}"
-        return path
+        return self.folder.describe(path)
 
     # -- metadata ---------------------------------------------------------------------------
 
     def read_metadata(self) -> dict[str, Any] | None:
         """The operator's ``_operator.json``, or None for an operator that never ran."""
-        path = f"{self.base}/{METADATA_FILE}"
         try:
-            with self.fs.open_input_stream(path) as stream:
-                raw = stream.read()
+            raw = self.folder.read(METADATA_FILE)
         except FileNotFoundError:
             return None
-        meta: dict[str, Any] = decode_record(
-            raw, self.describe(path), METADATA_KIND, (METADATA_FORMAT,)
-        )
+        where = self.describe(self.folder.path(METADATA_FILE))
+        meta: dict[str, Any] = decode_record(raw, where, METADATA_KIND, (METADATA_FORMAT,))
         return meta
 
     def write_metadata(self, meta: dict[str, Any]) -> None:
         """Write ``_operator.json`` atomically (tasks of the first batch all write the same)."""
         body = encode_record(METADATA_KIND, METADATA_FORMAT, meta)
-        make_parent(self.fs, f"{self.base}/{METADATA_FILE}")
-        self._write_atomic(self.base, METADATA_FILE, body)
+        self.folder.write(METADATA_FILE, body, sync=self.durable)
 
     # -- listing ----------------------------------------------------------------------------
 
     def list_versions(self) -> dict[int, list[SnapshotFile]]:
         """Every snapshot file, by version. Temporary and unknown files are ignored."""
-        selector = fs.FileSelector(self.base, allow_not_found=True, recursive=True)
         versions: dict[int, list[SnapshotFile]] = {}
-        for info in self.fs.get_file_info(selector):
+        for info in self.folder.entries(recursive=True):
             if info.type != fs.FileType.File:
                 continue
             parent, _, name = info.path.rpartition("/")
@@ -196,11 +185,9 @@ class SnapshotStorage:
         self, version: int, key_groups: KeyGroupRange, kind: str, data: bytes, body_digest: str
     ) -> SnapshotFile:
         """Write one snapshot file atomically and return it."""
-        folder = f"{self.base}/{version_dir_name(version)}"
-        name = f"{key_groups.label}-{kind}-{body_digest}.snap"
-        make_parent(self.fs, f"{folder}/{name}")
-        self._write_atomic(folder, name, data)
-        return SnapshotFile(version, key_groups, kind, body_digest, f"{folder}/{name}")
+        key = f"{version_dir_name(version)}/{key_groups.label}-{kind}-{body_digest}.snap"
+        self.folder.write(key, data, sync=self.durable)
+        return SnapshotFile(version, key_groups, kind, body_digest, self.folder.path(key))
 
     def remove_stale(self, written: SnapshotFile) -> None:
         """Delete the files of the same version that ``written`` supersedes.
@@ -214,42 +201,31 @@ class SnapshotStorage:
         version N+1 exists nothing is deleted: a zombie finishing late must not
         touch what N+1 was built on.
         """
-        folder = f"{self.base}/{version_dir_name(written.version)}"
-        later = self.fs.get_file_info(f"{self.base}/{version_dir_name(written.version + 1)}")
+        folder = version_dir_name(written.version)
+        later = self.folder.info(version_dir_name(written.version + 1))
         if later.type != fs.FileType.NotFound:
             return
-        selector = fs.FileSelector(folder, allow_not_found=True)
-        for info in self.fs.get_file_info(selector):
+        for info in self.folder.entries(folder):
             match = _FILE.match(info.base_name)
             if not match or info.path == written.path:
                 continue
             other = KeyGroupRange(int(match.group(1)), int(match.group(2)))
             if other.start >= written.key_groups.start and other.end <= written.key_groups.end:
                 logger.info("state: removing leftover of a failed attempt %s", info.path)
-                self._delete_quietly(info.path)
+                self.folder.delete(f"{folder}/{info.base_name}")
 
     def drop_versions_before(self, version: int) -> int:
         """Delete every version directory older than ``version``; returns how many."""
-        selector = fs.FileSelector(self.base, allow_not_found=True)
         dropped = 0
-        for info in self.fs.get_file_info(selector):
+        for info in self.folder.entries():
             match = _VERSION_DIR.match(info.base_name)
             if match and int(match.group(1)) < version:
                 try:
-                    self.fs.delete_dir(info.path)
+                    self.folder.fs.delete_dir(info.path)
                     dropped += 1
                 except FileNotFoundError:
                     continue
         return dropped
-
-    def _delete_quietly(self, path: str) -> None:
-        try:
-            self.fs.delete_file(path)
-        except FileNotFoundError:
-            return
-
-    def _write_atomic(self, folder: str, name: str, data: bytes) -> None:
-        write_atomically(self.fs, f"{folder}/{name}", data, sync=self.durable)
 
 
 @dataclass(frozen=True)

@@ -31,10 +31,11 @@ import pyarrow.compute as pc
 from pyarrow import fs
 
 from firesteel.cli.args import EXIT_USAGE, command_parser
-from firesteel.core.checkpoint import filesystem, read_guarantee, read_query_id
+from firesteel.core.checkpoint import read_guarantee, read_query_id
 from firesteel.core.errors import FiresteelError, MissingDependencyError
 from firesteel.core.metrics.history import BatchRecord, read_history
 from firesteel.core.metrics.sources import read_source_progress
+from firesteel.core.storage import resolve
 
 
 def _last_batch(fsys: fs.FileSystem, folder: str) -> tuple[int | None, float | None]:
@@ -60,7 +61,8 @@ def _batch_started(fsys: fs.FileSystem, base: str, batch: int) -> float | None:
 def require_checkpoint(checkpoint: str) -> tuple[fs.FileSystem, str]:
     """The filesystem and path of a Spark checkpoint; :class:`FileNotFoundError` naming the
     location when it holds no query metadata."""
-    fsys, base = filesystem(checkpoint)
+    location = resolve(checkpoint)
+    fsys, base = location.filesystem, location.path
     if fsys.get_file_info(f"{base}/metadata").type != fs.FileType.File:
         msg = f"{checkpoint} is not a Spark checkpoint (it has no metadata file)"
         raise FileNotFoundError(msg)
@@ -111,7 +113,8 @@ def state_status(location: str, keys: bool = False, key_groups: bool = False) ->
     timers, firesteel's own entries (``__...``) left out."""
     from firesteel.backends.inspect import list_operators, read_state
 
-    fsys, base = filesystem(location)
+    resolved = resolve(location)
+    fsys, base = resolved.filesystem, resolved.path
     operators = {}
     for operator in list_operators(location):
         infos = fsys.get_file_info(fs.FileSelector(f"{base}/{operator}", recursive=True))

@@ -13,15 +13,14 @@ that made it when it gives up waiting, so a query started later does not stop on
 
 from __future__ import annotations
 
-import contextlib
 import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from firesteel.core.checkpoint import FIRESTEEL_DIR, filesystem
-from firesteel.core.durable import decode_record, encode_record, write_atomically
+from firesteel.core import layout
 from firesteel.core.errors import ConfigError, FiresteelError
+from firesteel.core.folder import Folder
 
 __all__ = [
     "ControlTimeoutError",
@@ -36,7 +35,6 @@ __all__ = [
     "withdraw_stop",
 ]
 
-CONTROL_DIR = f"{FIRESTEEL_DIR}/control"
 REQUEST_KIND = "stop-request"
 ANSWER_KIND = "stop-answer"
 VERSION = 1
@@ -72,24 +70,20 @@ class StopAnswer:
     answered_at: float
 
 
-def _paths(checkpoint: str) -> tuple[Any, str]:
-    fsys, base = filesystem(checkpoint)
-    return fsys, f"{base}/{CONTROL_DIR}"
+def _folder(checkpoint: str) -> Folder:
+    return Folder(layout.control(checkpoint))
 
 
-def _read(fsys: Any, path: str, kind: str) -> Any | None:
+def _read(folder: Folder, name: str, kind: str) -> Any | None:
     try:
-        with fsys.open_input_stream(path) as stream:
-            data = stream.read()
+        return folder.read_record(name, kind, (VERSION,))
     except FileNotFoundError:
         return None
-    return decode_record(data, path, kind, (VERSION,))
 
 
 def pending_stop(checkpoint: str) -> StopRequest | None:
     """The stop request waiting at ``checkpoint`` (one small read), or None."""
-    fsys, folder = _paths(checkpoint)
-    content = _read(fsys, f"{folder}/stop.json", REQUEST_KIND)
+    content = _read(_folder(checkpoint), "stop.json", REQUEST_KIND)
     return StopRequest(**content) if content is not None else None
 
 
@@ -106,21 +100,17 @@ def request_stop(checkpoint: str, target: str) -> StopRequest:
         )
         raise ConfigError(msg)
     request = StopRequest(id=uuid.uuid4().hex, target=target, requested_at=time.time())
-    fsys, folder = _paths(checkpoint)
-    fsys.create_dir(folder, recursive=True)
     body = {"id": request.id, "target": request.target, "requested_at": request.requested_at}
-    write_atomically(fsys, f"{folder}/stop.json", encode_record(REQUEST_KIND, VERSION, body))
+    _folder(checkpoint).write_record("stop.json", REQUEST_KIND, VERSION, body)
     return request
 
 
 def take_stop(checkpoint: str, request: StopRequest) -> None:
     """Driver side: remove ``request`` once acted on, so a restart does not act on it again."""
-    fsys, folder = _paths(checkpoint)
     current = pending_stop(checkpoint)
     if current is not None and current.id == request.id:
-        # The other side may have taken it in the meantime.
-        with contextlib.suppress(FileNotFoundError):
-            fsys.delete_file(f"{folder}/stop.json")
+        # The other side may have taken it in the meantime: a missing file is no error.
+        _folder(checkpoint).delete("stop.json")
 
 
 withdraw_stop = take_stop
@@ -142,8 +132,6 @@ def answer_stop(
         error=error,
         answered_at=time.time(),
     )
-    fsys, folder = _paths(checkpoint)
-    fsys.create_dir(folder, recursive=True)
     body = {
         "id": answer.id,
         "savepoint": answer.savepoint,
@@ -151,20 +139,23 @@ def answer_stop(
         "error": answer.error,
         "answered_at": answer.answered_at,
     }
-    path = f"{folder}/stop-{request.id}.answer.json"
-    write_atomically(fsys, path, encode_record(ANSWER_KIND, VERSION, body))
+    _folder(checkpoint).write_record(_answer(request), ANSWER_KIND, VERSION, body)
     return answer
+
+
+def _answer(request: StopRequest) -> str:
+    return f"stop-{request.id}.answer.json"
 
 
 def wait_for_answer(checkpoint: str, request: StopRequest, timeout_seconds: float) -> StopAnswer:
     """The answer to ``request``; after ``timeout_seconds`` without one, the request is
     withdrawn (unless the driver took it meanwhile) and :class:`ControlTimeoutError` names
     what was waited for."""
-    fsys, folder = _paths(checkpoint)
-    path = f"{folder}/stop-{request.id}.answer.json"
+    folder = _folder(checkpoint)
+    path = folder.uri_of(_answer(request))
     deadline = time.monotonic() + timeout_seconds
     while True:
-        content = _read(fsys, path, ANSWER_KIND)
+        content = _read(folder, _answer(request), ANSWER_KIND)
         if content is not None:
             return StopAnswer(**content)
         if time.monotonic() > deadline:

@@ -36,20 +36,16 @@ from pyarrow import NativeFile, fs
 from firesteel.core.conditional_put import conditional_create
 from firesteel.core.errors import CheckpointCorruptError, IncompatibleFormatError
 from firesteel.core.guarded_fs import named, store_type
-from firesteel.core.storage import OBJECT_STORES, StorageConfig, resolve
+from firesteel.core.storage import OBJECT_STORES, Location, StorageConfig, resolve
 
 
-def _fsync(path: str | Path) -> None:
+def fsync(path: str | Path) -> None:
+    """Make a closed local file, or the renames and creations inside a local folder, durable."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def fsync_dir(folder: Path) -> None:
-    """Make renames and creations inside ``folder`` durable."""
-    _fsync(folder)
 
 
 @contextlib.contextmanager
@@ -72,14 +68,14 @@ def atomic_output(fsys: fs.FileSystem, path: str, *, sync: bool = True) -> Itera
         with fsys.open_output_stream(temporary) as out:
             yield out
         if local:
-            _fsync(temporary)
+            fsync(temporary)
         fsys.move(temporary, path)
     except BaseException:
         with contextlib.suppress(OSError):
             fsys.delete_file(temporary)
         raise
     if local:
-        fsync_dir(Path(folder or "/"))
+        fsync(folder or "/")
 
 
 def write_atomically(fsys: fs.FileSystem, path: str, data: bytes, *, sync: bool = True) -> None:
@@ -155,11 +151,20 @@ def create_record(
     later one's record stays); callers read the record back after creating it.
     """
     resolved = resolve(str(location), config)
-    fsys, path = resolved.filesystem, resolved.path
-    make_parent(fsys, path)
-    data = encode_record(kind, version, content)
+    make_parent(resolved.filesystem, resolved.path)
+    return create_atomically(resolved, encode_record(kind, version, content), config)
+
+
+def create_atomically(location: Location, data: bytes, config: StorageConfig | None = None) -> bool:
+    """Create the file at ``location`` with ``data`` unless one exists; False if it did.
+
+    The create-if-absent of :func:`create_record` (its docs say how each store
+    does it) for any bytes; the file's folder must exist where folders do
+    (:func:`make_parent`).
+    """
+    fsys, path = location.filesystem, location.path
     if store_type(fsys) == "s3":
-        created = conditional_create(resolved, data, config or StorageConfig())
+        created = conditional_create(location, data, config or StorageConfig())
         if created is not None:
             return created
     if store_type(fsys) != "local":
@@ -177,7 +182,7 @@ def create_record(
         raise named(exc, f"create {target}") from exc
     finally:
         tmp.unlink()
-    fsync_dir(target.parent)
+    fsync(target.parent)
     return True
 
 

@@ -40,9 +40,9 @@ from typing import Any, BinaryIO
 
 from pyarrow import NativeFile
 
-from firesteel.core.durable import atomic_output, make_parent
 from firesteel.core.errors import ConfigError, RecordError
-from firesteel.core.storage import Location, StorageConfig, resolve
+from firesteel.core.folder import Folder
+from firesteel.core.storage import StorageConfig
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ class _FolderWriter(DeadLetterWriter):
     """Streams records to the key's file; :meth:`close` makes it durable in place of an
     earlier attempt's (the durability policy of :mod:`firesteel.core.durable`)."""
 
-    def __init__(self, folder: Location, key: str) -> None:
+    def __init__(self, folder: Folder, key: str) -> None:
         self.folder = folder
         self.key = key
         self.pending: contextlib.ExitStack | None = None
@@ -131,10 +131,8 @@ class _FolderWriter(DeadLetterWriter):
 
     def add(self, record: BadRecord) -> None:
         if self.out is None:
-            path = f"{self.folder.path}/{self.key}.jsonl"
-            make_parent(self.folder.filesystem, path)
             self.pending = contextlib.ExitStack()
-            self.out = self.pending.enter_context(atomic_output(self.folder.filesystem, path))
+            self.out = self.pending.enter_context(self.folder.output(f"{self.key}.jsonl"))
         self.out.write((json.dumps(record.to_json()) + "\n").encode("utf-8"))
 
     def close(self) -> None:
@@ -157,19 +155,17 @@ class FolderDeadLetter(DeadLetter):
     """
 
     def __init__(self, folder: str, config: StorageConfig | None = None) -> None:
-        self.location = resolve(folder, config)
+        self.folder = Folder(folder, config)
 
     def open(self, key: str) -> DeadLetterWriter:
-        return _FolderWriter(self.location, key)
+        return _FolderWriter(self.folder, key)
 
     def copy_file(self, key: str, source: BinaryIO) -> str:
         """Quarantine a whole unreadable file, read from ``source``, as ``<folder>/<key>``
         (replaces; returns where it went)."""
-        path = f"{self.location.path}/{key}"
-        make_parent(self.location.filesystem, path)
-        with atomic_output(self.location.filesystem, path) as out:
+        with self.folder.output(key) as out:
             shutil.copyfileobj(source, out)
-        return f"{self.location.uri.rstrip('/')}/{key}"
+        return self.folder.uri_of(key)
 
 
 class ErrorHandler:

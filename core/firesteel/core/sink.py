@@ -30,28 +30,16 @@ from pyspark.sql.datasource import WriterCommitMessage
 
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import IncompatibleFormatError, SinkError
-from firesteel.core.faults import fault_point
+from firesteel.core.faults import (
+    AFTER_COMMIT,
+    AFTER_PRE_COMMIT,
+    AFTER_WRITE,
+    BEFORE_COMMIT,
+)
 from firesteel.core.guarantee import SinkKind
 from firesteel.core.phases import commit_metrics
 
 logger = logging.getLogger(__name__)
-
-# The protocol's fault points, fired by every sink framework (see firesteel.core.faults).
-AFTER_WRITE = fault_point(
-    "sink.after_write", "a task wrote its records, before it prepared its commit and voted"
-)
-AFTER_PRE_COMMIT = fault_point(
-    "sink.after_pre_commit", "a task prepared its commit durably, before its vote reached Spark"
-)
-BEFORE_COMMIT = fault_point(
-    "driver.before_commit", "every task voted, before the driver commits the batch"
-)
-MID_COMMIT = fault_point(
-    "driver.mid_commit", "inside the driver's commit: some of its durable steps done, not all"
-)
-AFTER_COMMIT = fault_point(
-    "driver.after_commit", "the driver committed the batch, before Spark writes commits/N"
-)
 
 VOTE_FORMAT_VERSION = 1
 

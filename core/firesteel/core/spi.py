@@ -44,8 +44,14 @@ it does not know (:class:`IncompatibleFormatError`), never misreads either.
 not at all; :func:`make_parent` creates a file's folder where folders exist
 (not on object stores, where it would cost requests for nothing).
 
-**Storage.** :func:`resolve` turns a location as Spark users write it (a local
-path, ``s3a://``, ``gs://``, ``abfs://``, ``hdfs://``) and a
+**Storage.** A :class:`Folder` is a folder on any store addressed by relative keys:
+whole-file writes under the durability policy, create-if-absent, reads,
+listings, deletes and local fsyncs, its failures naming the operation and the
+path; it pickles, so it travels to tasks. :mod:`~firesteel.core.layout` names
+every location of firesteel's records beside a Spark checkpoint
+(``<checkpoint>/firesteel/``). Below it, :func:`resolve` turns a location as
+Spark users write it (a local path, ``s3a://``, ``gs://``, ``abfs://``,
+``hdfs://``) and a
 :class:`StorageConfig` (Hadoop-named settings from options and
 ``spark.hadoop.fs.*``) into a pyarrow filesystem and path;
 :func:`check_location` names a missing bucket, refused credentials or an
@@ -79,22 +85,17 @@ example, into a :class:`FolderDeadLetter`).
 **Timestamps.** :func:`to_epoch` counts a datetime (naive means UTC) or a
 number in :data:`MILLIS` or :data:`MICROS` since the epoch.
 
-**Fault points.** :func:`fault_point` declares, at module level, a named
-:class:`FaultPoint` where the crash tests kill the job (its module is listed
-under the entry point group ``firesteel.fault_points``); ``POINT.fire(batch,
-partition)`` costs nothing unless a test arms it. A committer fires
-:data:`MID_COMMIT` between its durable steps (some done, not all), so every
-two-phase sink is killed at the same protocol point.
+**Test hooks** are not part of this interface: a connector declares its fault
+points (where the crash tests kill a job) and fires the protocol's
+(``MID_COMMIT`` between a committer's durable steps), and a driver starting
+several named queries reports each (``name_query``), through
+:mod:`firesteel.core.faults`, the one test-hook module a distribution may
+import besides these, and lists its declaring modules under the entry point
+group ``firesteel.fault_points``.
 """
 
-from firesteel.core.checkpoint import (
-    FIRESTEEL_DIR,
-    filesystem,
-    has_committed,
-    normalize_location,
-    query_identity,
-    read_query_id,
-)
+from firesteel.core import layout
+from firesteel.core.checkpoint import has_committed, query_identity, read_query_id
 from firesteel.core.context import TaskScope
 from firesteel.core.durable import (
     atomic_output,
@@ -125,7 +126,7 @@ from firesteel.core.errors import (
     SinkError,
     SourceChangedError,
 )
-from firesteel.core.faults import FaultPoint, fault_point
+from firesteel.core.folder import Folder
 from firesteel.core.guarantee import Guarantee, Replay, SinkKind
 from firesteel.core.guarded_fs import store_type
 from firesteel.core.logs import timed
@@ -141,7 +142,6 @@ from firesteel.core.ownership import Ownership
 from firesteel.core.reaper import Reaper
 from firesteel.core.retry_window import RetryWindow
 from firesteel.core.sink import (
-    MID_COMMIT,
     Committable,
     Committer,
     IdempotentSink,
@@ -167,9 +167,7 @@ from firesteel.core.storage import (
 from firesteel.core.worker_cache import WorkerCache
 
 __all__ = [
-    "FIRESTEEL_DIR",
     "MICROS",
-    "MID_COMMIT",
     "MILLIS",
     "OBJECT_STORES",
     "SETTING_PREFIX",
@@ -182,9 +180,9 @@ __all__ = [
     "DeadLetterWriter",
     "ErrorHandler",
     "ErrorPolicy",
-    "FaultPoint",
     "FiresteelDataSource",
     "FiresteelError",
+    "Folder",
     "FolderDeadLetter",
     "Guarantee",
     "IdempotentSink",
@@ -221,12 +219,10 @@ __all__ = [
     "decode_record",
     "default_sink_id",
     "encode_record",
-    "fault_point",
-    "filesystem",
     "has_committed",
     "is_secret",
+    "layout",
     "make_parent",
-    "normalize_location",
     "option",
     "parse_options",
     "query_identity",

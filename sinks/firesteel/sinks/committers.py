@@ -16,8 +16,8 @@ from collections.abc import Mapping
 
 from pyarrow import fs
 
-from firesteel.core.checkpoint import FIRESTEEL_DIR, filesystem
-from firesteel.core.durable import make_parent, write_atomically
+from firesteel.core import layout
+from firesteel.core.folder import Folder
 from firesteel.core.storage import StorageConfig
 
 logger = logging.getLogger(__name__)
@@ -85,50 +85,42 @@ class FileCheckpointCommitter(CheckpointCommitter):
     ) -> None:
         self.directory = directory.rstrip("/")
         self.storage = StorageConfig.given(storage_options)
+        self.folder = Folder(self.directory, self.storage)
 
     @classmethod
     def for_checkpoint(
         cls, checkpoint: str, storage_options: StorageConfig | Mapping[str, str] | None = None
     ) -> FileCheckpointCommitter:
         """Markers inside a query's checkpoint: ``<checkpoint>/firesteel/wal-commits``."""
-        return cls(f"{checkpoint.rstrip('/')}/{FIRESTEEL_DIR}/wal-commits", storage_options)
+        return cls(layout.write_ahead_commits(checkpoint), storage_options)
 
-    def _fs(self) -> tuple[fs.FileSystem, str]:
-        return filesystem(self.directory, self.storage)
-
-    def _marker(self, base: str, sink_id: str, batch_id: int, partition_id: int) -> str:
-        return f"{base}/{sink_id}/{batch_id}/{partition_id}.committed"
+    def _marker(self, sink_id: str, batch_id: int, partition_id: int) -> str:
+        return f"{sink_id}/{batch_id}/{partition_id}.committed"
 
     def open(self) -> None:
-        fsys, base = self._fs()
-        make_parent(fsys, f"{base}/")
+        self.folder.make()
 
     def is_committed(self, sink_id: str, batch_id: int, partition_id: int) -> bool:
-        fsys, base = self._fs()
         # Opening, not get_file_info: on an object store a missing key costs one HEAD
         # that way, where get_file_info also lists the key as a folder prefix.
         try:
-            with fsys.open_input_stream(self._marker(base, sink_id, batch_id, partition_id)):
+            with self.folder.open_input(self._marker(sink_id, batch_id, partition_id)):
                 return True
         except FileNotFoundError:
             return False
 
     def commit(self, sink_id: str, batch_id: int, partition_id: int) -> None:
-        fsys, base = self._fs()
-        marker = self._marker(base, sink_id, batch_id, partition_id)
-        make_parent(fsys, marker)
-        write_atomically(fsys, marker, f"{sink_id} {batch_id} {partition_id}\n".encode())
+        marker = self._marker(sink_id, batch_id, partition_id)
+        self.folder.write(marker, f"{sink_id} {batch_id} {partition_id}\n".encode())
 
     def forget(self, sink_id: str, batch_id: int) -> None:
-        fsys, base = self._fs()
-        selector = fs.FileSelector(f"{base}/{sink_id}", allow_not_found=True)
-        for info in fsys.get_file_info(selector):
+        for info in self.folder.entries(sink_id):
             if (
                 info.type == fs.FileType.Directory
                 and info.base_name.isdigit()
                 and int(info.base_name) < batch_id
             ):
-                fsys.delete_dir(info.path)
+                self.folder.delete_folder(f"{sink_id}/{info.base_name}")
 
     def __repr__(self) -> str:
         return f"FileCheckpointCommitter({self.directory!r})"

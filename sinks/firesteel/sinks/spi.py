@@ -2,7 +2,8 @@
 
 Built on :mod:`firesteel.core.spi`, which a connector imports beside this
 module. A :class:`WriteAheadSink` (Flink's GenericWriteAheadSink) logs each
-task's records under :func:`log_dir_for` the query's checkpoint, and once the
+task's records beside the query's checkpoint
+(:func:`firesteel.core.layout.write_ahead_log`), and once the
 batch is **committed** sends them with ``send_values``; a
 :class:`CheckpointCommitter` records each sent (sink, batch, partition), so a
 retry re-sends at most the one segment whose send was not yet recorded, and
@@ -13,7 +14,7 @@ the checkpoint). A sink declares its ``send.connect`` option with
 
 from firesteel.sinks.committers import CheckpointCommitter, FileCheckpointCommitter
 from firesteel.sinks.fanout import check_connect_url, check_send_connect, send_connect_option
-from firesteel.sinks.write_ahead import WriteAheadSink, log_dir_for
+from firesteel.sinks.write_ahead import WriteAheadSink
 
 __all__ = [
     "CheckpointCommitter",
@@ -21,6 +22,5 @@ __all__ = [
     "WriteAheadSink",
     "check_connect_url",
     "check_send_connect",
-    "log_dir_for",
     "send_connect_option",
 ]

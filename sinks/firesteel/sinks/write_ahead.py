@@ -55,6 +55,7 @@ requests per batch are therefore flat however many batches ran
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import time
@@ -67,25 +68,23 @@ from typing import Any, ClassVar
 import pyarrow as pa
 from pyarrow import fs
 
-from firesteel.core.checkpoint import FIRESTEEL_DIR, filesystem
 from firesteel.core.context import TaskScope
-from firesteel.core.durable import atomic_output, make_parent, read_record, write_record
+from firesteel.core.durable import read_record, write_record
 from firesteel.core.errors import CheckpointCorruptError, IncompatibleFormatError, SinkError
-from firesteel.core.faults import fault_point
-from firesteel.core.guarantee import SinkKind
-from firesteel.core.hashing import HashingWriter
-from firesteel.core.logs import timed
-from firesteel.core.phases import commit_metrics
-from firesteel.core.sink import (
+from firesteel.core.faults import (
     AFTER_COMMIT,
     AFTER_PRE_COMMIT,
     AFTER_WRITE,
     BEFORE_COMMIT,
     MID_COMMIT,
-    Committable,
-    Sink,
-    Vote,
+    fault_point,
 )
+from firesteel.core.folder import Folder
+from firesteel.core.guarantee import SinkKind
+from firesteel.core.hashing import HashingWriter
+from firesteel.core.logs import timed
+from firesteel.core.phases import commit_metrics
+from firesteel.core.sink import Committable, Sink, Vote
 from firesteel.core.storage import StorageConfig, check_location, resolve
 from firesteel.sinks.committers import CheckpointCommitter
 from firesteel.sinks.fanout import run_on_executors
@@ -121,11 +120,6 @@ class SegmentCommittable(Committable):
     rows: int = 0
     bytes: int = 0
     sha256: str = ""
-
-
-def log_dir_for(checkpoint: str) -> str:
-    """The conventional segment folder of a query: ``<checkpoint>/firesteel/wal``."""
-    return f"{checkpoint.rstrip('/')}/{FIRESTEEL_DIR}/wal"
 
 
 class WriteAheadSink(Sink):
@@ -216,19 +210,25 @@ class WriteAheadSink(Sink):
     def prepare(self) -> None:
         """Check that the log's store answers (naming a missing bucket, refused
         credentials, an unreachable endpoint), create its folder, open the committer."""
-        location = resolve(self.log_dir, self.storage)
-        check_location(location, self.storage)
-        make_parent(location.filesystem, f"{location.path}/{self.sink_id}/")
+        check_location(resolve(self.log_dir, self.storage), self.storage)
+        self.log_folder.make()
         self.committer.open()
+
+    @functools.cached_property
+    def log_folder(self) -> Folder:
+        """This sink's folder of the log: ``<log_dir>/<sink id>``."""
+        return Folder(f"{self.log_dir}/{self.sink_id}", self.storage)
+
+    def _segment_key(self, batch_id: int, partition_id: int, token: str) -> str:
+        return f"{batch_id}/part-{partition_id:05d}-{token}.arrow"
 
     def segment_path(self, batch_id: int, partition_id: int, token: str) -> str:
         """Where one attempt's segment of (this sink, batch, partition) lives (a path or URI)."""
-        name = f"part-{partition_id:05d}-{token}.arrow"
-        return f"{self.log_dir}/{self.sink_id}/{batch_id}/{name}"
+        return self.log_folder.uri_of(self._segment_key(batch_id, partition_id, token))
 
     def plan_path(self, batch_id: int) -> str:
         """Where the plan of batch ``batch_id`` lives (a path or URI)."""
-        return f"{self.log_dir}/{self.sink_id}/plans/{batch_id}.json"
+        return self.log_folder.uri_of(f"plans/{batch_id}.json")
 
     def write_partition(self, scope: TaskScope, batches: Iterator[pa.RecordBatch]) -> Vote:
         iterator = iter(batches)
@@ -236,9 +236,8 @@ class WriteAheadSink(Sink):
         if first is None:
             AFTER_WRITE.fire(scope.batch_id, scope.partition_id)
             return self.vote(scope, 0, SegmentCommittable(None))
-        path = self.segment_path(scope.batch_id, scope.partition_id, uuid.uuid4().hex)
-        fsys, final = filesystem(path, self.storage)
-        make_parent(fsys, final)
+        segment = self._segment_key(scope.batch_id, scope.partition_id, uuid.uuid4().hex)
+        path = self.log_folder.uri_of(segment)
         key = f"{self.sink_id}/{scope.batch_id}/{scope.partition_id}"
         schema = first.schema.with_metadata(
             {
@@ -248,7 +247,7 @@ class WriteAheadSink(Sink):
             }
         )
         rows = 0
-        with atomic_output(fsys, final) as out:
+        with self.log_folder.output(segment) as out:
             hashing = HashingWriter(out)
             with pa.ipc.new_file(pa.PythonFile(hashing, mode="w"), schema) as writer:
                 for batch in _chain(first, iterator):
@@ -277,7 +276,8 @@ class WriteAheadSink(Sink):
         where = f"{self.sink_id} batch {vote.batch_id} partition {vote.partition_id}"
         payload = vote.committable(SegmentCommittable)
         path = str(payload.segment)
-        fsys, local = filesystem(path, self.storage)
+        location = resolve(path, self.storage)
+        fsys, local = location.filesystem, location.path
         whole = self._read_whole(fsys, local, vote) if payload.bytes <= SMALL_SEGMENT else None
         if whole is not None:
             size, digest = whole.size, hashlib.sha256(whole).hexdigest()
@@ -439,10 +439,9 @@ class WriteAheadSink(Sink):
             return self._stamp_of(self.plan_path(batch_id - 1))
         except FileNotFoundError:
             pass
-        fsys, base = filesystem(f"{self.log_dir}/{self.sink_id}/plans", self.storage)
         stamp = 0
-        for info in fsys.get_file_info(fs.FileSelector(base, allow_not_found=True)):
-            number = info.base_name.removesuffix(".json")
+        for name in self.log_folder.names("plans"):
+            number = name.removesuffix(".json")
             if number.isdigit() and int(number) < batch_id:
                 stamp = max(stamp, self._stamp_of(self.plan_path(int(number))))
         return stamp
@@ -463,19 +462,18 @@ class WriteAheadSink(Sink):
 
     def _delete_through(self, batch_id: int) -> None:
         """Delete the segments of ``batch_id`` and older batches, and the plans before it."""
-        fsys, base = filesystem(f"{self.log_dir}/{self.sink_id}", self.storage)
-        for info in fsys.get_file_info(fs.FileSelector(base, allow_not_found=True)):
+        log = self.log_folder
+        for info in log.entries():
             if (
                 info.type == fs.FileType.Directory
                 and info.base_name.isdigit()
                 and int(info.base_name) <= batch_id
             ):
-                fsys.delete_dir(info.path)
-        plans = fs.FileSelector(f"{base}/plans", allow_not_found=True)
-        for info in fsys.get_file_info(plans):
-            number = info.base_name.removesuffix(".json")
+                log.delete_folder(info.base_name)
+        for name in log.names("plans"):
+            number = name.removesuffix(".json")
             if number.isdigit() and int(number) < batch_id:
-                fsys.delete_file(info.path)
+                log.delete(f"plans/{name}")
 
 
 @dataclass(frozen=True)

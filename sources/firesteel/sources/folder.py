@@ -19,30 +19,26 @@ value given to ``writeStream``, and keeps under
   the committed positions, the log ends and the lag between them), replaced each
   time, read by ``firesteel status`` and the Prometheus exporter.
 
-Records go through :mod:`firesteel.core.durable` on any pyarrow filesystem
-(``hdfs://``, ``s3://``...), like Spark's own checkpoint.
+Records go through a :class:`~firesteel.core.folder.Folder` on any store
+(``hdfs://``, ``s3://``...), like Spark's own checkpoint; where the folder is,
+:mod:`firesteel.core.layout` says.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import functools
 from dataclasses import dataclass
 from typing import Any
 
-from pyarrow import fs
-
-from firesteel.core.checkpoint import FIRESTEEL_DIR, filesystem, read_query_id
-from firesteel.core.durable import decode_record, encode_record, write_atomically
+from firesteel.core import layout
+from firesteel.core.checkpoint import read_query_id
+from firesteel.core.durable import encode_record
 from firesteel.core.errors import ConfigError
+from firesteel.core.folder import Folder
 from firesteel.core.metrics.sources import PROGRESS, progress_kind
 from firesteel.core.source import Offset
 
 FORMAT_VERSION = 1
-
-
-def _digest(value: Any) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -56,10 +52,10 @@ class SourceFolder:
     subscription: str
     """What the source reads (``subscribe`` or ``subscribePattern``); names the folder."""
 
-    def _path(self, name: str = "") -> tuple[fs.FileSystem, str]:
-        fsys, base = filesystem(self.checkpoint)
-        folder = f"{base}/{FIRESTEEL_DIR}/{self.source}-source-{_digest(self.subscription)}"
-        return fsys, f"{folder}/{name}" if name else folder
+    @functools.cached_property
+    def folder(self) -> Folder:
+        """The folder itself (resolved on first use, in each process)."""
+        return Folder(layout.source(self.checkpoint, self.source, self.subscription))
 
     def check(self) -> None:
         """Refuse a location where Spark has not started a query (driver side).
@@ -77,52 +73,45 @@ class SourceFolder:
             raise ConfigError(msg)
 
     def _start_name(self, start_options: Any) -> str:
-        return f"start-{_digest(start_options)}.json"
+        return f"start-{layout.digest(start_options)}.json"
 
     def pinned_start(self, start_options: Any) -> Offset | None:
         """The start pinned for these start options by an earlier run, if any."""
-        fsys, path = self._path(self._start_name(start_options))
+        kind = f"{self.source}-source-start"
         try:
-            with fsys.open_input_stream(path) as stream:
-                data = stream.read()
+            content = self.folder.read_record(
+                self._start_name(start_options), kind, (FORMAT_VERSION,)
+            )
         except FileNotFoundError:
             return None
-        content = decode_record(data, path, f"{self.source}-source-start", (FORMAT_VERSION,))
         return dict(content["offset"])
 
     def pin_start(self, start_options: Any, offset: Offset) -> None:
         """Record ``offset`` as the start for these start options, durably, before returning."""
-        fsys, path = self._path(self._start_name(start_options))
-        fsys.create_dir(self._path()[1], recursive=True)
-        record = encode_record(f"{self.source}-source-start", FORMAT_VERSION, {"offset": offset})
-        write_atomically(fsys, path, record)
+        kind = f"{self.source}-source-start"
+        self.folder.write_record(
+            self._start_name(start_options), kind, FORMAT_VERSION, {"offset": offset}
+        )
 
     def record_counts(self, offset_range: str, skipped: int, quarantined: int) -> None:
         """Record the bad records of one offset range (in its task; replaces a replay's)."""
-        fsys, folder = self._path("errors")
-        fsys.create_dir(folder, recursive=True)
         counts = {"skipped": skipped, "quarantined": quarantined}
-        record = encode_record(f"{self.source}-source-errors", FORMAT_VERSION, counts)
-        write_atomically(fsys, f"{folder}/{offset_range}.json", record)
+        kind = f"{self.source}-source-errors"
+        self.folder.write_record(f"errors/{offset_range}.json", kind, FORMAT_VERSION, counts)
 
     def record_progress(self, progress: dict[str, Any]) -> None:
         """Replace the source's progress record (driver side, when a batch is planned)."""
-        fsys, path = self._path(PROGRESS)
-        fsys.create_dir(self._path()[1], recursive=True)
         record = encode_record(progress_kind(self.source), FORMAT_VERSION, progress)
-        write_atomically(fsys, path, record, sync=False)
+        self.folder.write(PROGRESS, record, sync=False)
 
     def counts(self) -> dict[str, int]:
         """Bad records skipped and quarantined so far, summed over every range read."""
-        fsys, folder = self._path("errors")
         total = {"skipped": 0, "quarantined": 0}
-        for info in fsys.get_file_info(fs.FileSelector(folder, allow_not_found=True)):
-            if not info.base_name.endswith(".json"):
+        kind = f"{self.source}-source-errors"
+        for name in self.folder.names("errors"):
+            if not name.endswith(".json"):
                 continue
-            with fsys.open_input_stream(info.path) as stream:
-                counts = decode_record(
-                    stream.read(), info.path, f"{self.source}-source-errors", (FORMAT_VERSION,)
-                )
+            counts = self.folder.read_record(f"errors/{name}", kind, (FORMAT_VERSION,))
             for key in total:
                 total[key] += int(counts[key])
         return total

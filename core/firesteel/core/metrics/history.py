@@ -29,8 +29,9 @@ from typing import Any
 
 from pyarrow import fs
 
-from firesteel.core.checkpoint import FIRESTEEL_DIR, filesystem
+from firesteel.core import layout
 from firesteel.core.durable import read_record, write_record
+from firesteel.core.folder import Folder
 from firesteel.core.metrics.commit import CommitMetrics
 from firesteel.core.metrics.task import BYTES, OPERATOR_PREFIX, ROWS, WRITE_SECONDS
 from firesteel.core.sink import Vote
@@ -52,7 +53,6 @@ VERSION = 2
 """2 added the commit's parts, the operators' figures and the phase histograms."""
 RETAINED = 100
 """Batch records kept per sink; older ones are deleted as new ones are written."""
-METRICS_DIR = "metrics"
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 """Upper bounds (seconds) of the phase histograms' buckets; a last one is unbounded."""
 MAXED = ("seconds",)
@@ -109,7 +109,7 @@ class BatchRecord:
 
 
 def _folder(checkpoint: str, sink_id: str) -> str:
-    return f"{checkpoint.rstrip('/')}/{FIRESTEEL_DIR}/{METRICS_DIR}/{sink_id}"
+    return layout.metrics(checkpoint, sink_id)
 
 
 def batch_record(checkpoint: str, sink_id: str, batch: int) -> BatchRecord | None:
@@ -209,19 +209,18 @@ def _batches(fsys: fs.FileSystem, folder: str) -> list[int]:
 
 
 def _forget_before(folder: str, oldest_kept: int) -> None:
-    fsys, path = filesystem(folder)
-    stale = f"{path}/{oldest_kept - 1}.json"
+    records = Folder(folder)
+    stale = f"{oldest_kept - 1}.json"
     # Only the one record that just fell out of the window: no listing per batch.
-    if oldest_kept > 0 and fsys.get_file_info(stale).type == fs.FileType.File:
-        fsys.delete_file(stale)
+    if oldest_kept > 0 and records.exists(stale):
+        records.delete(stale)
 
 
 def _sinks(checkpoint: str) -> tuple[fs.FileSystem, list[fs.FileInfo]]:
     """The sinks' record folders of a query, by sink id."""
-    fsys, base = filesystem(f"{checkpoint.rstrip('/')}/{FIRESTEEL_DIR}/{METRICS_DIR}")
-    infos = fsys.get_file_info(fs.FileSelector(base, allow_not_found=True))
-    folders = [info for info in infos if info.type == fs.FileType.Directory]
-    return fsys, sorted(folders, key=lambda info: info.base_name)
+    metrics = Folder(layout.metrics(checkpoint))
+    folders = [info for info in metrics.entries() if info.type == fs.FileType.Directory]
+    return metrics.fs, sorted(folders, key=lambda info: info.base_name)
 
 
 def batch_records(checkpoint: str, batch: int) -> dict[str, BatchRecord]:

@@ -12,8 +12,8 @@ from typing import Any
 
 from pyarrow import fs
 
-from firesteel.core.checkpoint import FIRESTEEL_DIR, filesystem
-from firesteel.core.durable import decode_record
+from firesteel.core import layout
+from firesteel.core.folder import Folder
 
 __all__ = ["PROGRESS", "progress_kind", "read_source_progress"]
 
@@ -30,18 +30,15 @@ def progress_kind(source: str) -> str:
 def read_source_progress(checkpoint: str) -> dict[str, dict[str, Any]]:
     """The progress record of every source of a query that keeps one, by its folder's name
     (``kafka-source-<digest of the subscription>``)."""
-    fsys, base = filesystem(checkpoint)
+    records = Folder(layout.records(checkpoint))
     found = {}
-    selector = fs.FileSelector(f"{base}/{FIRESTEEL_DIR}", allow_not_found=True)
-    for info in fsys.get_file_info(selector):
+    for info in records.entries():
         name = info.base_name
-        if info.type != fs.FileType.Directory or "-source-" not in name:
+        source = layout.source_connector(name)
+        if info.type != fs.FileType.Directory or source is None:
             continue
-        path = f"{info.path}/{PROGRESS}"
         try:
-            with fsys.open_input_stream(path) as stream:
-                data = stream.read()
+            found[name] = records.read_record(f"{name}/{PROGRESS}", progress_kind(source), VERSIONS)
         except FileNotFoundError:
             continue
-        found[name] = decode_record(data, path, progress_kind(name.split("-source-")[0]), VERSIONS)
     return found

@@ -27,9 +27,9 @@ from typing import Any
 
 from pyarrow import fs
 
-from firesteel.core.checkpoint import filesystem
 from firesteel.core.errors import CheckpointCorruptError
 from firesteel.core.guarantee import Part, Replay
+from firesteel.core.storage import resolve
 
 SOURCE_TAG = "firesteel"
 """Key under which a firesteel source's offset carries its identity and replay capability."""
@@ -107,8 +107,9 @@ def source_parts(checkpoint: str) -> list[Part]:
     firesteel's tagged sources, Spark's own file and Kafka sources, and
     everything else as not resettable.
     """
-    fsys, base = filesystem(checkpoint)
-    path = _latest_offsets_file(fsys, base)
+    location = resolve(checkpoint)
+    fsys = location.filesystem
+    path = _latest_offsets_file(fsys, location.path)
     if path is None:
         return []
     with fsys.open_input_stream(path) as stream:

@@ -13,10 +13,18 @@ its own.
 Supervision is per streamlet, in this process: when one of a streamlet's
 queries fails, its other queries are stopped and, under
 ``firesteel.supervision``, all of them are started again from their
-checkpoints in a new session, the other streamlets running on. A streamlet
-that fails more often than supervision allows, or whose queries all finish,
-stops every streamlet; the process then exits :data:`STOPPED_EXIT` so the
-runner stops the pipeline instead of restarting it. A death of the whole
+checkpoints in a new session, the other streamlets running on. Restarts are
+staggered: a streamlet due for its restart while another restarted one has
+not yet run its first batch waits for it (at most :data:`STAGGER_S`), so
+streamlets that failed together restart one after the other. A query's first
+batch starts Spark's Python processes (the source's planner, the writer, the
+first task's worker), and Spark gives each a fixed 10 s to connect back to the
+JVM: several streamlets starting theirs at once on a loaded machine miss it
+and fail again, each failure spending a restart. The application's first
+start launches every streamlet at once (a streamlet that fails then restarts
+staggered). A streamlet that fails more often than supervision allows, or
+whose queries all finish, stops every streamlet; the process then exits
+:data:`STOPPED_EXIT` so the runner stops the pipeline instead of restarting it. A death of the whole
 process (the JVM, a SIGKILL) is the runner's to restart, under the same policy.
 
 Every streamlet shares the process's environment and the application's
@@ -50,6 +58,9 @@ POLL_S = 1.0
 MASTER = "local[2]"
 """The application's master: every streamlet's tasks share its two task slots."""
 POOL = "spark.scheduler.pool"
+STAGGER_S = 30.0
+"""How long a restarted streamlet's first batch may hold back the next due restart (module
+docs): a streamlet that is slower than that to start does not hold the others for longer."""
 
 
 @dataclass
@@ -63,6 +74,10 @@ class Hosted:
     """When its restart is due (monotonic seconds), while it waits for one."""
     session: Any = None
     """Its current session, whose query manager lists every query it started."""
+
+    def started_all(self) -> bool:
+        """Whether each of its queries has run its first batch (reported progress)."""
+        return all(q.lastProgress is not None for q in self.queries)
 
 
 def application_conf(config: PipelineConfig, names: Sequence[str]) -> dict[str, str]:
@@ -111,6 +126,10 @@ class Host:
         self.work = work
         policy = config.supervision()
         self.streamlets = {name: Hosted(name, Restarts(policy)) for name in verified.streamlets}
+        self._starting: tuple[str, float] | None = None
+        """The streamlet restarted last, and when, until its first batch ran (module docs)."""
+        self._held: set[str] = set()
+        """Due streamlets already logged as waiting for :attr:`_starting`."""
 
     def session(self, name: str) -> Any:
         """A new session of the application for streamlet ``name``, its settings applied."""
@@ -150,12 +169,11 @@ class Host:
         logger.info("streamlet %s running %d queries", name, len(hosted.queries))
 
     def step(self, now: float) -> str | None:
-        """Restart each failed streamlet once its backoff is over; the name of one that
-        stops the pipeline (it failed more often than supervision allows, or finished)."""
+        """Restart failed streamlets once their backoff is over, one after the other (module
+        docs); the name of one that stops the pipeline (it failed more often than supervision
+        allows, or finished)."""
         for name, hosted in self.streamlets.items():
             if hosted.due is not None:
-                if now >= hosted.due and not self.launch(name, now):
-                    return name
                 continue
             failed = [q for q in hosted.queries if not q.isActive and q.exception() is not None]
             if failed:
@@ -165,7 +183,53 @@ class Host:
             elif not any(q.isActive for q in hosted.queries):
                 logger.error("streamlet %s: its queries finished: stopping the pipeline", name)
                 return name
+        self._settle(now)
+        order = list(self.streamlets)
+        due = sorted(
+            (h for h in self.streamlets.values() if h.due is not None and now >= h.due),
+            key=lambda h: (h.due, order.index(h.name)),
+        )
+        for hosted in due:
+            if self._starting is not None:
+                self._hold(hosted.name)
+                continue
+            if not self.launch(hosted.name, now):
+                return hosted.name
+            if hosted.due is None:
+                self._starting = (hosted.name, now)
         return None
+
+    def _settle(self, now: float) -> None:
+        """Let the next due restart go once the streamlet restarted last ran its first batch
+        (or failed again, or :data:`STAGGER_S` passed)."""
+        if self._starting is None:
+            return
+        name, since = self._starting
+        hosted = self.streamlets[name]
+        if hosted.due is not None:
+            reason = "failed again"
+        elif hosted.started_all():
+            reason = "ran its first batch"
+        elif now - since >= STAGGER_S:
+            reason = f"has not run its first batch within {STAGGER_S:g} s"
+        else:
+            return
+        logger.info("streamlet %s: restarted, %s: the next due restart may start", name, reason)
+        self._starting = None
+        self._held.clear()
+
+    def _hold(self, name: str) -> None:
+        """Log, once per wait, that due streamlet ``name`` waits for the one restarting."""
+        if name in self._held or self._starting is None:
+            return
+        self._held.add(name)
+        logger.info(
+            "streamlet %s: restart due, held until streamlet %s has run its first batch (at "
+            "most %g s): each starts Spark's Python workers, which must connect back within 10 s",
+            name,
+            self._starting[0],
+            STAGGER_S,
+        )
 
     def launch(self, name: str, now: float) -> bool:
         """Start streamlet ``name``; a start that fails is a failure of the streamlet. False

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from firesteel.core.faults import name_query
 from firesteel.pipelines.config import PipelineConfig
 from firesteel.pipelines.kafka import KafkaContext
 from firesteel.pipelines.local import LocalContext
@@ -70,10 +71,18 @@ def start_streamlet(
     spark: Any, verified: VerifiedBlueprint, config: PipelineConfig, streamlet: str, work: Path
 ) -> Sequence[Any]:
     """Start streamlet ``streamlet``'s queries in ``spark``, on Kafka topics when the
-    configuration names a cluster, else on the local topics under ``work``."""
+    configuration names a cluster, else on the local topics under ``work``.
+
+    Each query it started is reported by id and name (:func:`firesteel.core.faults.name_query`),
+    so a crash test can aim a point of the query's driver-side commit at it by name.
+    """
     runtime = KafkaContext if config.kafka_properties() else LocalContext
     context = runtime(spark, verified, config, streamlet, work)
-    return verified.streamlets[streamlet]().create_logic(context).run()
+    queries = verified.streamlets[streamlet]().create_logic(context).run()
+    for query in spark.streams.active:
+        if query.name:
+            name_query(str(query.id), query.name)
+    return queries
 
 
 def _watch(streamlet: str, queries: Sequence[Any], stopping: threading.Event) -> int:

@@ -33,7 +33,12 @@ killed (its next start recovers from its checkpoint). A process that dies
 restarts with backoff, each logged), and in the shared process a streamlet
 whose query failed has its queries restarted there, the others running on;
 one that dies more often than that allows, or exits by itself, stops the
-others and the runner exits non-zero, naming its log.
+others and the runner exits non-zero, naming its log. In the shared process,
+streamlets due for a restart at once are restarted one after the other, each
+held until the one before has run its first batch (at most
+:data:`firesteel.pipelines.host.STAGGER_S`): every first batch starts Spark's
+Python workers, which get a fixed 10 s to connect back to the JVM, and several
+starting together on a loaded machine miss it and fail again.
 """
 
 from __future__ import annotations

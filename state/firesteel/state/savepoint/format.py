@@ -42,16 +42,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyarrow import fs
 
-from firesteel.core.checkpoint import filesystem
-from firesteel.core.durable import (
-    atomic_output,
-    create_record,
-    make_parent,
-    read_record,
-    write_atomically,
-)
+from firesteel.core.durable import encode_record
 from firesteel.core.errors import CheckpointCorruptError, ConfigError
 from firesteel.core.faults import fault_point
+from firesteel.core.folder import Folder
 from firesteel.core.storage import StorageConfig
 from firesteel.state.keygroups import KeyGroupRange
 from firesteel.state.savepoint.checksums import BlockHashingWriter, VerifiedFile, block_digests
@@ -179,14 +173,9 @@ class Savepoint:
         return sorted(self.metadata["operators"])
 
     @cached_property
-    def filesystem(self) -> fs.FileSystem:
+    def folder(self) -> Folder:
         """Where its files are."""
-        return filesystem(self.location, self.storage)[0]
-
-    @cached_property
-    def base(self) -> str:
-        """Its folder on :attr:`filesystem`."""
-        return filesystem(self.location, self.storage)[1]
+        return Folder(self.location, self.storage)
 
     def operator(self, name: str) -> OperatorSavepoint:
         """Operator ``name``'s part; a :class:`SavepointError` listing the operators it has."""
@@ -211,8 +200,8 @@ class Savepoint:
     def open_file(self, entry: Mapping[str, Any]) -> VerifiedFile:
         """The data file ``entry`` names, once its size matches the record, read through its
         checksums: the one way a savepoint's files are read."""
-        path = f"{self.base}/{entry['path']}"
-        info = self.filesystem.get_file_info(path)
+        path = self.folder.path(entry["path"])
+        info = self.folder.info(entry["path"])
         if info.type != fs.FileType.File or info.size != int(entry["size"]):
             found = "missing" if info.type != fs.FileType.File else f"{info.size} bytes"
             msg = (
@@ -220,7 +209,7 @@ class Savepoint:
                 f"{entry['size']} bytes; the savepoint was damaged: take a new one"
             )
             raise CheckpointCorruptError(msg)
-        return VerifiedFile(self.filesystem, path, entry, self.location)
+        return VerifiedFile(self.folder.fs, path, entry, self.location)
 
     def verify(self) -> None:
         """Check every file, each block and whole, against the metadata record."""
@@ -244,16 +233,14 @@ def open_savepoint(location: str, storage: StorageConfig | None = None) -> Savep
     """The savepoint at ``location`` (a path or URI); a :class:`SavepointError` when it has
     no whole metadata record (never written, or its writer died before finishing)."""
     config = storage or StorageConfig()
-    fsys, base = filesystem(location, config)
-    if fsys.get_file_info(f"{base}/{METADATA}").type != fs.FileType.File:
+    folder = Folder(location, config)
+    if folder.info(METADATA).type != fs.FileType.File:
         msg = (
             f"no savepoint at {location}: {METADATA} is missing (never written, or its writer "
             "stopped before finishing; files without it are never read): take the savepoint again"
         )
         raise SavepointError(msg)
-    metadata = read_record(
-        f"{location.rstrip('/')}/{METADATA}", RECORD_KIND, (FORMAT_VERSION,), config
-    )
+    metadata = folder.read_record(METADATA, RECORD_KIND, (FORMAT_VERSION,))
     return Savepoint(location, metadata, config)
 
 
@@ -284,8 +271,8 @@ class SavepointWriter:
     def __init__(self, target: str, storage: StorageConfig | None = None) -> None:
         self.target = target
         self._config = storage or StorageConfig()
-        self._fs, self._base = filesystem(target, self._config)
-        if self._fs.get_file_info(f"{self._base}/{METADATA}").type != fs.FileType.NotFound:
+        self._folder = Folder(target, self._config)
+        if self._folder.info(METADATA).type != fs.FileType.NotFound:
             msg = (
                 f"{target} already holds a savepoint; choose a new target (savepoints are "
                 "immutable)"
@@ -298,10 +285,8 @@ class SavepointWriter:
         """Write operator ``name``'s rows (``chunks`` of :data:`ROWS_SCHEMA`, in key group
         order) in row groups of 64k rows; the file's entry for :meth:`describe`."""
         relative = f"{name}/{self.id}.parquet"
-        path = f"{self._base}/{relative}"
-        make_parent(self._fs, path)
         rows = 0
-        with atomic_output(self._fs, path) as out:
+        with self._folder.output(relative) as out:
             sink = BlockHashingWriter(out)
             with pq.ParquetWriter(
                 pa.PythonFile(sink, mode="w"), ROWS_SCHEMA, compression="zstd"
@@ -344,9 +329,7 @@ class SavepointWriter:
         not come from a query) and write the metadata record: the savepoint exists from here.
         ``origin``: where the state came from, recorded as it is."""
         offsets_entry = (
-            None
-            if offsets is None
-            else _write_file(self._fs, self._base, f"offsets/{batch}", offsets)
+            None if offsets is None else _write_file(self._folder, f"offsets/{batch}", offsets)
         )
         BEFORE_METADATA.fire(batch)
         metadata = {
@@ -357,8 +340,8 @@ class SavepointWriter:
             "offsets": offsets_entry,
             "operators": self._operators,
         }
-        location = f"{self.target.rstrip('/')}/{METADATA}"
-        if not create_record(location, RECORD_KIND, FORMAT_VERSION, metadata, self._config):
+        record = encode_record(RECORD_KIND, FORMAT_VERSION, metadata)
+        if not self._folder.create(METADATA, record):
             msg = (
                 f"{self.target}: another writer finished a savepoint there first; choose a new "
                 "target"
@@ -374,10 +357,8 @@ class SavepointWriter:
         return Savepoint(self.target, metadata, self._config)
 
 
-def _write_file(fsys: fs.FileSystem, base: str, relative: str, data: bytes) -> dict[str, Any]:
-    path = f"{base}/{relative}"
-    make_parent(fsys, path)
-    write_atomically(fsys, path, data)
+def _write_file(folder: Folder, relative: str, data: bytes) -> dict[str, Any]:
+    folder.write(relative, data)
     return {
         "path": relative,
         "size": len(data),

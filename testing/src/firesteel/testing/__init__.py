@@ -40,6 +40,7 @@ from firesteel.testing.harness import (
     at_point,
     at_random,
     batch_started,
+    fault_setting,
     in_one_run,
     task_kills,
 )
@@ -66,6 +67,7 @@ __all__ = [
     "at_random",
     "batch_started",
     "count_sequence",
+    "fault_setting",
     "in_one_run",
     "job_session",
     "task_kills",

@@ -21,9 +21,18 @@ SIGKILL, as a crash would:
 
 * ``FIRESTEEL_FAULT_KILL=job`` (default): the process group in
   ``FIRESTEEL_FAULT_PGID`` (the job the harness started: driver and JVM) and
-  the caller's own process group (Spark's Python workers);
+  the caller's own process group (Spark's Python workers). ``FIRESTEEL_FAULT_PGID=session``
+  names the group leading the caller's session, for a job the harness did not start
+  but some launcher started in a session of its own (a pipeline runner's process):
+  PySpark's daemon gives its workers a process group of their own, so the caller's
+  group alone would spare the driver;
 * ``FIRESTEEL_FAULT_KILL=process``: only the calling process, which Spark sees
   as a failed task and retries.
+
+A spec ending in ``!job`` or ``!process`` kills that way whatever
+``FIRESTEEL_FAULT_KILL`` says, so one process's environment can arm a task
+kill and a whole-job kill together (a pipeline's one process, which no harness
+restarts between them).
 
 ``FIRESTEEL_FAULT_DIR`` names a folder of markers so each point fires once,
 even when Spark retries the task that hit it.
@@ -44,7 +53,9 @@ __all__ = [
     "GATHER_SECONDS",
     "KILL_ENV",
     "MARKER_DIR_ENV",
+    "MODE_SEPARATOR",
     "PGID_ENV",
+    "SESSION",
     "gathered",
     "kill_if_armed",
     "name_query",
@@ -56,6 +67,12 @@ FAULT_ENV = "FIRESTEEL_FAULT"
 KILL_ENV = "FIRESTEEL_FAULT_KILL"
 PGID_ENV = "FIRESTEEL_FAULT_PGID"
 MARKER_DIR_ENV = "FIRESTEEL_FAULT_DIR"
+
+SESSION = "session"
+"""``FIRESTEEL_FAULT_PGID``'s value naming the group that leads the caller's session."""
+MODE_SEPARATOR = "!"
+"""Before a spec's own kill mode (``job`` or ``process``), which overrides :data:`KILL_ENV`."""
+KILL_MODES = ("job", "process")
 
 QUERY_DESCRIPTION = "spark.job.description"
 """The task property whose first line names the streaming query (Spark's batch description)."""
@@ -75,7 +92,8 @@ def kill_if_armed(point: FaultPoint, batch_id: int | None, partition: int | None
     specs = os.environ.get(FAULT_ENV)
     if not specs:
         return
-    for spec in specs.split(","):
+    for armed in specs.split(","):
+        spec, mode = _mode(armed)
         if not _matches(spec, point.name, batch_id, partition):
             continue
         queries = _queries(spec)
@@ -84,10 +102,10 @@ def kill_if_armed(point: FaultPoint, batch_id: int | None, partition: int | None
             _gather(spec, queries)
             _claim(spec)
             logger.warning("fault injection: killing at %s (batch %s)", spec, batch_id)
-            _kill()
+            _kill(mode)
         if _claim(spec):
             logger.warning("fault injection: killing at %s (batch %s)", spec, batch_id)
-            _kill()
+            _kill(mode)
 
 
 def name_query(query_id: str, name: str) -> None:
@@ -109,11 +127,19 @@ def gathered(marker_dir: str | os.PathLike[str], spec: str) -> list[str]:
     return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
 
 
-def _kill() -> None:
-    if os.environ.get(KILL_ENV, "job") == "job":
+def _mode(armed: str) -> tuple[str, str]:
+    """The spec without its own kill mode, and the mode it kills with."""
+    spec, separator, mode = armed.strip().rpartition(MODE_SEPARATOR)
+    if separator and mode in KILL_MODES:
+        return spec, mode
+    return armed.strip(), os.environ.get(KILL_ENV, "job")
+
+
+def _kill(mode: str) -> None:
+    if mode == "job":
         job = os.environ.get(PGID_ENV)
         if job:
-            os.killpg(int(job), signal.SIGKILL)
+            os.killpg(os.getsid(0) if job == SESSION else int(job), signal.SIGKILL)
         os.killpg(os.getpgid(0), signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)
 

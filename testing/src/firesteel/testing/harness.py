@@ -56,7 +56,14 @@ import psutil
 
 from firesteel.core.errors import FiresteelError
 from firesteel.core.faults import FaultPoint
-from firesteel.testing.faults import FAULT_ENV, KILL_ENV, MARKER_DIR_ENV, PGID_ENV, gathered
+from firesteel.testing.faults import (
+    FAULT_ENV,
+    KILL_ENV,
+    MARKER_DIR_ENV,
+    MODE_SEPARATOR,
+    PGID_ENV,
+    gathered,
+)
 from firesteel.testing.jobs import DEFAULT_MASTER, MASTER_ENV
 from firesteel.testing.jvm import ARCHIVE_ENV, driver_archive
 from firesteel.testing.points import check_point
@@ -114,6 +121,14 @@ class AtPoints:
 
     specs: tuple[str, ...]
     mode: Literal["job", "process"] = "job"
+
+
+def fault_setting(*kills: AtPoints) -> str:
+    """The ``FIRESTEEL_FAULT`` value arming every spec of ``kills``, each killing in its own
+    kill's mode (``spec!mode``, :data:`~firesteel.testing.faults.MODE_SEPARATOR`): for a
+    process the harness does not start, such as a pipeline's, whose one environment arms a
+    task kill and a whole-job kill together."""
+    return ",".join(f"{spec}{MODE_SEPARATOR}{kill.mode}" for kill in kills for spec in kill.specs)
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@
 
 Rules that keep a zombie or a retried attempt from damaging committed state:
 
-* nothing is written in place: every upload goes through
-  :func:`firesteel.core.durable.atomic_output` under a name unique to its
+* nothing is written in place: every upload is written whole or not at all
+  (:meth:`firesteel.core.spi.Folder.output`) under a name unique to its
   attempt (a random attempt id), and the manifest, written last, is what makes
   a version exist;
 * a shared file is reused by a later version only if the manifest the task
@@ -27,7 +27,6 @@ Rules that keep a zombie or a retried attempt from damaging committed state:
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import os
@@ -37,13 +36,7 @@ from typing import Any
 from pyarrow import fs
 
 from firesteel.backends.spi import KeyGroupRange, SnapshotStorage, read_stored
-from firesteel.core.spi import (
-    CheckpointCorruptError,
-    StorageConfig,
-    atomic_output,
-    make_parent,
-    write_atomically,
-)
+from firesteel.core.spi import CheckpointCorruptError, Folder, StorageConfig
 from firesteel.rocksdb.manifest import (
     SHARED_DIR,
     Manifest,
@@ -86,9 +79,14 @@ class CheckpointStorage:
         return type(self), (self.location, self.operator, self.config)
 
     @property
+    def folder(self) -> Folder:
+        """The operator's folder (the metadata's, resolved on first use)."""
+        return self.metadata.folder
+
+    @property
     def fs(self) -> fs.FileSystem:
         """The pyarrow filesystem (the metadata's, created on first use)."""
-        return self.metadata.fs
+        return self.folder.fs
 
     @property
     def base(self) -> str:
@@ -97,7 +95,7 @@ class CheckpointStorage:
 
     def path(self, relative: str) -> str:
         """The full path of a file given relative to the operator's folder."""
-        return f"{self.base}/{relative}"
+        return self.folder.path(relative)
 
     def describe(self, path: str) -> str:
         """A path as users should see it in messages (with the URI scheme when there is one)."""
@@ -108,9 +106,8 @@ class CheckpointStorage:
     def list_versions(self) -> dict[int, list[ManifestRef]]:
         """Every manifest, by version (the version folders only: ``shared/`` is not listed).
         Temporary and unknown files are ignored."""
-        selector = fs.FileSelector(self.base, allow_not_found=True)
         versions: dict[int, list[ManifestRef]] = {}
-        for info in self.fs.get_file_info(selector):
+        for info in self.folder.entries():
             version = parse_version_dir(info.base_name)
             if version is not None and info.type == fs.FileType.Directory:
                 refs = self.list_version(version)
@@ -124,9 +121,8 @@ class CheckpointStorage:
 
     def _listed(self, version: int) -> list[tuple[ManifestRef, int]]:
         """The manifests of one version with their modification times (ns; 0 when unknown)."""
-        selector = fs.FileSelector(self.path(version_dir(version)), allow_not_found=True)
         listed = []
-        for info in self.fs.get_file_info(selector):
+        for info in self.folder.entries(version_dir(version)):
             ref = ManifestRef.parse(version, info.path)
             if ref is not None and info.type == fs.FileType.File:
                 listed.append((ref, info.mtime_ns or 0))
@@ -174,11 +170,9 @@ class CheckpointStorage:
 
     def upload(self, local: Path, relative: str) -> StoredFile:
         """Copy a local file to ``relative`` under the durability policy, checksumming it."""
-        target = self.path(relative)
-        make_parent(self.fs, target)
         digest = file_digest()
         size = 0
-        with local.open("rb") as source, atomic_output(self.fs, target) as out:
+        with local.open("rb") as source, self.folder.output(relative) as out:
             while chunk := source.read(CHUNK):
                 digest.update(chunk)
                 out.write(chunk)
@@ -218,8 +212,7 @@ class CheckpointStorage:
     def write_manifest(self, manifest: Manifest) -> ManifestRef:
         """Write a manifest under the durability policy; the version exists once it is there."""
         relative = manifest.relative_path
-        make_parent(self.fs, self.path(relative))
-        write_atomically(self.fs, self.path(relative), manifest.encode())
+        self.folder.write(relative, manifest.encode())
         ref = ManifestRef(
             manifest.version, manifest.key_groups, manifest.attempt, self.path(relative)
         )
@@ -250,10 +243,9 @@ class CheckpointStorage:
             if mtime == own[0] and self.read_manifest(ref).written_ns >= written.written_ns:
                 continue
             logger.info("state: removing a failed attempt's manifest %s", ref.path)
-            self._delete(ref.path)
-            folder = ref.path[: -len(".json")]
-            with contextlib.suppress(FileNotFoundError):
-                self.fs.delete_dir(folder)
+            key = self.folder.key_of(ref.path)
+            self.folder.delete(key)
+            self.folder.delete_folder(key[: -len(".json")])
 
     # -- retention --------------------------------------------------------------------------
 
@@ -269,8 +261,7 @@ class CheckpointStorage:
         dropped = 0
         for version in sorted(versions):
             if version < oldest_kept:
-                with contextlib.suppress(FileNotFoundError):
-                    self.fs.delete_dir(self.path(version_dir(version)))
+                self.folder.delete_folder(version_dir(version))
                 dropped += 1
         referenced: set[str] = set()
         try:
@@ -282,20 +273,15 @@ class CheckpointStorage:
             logger.warning("state: not collecting unused files: %s", exc)
             return dropped, 0
         deleted = 0
-        selector = fs.FileSelector(self.path(SHARED_DIR), allow_not_found=True)
-        for info in self.fs.get_file_info(selector):
+        for info in self.folder.entries(SHARED_DIR):
             # Also the temporary file of an upload killed midway (".<name>.<random>.tmp").
             uploaded_by = shared_version(info.base_name.lstrip("."))
             relative = f"{SHARED_DIR}/{info.base_name}"
             if uploaded_by is None or uploaded_by >= oldest_kept or relative in referenced:
                 continue
-            self._delete(info.path)
+            self.folder.delete(relative)
             deleted += 1
         self._manifests = {
             path: m for path, m in self._manifests.items() if m.version >= oldest_kept
         }
         return dropped, deleted
-
-    def _delete(self, path: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            self.fs.delete_file(path)

@@ -66,7 +66,8 @@ from firesteel.backends.spi import (
     undeclared_state,
     unpack_key,
 )
-from firesteel.core.spi import CheckpointCorruptError, ConfigError, fault_point
+from firesteel.core.faults import fault_point
+from firesteel.core.spi import CheckpointCorruptError, ConfigError
 from firesteel.rocksdb import keys
 from firesteel.rocksdb.local import LocalFolder, clone, open_instance
 from firesteel.rocksdb.manifest import Manifest, StoredFile, shared_name

@@ -67,13 +67,14 @@ from firesteel.cassandra.client import session_for
 from firesteel.cassandra.committer import CassandraCommitter
 from firesteel.cassandra.options import CassandraSinkOptions
 from firesteel.cassandra.statement import RowStatement
+from firesteel.core.faults import fault_point
 from firesteel.core.spi import (
     ConfigError,
     StorageConfig,
-    fault_point,
+    layout,
     query_identity,
 )
-from firesteel.sinks.spi import WriteAheadSink, log_dir_for
+from firesteel.sinks.spi import WriteAheadSink
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +110,7 @@ class CassandraWalSink(WriteAheadSink):
         )
         super().__init__(
             sink_id,
-            options.log_location or log_dir_for(checkpoint),
+            options.log_location or layout.write_ahead_log(checkpoint),
             committer,
             options.send_connect,
             storage,

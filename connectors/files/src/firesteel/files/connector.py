@@ -12,8 +12,8 @@ from firesteel.core.spi import (
     Guarantee,
     ResettableSource,
     Sink,
+    canonical,
     default_sink_id,
-    normalize_location,
     parse_options,
     read_query_id,
 )
@@ -67,7 +67,7 @@ class FilesDataSource(FiresteelDataSource):
             out=opts.path,
             sink_id=default_sink_id(
                 dict(self.options),
-                f"files:{normalize_location(opts.path)}",
+                f"files:{canonical(opts.path)}",
                 new_stream=opts.sink_new_stream,
             ),
             format=opts.format,

@@ -14,16 +14,14 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from firesteel.core.spi import StorageConfig
+from firesteel.core.spi import Folder, StorageConfig
 
 if TYPE_CHECKING:
-    from firesteel.files.folder import Folder
     from firesteel.files.sink.manifest import Manifest
 
 
 def _committed(path: str, storage: Mapping[str, str] | None) -> tuple[Folder, list[Manifest]]:
     # Imported here: firesteel.files.sink imports this package (firesteel.core.durable).
-    from firesteel.files.folder import Folder
     from firesteel.files.sink.manifest import committed_manifests
 
     out = Folder(path, StorageConfig.of(storage or {}))

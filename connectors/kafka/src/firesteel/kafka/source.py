@@ -31,12 +31,12 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
+from firesteel.core.faults import fault_point
 from firesteel.core.spi import (
     ConfigError,
     Offset,
     ReadLimit,
     ResettableSource,
-    fault_point,
     timed,
 )
 from firesteel.kafka.codec import ValueDecoder, schema_text

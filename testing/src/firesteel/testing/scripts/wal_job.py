@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import sys
 
-from firesteel.core import Guarantee, foreach_batch
+from firesteel.core import Guarantee, foreach_batch, layout
 from firesteel.core.storage import StorageConfig, session_settings
 from firesteel.sinks.committers import FileCheckpointCommitter
-from firesteel.sinks.write_ahead import log_dir_for
 from firesteel.testing.jobs import job_session, read_parquet_files, run_available
 from firesteel.testing.scripts import wal_target
 
@@ -34,7 +33,7 @@ def main() -> None:
     storage = StorageConfig.of(session_settings(spark))
     sink_cls = wal_target.JsonLinesWalSink if mode == "plain" else wal_target.SqliteUpsertWalSink
     log_dir, committer = (
-        (log_dir_for(checkpoint), FileCheckpointCommitter.for_checkpoint(checkpoint))
+        (layout.write_ahead_log(checkpoint), FileCheckpointCommitter.for_checkpoint(checkpoint))
         if location is None
         else (f"{location}/wal", FileCheckpointCommitter(f"{location}/wal-commits", storage))
     )

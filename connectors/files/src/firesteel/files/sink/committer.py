@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from firesteel.core.spi import MID_COMMIT, Committer
+from firesteel.core.faults import MID_COMMIT
+from firesteel.core.spi import Committer
 from firesteel.files.sink.manifest import (
     COMPACT_EVERY,
     CommittedFile,

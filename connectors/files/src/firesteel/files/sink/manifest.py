@@ -30,8 +30,13 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from firesteel.core.spi import CheckpointCorruptError, Committable, create_record, read_record
-from firesteel.files.folder import Folder
+from firesteel.core.spi import (
+    CheckpointCorruptError,
+    Committable,
+    Folder,
+    create_record,
+    read_record,
+)
 from firesteel.files.sink.paths import OUTPUT_RECORDS_DIR, manifest_dir
 
 logger = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ import dataclasses
 from typing import Literal
 
 from firesteel.core.spi import SinkOptions, check_ranges, option, require_absolute
-from firesteel.files.folder import path_option
+from firesteel.files.path import path_option
 
 SinkFormat = Literal["parquet", "json"]
 MAX_ROLL_SIZE_BYTES = 5 * 1024**3

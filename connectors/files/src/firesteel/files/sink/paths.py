@@ -25,7 +25,7 @@ OUTPUT_RECORDS_DIR = "_firesteel"
 """firesteel's folder inside a data folder (the sink's pending files, manifests and owners,
 the file source's default log of discovered files): its name starts
 with ``_`` so Spark's and pyarrow's dataset readers skip it. Not the checkpoint's
-``firesteel`` folder (``firesteel.core.spi.FIRESTEEL_DIR``), which Spark never reads."""
+``firesteel`` folder (``firesteel.core.layout.FIRESTEEL_DIR``), which Spark never reads."""
 NULL_VALUE = "__HIVE_DEFAULT_PARTITION__"
 """Hive's and Spark's folder value for null (and, as Spark writes it, the empty string)."""
 

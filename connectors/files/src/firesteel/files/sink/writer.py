@@ -18,8 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from firesteel.core.spi import SinkError, SinkWriter, StorageConfig, TaskScope
-from firesteel.files.folder import Folder
+from firesteel.core.spi import Folder, SinkError, SinkWriter, StorageConfig, TaskScope
 from firesteel.files.sink.manifest import CommittedFile, FileCommittable
 from firesteel.files.sink.paths import bucket_dir, final_name, pending_dir
 

@@ -31,8 +31,14 @@ from typing import Any
 
 import pyarrow as pa
 
-from firesteel.core.spi import ConfigError, check_location, create_record, read_record, write_record
-from firesteel.files.folder import Folder
+from firesteel.core.spi import (
+    ConfigError,
+    Folder,
+    check_location,
+    create_record,
+    read_record,
+    write_record,
+)
 
 LOG_FORMAT_VERSION = 1
 

@@ -11,7 +11,7 @@ import dataclasses
 from typing import Literal
 
 from firesteel.core.spi import ConfigError, ErrorPolicy, check_ranges, option, require_absolute
-from firesteel.files.folder import path_option
+from firesteel.files.path import path_option
 
 SourceFormat = Literal["parquet", "csv", "json", "text"]
 

@@ -83,6 +83,7 @@ from firesteel.core.spi import (
     ConfigError,
     ErrorHandler,
     ErrorPolicy,
+    Folder,
     FolderDeadLetter,
     Offset,
     ReadLimit,
@@ -94,7 +95,6 @@ from firesteel.core.spi import (
     read_record,
     write_record,
 )
-from firesteel.files.folder import Folder
 from firesteel.files.sink.paths import OUTPUT_RECORDS_DIR
 from firesteel.files.source.formats import FormatSpec, infer_schema, read_file
 from firesteel.files.source.log import LOG_FORMAT_VERSION, FileEntry, FileLog

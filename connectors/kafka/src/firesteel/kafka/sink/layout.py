@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from firesteel.core.spi import FIRESTEEL_DIR, SinkError, read_record, write_record
+from firesteel.core.spi import SinkError, layout, read_record, write_record
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class PartitionLayout:
     """The partition counts of one in-task sink's batches, kept in the query's checkpoint."""
 
     def __init__(self, checkpoint: str, sink_id: str) -> None:
-        self.location = f"{checkpoint.rstrip('/')}/{FIRESTEEL_DIR}/kafka-sink-{sink_id}/layout.json"
+        self.location = f"{layout.sink(checkpoint, 'kafka', sink_id)}/layout.json"
         self.sink_id = sink_id
 
     def check(

@@ -3,7 +3,7 @@ sinks: the plain sink fires the first two, the exactly-once sink all four."""
 
 from __future__ import annotations
 
-from firesteel.core.spi import fault_point
+from firesteel.core.faults import fault_point
 
 AFTER_PRODUCE = fault_point(
     "kafka.after_produce", "a task handed its records to the producer, before the flush"

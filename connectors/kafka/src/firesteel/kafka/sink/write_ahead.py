@@ -62,13 +62,14 @@ from firesteel.core.spi import (
     ConfigError,
     SinkError,
     Vote,
+    layout,
     query_identity,
 )
 from firesteel.kafka.errors import OutageError
 from firesteel.kafka.options import KafkaSinkOptions
 from firesteel.kafka.sink.exactly_once import KafkaExactlyOnceSink
 from firesteel.kafka.sink.transaction import TransactionScope
-from firesteel.sinks.spi import FileCheckpointCommitter, WriteAheadSink, log_dir_for
+from firesteel.sinks.spi import FileCheckpointCommitter, WriteAheadSink
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ class KafkaWriteAheadSink(WriteAheadSink):
             raise ConfigError(msg)
         super().__init__(
             sink_id,
-            log_dir_for(checkpoint),
+            layout.write_ahead_log(checkpoint),
             FileCheckpointCommitter.for_checkpoint(checkpoint),
             options.send_connect,
         )
