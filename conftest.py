@@ -17,9 +17,11 @@ import pytest
 
 from firesteel.testing.workerpython import use_worker_python
 
-pytest_plugins = ["firesteel.testing.fixtures"]
+pytest_plugins = ["firesteel.testing.fixtures", "firesteel.testing.isolation"]
 """The shared fixtures of every folder: ``spark`` (one session per test process), the
-crash harness, the standalone cluster, the S3 server and the storage emulators."""
+crash harness, the standalone cluster, the S3 server and the storage emulators; and the
+check that fails a test leaving what the next test shares changed (the environment, a
+setting or the active session of the shared Spark session, a query running, ...)."""
 
 # Spark starts its Python processes with PYSPARK_PYTHON / PYSPARK_DRIVER_PYTHON: this
 # interpreter (it has firesteel installed), through a wrapper that keeps PySpark's zip

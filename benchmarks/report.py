@@ -167,10 +167,15 @@ def chart(result: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def write_group(result: dict[str, Any], out: Path) -> None:
-    """``<out>/<group>.json`` and ``<out>/<group>.png``."""
+def write_json(result: dict[str, Any], out: Path) -> None:
+    """``<out>/<group>.json`` (``--regenerate`` draws its chart from it)."""
     path = out / f"{result['group']}.json"
     path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+
+
+def write_group(result: dict[str, Any], out: Path) -> None:
+    """``<out>/<group>.json`` and ``<out>/<group>.png``."""
+    write_json(result, out)
     chart(result, out / f"{result['group']}.png")
 
 

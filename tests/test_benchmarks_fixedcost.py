@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from firesteel.core.logs import timed
+from firesteel.core.phases import CommitMetrics, measuring
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,6 +34,25 @@ def test_a_timed_step_logs_a_record_the_benchmark_reads_back_only_at_debug(
         pass
     [record] = parse_timings(f"INFO x: {message}" for message in caplog.messages)
     assert record.phase == "sink.commit" and record.pid == os.getpid() and record.ms >= 0
+
+
+def test_a_timed_commit_step_with_a_phase_feeds_the_commit_metrics_whatever_the_level(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """One timer per step: the DEBUG record the benchmark reads and the commit's phase in
+    the batch's record come from the same block, and the phase is kept at any level."""
+    from benchmarks.phases import parse_timings
+
+    metrics = CommitMetrics()
+    with measuring(metrics):
+        with caplog.at_level(logging.INFO, logger="firesteel.timing"), timed("wal.plan", "plan"):
+            pass
+        with caplog.at_level(logging.DEBUG, logger="firesteel.timing"), timed("wal.send", "send"):
+            pass
+    assert set(metrics.phases) == {"plan", "send"}
+    [record] = parse_timings(f"INFO x: {message}" for message in caplog.messages)
+    assert record.phase == "wal.send"
+    assert record.ms == pytest.approx(metrics.phases["send"] * 1000, abs=0.01)
 
 
 def test_phases_of_a_batch_are_the_records_that_began_in_its_trigger_window() -> None:

@@ -184,10 +184,14 @@ def test_a_spec_for_one_query_fires_only_in_that_querys_tasks(
     markers = str(tmp_path)
 
     def reach(_: int) -> str:
-        os.environ.update(
-            {FAULT_ENV: "sink.after_write@1#files", KILL_ENV: "process", MARKER_DIR_ENV: markers}
-        )
-        AFTER_WRITE.fire(1, 0)
+        # Spark reuses its Python workers: one left armed would kill a later test's task.
+        armed = {FAULT_ENV: "sink.after_write@1#files", KILL_ENV: "process"}
+        os.environ.update({**armed, MARKER_DIR_ENV: markers})
+        try:
+            AFTER_WRITE.fire(1, 0)
+        finally:
+            for name in (*armed, MARKER_DIR_ENV):
+                os.environ.pop(name, None)
         return "alive"
 
     context = spark.sparkContext

@@ -307,3 +307,10 @@ def test_file_committer_is_idempotent_and_forgets_old_batches(tmp_path: Path) ->
 def test_sink_id_must_be_a_path_segment(tmp_path: Path) -> None:
     with pytest.raises(SinkError, match="must be non-empty"):
         _sink(tmp_path, sink_id="a/b")
+
+
+def test_only_a_transactional_target_may_go_without_a_committer(tmp_path: Path) -> None:
+    """A target that keeps no record of its own needs the committer's, or a crash after a
+    send would send the segment again without anything noticing."""
+    with pytest.raises(SinkError, match=r"needs a checkpoint committer"):
+        JsonLinesWalSink("s1", str(tmp_path / "wal"), None, str(tmp_path / "target.jsonl"))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -118,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.workers == "site-packages":
         use_worker_python()
     config = dict(LOCAL_PROFILE) if args.profile == "local" else {"spark.driver.memory": "2g"}
+    # Settings to try beside the profile (python -m benchmarks.memory --config KEY=VALUE).
+    config.update(json.loads(os.environ.get("FIRESTEEL_BENCH_CONFIG", "{}")))
     spark = local_session("firesteel-peers", config=config)
     print(json.dumps({"event": "ready"}), flush=True)
     writer = build(spark, args).option("checkpointLocation", args.checkpoint)

@@ -151,6 +151,7 @@ def test_the_orders_pipeline_counts_every_order_once(
     # streamlet's session left active hid the suite's later registrations from its tests.
     sessions = SparkSession._get_j_spark_session_class(spark.sparkContext._jvm)
     assert sessions.getActiveSession().get().equals(spark._jsparkSession)
+    assert SparkSession.getActiveSession() is spark
     totals, rejected = rows(totals_dir), rows(rejected_dir)
     assert Counter(str(r["reason"]) for r in rejected) == rejections
     assert repeated(totals, rejected) == []

@@ -401,6 +401,38 @@ def test_a_kept_producer_fenced_in_another_worker_starts_over_without_failing(
     assert _values(bootstrap, topic) == _expected(*(f"b{b}-" for b in range(5)))
 
 
+def test_the_sole_senders_kept_producer_knows_its_marker_and_fencing_still_guards_it(
+    bootstrap, monkeypatch, caplog, new_worker
+):
+    """The write-ahead mode's driver sends every transaction of its sink, so its kept
+    producer takes the marker from its own last transaction instead of reading it. Another
+    instance sending a batch meanwhile (a second driver) fences it: its next transaction is
+    refused before anything is produced, and the new producer reads the marker and skips
+    the batch the other one sent. Every batch is written once."""
+    import logging
+
+    caplog.set_level(logging.DEBUG, logger="firesteel")
+    topic = create_topic(bootstrap, partitions=1)
+    sink = _sink(bootstrap, topic)
+    sink.sole_sender = True
+    driver = new_worker()
+
+    def send(worker: TransactionalPool, batch_id: int, prefix: str) -> tuple[bool, int]:
+        monkeypatch.setattr(exactly_once, "_TRANSACTIONAL", worker)
+        caplog.clear()
+        skipped = _write_batch(sink, batch_id, prefix).skipped
+        return skipped, caplog.text.count("timing kafka.marker_read")
+
+    assert send(driver, 0, "b0-") == (False, 1)  # a new producer reads it
+    assert send(driver, 1, "b1-") == (False, 0)  # kept: known from batch 0's transaction
+    assert send(driver, 1, "again-") == (True, 0)  # a re-run of batch 1: skipped, unread
+    assert send(new_worker(), 2, "b2-") == (False, 1)  # another driver fences the kept one
+    assert send(driver, 2, "twice-") == (True, 1)  # refused, replaced; the new one reads
+    assert "cannot go on" in caplog.text
+    assert send(driver, 3, "b3-") == (False, 0)
+    assert _values(bootstrap, topic) == _expected("b0-", "b1-", "b2-", "b3-")
+
+
 def test_a_zombie_holding_the_marker_sends_a_kept_producer_to_a_new_one(
     bootstrap, monkeypatch, new_worker
 ):

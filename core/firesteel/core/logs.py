@@ -3,9 +3,11 @@
 Spark forwards a Python worker's stderr to the driver's (local mode) or the
 executor's log. Setting ``FIRESTEEL_LOG_LEVEL`` (e.g. ``INFO``) in the job's
 environment makes firesteel's records appear there; without it only warnings
-and errors do (Python's default). At ``DEBUG``, :func:`timed` adds one record
-per step of a micro-batch (logger ``firesteel.timing``), which is how
-``python -m benchmarks fixedcost`` splits a batch's time by phase.
+and errors do (Python's default). :func:`timed` times the steps of a micro-batch,
+once for both of their readers: at ``DEBUG`` it adds one record per step (logger
+``firesteel.timing``), which is how ``python -m benchmarks fixedcost`` splits a
+batch's time by phase, and a step of a sink's commit named with a ``phase`` adds its
+seconds to the batch's record (:mod:`firesteel.core.phases`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+from firesteel.core.phases import commit_metrics
 
 LEVEL_ENV = "FIRESTEEL_LOG_LEVEL"
 
@@ -36,15 +40,24 @@ def configure_worker_logging() -> None:
 
 
 @contextmanager
-def timed(phase: str) -> Iterator[None]:
-    """Log at DEBUG (logger ``firesteel.timing``, :data:`TIMING_FORMAT`) how long the block
-    took; free when DEBUG is off. ``phase`` names the step (``sink.commit``, ``kafka.flush``)."""
-    if not TIMING.isEnabledFor(logging.DEBUG):
+def timed(step: str, phase: str | None = None) -> Iterator[None]:
+    """Time the block as step ``step`` of a micro-batch (``sink.commit``, ``kafka.flush``).
+
+    At DEBUG, log it (logger ``firesteel.timing``, :data:`TIMING_FORMAT`). With ``phase``
+    (snake_case: ``plan``, ``send``), also add its seconds to that part of the running
+    commit's metrics (:func:`~firesteel.core.phases.commit_metrics`), which the batch's
+    record keeps. Free when DEBUG is off and no ``phase`` is given.
+    """
+    logs = TIMING.isEnabledFor(logging.DEBUG)
+    if not logs and phase is None:
         yield
         return
     began, started = time.time(), time.perf_counter()
     try:
         yield
     finally:
-        elapsed = (time.perf_counter() - started) * 1000
-        TIMING.debug(TIMING_FORMAT, phase, elapsed, began, os.getpid())
+        seconds = time.perf_counter() - started
+        if phase is not None:
+            commit_metrics().add(phase, seconds)
+        if logs:
+            TIMING.debug(TIMING_FORMAT, step, seconds * 1000, began, os.getpid())

@@ -1,19 +1,19 @@
 """The parts of a driver's commit of a batch, timed: what a sink framework spends where.
 
-A sink framework times each part of its ``commit_batch`` with
-``commit_metrics().phase(name)`` (the write-ahead-log sink: ``plan``, ``send``,
-``record``, ``cleanup``; a two-phase-commit sink: ``publish``) and counts what it found
-(``segments_pending``). :func:`firesteel.core.metrics.commit.measured_commit` opens the
-:class:`CommitMetrics` a commit's parts go to and hands them to the batch's record;
-outside it (a segment sent on an executor) they go to a throwaway one. Apart from the
-metrics package, which imports the sink roles, so the roles can import this.
+A sink framework times each part of its ``commit_batch`` as a step with a phase,
+``timed(step, phase=name)`` (:func:`firesteel.core.logs.timed`, which also logs the
+step at DEBUG; the write-ahead-log sink: ``plan``, ``send``, ``record``, ``cleanup``;
+a two-phase-commit sink: ``publish``), and counts what it found
+(``segments_pending``). :func:`firesteel.core.metrics.commit.measured_commit` opens
+the :class:`CommitMetrics` a commit's parts go to and hands them to the batch's
+record; outside it (a segment sent on an executor) they go to a throwaway one. Apart
+from the metrics package, which imports the sink roles, so the roles can import this.
 """
 
 from __future__ import annotations
 
 import contextvars
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -26,16 +26,11 @@ class CommitMetrics:
 
     phases: dict[str, float] = field(default_factory=dict)
     counters: dict[str, float] = field(default_factory=dict)
-    clock: Callable[[], float] = time.perf_counter
 
-    @contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        """Add the time spent inside the block to phase ``name`` (snake_case)."""
-        started = self.clock()
-        try:
-            yield
-        finally:
-            self.phases[name] = self.phases.get(name, 0.0) + self.clock() - started
+    def add(self, phase: str, seconds: float) -> None:
+        """Add ``seconds`` to phase ``phase`` (snake_case); :func:`firesteel.core.logs.timed`
+        is what calls it."""
+        self.phases[phase] = self.phases.get(phase, 0.0) + seconds
 
     def count(self, name: str, value: float = 1) -> None:
         """Add ``value`` to counter ``name``."""

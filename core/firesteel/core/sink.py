@@ -37,7 +37,7 @@ from firesteel.core.faults import (
     BEFORE_COMMIT,
 )
 from firesteel.core.guarantee import SinkKind
-from firesteel.core.phases import commit_metrics
+from firesteel.core.logs import timed
 
 logger = logging.getLogger(__name__)
 
@@ -294,7 +294,7 @@ class TwoPhaseCommitSink(Sink, SinkWriter[Txn, C], Committer[C]):
         BEFORE_COMMIT.fire(batch_id)
         kind = cast("type[C]", self.committable_type)
         ordered = sorted(votes, key=_partition)
-        with commit_metrics().phase("publish"):
+        with timed("sink.publish", phase="publish"):
             self.commit(batch_id, [vote.committable(kind) for vote in ordered])
         AFTER_COMMIT.fire(batch_id)
 

@@ -38,7 +38,10 @@ target that upserts (declare ``upsert_target = True``) turns the re-send into
 an overwrite, hence exactly-once; a transactional target (declare
 ``transactional_target = True``: Kafka) commits each segment together with its
 own record of the send and skips a segment that record covers, so the re-send
-sends nothing. Segments already recorded are never re-sent.
+sends nothing. Segments already recorded are never re-sent. Such a target's
+record is the proof of the send, so it may do without a committer
+(``committer=None``): every commit then hands each planned segment to
+:meth:`WriteAheadSink.send_values`, which skips the ones its record covers.
 
 On an object store (``log_dir`` ``s3a://bucket/wal``, settings in
 ``storage_options``, see :mod:`firesteel.core.storage`) nothing here needs a
@@ -135,6 +138,9 @@ class WriteAheadSink(Sink):
     two-phase commit's pre-committed state, and the sink's kind
     :attr:`~firesteel.core.guarantee.SinkKind.TWO_PHASE_COMMIT`).
 
+    ``committer`` records each sent segment; ``None`` only for a ``transactional_target``,
+    whose own record in the target says which segments were sent (a re-run then asks
+    the target, through :meth:`send_values`, rather than a second record).
     ``log_dir`` (local path or pyarrow filesystem URI) should live in the
     query's checkpoint storage, e.g. ``<checkpoint>/firesteel/wal``: executors
     write segments there and the driver reads them, so it must be reachable
@@ -165,12 +171,18 @@ class WriteAheadSink(Sink):
         self,
         sink_id: str,
         log_dir: str,
-        committer: CheckpointCommitter,
+        committer: CheckpointCommitter | None,
         send_connect: str | None = None,
         storage_options: StorageConfig | Mapping[str, str] | None = None,
     ) -> None:
         if not sink_id or "/" in sink_id:
             msg = f"{self.name}: sink id {sink_id!r} must be non-empty and contain no '/'"
+            raise SinkError(msg)
+        if committer is None and not self.transactional_target:
+            msg = (
+                f"{self.name}: sink {sink_id!r} needs a checkpoint committer: only a "
+                "transactional target records its own sends"
+            )
             raise SinkError(msg)
         self.sink_id = sink_id
         self.log_dir = log_dir.rstrip("/")
@@ -212,7 +224,8 @@ class WriteAheadSink(Sink):
         credentials, an unreachable endpoint), create its folder, open the committer."""
         check_location(resolve(self.log_dir, self.storage), self.storage)
         self.log_folder.make()
-        self.committer.open()
+        if self.committer is not None:
+            self.committer.open()
 
     @functools.cached_property
     def log_folder(self) -> Folder:
@@ -335,29 +348,31 @@ class WriteAheadSink(Sink):
         :mod:`firesteel.core.metrics.commit`), ``segments_pending`` counting the segments
         this commit found unsent (after a crash, fewer than the batch wrote)."""
         BEFORE_COMMIT.fire(batch_id)
-        metrics = commit_metrics()
-        with metrics.phase("plan"), timed("wal.plan"):
+        with timed("wal.plan", phase="plan"):
             pending = [vote for vote in self._plan(batch_id, votes) if self._unsent(vote)]
-        metrics.count("segments_pending", len(pending))
+        commit_metrics().count("segments_pending", len(pending))
         if self.send_connect and pending:
             sends = [_SegmentSend(self, vote) for vote in pending]
-            with metrics.phase("send"):
+            with timed("wal.send_tasks", phase="send"):
                 run_on_executors(self.send_connect, sends, f"{self.sink_id} batch {batch_id}")
         else:
             for position, vote in enumerate(pending):
                 self.send_segment(vote)
                 if position < len(pending) - 1:
                     MID_COMMIT.fire(batch_id)
-        with metrics.phase("cleanup"), timed("wal.cleanup"):
+        with timed("wal.cleanup", phase="cleanup"):
             self._delete_through(batch_id)
-            self.committer.forget(self.sink_id, batch_id)
+            if self.committer is not None:
+                self.committer.forget(self.sink_id, batch_id)
         AFTER_COMMIT.fire(batch_id)
 
     def _unsent(self, vote: Vote) -> bool:
-        """Whether ``vote`` has a segment the committer does not record as sent."""
+        """Whether ``vote`` has a segment the committer (if any) does not record as sent."""
         if vote.committable(SegmentCommittable).segment is None:
             return False
-        if self.committer.is_committed(self.sink_id, vote.batch_id, vote.partition_id):
+        if self.committer is not None and self.committer.is_committed(
+            self.sink_id, vote.batch_id, vote.partition_id
+        ):
             logger.info(
                 "%s: batch %d partition %d already sent; skipping its segment",
                 self.sink_id,
@@ -369,11 +384,12 @@ class WriteAheadSink(Sink):
 
     def send_segment(self, vote: Vote) -> None:
         """Send one voted segment, then record it: where it runs, the driver or an executor."""
-        metrics = commit_metrics()
-        with metrics.phase("send"), timed("wal.send"):
+        with timed("wal.send", phase="send"):
             self.send_values(self.read_segment(vote), vote.batch_id, vote.partition_id)
         AFTER_SEND.fire(vote.batch_id, vote.partition_id)
-        with metrics.phase("record"), timed("wal.marker"):
+        if self.committer is None:
+            return
+        with timed("wal.marker", phase="record"):
             self.committer.commit(self.sink_id, vote.batch_id, vote.partition_id)
 
     def _plan(self, batch_id: int, votes: Sequence[Vote]) -> list[Vote]:

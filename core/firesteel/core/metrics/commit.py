@@ -2,7 +2,8 @@
 
 :func:`~firesteel.core.spark.writer.commit_batch` runs a sink's ``commit_batch`` inside
 :func:`measured_commit`; the sink frameworks time their parts and count what they found
-through :func:`~firesteel.core.phases.commit_metrics` (see :mod:`firesteel.core.phases`).
+through :func:`~firesteel.core.logs.timed` and :func:`~firesteel.core.phases.commit_metrics`
+(see :mod:`firesteel.core.phases`).
 A crash inside the commit makes Spark commit the batch again; the batch's record then
 holds what the last commit, the one that completed, measured: these figures count that
 attempt, which after a crash has less left to do.
@@ -29,7 +30,7 @@ def measured_commit(
     clock: Callable[[], float] = time.perf_counter,
 ) -> tuple[CommitMetrics, float]:
     """Run ``sink.commit_batch``, measured; its metrics and its seconds."""
-    metrics = CommitMetrics(clock=clock)
+    metrics = CommitMetrics()
     started = clock()
     with measuring(metrics):
         sink.commit_batch(batch_id, votes)

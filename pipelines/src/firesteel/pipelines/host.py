@@ -99,15 +99,19 @@ def _active_session_kept(spark: Any) -> Iterator[None]:
     Starting a query makes its session the thread's active one, and Spark looks up a
     Python data source by name in the *active* session: a streamlet's clone left active
     would hide every data source registered with the application after it was cloned
-    (a caller's next ``format(...)`` then fails with ``DATA_SOURCE_NOT_FOUND``).
+    (a caller's next ``format(...)`` then fails with ``DATA_SOURCE_NOT_FOUND``). PySpark
+    keeps its own record of it, which ``SparkSession.active()`` and
+    ``getActiveSession()`` return: kept too, or they would hand the caller the clone.
     """
     from pyspark.sql import SparkSession
 
     sessions = SparkSession._get_j_spark_session_class(spark.sparkContext._jvm)
     before = sessions.getActiveSession()
+    python_before = SparkSession._activeSession
     try:
         yield
     finally:
+        SparkSession._activeSession = python_before
         if before.isDefined():
             sessions.setActiveSession(before.get())
         else:

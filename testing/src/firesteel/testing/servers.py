@@ -22,6 +22,12 @@ from firesteel.testing.ports import free_port
 from firesteel.testing.processes import REAPER, spawn_logged
 
 START_TIMEOUT_S = 30.0
+PORT_ATTEMPTS = 3
+"""Ports a first start tries when another process took the one chosen (see ``start``)."""
+
+
+class PortTakenError(RuntimeError):
+    """The server exited because another process had bound its port first."""
 
 
 class ServerProcess(ABC):
@@ -58,15 +64,36 @@ class ServerProcess(ABC):
 
     def start(self) -> ServerProcess:
         """Start the server (on a free port the first time, then on the same one) and wait
-        until it answers."""
+        until it answers.
+
+        A free port is only free until someone binds it: on a busy machine another
+        process can take it between :func:`free_port` and the server's own bind. A
+        first start that fails so (``EADDRINUSE`` in its log) tries another port, up to
+        :data:`PORT_ATTEMPTS` in all; a restart keeps its port, which clients know.
+        """
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.port = self.port or free_port()
+        if self.port:
+            return self._start()
+        attempts = PORT_ATTEMPTS
+        while True:
+            self.port = free_port()
+            try:
+                return self._start()
+            except PortTakenError:
+                attempts -= 1
+                if not attempts:
+                    raise
+
+    def _start(self) -> ServerProcess:
         self.process = spawn_logged(self.command(), self.log, self.environment())
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 log = self.log.read_text(errors="replace")[-2000:]
                 msg = f"the {self.name} exited with {self.process.returncode}: {log}"
+                self.stop()
+                if "EADDRINUSE" in log or "ddress already in use" in log:
+                    raise PortTakenError(msg)
                 raise RuntimeError(msg)
             try:
                 with urllib.request.urlopen(f"{self.endpoint}{self.probe}", timeout=2):

@@ -73,6 +73,9 @@ class TransactionalClient:
     token: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
     """Names this producer instance in the markers it commits: a kept producer whose
     partition's marker names another was fenced by that one, and is not tried."""
+    marker: tuple[str, int] | None = None
+    """(query id, last committed batch) of its id's marker as this instance last saw or set
+    it (a read, or its own committed transaction); ``None`` after anything else."""
 
     def close(self) -> None:
         """Close the consumer; the producer is only dropped (it has nothing in flight)."""

@@ -44,6 +44,15 @@ names the producer instance that committed it (``by``): a kept producer whose
 marker names another instance was certainly fenced by it, and is not tried
 (nor is librdkafka's fencing error logged for it).
 
+Where one process sends every transaction of the sink (``sole_sender``: the
+write-ahead mode's commit on the driver), a kept producer skips step 2: the
+marker is what its own last transaction committed, or what it last read,
+since no other instance had a say while its epoch stayed current. If one did
+(a second driver, a zombie), this producer is fenced and step 3 finds out
+before anything is produced, as above; the new producer reads the marker.
+In the in-task mode a partition's tasks move between workers, whose producers
+fence each other, so there the marker is read every time.
+
 librdkafka cannot commit another process's transaction, so the commit happens
 in the task (step 4) rather than on the driver: a batch can be visible in
 Kafka before Spark writes ``commits/N``; a re-run then finds the markers and
@@ -142,6 +151,10 @@ class KafkaExactlyOnceSink(InTaskCommitSink[KafkaTransaction, KafkaCommittable])
     """One Kafka transaction per (batch, key) with its marker; ``exactly.once.mode=in-task``
     as a sink (see the module docs).
 
+    ``sole_sender``: this process sends every transaction of the sink (the write-ahead
+    mode's sends on the driver), so a kept producer trusts its own last marker instead of
+    reading it (see the module docs).
+
     ``layout`` (in-task mode, from the query's checkpoint) checks at each commit that a
     re-run batch kept its partition count; ``None`` where there is no checkpoint
     (``foreachBatch``) or the transactions serve the write-ahead mode. ``checkpoint`` is
@@ -166,8 +179,10 @@ class KafkaExactlyOnceSink(InTaskCommitSink[KafkaTransaction, KafkaCommittable])
         sink_id: str,
         layout: PartitionLayout | None = None,
         checkpoint: str = "",
+        sole_sender: bool = False,
     ) -> None:
         self.options = options
+        self.sole_sender = sole_sender
         self.sink_id = sink_id
         self.layout = layout
         self.checkpoint = checkpoint
@@ -268,6 +283,9 @@ class KafkaExactlyOnceSink(InTaskCommitSink[KafkaTransaction, KafkaCommittable])
         group = self.names.marker_group(scope.partition_id)
         consumer = txn.client.marker_consumer
         partition = TopicPartition(self.marker_topic, 0)
+        known = txn.client.marker if kept and self.sole_sender else None
+        if known is not None and known[0] == scope.query_id:
+            return self._continue(txn, known[1], kept)
         try:
             with timed("kafka.marker_read"):
                 if kept:
@@ -288,7 +306,23 @@ class KafkaExactlyOnceSink(InTaskCommitSink[KafkaTransaction, KafkaCommittable])
             raise SinkError(msg) from exc
         if marker.offset >= 0:
             self._check_owner(scope, marker.metadata)
-        txn.committed_batch = committed_batch(marker.offset)
+        txn.client.marker = (scope.query_id, committed_batch(marker.offset))
+        superseded = marker.offset >= 0 and marker_writer(marker.metadata) != txn.client.token
+        if kept and superseded and committed_batch(marker.offset) < scope.batch_id:
+            # Another instance committed since this one's last transaction, so it called
+            # init_transactions after this one's: certainly fenced, no need to ask.
+            logger.debug("firesteel.kafka sink: %s: kept producer superseded", txn.transactional_id)
+            task_metrics().count("producers_fenced")
+            return False
+        return self._continue(txn, committed_batch(marker.offset), kept)
+
+    def _continue(self, txn: KafkaTransaction, committed: int, kept: bool) -> bool:
+        """Skip the transaction if the marker says ``committed`` covers its batch, else begin
+        it with the marker set inside; ``False`` as :meth:`_start` says."""
+        from confluent_kafka import KafkaException
+
+        scope = txn.scope
+        txn.committed_batch = committed
         if txn.committed_batch >= scope.batch_id:
             logger.info(
                 "firesteel.kafka sink: %s already committed batch %d (marker %d); skipping",
@@ -299,12 +333,6 @@ class KafkaExactlyOnceSink(InTaskCommitSink[KafkaTransaction, KafkaCommittable])
             txn.state = TxnState.SKIPPED
             task_metrics().count("partitions_already_committed")
             return True
-        if kept and marker.offset >= 0 and marker_writer(marker.metadata) != txn.client.token:
-            # Another instance committed since this one's last transaction, so it called
-            # init_transactions after this one's: certainly fenced, no need to ask.
-            logger.debug("firesteel.kafka sink: %s: kept producer superseded", txn.transactional_id)
-            task_metrics().count("producers_fenced")
-            return False
         try:
             txn.producer.begin_transaction()
             with timed("kafka.send_offsets"):
@@ -376,6 +404,13 @@ class KafkaExactlyOnceSink(InTaskCommitSink[KafkaTransaction, KafkaCommittable])
             "'sink.id': give it a new one)",
         ).check(marker_owner(metadata))
 
+    def open(self, txn: KafkaTransaction) -> bool:
+        """Steps 1-3 of the module docs now, before any row; whether there is anything to
+        send (``False``: the marker says the batch was committed, the transaction skipped)."""
+        if txn.state is TxnState.NEW:
+            self._open(txn)
+        return txn.state is not TxnState.SKIPPED
+
     def write(self, txn: KafkaTransaction, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
             return
@@ -430,6 +465,8 @@ class KafkaExactlyOnceSink(InTaskCommitSink[KafkaTransaction, KafkaCommittable])
         with timed("kafka.commit_transaction"):
             self._transactional(txn, "commit_transaction", txn.producer.commit_transaction)
         txn.state = TxnState.COMMITTED
+        assert txn.client is not None
+        txn.client.marker = (scope.query_id, scope.batch_id)
         AFTER_COMMIT_TRANSACTION.fire(scope.batch_id, scope.partition_id)
         self._release(txn)
         return handle
@@ -445,6 +482,9 @@ class KafkaExactlyOnceSink(InTaskCommitSink[KafkaTransaction, KafkaCommittable])
             self._release(txn)
             return
         txn.state = TxnState.ABORTED
+        if txn.client is not None:
+            # An abort may follow a commit whose outcome is unknown: read the marker next time.
+            txn.client.marker = None
         if txn.tracker is not None and txn.tracker.unusable:
             # Fenced: the newer instance's init_transactions aborted this transaction.
             # Fatal: the broker aborts it at the timeout, or the next instance's

@@ -18,9 +18,14 @@ batch's commit decides what is sent, from a plan that no re-run can change
    <prefix>-<sink id>-<s>`` fences every older instance, the marker of group
    ``<prefix>-<sink id>-marker-<s>`` tells whether N was sent already (then
    nothing is sent), and otherwise moves to N + 1 inside the transaction that
-   carries the segment's rows. Then a marker file in the checkpoint records
-   the send (:class:`~firesteel.sinks.spi.FileCheckpointCommitter`), so a
-   later re-run does not even open a producer for it;
+   carries the segment's rows. That marker is the one record of the send: the
+   sink has no checkpoint committer (no marker file, no check of one), since a
+   file written after the transaction would only repeat what the transaction
+   committed. The producers stay in the driver between batches, and as the
+   driver is then the only sender of these transactional ids, a kept producer
+   knows its marker from its own last transaction and does not read it (a
+   producer fenced meanwhile is refused by the broker at the marker's
+   ``send_offsets_to_transaction`` and replaced by a new one, which reads it);
 4. the segments of N and before are deleted; Spark writes ``commits/N``.
 
 A segment whose send fails for a reason a new transaction can overcome (the
@@ -36,7 +41,8 @@ was sent); after it, the plan's segments go out once each, because a
 segment's transaction carries its marker and every send reads the marker
 after fencing the crashed instance. With ``send.connect`` the sends of step 3
 run as one Spark task per segment across the executors
-(:mod:`firesteel.sinks.fanout`); otherwise one after another in the commit.
+(:mod:`firesteel.sinks.fanout`), whose producers read their marker each time;
+otherwise one after another in the commit.
 
 What it costs: every row is written to and read back from the checkpoint
 storage, and the sends start only once every task of the batch voted.
@@ -69,7 +75,7 @@ from firesteel.kafka.errors import OutageError
 from firesteel.kafka.options import KafkaSinkOptions
 from firesteel.kafka.sink.exactly_once import KafkaExactlyOnceSink
 from firesteel.kafka.sink.transaction import TransactionScope
-from firesteel.sinks.spi import FileCheckpointCommitter, WriteAheadSink
+from firesteel.sinks.spi import WriteAheadSink
 
 logger = logging.getLogger(__name__)
 
@@ -87,15 +93,13 @@ class KafkaWriteAheadSink(WriteAheadSink):
                 "checkpoint: set option 'checkpointLocation' (or exactly.once.mode=in-task)"
             )
             raise ConfigError(msg)
-        super().__init__(
-            sink_id,
-            layout.write_ahead_log(checkpoint),
-            FileCheckpointCommitter.for_checkpoint(checkpoint),
-            options.send_connect,
-        )
+        # No committer: the marker each segment's transaction commits records the send.
+        super().__init__(sink_id, layout.write_ahead_log(checkpoint), None, options.send_connect)
         # Spark writes <checkpoint>/metadata before it builds a sink: the markers name it.
         self.query_id = query_identity(checkpoint)
-        self.transactions = KafkaExactlyOnceSink(options, sink_id, checkpoint=checkpoint)
+        self.transactions = KafkaExactlyOnceSink(
+            options, sink_id, checkpoint=checkpoint, sole_sender=not options.send_connect
+        )
         self.retry_timeout_ms = options.retry_timeout_ms
 
     def prepare(self) -> None:
@@ -119,12 +123,18 @@ class KafkaWriteAheadSink(WriteAheadSink):
 
     def send_values(self, batches: Iterable[pa.RecordBatch], batch_id: int, partition: int) -> None:
         """Send segment ``partition`` of batch ``batch_id`` in its own transaction with its
-        marker, or nothing if the marker says an earlier commit sent it."""
+        marker, or nothing if the marker says an earlier commit sent it.
+
+        The marker is read before the segment: a segment sent is not even read, which
+        matters once the batch's commit has deleted its segments (Spark commits the batch
+        again after a crash before ``commits/N``, and a re-run with another partition
+        count sends the plan's segments, all sent and deleted by then)."""
         transactions = self.transactions
         txn = transactions.begin(TransactionScope(self.query_id, batch_id, partition))
         try:
-            for batch in batches:
-                transactions.write(txn, batch)
+            if transactions.open(txn):
+                for batch in batches:
+                    transactions.write(txn, batch)
             handle = transactions.pre_commit(txn)
         except BaseException:
             transactions.abort_transaction(txn)
