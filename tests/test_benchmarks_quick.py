@@ -89,6 +89,10 @@ def test_quick_run_of_every_benchmark_group(
     # The fixedcost group measures job processes, a JVM each (minutes in all):
     # tests/test_benchmarks_fixedcost.py tests its logic instead.
     groups.remove("fixedcost")
+    # The windows group's quick run is still four streaming queries of five micro-batches,
+    # one of them transformWithStateInPandas (7.6 min at load 25-44 when it was added):
+    # tests/test_benchmarks_windows.py tests its reference instead.
+    groups.remove("windows")
     done = _benchmarks(
         "--quick", "--no-progress", "--out", str(tmp_path), *groups, bootstrap=bootstrap
     )

@@ -1,14 +1,22 @@
-"""Crash test of event-time timers and session windows with late data, in the suite's budget.
+"""Crash test of event time on keyed state, in the suite's budget: session windows with late
+data and the interval join, two queries of one driver sharing its kills.
 
-files -> session windows (gap, allowed lateness, late records to the side output) -> the
-transactional file sink: the whole job SIGKILLed after a task's state snapshot, restarted at
-another operator parallelism and input ``repartition``, and in that run two tasks killed
-(after a snapshot, after a write; Spark retries them, no JVM start). The output, read with
-pyarrow, matches the plain-Python reference fed the same batches: every window result
-exactly once (re-emitted only for allowed-lateness updates), every late record once. One
-whole-job kill keeps the test within the suite's budget (each costs a JVM start); the long
-loop of whole-job kills at named points and at random is the soak command's ``windows``
-path (``python -m firesteel.testing.soak windows --cycles 10``).
+- windows: files -> session windows (gap, allowed lateness, late records to the side output)
+  -> the transactional file sink;
+- join: two file inputs -> ``IntervalJoin`` -> the transactional file sink.
+
+The whole job is SIGKILLed once, inside both queries' commits of batch 1 on the driver
+(``driver.mid_commit``, gathered: each waits at the point until both are there; the file
+sink's manifest written, its files not all published, the batch's state snapshots written
+and not yet committed). The restart runs both operators at another parallelism (the
+windows also at another input ``repartition``) and loses two tasks of each query (after a
+snapshot, after a write; Spark retries them, no JVM start). The outputs, read with
+pyarrow, match the plain-Python references: every window result exactly once (re-emitted
+only for allowed-lateness updates), every late record once, every pair the join's interval
+holds once. One whole-job kill keeps the test within the suite's budget (each costs a JVM
+start and both queries' start-up); the long loops of kills at named points and at random
+are the soak command's ``windows`` and ``join`` paths
+(``python -m firesteel.testing.soak join --cycles 10``).
 """
 
 from __future__ import annotations
@@ -17,25 +25,29 @@ from pathlib import Path
 
 import pytest
 
-from firesteel.testing import CrashHarness, at_point, task_kills
+from firesteel.testing import CrashHarness, Part, at_point, in_one_run, task_kills
+from firesteel.testing.joins import FILES_PER_BATCH as JOIN_FILES_PER_BATCH
+from firesteel.testing.joins import check_join_output, write_join_files
 from firesteel.testing.scripts import script
 from firesteel.testing.spellings import Spellings
 from firesteel.testing.windows import check_window_output, write_window_files
 
-pytestmark = [pytest.mark.crash, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.crash, pytest.mark.timeout(900)]
 
 FILES = 12
 FILES_PER_BATCH = 2
-RESTARTS = [("3", "0"), ("2", "3")]
-"""(operator parallelism, input partitions) of each start."""
+RESTARTS = [("3", "0"), ("2", "3"), ("1", "2")]
+"""The windows' (operator parallelism, input partitions) of each start."""
+JOIN_FILES = 10
+JOIN_PARALLELISM = ["2", "3", "1"]
+"""The join's operator parallelism of each start."""
 
 
-def test_session_windows_with_late_data_survive_sigkill_and_rescale(
-    crash_harness: CrashHarness, tmp_path: Path
-) -> None:
-    source, out = tmp_path / "in", tmp_path / "out"
+def windows_part(root: Path) -> Part:
+    """Session windows with late data, local files in and out."""
+    source, out = root / "in", root / "out"
     write_window_files(source, 0, FILES)
-    checkpoints, states = Spellings(tmp_path / "ck"), Spellings(tmp_path / "state")
+    checkpoints, states = Spellings(root / "ck"), Spellings(root / "state")
 
     def args(run: int) -> list[str]:
         parallelism, partitions = RESTARTS[run % len(RESTARTS)]
@@ -49,13 +61,48 @@ def test_session_windows_with_late_data_survive_sigkill_and_rescale(
             partitions,
         ]
 
+    return Part("windows", script("windows_job"), args)
+
+
+def join_part(root: Path) -> Part:
+    """The interval join of two file inputs, local files in and out."""
+    write_join_files(root / "in", 0, JOIN_FILES)
+    checkpoints, states = Spellings(root / "ck"), Spellings(root / "state")
+
+    def args(run: int) -> list[str]:
+        return [
+            str(root / "in"),
+            str(root / "out"),
+            checkpoints(run),
+            states(run),
+            str(JOIN_FILES_PER_BATCH),
+            JOIN_PARALLELISM[run % len(JOIN_PARALLELISM)],
+        ]
+
+    return Part("join", script("join_job"), args)
+
+
+def test_windows_and_interval_join_survive_sigkill_and_rescale(tmp_path: Path) -> None:
+    parts = [windows_part(tmp_path / "windows"), join_part(tmp_path / "join")]
     kills = [
-        at_point("state.after_snapshot", batch=1, partition=1),
-        task_kills(["state.after_snapshot", "sink.after_write"], [3]),
+        # Both queries wait inside their commit of batch 1 until both are there: one kill
+        # lands in both commits (each query's snapshot of that batch written, uncommitted).
+        at_point("driver.mid_commit", batch=1, query=["windows", "join"]),
+        in_one_run(
+            task_kills(["state.after_snapshot", "sink.after_write"], [3], query="windows"),
+            task_kills(["state.after_snapshot", "sink.after_write"], [3], query="join"),
+        ),
     ]
-    result = crash_harness.run(script("windows_job"), args, kills)
+    # Two queries share two cores: the run that completes takes longer than one job's.
+    with CrashHarness(tmp_path / "harness", timeout=480) as harness:
+        result = harness.run_together(parts, kills)
     assert result.exit_codes == [-9, 0], result.summary()
-    assert result.all_fired and result.kills == 3, result.summary()
-    found = check_window_output(out, FILES, FILES_PER_BATCH)
+    assert result.all_fired and result.kills == 5, result.summary()
+    assert [sorted(q) for q in result.gathered.values()] == [["join", "windows"]], result.gathered
+    found = check_window_output(tmp_path / "windows" / "out", FILES, FILES_PER_BATCH)
     assert found["results"] and found["late"] and found["re_emitted"], found
     assert (found["missing"], found["duplicated"], found["unexpected"]) == (0, 0, 0), found
+    joined = check_join_output(tmp_path / "join" / "out", JOIN_FILES)
+    assert joined["pairs"] > 50, joined
+    assert (joined["missing"], joined["duplicated"], joined["unexpected"]) == (0, 0, 0), joined
+    assert joined["late"] == 0, joined

@@ -17,6 +17,9 @@ Usage::
 - ``windows``: firesteel.files -> session windows with late data -> firesteel.files,
   with a random operator parallelism and input ``repartition`` on every restart, checked
   against a plain-Python reference (:class:`WindowsSoak`);
+- ``join``: two firesteel.files inputs -> the interval join -> firesteel.files, with a
+  random operator parallelism on every restart, checked against the pairs the interval
+  holds, joined in plain Python (:class:`JoinSoak`);
 - ``files-s3``, ``state-s3``, ``wal-s3``: the same paths with the file sink's
   output, the keyed state, or the write-ahead log on an S3 API server process
   (moto, started by the soak in ``WORKDIR/s3`` and stopped with it), spelled
@@ -89,6 +92,7 @@ from firesteel.testing.harness import (
     batch_started,
     next_batch,
 )
+from firesteel.testing.joins import check_join_output, write_join_files
 from firesteel.testing.ranked import misranked, ranks_by_key
 from firesteel.testing.s3 import SETTINGS_ENV, S3Server
 from firesteel.testing.scripts import script
@@ -147,11 +151,18 @@ LOCAL_PATHS = {
 S3_SUFFIX = "-s3"
 WINDOWS = "windows"
 """The event-time path: session windows with late data (:class:`WindowsSoak`)."""
+JOIN = "join"
+"""The two-input event-time path: the interval join (:class:`JoinSoak`)."""
 PATHS = {
     **LOCAL_PATHS,
     **{name + S3_SUFFIX: path for name, path in LOCAL_PATHS.items()},
     WINDOWS: SoakPath(
         "windows_job",
+        ("state.after_snapshot", "sink.after_write", "driver.before_commit", "driver.mid_commit"),
+        rescales=True,
+    ),
+    JOIN: SoakPath(
+        "join_job",
         ("state.after_snapshot", "sink.after_write", "driver.before_commit", "driver.mid_commit"),
         rescales=True,
     ),
@@ -483,6 +494,63 @@ class WindowsSoak:
         }
 
 
+class JoinSoak:
+    """The ``join`` path: two firesteel.files inputs -> the interval join -> firesteel.files,
+    every restart at a random operator parallelism (1-4). Each cycle adds
+    :data:`FILES_PER_CYCLE` files of ``(seq, key, ts)`` records to each input, read two of
+    each to a batch; :func:`~firesteel.testing.joins.check_join_output` compares the output
+    with every pair the interval holds, joined in plain Python: each exactly once."""
+
+    def __init__(self, workdir: Path, rng: random.Random, saved: SavedRun | None = None) -> None:
+        self.rng = rng
+        self.source = workdir / "in"
+        self.out = workdir / "out"
+        self.checkpoint = workdir / "ck"
+        self.checkpoints = Spellings(self.checkpoint)
+        self.states = Spellings(workdir / "state")
+        resumed_spellings(saved, checkpoint=self.checkpoints, state=self.states)
+        self.files = saved.number("files") if saved else 0
+
+    @property
+    def job(self) -> Path:
+        return script(PATHS[JOIN].job)
+
+    @property
+    def points(self) -> tuple[str, ...]:
+        return PATHS[JOIN].points
+
+    def saved(self) -> dict[str, Any]:
+        return {
+            "files": self.files,
+            "checkpoint_starts": self.checkpoints.starts,
+            "state_starts": self.states.starts,
+        }
+
+    def feed(self) -> None:
+        write_join_files(self.source, self.files, FILES_PER_CYCLE)
+        self.files += FILES_PER_CYCLE
+
+    def args(self, run: int) -> list[str]:
+        return [
+            str(self.source),
+            str(self.out),
+            self.checkpoints.next(),
+            self.states.next(),
+            FILES_PER_BATCH,
+            str(self.rng.randint(1, 4)),
+        ]
+
+    def check(self) -> dict[str, int]:
+        """``records`` counts the pairs the output must hold (the reference's)."""
+        found = check_join_output(self.out, self.files)
+        return {
+            "records": found["pairs"],
+            "lost": found["missing"],
+            "duplicated": found["duplicated"],
+            "unexpected": found["unexpected"] + found["late"],
+        }
+
+
 @contextlib.contextmanager
 def on_s3(name: str, workdir: Path, rng: random.Random) -> Iterator[Soak]:
     """Path ``name`` (an ``-s3`` one) with its S3 server started in ``workdir/s3`` and its
@@ -702,6 +770,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ) -> AbstractContextManager[SoakRun]:
         if name == WINDOWS:
             return nullcontext(WindowsSoak(workdir, rng, saved))
+        if name == JOIN:
+            return nullcontext(JoinSoak(workdir, rng, saved))
         if not name.endswith(S3_SUFFIX):
             return nullcontext(Soak(name, workdir, rng, saved))
         if saved is not None:
