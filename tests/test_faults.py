@@ -266,6 +266,26 @@ def test_a_spec_for_several_queries_kills_once_all_are_inside_the_point(tmp_path
     assert (markers / spec).exists()
 
 
+def test_one_process_per_query_waits_at_a_gathering_point(tmp_path: Path) -> None:
+    """A second process of a query already waiting at the point goes on without waiting
+    or firing: a query's tasks waiting there would each hold a task slot, and with every
+    slot held the other queries never arrive."""
+    markers = tmp_path / "markers"
+    spec = "driver.mid_commit#files+state"
+    first = commit_of("files", spec, tmp_path, markers)
+    assert first.stdout is not None
+    assert first.stdout.readline().strip() == "committing"
+    again = commit_of("files", spec, tmp_path, markers)
+    out, _ = again.communicate(timeout=60)
+    assert again.returncode == 0
+    assert out.split() == ["committing", "committed"]
+    assert first.poll() is None
+    last = commit_of("state", spec, tmp_path, markers)
+    assert last.wait(timeout=60) == -signal.SIGKILL
+    assert first.wait(timeout=60) == -signal.SIGKILL
+    assert gathered(markers, spec) == ["files", "state"]
+
+
 MODE_SCRIPT = """
 import subprocess, sys
 from firesteel.core.sink import AFTER_WRITE

@@ -99,7 +99,8 @@ def kill_if_armed(point: FaultPoint, batch_id: int | None, partition: int | None
         queries = _queries(spec)
         if len(queries) > 1:
             # Every query gathered here dies here: whoever creates the marker, all kill.
-            _gather(spec, queries)
+            if not _gather(spec, queries):
+                continue
             _claim(spec)
             logger.warning("fault injection: killing at %s (batch %s)", spec, batch_id)
             _kill(mode)
@@ -195,19 +196,28 @@ def _marker_name(spec: str) -> str:
     return spec.strip().replace("/", "_")
 
 
-def _gather(spec: str, queries: list[str]) -> None:
-    """Wait at this point until every query of ``spec`` reached it (or the wait ran out)."""
+def _gather(spec: str, queries: list[str]) -> bool:
+    """Wait at this point until every query of ``spec`` reached it (or the wait ran out);
+    False, without waiting, where another process of the same query already waits here.
+
+    One waiter per query: a query's tasks reaching a point in its tasks would otherwise
+    each hold a task slot while they wait, and with every slot held the other queries
+    never reach the point (seen in CI: the in-task state query's two tasks held both slots
+    of ``local[2]`` and the map query's commit never came)."""
     marker_dir = os.environ.get(MARKER_DIR_ENV)
     here = _running_query()
     if not marker_dir or here is None:
-        return
+        return True
     folder = Path(marker_dir) / GATHER_DIR / _marker_name(spec)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / here).touch()
+    try:
+        os.close(os.open(folder / here, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
     deadline = time.monotonic() + GATHER_SECONDS
     while time.monotonic() < deadline:
         if {p.name for p in folder.iterdir()} >= set(queries):
-            return
+            return True
         time.sleep(GATHER_POLL_SECONDS)
     logger.warning(
         "fault injection: %s: %s never arrived within %.0f s",
@@ -215,6 +225,7 @@ def _gather(spec: str, queries: list[str]) -> None:
         sorted(set(queries) - {p.name for p in folder.iterdir()}),
         GATHER_SECONDS,
     )
+    return True
 
 
 def _claim(spec: str) -> bool:

@@ -109,10 +109,23 @@ class Discovery:
         return sorted(found)
 
     def _watermarks(self, tps: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, tuple]:
-        from confluent_kafka import KafkaException, TopicPartition
+        from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
         def ask(tp: Any) -> Callable[[float], tuple]:
-            return lambda timeout: self.consumer.get_watermark_offsets(tp, timeout=timeout)
+            def call(timeout: float) -> tuple:
+                try:
+                    return self.consumer.get_watermark_offsets(tp, timeout=timeout)
+                except KafkaException as exc:
+                    if exc.args[0].code() == KafkaError._UNKNOWN_PARTITION:
+                        # The client dropped the partition from its metadata while its
+                        # leader was away and, for a topic it is not assigned, does not
+                        # ask again by itself (seen failing for 120 s after the broker was
+                        # back): a metadata request for the topic brings it back.
+                        with contextlib.suppress(KafkaException):
+                            self.consumer.list_topics(tp.topic, timeout=timeout)
+                    raise
+
+            return call
 
         marks = {}
         for topic, partition in tps:
