@@ -435,14 +435,12 @@ class Soak:
         return ds.dataset(f"{self.bucket}/out", format="parquet", filesystem=filesystem).to_table()
 
 
-class WindowsSoak:
-    """The ``windows`` path: firesteel.files -> session windows with late data (allowed
-    lateness, side output) -> firesteel.files, every restart at a random operator
-    parallelism (1-4) and input ``repartition`` (none, 1-3). Each cycle adds
-    :data:`FILES_PER_CYCLE` files of out-of-order ``(seq, key, ts)`` records, read two to a
-    batch, so the batches are known and :func:`~firesteel.testing.windows.check_window_output`
-    compares the output with the plain-Python reference fed the same batches: every window
-    result and late record exactly once, re-emitted only for allowed-lateness updates."""
+class _EventTimeSoak:
+    """What the event-time paths share: inputs, output, checkpoint and state folders under
+    ``workdir`` (each restart spelling the checkpoint and state location anew), the files
+    written so far, and the path's job and points (:attr:`path`)."""
+
+    path: str
 
     def __init__(self, workdir: Path, rng: random.Random, saved: SavedRun | None = None) -> None:
         self.rng = rng
@@ -456,11 +454,11 @@ class WindowsSoak:
 
     @property
     def job(self) -> Path:
-        return script(PATHS[WINDOWS].job)
+        return script(PATHS[self.path].job)
 
     @property
     def points(self) -> tuple[str, ...]:
-        return PATHS[WINDOWS].points
+        return PATHS[self.path].points
 
     def saved(self) -> dict[str, Any]:
         return {
@@ -469,11 +467,9 @@ class WindowsSoak:
             "state_starts": self.states.starts,
         }
 
-    def feed(self) -> None:
-        write_window_files(self.source, self.files, FILES_PER_CYCLE)
-        self.files += FILES_PER_CYCLE
-
     def args(self, run: int) -> list[str]:
+        """The job's arguments: inputs, output, checkpoint and state (spelled anew), files
+        per batch and a random operator parallelism (1-4)."""
         return [
             str(self.source),
             str(self.out),
@@ -481,8 +477,26 @@ class WindowsSoak:
             self.states.next(),
             FILES_PER_BATCH,
             str(self.rng.randint(1, 4)),
-            str(self.rng.randint(0, 3)),
         ]
+
+
+class WindowsSoak(_EventTimeSoak):
+    """The ``windows`` path: firesteel.files -> session windows with late data (allowed
+    lateness, side output) -> firesteel.files, every restart at a random operator
+    parallelism (1-4) and input ``repartition`` (none, 1-3). Each cycle adds
+    :data:`FILES_PER_CYCLE` files of out-of-order ``(seq, key, ts)`` records, read two to a
+    batch, so the batches are known and :func:`~firesteel.testing.windows.check_window_output`
+    compares the output with the plain-Python reference fed the same batches: every window
+    result and late record exactly once, re-emitted only for allowed-lateness updates."""
+
+    path = WINDOWS
+
+    def feed(self) -> None:
+        write_window_files(self.source, self.files, FILES_PER_CYCLE)
+        self.files += FILES_PER_CYCLE
+
+    def args(self, run: int) -> list[str]:
+        return [*super().args(run), str(self.rng.randint(0, 3))]
 
     def check(self) -> dict[str, int]:
         found = check_window_output(self.out, self.files, int(FILES_PER_BATCH))
@@ -494,51 +508,18 @@ class WindowsSoak:
         }
 
 
-class JoinSoak:
+class JoinSoak(_EventTimeSoak):
     """The ``join`` path: two firesteel.files inputs -> the interval join -> firesteel.files,
     every restart at a random operator parallelism (1-4). Each cycle adds
     :data:`FILES_PER_CYCLE` files of ``(seq, key, ts)`` records to each input, read two of
     each to a batch; :func:`~firesteel.testing.joins.check_join_output` compares the output
     with every pair the interval holds, joined in plain Python: each exactly once."""
 
-    def __init__(self, workdir: Path, rng: random.Random, saved: SavedRun | None = None) -> None:
-        self.rng = rng
-        self.source = workdir / "in"
-        self.out = workdir / "out"
-        self.checkpoint = workdir / "ck"
-        self.checkpoints = Spellings(self.checkpoint)
-        self.states = Spellings(workdir / "state")
-        resumed_spellings(saved, checkpoint=self.checkpoints, state=self.states)
-        self.files = saved.number("files") if saved else 0
-
-    @property
-    def job(self) -> Path:
-        return script(PATHS[JOIN].job)
-
-    @property
-    def points(self) -> tuple[str, ...]:
-        return PATHS[JOIN].points
-
-    def saved(self) -> dict[str, Any]:
-        return {
-            "files": self.files,
-            "checkpoint_starts": self.checkpoints.starts,
-            "state_starts": self.states.starts,
-        }
+    path = JOIN
 
     def feed(self) -> None:
         write_join_files(self.source, self.files, FILES_PER_CYCLE)
         self.files += FILES_PER_CYCLE
-
-    def args(self, run: int) -> list[str]:
-        return [
-            str(self.source),
-            str(self.out),
-            self.checkpoints.next(),
-            self.states.next(),
-            FILES_PER_BATCH,
-            str(self.rng.randint(1, 4)),
-        ]
 
     def check(self) -> dict[str, int]:
         """``records`` counts the pairs the output must hold (the reference's)."""
