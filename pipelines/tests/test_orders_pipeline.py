@@ -24,15 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from orders_run import (
-    ORDERS_EXAMPLE,
-    expected_totals,
-    final_totals,
-    reason,
-    repeated,
-    rows,
-    write_orders,
-)
+from orders_run import ORDERS_EXAMPLE
 from pyspark import cloudpickle
 from pyspark.sql import SparkSession
 
@@ -41,6 +33,14 @@ from firesteel.pipelines.host import Host
 from firesteel.pipelines.kafka import create_topics
 from firesteel.pipelines.progress import ProgressPrinter, pipeline_progress
 from firesteel.pipelines.runner import load
+from firesteel.testing.pipelines.orders import (
+    expected_totals,
+    final_totals,
+    reason,
+    repeated,
+    rows,
+    write_orders,
+)
 
 TIMEOUT_S = 240.0
 TOPICS = ("orders", "valid-orders", "rejected-orders", "customer-totals")
