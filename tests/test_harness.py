@@ -33,6 +33,7 @@ from firesteel.testing import (
 )
 from firesteel.testing.daemon import DAEMON_CONFIG
 from firesteel.testing.jvm import CACHE_ENV, driver_archive
+from firesteel.testing.processes import wait_gone
 from firesteel.testing.workerpython import use_worker_python, worker_python
 
 JOBS = Path(__file__).parent / "jobs"
@@ -181,7 +182,7 @@ def test_a_terminated_soak_stops_the_job_it_started_and_resumes(
             started = psutil.Process(soak.pid).children(recursive=True)
         soak.send_signal(signal.SIGTERM)
         code = soak.wait(timeout=60)
-        _, alive = psutil.wait_procs(started, timeout=30)
+        alive = wait_gone(started, timeout=30)
     finally:
         soak.kill()
         for proc in started:

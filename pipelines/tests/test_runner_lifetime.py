@@ -18,6 +18,7 @@ from test_supervision import ALONE
 from firesteel.core.reaper import reap, start_time
 from firesteel.pipelines.runner import LocalRunner
 from firesteel.pipelines.worklock import WorkFolderInUseError
+from firesteel.testing.processes import wait_gone
 
 TICKS = """
 from firesteel.pipelines import AvroCodec, Outlet, Streamlet, StreamletLogic, StreamletShape
@@ -83,7 +84,7 @@ def test_sigkilling_the_runners_group_leaves_no_process_of_the_pipeline(tmp_path
         _pipeline_processes(psutil.Process(runner.pid), time.monotonic() + 240, pipeline)
         os.killpg(runner.pid, signal.SIGKILL)
         runner.wait()
-        _, alive = psutil.wait_procs(pipeline, timeout=5)
+        alive = wait_gone(pipeline, timeout=5)
         assert not alive, [_command(p)[:200] for p in alive]
     finally:
         for process in pipeline:

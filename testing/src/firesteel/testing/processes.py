@@ -157,13 +157,37 @@ class ProcessTracker:
             if not survivors:
                 return
             _kill(survivors)
-            _, still = psutil.wait_procs(survivors, timeout=1.0)
+            still = wait_gone(survivors, timeout=1.0)
             if not still:
                 continue
             if time.monotonic() > deadline:
                 names = ", ".join(f"{p.pid}" for p in still)
                 msg = f"processes of harness run {self.token} survive SIGKILL: {names}"
                 raise TimeoutError(msg)
+
+
+def wait_gone(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Wait up to ``timeout`` s for ``procs`` to end; return those still running.
+
+    A zombie counts as ended: it runs no code and holds no resource but its
+    process-table entry, and where PID 1 of a container does not reap orphans
+    (CI's does not) a killed JVM stays a zombie for good, which
+    :func:`psutil.wait_procs` reports as alive.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        _, alive = psutil.wait_procs(procs, timeout=min(1.0, max(0.0, deadline - time.monotonic())))
+        running = [p for p in alive if not _is_zombie(p)]
+        if not running or time.monotonic() >= deadline:
+            return running
+        procs = running
+
+
+def _is_zombie(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 def _kill(procs: list[psutil.Process]) -> None:
@@ -191,5 +215,5 @@ def kill_process_and_descendants(proc: psutil.Process) -> list[int]:
     except (psutil.NoSuchProcess, psutil.ZombieProcess):
         return []
     _kill(victims)
-    psutil.wait_procs(victims, timeout=30)
+    wait_gone(victims, timeout=30)
     return [p.pid for p in victims]
