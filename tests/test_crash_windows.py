@@ -5,17 +5,18 @@ data and the interval join, two queries of one driver sharing its kills.
   -> the transactional file sink;
 - join: two file inputs -> ``IntervalJoin`` -> the transactional file sink.
 
-The whole job is SIGKILLed once, inside both queries' commits of batch 1 on the driver
-(``driver.mid_commit``, gathered: each waits at the point until both are there; the file
-sink's manifest written, its files not all published, the batch's state snapshots written
-and not yet committed). The restart runs both operators at another parallelism (the
-windows also at another input ``repartition``) and loses two tasks of each query (after a
-snapshot, after a write; Spark retries them, no JVM start). The outputs, read with
-pyarrow, match the plain-Python references: every window result exactly once (re-emitted
-only for allowed-lateness updates), every late record once, every pair the join's interval
-holds once. One whole-job kill keeps the test within the suite's budget (each costs a JVM
-start and both queries' start-up); the long loops of kills at named points and at random
-are the soak command's ``windows`` and ``join`` paths
+The whole job is SIGKILLed twice, each time inside both queries' commits on the driver,
+gathered (each query waits at the point until both are there): in batch 1 at
+``driver.mid_commit`` (the file sink's manifest written, its files not all published, the
+batch's state snapshots written and not yet committed), then in the restart's batch 3 at
+``driver.after_commit`` (the sink's commit done, Spark's ``commits/3`` not written: the
+batch is re-run and must not publish twice). Each start runs both operators at another
+parallelism (the windows also at another input ``repartition``), and the run that
+completes loses two tasks of each query (after a snapshot, after a write; Spark retries
+them, no JVM start). The outputs, read with pyarrow, match the plain-Python references:
+every window result exactly once (re-emitted only for allowed-lateness updates), every late
+record once, every pair the join's interval holds once. The long loops of kills at named
+points and at random are the soak command's ``windows`` and ``join`` paths
 (``python -m firesteel.testing.soak join --cycles 10``).
 """
 
@@ -85,9 +86,10 @@ def join_part(root: Path) -> Part:
 def test_windows_and_interval_join_survive_sigkill_and_rescale(tmp_path: Path) -> None:
     parts = [windows_part(tmp_path / "windows"), join_part(tmp_path / "join")]
     kills = [
-        # Both queries wait inside their commit of batch 1 until both are there: one kill
-        # lands in both commits (each query's snapshot of that batch written, uncommitted).
+        # Both queries wait inside their commit until both are there: each kill lands in
+        # both commits.
         at_point("driver.mid_commit", batch=1, query=["windows", "join"]),
+        at_point("driver.after_commit", batch=3, query=["windows", "join"]),
         in_one_run(
             task_kills(["state.after_snapshot", "sink.after_write"], [3], query="windows"),
             task_kills(["state.after_snapshot", "sink.after_write"], [3], query="join"),
@@ -96,9 +98,10 @@ def test_windows_and_interval_join_survive_sigkill_and_rescale(tmp_path: Path) -
     # Two queries share two cores: the run that completes takes longer than one job's.
     with CrashHarness(tmp_path / "harness", timeout=480) as harness:
         result = harness.run_together(parts, kills)
-    assert result.exit_codes == [-9, 0], result.summary()
-    assert result.all_fired and result.kills == 5, result.summary()
-    assert [sorted(q) for q in result.gathered.values()] == [["join", "windows"]], result.gathered
+    assert result.exit_codes == [-9, -9, 0], result.summary()
+    assert result.all_fired and result.kills == 6, result.summary()
+    gathered = [sorted(q) for q in result.gathered.values()]
+    assert gathered == [["join", "windows"]] * 2, result.gathered
     found = check_window_output(tmp_path / "windows" / "out", FILES, FILES_PER_BATCH)
     assert found["results"] and found["late"] and found["re_emitted"], found
     assert (found["missing"], found["duplicated"], found["unexpected"]) == (0, 0, 0), found
