@@ -322,3 +322,13 @@ def test_parallelism_sets_the_streamlets_partitions_and_its_topics_partitions() 
         for key in config.verified.blueprint.topics
     }
     assert partitions == {"sensor-readings": 4, "metrics": 6}
+
+
+def test_the_application_keeps_one_idle_python_worker_per_kind_unless_the_streamlets_say() -> None:
+    from firesteel.pipelines.host import IDLE_WORKERS, application_conf
+
+    names = list(verify(parse_blueprint(GOOD, "good.conf")).streamlets)
+    [(key, kept)] = IDLE_WORKERS.items()
+    assert application_conf(_config(), names)[key] == kept == "1"
+    every = f'firesteel.runtimes.spark.config {{ "{key}" = 4 }}'
+    assert application_conf(_config(extra=every), names)[key] == "4"

@@ -58,6 +58,14 @@ POLL_S = 1.0
 MASTER = "local[2]"
 """The application's master: every streamlet's tasks share its two task slots."""
 POOL = "spark.scheduler.pool"
+IDLE_WORKERS = {"spark.python.factory.idleWorkerMaxPoolSize": "1"}
+"""Spark keeps each idle Python worker for reuse, and in one application every
+streamlet's queries add to the pools (one per worker kind: tasks, the sink's commit
+runner, the writer's planner): the orders example (5 streamlets, local topics, quiet
+machine) held 26 forked workers, 1.66 GB of its 2.87 GB peak PSS. Keeping one idle
+worker per kind: 11 workers, a 1.86 GB peak, the same output. A task past the kept
+one forks a new worker from Spark's daemon (milliseconds). A streamlet's
+``config`` may set the key back."""
 STAGGER_S = 30.0
 """How long a restarted streamlet's first batch may hold back the next due restart (module
 docs): a streamlet that is slower than that to start does not hold the others for longer."""
@@ -88,6 +96,7 @@ def application_conf(config: PipelineConfig, names: Sequence[str]) -> dict[str, 
     return {
         "spark.ui.showConsoleProgress": "false",
         "spark.scheduler.mode": "FAIR",
+        **IDLE_WORKERS,
         **{k: str(v) for k, v in shared.items()},
     }
 
