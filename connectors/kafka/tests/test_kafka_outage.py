@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from firesteel.core.spi import SinkError
 from firesteel.testing.kafka import (
     ApacheKafkaBroker,
     create_topic,
@@ -170,3 +171,45 @@ def test_a_broker_handle_replaced_under_a_request_is_an_outage(code: str, outage
     from firesteel.kafka.outage import is_outage
 
     assert is_outage(KafkaError(getattr(KafkaError, code))) is outage
+
+
+def test_a_transactional_call_that_never_returns_is_given_up_and_its_producer_with_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """librdkafka's send_offsets_to_transaction was seen waiting forever on its own reply
+    after an outage (CI, the sigterm-25s case above: the query's commit and its stop hung).
+    No broker can be made to do that on purpose, so the call here is one that never
+    returns: the retry gives it up past its timeout and the grace, and the producer is
+    recorded fatal, so it is never called again and the kept-producer path starts a new
+    one. A call that fails or returns is unchanged."""
+    import threading
+
+    from confluent_kafka import KafkaError, KafkaException
+
+    from firesteel.kafka.producing import DeliveryTracker
+    from firesteel.kafka.sink import retry
+
+    monkeypatch.setattr(retry, "GRACE_S", 0.5)
+    runner = retry.TransactionalRetry(timeout_ms=1_000, config={"bootstrap.servers": "b:9092"})
+    tracker = DeliveryTracker({})
+    never = threading.Event()
+    started = time.monotonic()
+    with pytest.raises(retry.CallGivenUp, match=r"send_offsets.*did not return within 1 s"):
+        runner.run(lambda timeout: never.wait(), "send_offsets", "txn-0", 7, tracker)
+    assert time.monotonic() - started < 10
+    assert tracker.unusable
+    with pytest.raises(SinkError, match="txn-0 batch 7"):
+        runner.run(lambda timeout: None, "commit", "txn-0", 7, tracker)
+    never.set()
+
+    fresh = DeliveryTracker({})
+    calls: list[float] = []
+    runner.run(calls.append, "commit", "txn-1", 8, fresh)
+    assert len(calls) == 1 and not fresh.unusable
+    fenced = KafkaException(KafkaError(KafkaError._FENCED, fatal=True))
+
+    def fails(timeout: float) -> None:
+        raise fenced
+
+    with pytest.raises(SinkError, match="fatal"):
+        runner.run(fails, "commit", "txn-1", 8, fresh)

@@ -131,7 +131,10 @@ def suite_session(app_name: str, config: Mapping[str, str] | None = None) -> Spa
     :mod:`firesteel.testing.daemon`: a suite's queries are small and each
     plan runs a few times, so C2's compilations never paid back. Measured on 51
     tests of the suite (2 cores): the session JVM's CPU fell from 66 s to 40 s.
-    ``config`` is applied last.
+    ``query.stop()`` gives up after 5 minutes (``spark.sql.streaming.stopTimeout``;
+    Spark waits forever by default): a test whose query hangs in a batch then fails
+    instead of holding its test process, whose next Py4J call would wait behind the
+    stop for good (CI: a whole worker stuck for 30 minutes). ``config`` is applied last.
     """
     from firesteel.core.spark.session import LOOPBACK, local_session
     from firesteel.testing.workerpython import use_worker_python
@@ -142,6 +145,7 @@ def suite_session(app_name: str, config: Mapping[str, str] | None = None) -> Spa
         config={
             **LOOPBACK,
             "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+            "spark.sql.streaming.stopTimeout": "300000",
             "spark.driver.extraJavaOptions": QUICK_START_JVM,
             **DAEMON_CONFIG,
             **(config or {}),

@@ -11,10 +11,19 @@ abortable one after the transaction is aborted, so Spark retries the task with a
 fresh one); a producer already fenced or fatal is never called again. Each retry
 counts ``transactional_retries`` in the task's metrics (the task attempt whose vote
 commits; a failed attempt's retries are not counted).
+
+A call that does not return within its timeout and :data:`GRACE_S` more is given up:
+librdkafka's ``rd_kafka_send_offsets_to_transaction`` was seen waiting forever on its
+own reply (a kept producer whose open transaction the coordinator rolled back while
+the broker was away: the query's commit, and ``query.stop()``, hung with it). Each
+call runs in a thread of its own, so the task can give up the wait; the producer is
+then recorded fatal (never called again, a new one with the same transactional id
+fences it) and the call fails as a :class:`SinkError`.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +35,37 @@ from firesteel.kafka.producing import DeliveryTracker, is_fencing
 
 CALL_TIMEOUT = 60.0
 """Longest single attempt of a transactional call (retries continue until retry.timeout.ms)."""
+GRACE_S = 30.0
+"""How long past its own timeout a transactional call may take before it is given up."""
+
+
+class CallGivenUp(SinkError):
+    """A transactional call did not return in time and its producer was given up."""
+
+
+def bounded(call: Callable[[float], object], timeout: float, where: str) -> None:
+    """``call(timeout)``, given up with a :class:`CallGivenUp` if it has not returned
+    :data:`GRACE_S` after ``timeout`` (module docs); its own error is raised as it is."""
+    done = threading.Event()
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call(timeout)
+        except BaseException as exc:  # handed to the caller's thread
+            failure.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name=f"firesteel-kafka {where}", daemon=True).start()
+    if not done.wait(timeout + GRACE_S):
+        msg = (
+            f"firesteel.kafka sink: {where}: the client did not return within {timeout:.0f} s "
+            f"and {GRACE_S:.0f} s more; the producer is given up (a new one fences it)"
+        )
+        raise CallGivenUp(msg)
+    if failure:
+        raise failure[0]
 
 
 @dataclass(frozen=True)
@@ -66,7 +106,12 @@ class TransactionalRetry:
             if attempts:
                 task_metrics().count("transactional_retries")
             attempts += 1
-            call(timeout)
+            try:
+                bounded(call, timeout, f"{where}: {what}")
+            except CallGivenUp as exc:
+                if tracker is not None:
+                    tracker.fatal = tracker.fatal or str(exc)
+                raise
 
         try:
             outage.run(attempt, f"{where}: {what}", call_timeout=CALL_TIMEOUT)
