@@ -13,6 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from firesteel.testing.processes import gone
+
 ROOT = Path(__file__).resolve().parent.parent
 ALLOCATE_MB = 150
 
@@ -82,16 +84,9 @@ def test_a_jobs_peak_memory_counts_the_processes_it_started(tmp_path: Path) -> N
     # Leaving the block kills the whole group, the grandchild included (a killed orphan
     # stays a zombie until whatever adopted it reaps it; SIGKILL lands asynchronously).
     deadline = time.monotonic() + 10
-    while not all(_gone(child) for child in children) and time.monotonic() < deadline:
+    while not all(gone(child) for child in children) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert all(_gone(child) for child in children)
-
-
-def _gone(process: psutil.Process) -> bool:
-    try:
-        return process.status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
+    assert all(gone(child) for child in children)
 
 
 def test_a_job_that_fails_before_ready_is_reported_with_its_output(tmp_path: Path) -> None:

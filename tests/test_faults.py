@@ -11,7 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import psutil
 import pytest
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
@@ -27,6 +26,7 @@ from firesteel.testing.faults import (
     gathered,
 )
 from firesteel.testing.points import UnknownFaultPointError, registered
+from firesteel.testing.processes import gone
 from firesteel.testing.soak import PATHS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -319,17 +319,10 @@ def test_a_spec_may_carry_its_own_kill_mode(
     child = int(out.split()[0])
     try:
         assert job.returncode == -signal.SIGKILL
-        assert _alive(child) != group_killed
+        assert gone(child) == group_killed
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(job.pid, signal.SIGKILL)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 SESSION_SCRIPT = """

@@ -33,7 +33,7 @@ from firesteel.testing import (
 )
 from firesteel.testing.daemon import DAEMON_CONFIG
 from firesteel.testing.jvm import CACHE_ENV, driver_archive
-from firesteel.testing.processes import wait_gone
+from firesteel.testing.processes import gone, wait_gone
 from firesteel.testing.workerpython import use_worker_python, worker_python
 
 JOBS = Path(__file__).parent / "jobs"
@@ -50,14 +50,7 @@ def toy_harness(tmp_path: Path) -> Iterator[CrashHarness]:
 
 def _helpers_alive(state: Path) -> list[int]:
     pids = [int(line) for line in (state / "helpers").read_text().split()]
-    return [pid for pid in pids if psutil.pid_exists(pid) and _not_zombie(pid)]
-
-
-def _not_zombie(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
+    return [pid for pid in pids if not gone(pid)]
 
 
 def test_point_kills_restart_until_complete(toy_harness: CrashHarness, tmp_path: Path) -> None:

@@ -10,10 +10,10 @@ import sys
 import textwrap
 import time
 
-import psutil
 import pytest
 
 from firesteel.core.reaper import reap, start_time
+from firesteel.testing.processes import gone
 
 
 def _owner(code: str) -> tuple[subprocess.Popen[str], int]:
@@ -31,10 +31,7 @@ def _owner(code: str) -> tuple[subprocess.Popen[str], int]:
 def _gone_within(pid: int, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
+        if gone(pid):
             return True
         time.sleep(0.1)
     return False

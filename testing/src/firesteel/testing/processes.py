@@ -118,7 +118,7 @@ class ProcessTracker:
         for pid, created in self.seen.items():
             try:
                 proc = psutil.Process(pid)
-                if proc.create_time() == created and proc.status() != psutil.STATUS_ZOMBIE:
+                if proc.create_time() == created and not gone(proc):
                     live.append(proc)
             except (psutil.NoSuchProcess, psutil.ZombieProcess):
                 continue
@@ -177,15 +177,17 @@ def wait_gone(procs: list[psutil.Process], timeout: float) -> list[psutil.Proces
     deadline = time.monotonic() + timeout
     while True:
         _, alive = psutil.wait_procs(procs, timeout=min(1.0, max(0.0, deadline - time.monotonic())))
-        running = [p for p in alive if not _is_zombie(p)]
+        running = [p for p in alive if not gone(p)]
         if not running or time.monotonic() >= deadline:
             return running
         procs = running
 
 
-def _is_zombie(proc: psutil.Process) -> bool:
+def gone(proc: psutil.Process | int) -> bool:
+    """Whether the process (or PID) has ended: exited, or a zombie (:func:`wait_gone`)."""
     try:
-        return proc.status() == psutil.STATUS_ZOMBIE
+        process = proc if isinstance(proc, psutil.Process) else psutil.Process(proc)
+        return process.status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
 
