@@ -206,6 +206,10 @@ def test_an_argument_may_quote_a_path_segment_holding_dots() -> None:
     )
     assert "\n" not in str(problem)
     assert len(str(problem)) < 300
+    # A long unquoted run before an unclosed quote: the path pattern once tried every way of
+    # splitting it (17 s at 40 characters, doubling with each one more: this one never ends).
+    with pytest.raises(ConfigurationError, match="not valid HOCON"):
+        _config(f'firesteel.runtimes.spark.config.{"x" * 80}."a = 3')
 
 
 def test_every_configuration_problem_has_its_file_and_line(tmp_path: Path) -> None:
