@@ -66,6 +66,17 @@ def _restarts(runner: LocalRunner, streamlet: str) -> int:
     return text.count(f"streamlet {streamlet}: query ")
 
 
+def _daemon_restarted(runner: LocalRunner) -> bool:
+    """Whether Spark restarted its Python worker daemon in the pipeline's process.
+
+    The failed batch's cancellation interrupts the query's other tasks; one interrupted
+    while it waits for a newly forked worker makes Spark report a connect-back timeout
+    and restart the daemon, and every worker it forked dies with it: the other
+    streamlets' tasks then in flight fail, and their queries restart too
+    (:data:`firesteel.pipelines.host.IDLE_WORKERS`). Seen once in five suite runs."""
+    return "Lost connection to Python daemon" in runner.log_path(SHARED).read_text()
+
+
 def _death(runner: LocalRunner) -> int:
     """Wait, without restarting it, for the pipeline's process to die; its exit code."""
     deadline = time.monotonic() + TIMEOUT_S
@@ -117,7 +128,8 @@ def test_every_reading_counted_once_across_kills_inside_commits_and_a_changed_co
         assert _death(supervised) == -signal.SIGKILL
         assert _fired(faults) == sorted([*task_kill.specs, *mid_commit.specs])
         assert _restarts(supervised, "metrics") == 1, "its queries restart, not the JVM"
-        assert (_restarts(supervised, "readings"), _restarts(supervised, "store")) == (0, 0)
+        others = (_restarts(supervised, "readings"), _restarts(supervised, "store"))
+        assert others == (0, 0) or _daemon_restarted(supervised), others
 
         # Its restart by the runner's supervision meets two queries' commits at once.
         after_commit = at_point("driver.after_commit", query=[INGRESS, STATEFUL])

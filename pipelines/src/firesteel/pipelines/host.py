@@ -64,8 +64,14 @@ streamlet's queries add to the pools (one per worker kind: tasks, the sink's com
 runner, the writer's planner): the orders example (5 streamlets, local topics, quiet
 machine) held 26 forked workers, 1.66 GB of its 2.87 GB peak PSS. Keeping one idle
 worker per kind: 11 workers, a 1.86 GB peak, the same output. A task past the kept
-one forks a new worker from Spark's daemon (milliseconds). A streamlet's
-``config`` may set the key back."""
+one forks a new worker from Spark's daemon (milliseconds). The cost: a failed task
+makes Spark cancel its batch's other tasks, and one cancelled while it waits for a new
+worker makes Spark restart the daemon (logged as a connect-back timeout, then "Lost
+connection to Python daemon"), which ends every worker it forked: the other
+streamlets' tasks then in flight fail and supervision restarts their queries (each
+resumes from its checkpoint, exactly-once as after any failure). Fewer idle workers
+make that wait likelier; the pipeline crash test saw it once in five suite runs. A
+streamlet's ``config`` may set the key back."""
 STAGGER_S = 30.0
 """How long a restarted streamlet's first batch may hold back the next due restart (module
 docs): a streamlet that is slower than that to start does not hold the others for longer."""
