@@ -336,3 +336,15 @@ def test_the_application_keeps_one_idle_python_worker_per_kind_unless_the_stream
     assert application_conf(_config(), names)[key] == kept == "1"
     every = f'firesteel.runtimes.spark.config {{ "{key}" = 4 }}'
     assert application_conf(_config(extra=every), names)[key] == "4"
+
+
+def test_the_application_jvm_starts_small_unless_the_streamlets_say() -> None:
+    from firesteel.core import LOCAL_PROFILE
+    from firesteel.pipelines.host import application_conf
+
+    names = list(verify(parse_blueprint(GOOD, "good.conf")).streamlets)
+    conf = application_conf(_config(), names)
+    assert conf["spark.driver.memory"] == LOCAL_PROFILE["spark.driver.memory"] == "512m"
+    assert "-XX:+UseSerialGC" in conf["spark.driver.extraJavaOptions"]
+    bigger = 'firesteel.runtimes.spark.config { "spark.driver.memory" = "2g" }'
+    assert application_conf(_config(extra=bigger), names)["spark.driver.memory"] == "2g"
