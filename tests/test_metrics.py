@@ -28,6 +28,7 @@ from firesteel.core.metrics.task import (
     measured_write,
     remove_handovers,
     sweep_handovers,
+    timed_iteration,
 )
 from firesteel.core.sink import PlainSink, Vote
 from firesteel.core.spark.writer import commit_batch
@@ -59,6 +60,46 @@ def _votes(sink: CountingSink, batch: int, partitions: list[int]) -> list[Vote]:
         )
         for partition, n in enumerate(partitions)
     ]
+
+
+class _Clock:
+    """Time that moves only when a step of the test says so."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_task_s_phases_are_each_step_s_own_time() -> None:
+    """The input takes 1 s to produce each batch, the sink 10 s to write it: the write phase
+    is the sink's 30 s, the process phase the 3 s it waited for its input (no source's
+    reader handed a read over outside Spark), the input's own time excluding the sink's."""
+    clock = _Clock()
+
+    def produced() -> Iterator[pa.RecordBatch]:
+        for n in (1, 2, 3):
+            clock.now += 1
+            yield pa.record_batch({"seq": pa.array(range(n), pa.int64())})
+
+    class SlowSink(CountingSink):
+        def write(self, scope: TaskScope, batches: Iterator[pa.RecordBatch]) -> int:
+            written = 0
+            for batch in batches:
+                clock.now += 10
+                written += batch.num_rows
+            return written
+
+    vote = measured_write(SlowSink(), TaskScope("query", 0, 0, 0), produced(), clock)
+    assert vote.metrics["write_seconds"] == 30 and vote.metrics["process_seconds"] == 3
+    assert vote.metrics["input_rows"] == 6 and "read_seconds" not in vote.metrics
+
+    totals: dict[str, float] = {}
+    clock.now = 0.0
+    for _ in timed_iteration(produced(), totals, clock):
+        clock.now += 10
+    assert totals == {"rows": 6, "bytes": 6 * 8, "seconds": 3}
 
 
 def test_a_batch_committed_again_replaces_its_record_and_totals_stay(tmp_path: Path) -> None:
@@ -139,9 +180,17 @@ def test_a_files_query_is_seen_by_status_and_prometheus(spark, tmp_path: Path) -
     assert sink["totals"]["input_rows"] == written == 1000
     assert [b["input_rows"] for b in sink["batches"]] == [500, 500]
     assert all(b["input_bytes"] > 0 and b["write_seconds"] > 0 for b in sink["batches"])
-    # From Spark planning the batch (offsets/N) to the commit: the write and commit inside it.
+    # The source's read ran in the sink's tasks: its rows are the rows written, its time a
+    # phase of the batch beside the process and the write.
+    assert [b["counters"]["read_rows"] for b in sink["batches"]] == [500, 500]
+    assert sink["totals"]["read_rows"] == written
+    assert all(b["read_seconds"] > 0 and b["process_seconds"] >= 0 for b in sink["batches"])
+    # From Spark planning the batch (offsets/N) to the commit: the phases inside it (each the
+    # slowest task's, and a task's phases are parts of its time).
     assert all(
-        b["batch_seconds"] >= b["write_seconds"] + b["commit_seconds"] for b in sink["batches"]
+        b["batch_seconds"] >= b["write_seconds"] + b["commit_seconds"]
+        and b["batch_seconds"] >= b["read_seconds"] + b["commit_seconds"]
+        for b in sink["batches"]
     )
     (guarantee,) = status["guarantees"].values()
     assert guarantee["achieved"] == "exactly-once"
@@ -220,8 +269,9 @@ def test_the_dashboard_shows_what_status_says_in_a_real_browser(spark, tmp_path:
             committed = page.inner_text("[data-field=last-committed]")
             history = page.locator("table[data-history] tbody tr").count()
             phases = page.locator("figure[data-chart=phases] rect").count()
-            cell = "table[data-history] tr[data-batch='0'] [data-column='write s']"
-            first = page.inner_text(cell)
+            cell = "table[data-history] tr[data-batch='0'] [data-column='{}']"
+            first = page.inner_text(cell.format("write s"))
+            first_read = page.inner_text(cell.format("read s"))
             page.screenshot(path=str(shot), full_page=True)
             browser.close()
     finally:
@@ -229,10 +279,11 @@ def test_the_dashboard_shows_what_status_says_in_a_real_browser(spark, tmp_path:
     assert shown == f"{sink['totals']['input_rows']:,.0f}" == "303"
     assert bars == len(sink["batches"]) == 3
     assert committed.startswith("last committed batch 2 ")
-    # The checkpoint history, a row per batch; the phases stacked per batch: the write,
-    # the commit's publish and the rest of the commit.
-    assert history == 3 and phases == 3 * 3
+    # The checkpoint history, a row per batch; the phases stacked per batch: the read,
+    # the process, the write, the commit's publish and the rest of the commit.
+    assert history == 3 and phases == 3 * 5
     assert first == f"{sink['batches'][0]['write_seconds']:.3f}"
+    assert first_read == f"{sink['batches'][0]['read_seconds']:.3f}"
     pixels = imread(str(shot))[..., :3]
     orange = (abs(pixels[..., 0] - 0xD9 / 255) < 0.02) & (abs(pixels[..., 1] - 0x54 / 255) < 0.02)
     assert orange.sum() > 500, "the rows chart's bars are not on the screenshot"
@@ -306,7 +357,10 @@ def test_a_keyed_query_records_its_phases_and_its_state(spark, tmp_path: Path) -
         assert figures["state_entries"] == len(keys) == (30, 50)[record.batch]
         version = tmp_path / "state" / "ranks" / f"v{record.batch:012d}"
         assert figures["snapshot_bytes"] == sum(p.stat().st_size for p in version.iterdir())
-        assert figures["snapshot_seconds"] > 0
+        assert figures["snapshot_seconds"] >= figures["snapshot_blocked_seconds"] > 0
+        # The source was read in the tasks before the shuffle, not in the sink's: no read
+        # phase; the sink's tasks waited for the shuffle and the operator (the process).
+        assert record.read_seconds is None and record.process_seconds > 0
         assert 0 < record.commit_phases["publish"] <= record.commit_seconds
     latest = records[-1]
     assert latest.histograms["snapshot"]["count"] == latest.histograms["write"]["count"] == 2
@@ -340,4 +394,5 @@ def test_a_keyed_query_records_its_phases_and_its_state(spark, tmp_path: Path) -
         for s in families["firesteel_batch_phase_seconds"].samples
         if s.name.endswith("_count")
     }
-    assert counts == {"write": 2, "commit": 2, "commit_publish": 2, "snapshot": 2}
+    phases = {"process", "write", "commit", "commit_publish", "snapshot"}
+    assert counts == dict.fromkeys(phases, 2)

@@ -246,18 +246,20 @@ def _rendered(status: dict[str, Any], now: float) -> str:
 
 
 def _phases(batches: list[dict[str, Any]]) -> list[str]:
-    """The phases table: seconds per batch in the sink's tasks, the driver's commit and
-    each of its parts, and the slowest snapshot of each operator; then the operators'
-    snapshot bytes and state size."""
+    """The phases table: seconds per batch in the slowest task's read, process and write
+    (:mod:`firesteel.core.metrics.task`), the driver's commit and each of its parts, and
+    the slowest snapshot of each operator; then the operators' snapshot bytes and state
+    size."""
     if not batches:
         return []
     parts = sorted({part for batch in batches for part in batch["commit_phases"]})
     operators = sorted({op for batch in batches for op in batch["operators"]})
-    head = ["write s", "commit s", *(f"{p} s" for p in parts)]
+    head = ["read s", "process s", "write s", "commit s", *(f"{p} s" for p in parts)]
     head += [f"snapshot s ({op})" for op in operators]
     lines = ["    phases:  batch  " + "  ".join(f"{h:>9}" for h in head)]
     for batch in batches:
-        cells = [batch["write_seconds"], batch["commit_seconds"]]
+        cells = [batch.get("read_seconds"), batch.get("process_seconds")]
+        cells += [batch["write_seconds"], batch["commit_seconds"]]
         cells += [batch["commit_phases"].get(p) for p in parts]
         cells += [batch["operators"].get(op, {}).get("snapshot_seconds") for op in operators]
         shown = "  ".join(f"{c:9.3f}" if c is not None else f"{'-':>9}" for c in cells)

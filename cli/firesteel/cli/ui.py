@@ -3,10 +3,11 @@
 The page reads ``/status.json`` (what ``firesteel status --json`` prints, for every
 checkpoint given) every few seconds and draws, per query, its guarantee and last
 committed batch, and per sink the rows of each recorded batch, the slowest task's
-write time and the commit's time, each batch's phases stacked (the commit's parts, each
-operator's snapshot), a checkpoint history table (Flink's: duration, snapshot time and
-bytes written, state size, batch by batch), and the committed totals. The page is
-self-contained (no script or font from the network), served on 127.0.0.1 only.
+write time and the commit's time, each batch's phases stacked (the slowest task's read,
+process and write, the commit's parts, each operator's snapshot), a checkpoint history
+table (Flink's: duration, snapshot time and bytes written, state size, batch by batch), and
+the committed totals. The page is self-contained (no script or font from the network),
+served on 127.0.0.1 only.
 """
 
 from __future__ import annotations

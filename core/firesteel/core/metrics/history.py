@@ -3,7 +3,8 @@
 After a sink committed batch N, and before Spark writes ``commits/N``, the driver
 writes ``<checkpoint>/firesteel/metrics/<sink id>/<N>.json``: when the batch
 committed, how many tasks voted, the rows and Arrow bytes they were handed, the
-slowest task's write time, the commit's time and that of each of its parts
+slowest task's read, process and write times (:mod:`firesteel.core.metrics.task` says
+what each phase holds), the commit's time and that of each of its parts
 (:mod:`firesteel.core.metrics.commit`), every counter the tasks added, the figures of
 the stateful operators that fed the sink in the same tasks (snapshot time and bytes,
 state size: :func:`firesteel.core.metrics.task.hand_over`), and the running totals
@@ -33,7 +34,15 @@ from firesteel.core import layout
 from firesteel.core.durable import read_record, write_record
 from firesteel.core.folder import Folder
 from firesteel.core.metrics.commit import CommitMetrics
-from firesteel.core.metrics.task import BYTES, OPERATOR_PREFIX, ROWS, WRITE_SECONDS
+from firesteel.core.metrics.task import (
+    BYTES,
+    OPERATOR_PREFIX,
+    PHASES,
+    PROCESS_SECONDS,
+    READ_SECONDS,
+    ROWS,
+    WRITE_SECONDS,
+)
 from firesteel.core.sink import Vote
 
 __all__ = [
@@ -49,8 +58,10 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 KIND = "firesteel-batch-metrics"
-VERSION = 2
-"""2 added the commit's parts, the operators' figures and the phase histograms."""
+VERSION = 3
+"""2 added the commit's parts, the operators' figures and the phase histograms; 3 the read
+and process phases (and the write phase became the writer's own time, without the time it
+waited for its input)."""
 RETAINED = 100
 """Batch records kept per sink; older ones are deleted as new ones are written."""
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -71,7 +82,7 @@ class BatchRecord:
     input_rows: int
     input_bytes: int
     write_seconds: float
-    """The slowest task's time in the sink's write (the batch waits for it)."""
+    """The slowest task's own time in the sink's writer (the batch waits for it)."""
     commit_seconds: float
     counters: dict[str, float] = field(default_factory=dict)
     """Every counter the batch's tasks added, summed."""
@@ -84,13 +95,22 @@ class BatchRecord:
     """What that commit counted (``segments_pending``: write-ahead segments it had to send)."""
     operators: dict[str, dict[str, float]] = field(default_factory=dict)
     """Per stateful operator feeding the sink in the same tasks: ``snapshot_seconds`` (the
-    slowest task's), ``snapshot_bytes`` written, and what its backend tells of the state
-    (``state_bytes``, ``state_entries``, RocksDB's ``state_entries_estimate``), summed over
-    tasks."""
+    slowest task's; ``snapshot_blocked_seconds`` the part its task waited for, the rest
+    overlapped with handing the output on), ``snapshot_bytes`` written, and what its
+    backend tells of the state (``state_bytes``, ``state_entries``, RocksDB's
+    ``state_entries_estimate``), summed over tasks."""
     histograms: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Per phase (``write``, ``commit``, ``commit_<part>``, ``snapshot``): its seconds in
-    every committed batch through this one, as cumulative counts at or below each of
-    :data:`BUCKETS` (and one for all), their ``sum`` and ``count``."""
+    """Per phase (``read``, ``process``, ``write``, ``commit``, ``commit_<part>``,
+    ``snapshot``): its seconds in every committed batch through this one, as cumulative
+    counts at or below each of :data:`BUCKETS` (and one for all), their ``sum`` and
+    ``count``."""
+    read_seconds: float | None = None
+    """The slowest task's time inside its source's reader; ``None`` when no source was read
+    in the sink's tasks (a shuffle between them, or a source that is not firesteel's)."""
+    process_seconds: float | None = None
+    """The slowest task's time upstream of the writer that was neither the source's read nor
+    an operator's snapshot (Spark's operators, user functions, a shuffle's fetch, a stateful
+    operator's processing); ``None`` in records of version 2."""
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> BatchRecord:
@@ -99,6 +119,10 @@ class BatchRecord:
     def phases(self) -> dict[str, float]:
         """This batch's seconds per phase, the keys of :attr:`histograms`."""
         found = {"write": self.write_seconds, "commit": self.commit_seconds}
+        if self.read_seconds is not None:
+            found["read"] = self.read_seconds
+        if self.process_seconds is not None:
+            found["process"] = self.process_seconds
         found.update({f"commit_{part}": s for part, s in self.commit_phases.items()})
         snapshots = [
             f["snapshot_seconds"] for f in self.operators.values() if "snapshot_seconds" in f
@@ -115,7 +139,7 @@ def _folder(checkpoint: str, sink_id: str) -> str:
 def batch_record(checkpoint: str, sink_id: str, batch: int) -> BatchRecord | None:
     """The record of ``batch``, or ``None`` when there is none."""
     try:
-        content = read_record(f"{_folder(checkpoint, sink_id)}/{batch}.json", KIND, (1, VERSION))
+        content = read_record(f"{_folder(checkpoint, sink_id)}/{batch}.json", KIND, (1, 2, VERSION))
     except FileNotFoundError:
         return None
     return BatchRecord.from_json(content)
@@ -125,9 +149,15 @@ def _summed(votes: Sequence[Vote]) -> dict[str, float]:
     summed: dict[str, float] = {}
     for vote in votes:
         for name, value in vote.metrics.items():
-            if name != WRITE_SECONDS and not name.startswith(OPERATOR_PREFIX):
+            if name not in PHASES and not name.startswith(OPERATOR_PREFIX):
                 summed[name] = summed.get(name, 0) + value
     return summed
+
+
+def _slowest(votes: Sequence[Vote], phase: str) -> float | None:
+    """The slowest task's seconds in ``phase``, ``None`` when no task measured it."""
+    measured = [v.metrics[phase] for v in votes if phase in v.metrics]
+    return max(measured) if measured else None
 
 
 def _operators(votes: Sequence[Vote]) -> dict[str, dict[str, float]]:
@@ -186,13 +216,15 @@ def record_batch(
         tasks=len(votes),
         input_rows=int(summed.get(ROWS, 0)),
         input_bytes=int(summed.get(BYTES, 0)),
-        write_seconds=max((v.metrics.get(WRITE_SECONDS, 0.0) for v in votes), default=0.0),
+        write_seconds=_slowest(votes, WRITE_SECONDS) or 0.0,
         commit_seconds=commit_seconds,
         counters=counters,
         totals=totals,
         commit_phases=dict(commit.phases),
         commit_counters=dict(commit.counters),
         operators=_operators(votes),
+        read_seconds=_slowest(votes, READ_SECONDS),
+        process_seconds=_slowest(votes, PROCESS_SECONDS) if votes else None,
     )
     before = previous.histograms if previous is not None else {}
     record = replace(record, histograms=_observed(before, record.phases()))

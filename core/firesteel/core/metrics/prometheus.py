@@ -16,9 +16,9 @@ id); counters count committed work only (see :mod:`firesteel.core.metrics.histor
     firesteel_sink_last_write_seconds       the last batch's slowest task in the sink
     firesteel_sink_last_commit_seconds      the last batch's commit
     firesteel_batch_phase_seconds{phase}    histogram of each committed batch's seconds
-                                            per phase: write (the slowest task), commit,
-                                            commit_<part> (send, record, publish...),
-                                            snapshot (the slowest operator task)
+                                            per phase: read, process, write (the slowest
+                                            task's), commit, commit_<part> (send, record,
+                                            publish...), snapshot (the slowest operator task)
     firesteel_state_bytes{operator}         the last batch's state, as its backend knows it
     firesteel_state_entries{operator}       values held (heap and filesystem backends)
     firesteel_state_entries_estimate{operator}  RocksDB's estimate of its entries (no scan)

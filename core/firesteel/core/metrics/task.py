@@ -1,24 +1,38 @@
 """What one write task measures, carried to the driver on its vote.
 
 A sink task runs inside :func:`measured_write`, which counts the rows and Arrow
-bytes handed to the sink and the task's write time, and opens a
+bytes handed to the sink and splits the task's time into its phases, and opens a
 :class:`TaskMetrics` that connector code reaches through :func:`task_metrics`
 to count what only it knows (records skipped, retries, transactions fenced).
 The counts travel on the task's :class:`~firesteel.core.sink.Vote`, so the
 driver sees exactly the tasks whose votes it commits: a task attempt that
 failed, or a batch that was aborted, is never counted.
 
-An operator that runs earlier in the same Spark task, in another Python worker (the
-stateful operator's ``mapInArrow`` feeding the sink), hands its figures over with
-:func:`hand_over`: a small file on the executor's local disk, named by query, partition
-and operator and stamped with Spark's task attempt id, which the sink's task picks up
-once its input ended (the operator's last step, so its figures are written by then) and
-adds to its vote as ``operator:<name>:<figure>``. Figures of an operator separated from
-the sink by a shuffle are in another task and not picked up. A file is needed only
-within its task, so the folders go: a query's when it stops (the driver's listener,
+Spark runs a task's steps as one pipeline (the source's reader, Spark's own operators,
+a stateful operator, the sink's writer, some in other Python workers), so the phases are
+each step's own time, measured where it runs: *read* is the time spent inside the source's
+reader (:func:`timed_iteration` around it, handed over as below), *write* the time inside
+the sink's writer between asking for its input and being handed it, and *process* the
+rest of the time the writer waited for its input, less read and the part of the operators'
+snapshots the task waited for: Spark's operators, user functions, a shuffle's fetch, a
+stateful operator's processing. Read is known only when the source's read ran in the
+sink's task (no shuffle between them); otherwise the read was another task's, and the
+record leaves it out. A firesteel source's reader hands its read over in every streaming
+task (one small local file per task, replaced every batch), whatever the sink.
+
+An operator or a source's reader that runs earlier in the same Spark task, in another
+Python worker (the stateful operator's ``mapInArrow``, the source's read, feeding the
+sink), hands its figures over with :func:`hand_over`: a small file on the executor's
+local disk, named by query, partition and operator (or source) and stamped with Spark's
+task attempt id, which the sink's task picks up once its input ended (their last step,
+so their figures are written by then) and adds to its vote as
+``operator:<name>:<figure>`` (a source's read time and rows as ``read_seconds``,
+``read_rows`` and ``read_bytes``). Figures of an operator separated from the sink by a
+shuffle are in another task and not picked up. A file is needed only within its task, so
+the folders go: a query's when it stops (the driver's listener,
 :func:`remove_handovers`, on the driver's disk, which local mode's executors share) and,
-on every machine, those no task touched for :data:`HANDOVER_MAX_AGE_SECONDS` when a Python
-worker hands its first figures over (:func:`sweep_handovers`).
+on every machine, those no task touched for :data:`HANDOVER_MAX_AGE_SECONDS` when a
+Python worker hands its first figures over (:func:`sweep_handovers`).
 """
 
 from __future__ import annotations
@@ -41,12 +55,14 @@ from firesteel.core.sink import Sink, Vote
 
 __all__ = [
     "OPERATOR_PREFIX",
+    "SNAPSHOT_BLOCKED_SECONDS",
     "TaskMetrics",
     "hand_over",
     "measured_write",
     "remove_handovers",
     "sweep_handovers",
     "task_metrics",
+    "timed_iteration",
 ]
 
 logger = logging.getLogger(__name__)
@@ -54,9 +70,21 @@ logger = logging.getLogger(__name__)
 ROWS = "input_rows"
 BYTES = "input_bytes"
 WRITE_SECONDS = "write_seconds"
-"""The measures every task carries, beside the counters connectors add."""
+PROCESS_SECONDS = "process_seconds"
+READ_SECONDS = "read_seconds"
+"""The measures every task carries, beside the counters connectors add (read only where
+a source's reader ran in the task)."""
+PHASES = (READ_SECONDS, PROCESS_SECONDS, WRITE_SECONDS)
+"""The task's phases: each batch keeps its slowest task's, not a sum over tasks."""
+SNAPSHOT_BLOCKED_SECONDS = "snapshot_blocked_seconds"
+"""An operator's figure: the part of its snapshot its task waited for (the rest of
+``snapshot_seconds`` overlapped with handing its last output on)."""
+READ_ROWS = "read_rows"
+READ_BYTES = "read_bytes"
 OPERATOR_PREFIX = "operator:"
 """Vote metrics ``operator:<name>:<figure>`` come from an operator of the same task."""
+SOURCE_ROLE = "source"
+"""The role of a source's hand-over (:func:`hand_over`); operators are the default."""
 HANDOVER_DIR = "firesteel-task-metrics"
 HANDOVER_MAX_AGE_SECONDS = 24 * 3600.0
 """A hand-over folder no task touched for this long belongs to a query that stopped (or
@@ -86,12 +114,33 @@ def task_metrics() -> TaskMetrics:
     return _CURRENT.get() or TaskMetrics()
 
 
-def _counted(
-    batches: Iterator[pa.RecordBatch], totals: dict[str, float]
+def timed_iteration(
+    batches: Iterator[pa.RecordBatch],
+    totals: dict[str, float],
+    clock: Callable[[], float] = time.perf_counter,
 ) -> Iterator[pa.RecordBatch]:
-    for batch in batches:
-        totals[ROWS] += batch.num_rows
-        totals[BYTES] += batch.nbytes
+    """``batches`` unchanged, adding to ``totals`` their ``rows``, Arrow ``bytes`` and the
+    ``seconds`` spent inside ``batches`` producing them (not the time their consumer holds
+    each batch): a reader's own time, or the time a writer waited for its input. The three
+    keys are in ``totals`` (0 where absent) before the first batch is asked for."""
+    for key in ("rows", "bytes", "seconds"):
+        totals.setdefault(key, 0.0)
+    return _timed(iter(batches), totals, clock)
+
+
+def _timed(
+    batches: Iterator[pa.RecordBatch], totals: dict[str, float], clock: Callable[[], float]
+) -> Iterator[pa.RecordBatch]:
+    while True:
+        started = clock()
+        try:
+            batch = next(batches)
+        except StopIteration:
+            totals["seconds"] += clock() - started
+            return
+        totals["seconds"] += clock() - started
+        totals["rows"] += batch.num_rows
+        totals["bytes"] += batch.nbytes
         yield batch
 
 
@@ -151,10 +200,14 @@ def sweep_handovers(
     return removed
 
 
-def hand_over(scope: TaskScope, operator: str, figures: dict[str, float]) -> None:
-    """Leave ``figures`` of ``operator`` for the sink running later in this Spark task.
+def hand_over(
+    scope: TaskScope, operator: str, figures: dict[str, float], role: str = "operator"
+) -> None:
+    """Leave ``figures`` of ``operator`` (of a source's reader with ``role="source"``: its
+    ``read_seconds``, ``read_rows`` and ``read_bytes``) for the sink running later in this
+    Spark task.
 
-    One file per query, partition and operator, replaced every batch, so the folder
+    One file per query, partition, role and name, replaced every batch, so the folder
     stays as small as the queries an executor runs. Metrics never fail a task: a file
     that cannot be written is logged and skipped.
     """
@@ -171,15 +224,16 @@ def hand_over(scope: TaskScope, operator: str, figures: dict[str, float]) -> Non
     content = json.dumps({"task": attempt, "batch": scope.batch_id, "figures": figures})
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        partial = folder / f".{operator}.{attempt}"
+        partial = folder / f".{role}.{operator}.{attempt}"
         partial.write_text(content)
-        os.replace(partial, folder / f"{operator}.json")
+        os.replace(partial, folder / f"{role}.{operator}.json")
     except OSError as exc:
         logger.warning("metrics: figures of operator %s not handed over: %s", operator, exc)
 
 
 def _taken_over(scope: TaskScope) -> dict[str, float]:
-    """The figures operators of this very task attempt handed over, as vote metrics."""
+    """The figures operators and sources' readers of this very task attempt handed over,
+    as vote metrics: an operator's under its name, the sources' summed."""
     attempt = _task_attempt()
     folder = _handover_folder(scope)
     if attempt is None or not folder.is_dir():
@@ -190,12 +244,32 @@ def _taken_over(scope: TaskScope) -> dict[str, float]:
             content = json.loads(path.read_text())
         except (OSError, ValueError):
             continue  # another task's file being replaced, or gone: not this task's
-        if content.get("task") != attempt:
-            continue
-        operator = path.name.removesuffix(".json")
+        stem = path.name.removesuffix(".json")
+        if content.get("task") != attempt or "." not in stem:
+            continue  # another attempt's, or written by a version before roles
+        role, name = stem.split(".", 1)
         for figure, value in content["figures"].items():
-            found[f"{OPERATOR_PREFIX}{operator}:{figure}"] = value
+            if role == SOURCE_ROLE:
+                found[figure] = found.get(figure, 0.0) + value
+            else:
+                found[f"{OPERATOR_PREFIX}{name}:{figure}"] = value
     return found
+
+
+def _phases(wall: float, waited: float, taken: dict[str, float]) -> dict[str, float]:
+    """The task's phases (module docs) from its wall time in the sink, the part of it spent
+    waiting for input, and what the task's sources and operators handed over."""
+    snapshots = sum(
+        value
+        for name, value in taken.items()
+        if name.startswith(OPERATOR_PREFIX) and name.endswith(f":{SNAPSHOT_BLOCKED_SECONDS}")
+    )
+    read = taken.get(READ_SECONDS)
+    upstream = waited - (read or 0.0) - snapshots
+    phases = {WRITE_SECONDS: max(wall - waited, 0.0), PROCESS_SECONDS: max(upstream, 0.0)}
+    if read is not None:
+        phases[READ_SECONDS] = read
+    return phases
 
 
 def measured_write(
@@ -205,19 +279,21 @@ def measured_write(
     clock: Callable[[], float] = time.perf_counter,
 ) -> Vote:
     """Run ``sink.write_partition`` for one task, measured; the vote carries the figures."""
-    totals = {ROWS: 0.0, BYTES: 0.0}
+    input_: dict[str, float] = {}
     metrics = TaskMetrics()
     token = _CURRENT.set(metrics)
     started = clock()
     try:
-        vote = sink.write_partition(scope, _counted(batches, totals))
+        vote = sink.write_partition(scope, timed_iteration(batches, input_, clock))
     finally:
         _CURRENT.reset(token)
-    finished = clock()
+    wall = clock() - started
+    taken = _taken_over(scope)
     vote.metrics = {
         **metrics.counters,
-        **totals,
-        WRITE_SECONDS: finished - started,
-        **_taken_over(scope),
+        ROWS: input_["rows"],
+        BYTES: input_["bytes"],
+        **{name: value for name, value in taken.items() if name != READ_SECONDS},
+        **_phases(wall, input_["seconds"], taken),
     }
     return vote
