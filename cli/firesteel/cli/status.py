@@ -34,7 +34,7 @@ from firesteel.cli.args import EXIT_USAGE, command_parser
 from firesteel.core.checkpoint import read_guarantee, read_query_id
 from firesteel.core.errors import FiresteelError, MissingDependencyError
 from firesteel.core.metrics.history import BatchRecord, read_history
-from firesteel.core.metrics.sources import read_source_progress
+from firesteel.core.metrics.sources import BAD_RECORDS, read_source_progress
 from firesteel.core.storage import resolve
 
 
@@ -176,6 +176,12 @@ def render(status: dict[str, Any], now: float) -> str:
             f"  source {source}: {progress['lag_total']:,} committed records behind the log "
             f"end when it last planned a batch ({_age(progress['at'], now)}): {behind}"
         )
+        bad = progress.get(BAD_RECORDS, {})
+        if any(bad.values()):
+            lines.append(
+                f"  source {source}: bad records {bad['skipped']:,} skipped, "
+                f"{bad['quarantined']:,} quarantined (dead letters)"
+            )
     for sink, shown in status["sinks"].items():
         totals = ", ".join(f"{k} {v:,.0f}" for k, v in sorted(shown["totals"].items()))
         lines.append(f"  sink {sink} totals: {totals}")

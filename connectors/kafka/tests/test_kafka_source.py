@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from firesteel.core.metrics.prometheus import CheckpointCollector
+from firesteel.core.metrics.sources import read_source_progress
 from firesteel.testing.kafka import create_topic, produce, read_committed, read_log
 
 
@@ -221,6 +223,18 @@ def test_json_values_decode_into_columns_and_poison_records_follow_policy(
     quarantined = read_log(bootstrap, dead)
     assert quarantined.values == [b"{not json"]
     assert dict(quarantined.committed[0].headers)["firesteel.offset"] == b"5"
+    # What status and Prometheus show of each query: the one bad record, under its policy.
+    for run, policy in (("skip", "skipped"), ("q", "quarantined")):
+        checkpoint = str(tmp_path / run / "ck")
+        (progress,) = read_source_progress(checkpoint).values()
+        assert progress["bad_records"] == {"skipped": 0, "quarantined": 0, policy: 1}
+        (family,) = [
+            f
+            for f in CheckpointCollector({run: checkpoint}).collect()
+            if f.name == "firesteel_source_bad_records"
+        ]
+        shown = {s.labels["policy"]: s.value for s in family.samples if s.name.endswith("_total")}
+        assert shown == {"skipped": 0, "quarantined": 0, policy: 1}
 
 
 def test_avro_values_decode(spark, bootstrap, tmp_path):

@@ -35,7 +35,13 @@ from firesteel.core.checkpoint import read_query_id
 from firesteel.core.durable import encode_record
 from firesteel.core.errors import ConfigError
 from firesteel.core.folder import Folder
-from firesteel.core.metrics.sources import PROGRESS, progress_kind
+from firesteel.core.metrics.sources import (
+    ERRORS,
+    PROGRESS,
+    bad_record_counts,
+    errors_kind,
+    progress_kind,
+)
 from firesteel.core.source import Offset
 
 FORMAT_VERSION = 1
@@ -96,8 +102,9 @@ class SourceFolder:
     def record_counts(self, offset_range: str, skipped: int, quarantined: int) -> None:
         """Record the bad records of one offset range (in its task; replaces a replay's)."""
         counts = {"skipped": skipped, "quarantined": quarantined}
-        kind = f"{self.source}-source-errors"
-        self.folder.write_record(f"errors/{offset_range}.json", kind, FORMAT_VERSION, counts)
+        self.folder.write_record(
+            f"{ERRORS}/{offset_range}.json", errors_kind(self.source), FORMAT_VERSION, counts
+        )
 
     def record_progress(self, progress: dict[str, Any]) -> None:
         """Replace the source's progress record (driver side, when a batch is planned)."""
@@ -106,12 +113,4 @@ class SourceFolder:
 
     def counts(self) -> dict[str, int]:
         """Bad records skipped and quarantined so far, summed over every range read."""
-        total = {"skipped": 0, "quarantined": 0}
-        kind = f"{self.source}-source-errors"
-        for name in self.folder.names("errors"):
-            if not name.endswith(".json"):
-                continue
-            counts = self.folder.read_record(f"errors/{name}", kind, (FORMAT_VERSION,))
-            for key in total:
-                total[key] += int(counts[key])
-        return total
+        return bad_record_counts(self.folder, self.source)

@@ -25,6 +25,7 @@ id); counters count committed work only (see :mod:`firesteel.core.metrics.histor
     firesteel_state_last_snapshot_bytes{operator}   bytes the last batch's snapshot wrote
     firesteel_source_lag{partition}         committed records behind the log end when
                                             the source last planned a batch (Kafka)
+    firesteel_source_bad_records_total{policy}  bad records skipped / quarantined (Kafka)
 
 Needs ``prometheus-client`` (``pip install 'firesteel[metrics]'``).
 """
@@ -37,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from firesteel.core.errors import MissingDependencyError
 from firesteel.core.metrics.history import BUCKETS, read_history
-from firesteel.core.metrics.sources import read_source_progress
+from firesteel.core.metrics.sources import BAD_RECORDS, read_source_progress
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -129,15 +130,23 @@ class CheckpointCollector:
             "Committed records behind the log end when the source last planned a batch.",
             labels=["query", "source", "partition"],
         )
+        bad = CounterMetricFamily(
+            "firesteel_source_bad_records",
+            "Bad records the source skipped or quarantined (sent to its dead letters).",
+            labels=["query", "source", "policy"],
+        )
         for query, checkpoint in self.queries.items():
             for source, progress in read_source_progress(checkpoint).items():
                 for partition, behind in sorted(progress.get("lag", {}).items()):
                     lag.add_metric([query, source, partition], behind)
+                for policy, count in sorted(progress.get(BAD_RECORDS, {}).items()):
+                    bad.add_metric([query, source, policy], count)
         yield from counters.values()
         yield from gauges.values()
         yield phases
         yield from state.values()
         yield lag
+        yield bad
 
 
 def serve_prometheus(
