@@ -343,6 +343,22 @@ def test_the_cli_takes_and_shows_a_savepoint(savepoints: dict[str, str], tmp_pat
     )
 
 
+def test_a_savepoint_tells_its_progress_a_key_group_at_a_time(
+    savepoints: dict[str, str], tmp_path: Path
+) -> None:
+    """What ``firesteel savepoint create`` draws its progress bar from: each key group
+    holding state, in order, with the operator's number of key groups."""
+    source = str(Path(savepoints["filesystem"]).parent / "fs")
+    told: list[tuple[str, int, int]] = []
+    create(source, str(tmp_path / "sp"), batch=1, progress=lambda *step: told.append(step))
+    # Key group -1 is the job's clock, one row apart from the key groups' rows.
+    written = set(read_savepoint(str(tmp_path / "sp"))["key_group"].to_pylist()) - {-1}
+    key_groups = [key_group for _, key_group, _ in told]
+    assert key_groups == sorted(set(key_groups)) and set(key_groups) >= written
+    assert len(written) > 1
+    assert {(operator, groups) for operator, _, groups in told} == {("op", MAX_P)}
+
+
 def test_a_savepoint_on_an_object_store(
     savepoints: dict[str, str], tmp_path: Path, s3_server: Any
 ) -> None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -58,6 +58,9 @@ from firesteel.state.serializers import pack, unpack
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
+
+Progress = Callable[[str, int, int], None]
+"""Told each key group a savepoint wrote: operator, key group, the operator's key groups."""
 
 logger = logging.getLogger(__name__)
 
@@ -104,10 +107,13 @@ class _Canonical:
         self.clock: tuple[int, int] | None = None
         self.timers = False
 
-    def chunks(self) -> Iterator[pa.Table]:
-        """Each key group's rows (read :meth:`info` once they are consumed)."""
+    def chunks(self, progress: Progress | None = None) -> Iterator[pa.Table]:
+        """Each key group's rows (read :meth:`info` once they are consumed); ``progress``
+        is told each key group read."""
         for key_group, tables in self.stored.key_groups:
             yield self._rows(key_group, tables)
+            if progress is not None:
+                progress(self.stored.operator, key_group, int(self.stored.meta["max_parallelism"]))
 
     def _rows(self, key_group: int, tables: KeyGroupEntries) -> pa.Table:
         clock = next(iter(tables.get(CLOCK.name, {}).values()), None)
@@ -176,6 +182,7 @@ def create(
     operators: Sequence[str] | None = None,
     storage: StorageConfig | Mapping[str, str] | None = None,
     target_storage: StorageConfig | Mapping[str, str] | None = None,
+    progress: Progress | None = None,
 ) -> Savepoint:
     """Write a savepoint of the state under ``state_location`` at ``target``.
 
@@ -186,6 +193,9 @@ def create(
     Without it, ``batch`` must be given and no positions are recorded.
     ``operators``: which (default: every operator under the location).
     ``storage`` / ``target_storage``: how to reach the two locations' object stores.
+    ``progress``: called after each key group is written, with the operator, the key
+    group and the operator's number of key groups (``firesteel savepoint create`` draws
+    a progress bar with it).
     """
     storage = StorageConfig.given(storage)
     committed = last_committed_batch(checkpoint) if checkpoint is not None else None
@@ -216,7 +226,7 @@ def create(
     writer = SavepointWriter(target, StorageConfig.given(target_storage))
     for name, stored in found.items():
         canonical = _Canonical(stored)
-        file = writer.write_rows(name, canonical.chunks())
+        file = writer.write_rows(name, canonical.chunks(progress))
         writer.describe(name, canonical.info(), file)
     offsets = _offsets_entry(checkpoint, batch) if checkpoint is not None else None
     origin = {"state_location": state_location, "checkpoint": checkpoint}

@@ -13,8 +13,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from importlib.metadata import EntryPoint, entry_points
+from typing import Any
 
 from firesteel.cli.args import EXIT_USAGE, command_parser
 
@@ -115,15 +117,17 @@ def _run_savepoint(args: argparse.Namespace) -> int:
     if args.action == "stop":
         return _stop(args)
     if args.action == "create":
-        made = create_savepoint(
-            args.location,
-            args.target,
-            checkpoint=args.checkpoint,
-            batch=args.batch,
-            operators=args.operator,
-            storage=settings,
-            target_storage=settings,
-        )
+        with _key_group_bar() as progress:
+            made = create_savepoint(
+                args.location,
+                args.target,
+                checkpoint=args.checkpoint,
+                batch=args.batch,
+                operators=args.operator,
+                storage=settings,
+                target_storage=settings,
+                progress=progress,
+            )
         sys.stdout.write(f"savepoint {made.id} of batch {made.batch} at {args.target}\n")
         return 0
     from firesteel.core.storage import StorageConfig
@@ -135,6 +139,31 @@ def _run_savepoint(args: argparse.Namespace) -> int:
     frame = read_savepoint(args.savepoint, operator=args.operator, storage=storage).to_pandas()
     sys.stdout.write(f"{frame.head(args.limit).to_string(index=False)}\n({len(frame)} entries)\n")
     return 0
+
+
+@contextmanager
+def _key_group_bar() -> Iterator[Callable[[str, int, int], None]]:
+    """A progress bar on standard error (a terminal only) of the key groups a savepoint
+    has written, one bar per operator; the key groups holding no state count as done."""
+    from tqdm import tqdm
+
+    bars: dict[str, Any] = {}
+
+    def progress(operator: str, key_group: int, key_groups: int) -> None:
+        if operator not in bars:
+            bars[operator] = tqdm(
+                total=key_groups, desc=f"savepoint {operator}", unit=" key groups", disable=None
+            )
+        bar = bars[operator]
+        bar.update(key_group + 1 - bar.n)
+
+    try:
+        yield progress
+        for bar in bars.values():
+            bar.update(bar.total - bar.n)
+    finally:
+        for bar in bars.values():
+            bar.close()
 
 
 def _stop(args: argparse.Namespace) -> int:
