@@ -31,7 +31,7 @@ from pyspark.sql import SparkSession
 from firesteel.cli.status import main as status_command
 from firesteel.pipelines.host import Host
 from firesteel.pipelines.kafka import create_topics
-from firesteel.pipelines.progress import ProgressPrinter, pipeline_progress
+from firesteel.pipelines.progress import ProgressPrinter, StreamletProgress, pipeline_progress
 from firesteel.pipelines.runner import load
 from firesteel.testing.pipelines.orders import (
     expected_totals,
@@ -94,6 +94,53 @@ def check_progress(work: Path) -> None:
         (line,) = [line for line in lines if line.startswith(f"  {name}: ")]
         assert f"rows out {shown.rows_out:,}" in line
         assert f"    query {work / 'checkpoints' / name}/" in "\n".join(lines)
+    check_page(work, progress)
+
+
+def check_page(work: Path, progress: dict[str, StreamletProgress]) -> None:
+    """``firesteel ui`` on the work folder in headless Chromium: the topology has a box per
+    streamlet and an arrow per topic and consumer, labelled with the lag the progress says,
+    then the streamlets' table and each query's section."""
+    import shutil
+
+    from playwright.sync_api import sync_playwright
+
+    from firesteel.cli.ui import serve
+
+    chromium = shutil.which("chromium")
+    assert chromium, "Debian's chromium is missing: make install installs it (apt-get)"
+    server = serve([str(work)])
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.goto(f"http://127.0.0.1:{server.server_address[1]}/")
+            page.wait_for_selector("svg[data-chart=topology] g[data-streamlet]")
+            boxes = page.eval_on_selector_all(
+                "svg[data-chart=topology] g[data-streamlet]",
+                "gs => gs.map(g => g.dataset.streamlet)",
+            )
+            arrows = page.eval_on_selector_all(
+                "svg[data-chart=topology] g[data-topic]",
+                "gs => gs.map(g => [g.dataset.topic, g.dataset.consumer,"
+                " g.querySelector('text').dataset.lag])",
+            )
+            rows = page.locator("table[data-streamlets] tbody tr").count()
+            queries = page.locator("section[data-checkpoint]").count()
+            browser.close()
+    finally:
+        server.shutdown()
+    assert sorted(boxes) == sorted(progress)
+    inlets = [
+        ("orders", "validate"),
+        ("valid-orders", "totals"),
+        ("rejected-orders", "store-rejected"),
+        ("customer-totals", "store-totals"),
+    ]
+    assert sorted((t, c) for t, c, _ in arrows) == sorted(inlets)
+    assert all(lag == str(progress[c].lag[t]) for t, c, lag in arrows), arrows
+    assert rows == len(progress)
+    assert queries == sum(shown.queries for shown in progress.values())
 
 
 @pytest.mark.parametrize("topics", ["local", "kafka"])

@@ -222,20 +222,22 @@ def is_pipeline_work(location: str) -> bool:
 
 
 def pipeline_status(work: str) -> dict[str, Any]:
-    """Each streamlet of a pipeline's work folder: its queries' checkpoints and progress
+    """Each streamlet of a pipeline's work folder: its queries' checkpoints and progress,
+    and each topic with its producers and its consumers' lag
     (:mod:`firesteel.pipelines.progress`)."""
     try:
-        from firesteel.pipelines.progress import pipeline_progress
+        from firesteel.pipelines.progress import pipeline_progress, topic_flows
     except ImportError as exc:
         package = "firesteel.pipelines"
         raise MissingDependencyError(package, "firesteel-pipelines") from exc
     folder = Path(work)
+    progress = pipeline_progress(folder)
     streamlets = []
-    for shown in pipeline_progress(folder):
+    for shown in progress:
         checkpoints = folder / "checkpoints" / shown.streamlet
         queries = sorted(str(p) for p in checkpoints.iterdir() if (p / "metadata").is_file())
         streamlets.append({**asdict(shown), "checkpoints": queries})
-    return {"pipeline": work, "streamlets": streamlets}
+    return {"pipeline": work, "streamlets": streamlets, "topics": topic_flows(folder, progress)}
 
 
 def _rendered(status: dict[str, Any], now: float) -> str:

@@ -49,6 +49,7 @@ from firesteel.core import LOCAL_PROFILE
 from firesteel.pipelines.config import PipelineConfig
 from firesteel.pipelines.errors import ConfigurationError
 from firesteel.pipelines.process import start_streamlet
+from firesteel.pipelines.progress import record_topology
 from firesteel.pipelines.runner import load
 from firesteel.pipelines.supervision import STOPPED_EXIT, Restarts
 from firesteel.pipelines.verify import VerifiedBlueprint
@@ -153,6 +154,7 @@ class Host:
         self.verified = verified
         self.config = config
         self.work = work
+        record_topology(verified, work)
         policy = config.supervision()
         self.streamlets = {name: Hosted(name, Restarts(policy)) for name in verified.streamlets}
         self._starting: tuple[str, float] | None = None

@@ -18,6 +18,11 @@ Per streamlet, over its queries' checkpoints (``<work>/checkpoints/<streamlet>/<
 - ``lag`` on Kafka topics: the committed records behind the log end when its source
   last planned a batch (the Kafka source's record); ``rows_in`` is then unknown (a
   Kafka position also counts transaction markers), shown as ``-``.
+
+The pipeline's topology (which outlets write each topic and which inlets read it) is
+recorded in ``<work>/topology.json`` when its streamlets are hosted
+(:func:`record_topology`); :func:`topic_flows` joins it with the progress: per topic, its
+producers and each consumer's lag (what ``firesteel ui`` draws).
 """
 
 from __future__ import annotations
@@ -32,17 +37,23 @@ import pyarrow.parquet as pq
 
 from firesteel.core import read_history, read_source_progress
 from firesteel.core.spi import read_record
+from firesteel.pipelines.verify import VerifiedBlueprint
 
 __all__ = [
+    "TOPOLOGY",
     "ProgressPrinter",
     "StreamletProgress",
     "as_json",
     "pipeline_progress",
     "progress_line",
+    "record_topology",
     "streamlet_progress",
     "streamlets",
+    "topic_flows",
 ]
 
+TOPOLOGY = "topology.json"
+"""The pipeline's topics with their producers and consumers, in its work folder."""
 _TOPIC_RECORDS = "_firesteel"
 """Where the file sink and source keep their records inside a local topic's folder."""
 
@@ -197,6 +208,40 @@ def progress_line(shown: StreamletProgress, now: float) -> str:
 def as_json(progress: list[StreamletProgress]) -> list[dict[str, Any]]:
     """The progress as plain data."""
     return [asdict(shown) for shown in progress]
+
+
+def record_topology(verified: VerifiedBlueprint, work: Path) -> None:
+    """Write ``<work>/topology.json``: each topic by name, the streamlets writing it
+    (``producers``) and reading it (``consumers``), replaced whole."""
+    topics = []
+    for key, topic in sorted(verified.blueprint.topics.items()):
+        ends = {}
+        for role, table in (("producers", verified.producers), ("consumers", verified.consumers)):
+            ends[role] = sorted({c.streamlet for c in table.get(key, ())})
+        topics.append({"topic": topic.name, **ends})
+    work.mkdir(parents=True, exist_ok=True)
+    partial = work / f".{TOPOLOGY}.tmp"
+    partial.write_text(json.dumps({"topics": topics}, indent=1))
+    partial.replace(work / TOPOLOGY)
+
+
+def topic_flows(work: Path, progress: list[StreamletProgress]) -> list[dict[str, Any]]:
+    """Per topic of the recorded topology: ``topic``, ``producers``, and ``consumers`` as
+    ``{streamlet: lag}`` (``None`` before the consumer's first commit); empty when the work
+    folder has no topology (a pipeline last run before it was recorded)."""
+    try:
+        recorded = json.loads((work / TOPOLOGY).read_text())
+    except FileNotFoundError:
+        return []
+    by_name = {shown.streamlet: shown for shown in progress}
+    flows = []
+    for topic in recorded["topics"]:
+        consumers = {}
+        for streamlet in topic["consumers"]:
+            shown = by_name.get(streamlet)
+            consumers[streamlet] = None if shown is None else shown.lag.get(topic["topic"])
+        flows.append({**topic, "consumers": consumers})
+    return flows
 
 
 class ProgressPrinter:
