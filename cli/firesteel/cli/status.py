@@ -185,6 +185,12 @@ def render(status: dict[str, Any], now: float) -> str:
     for sink, shown in status["sinks"].items():
         totals = ", ".join(f"{k} {v:,.0f}" for k, v in sorted(shown["totals"].items()))
         lines.append(f"  sink {sink} totals: {totals}")
+        last = shown["batches"][-1] if shown["batches"] else None
+        if last is not None and "oldest_record_age_seconds" in last["maxima"]:
+            lines.append(
+                f"  sink {sink}: the oldest record batch {last['batch']} read was "
+                f"{last['maxima']['oldest_record_age_seconds']:,.1f} s old when fetched"
+            )
         lines.append(
             "    batch  committed  tasks       rows        bytes  batch s  write s  commit s"
         )

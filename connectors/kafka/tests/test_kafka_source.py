@@ -359,3 +359,55 @@ def test_offsets_deleted_by_retention_fail_clearly(spark, bootstrap, tmp_path):
         failOnDataLoss="false",
     )
     assert sorted(int(r.value) for r in rows) == list(range(4, 10))
+
+
+def test_a_batch_records_how_old_its_oldest_record_was_and_what_it_read(spark, bootstrap, tmp_path):
+    """Records stamped an hour ago, read into firesteel's file sink in one batch: its record
+    keeps the age of the oldest one when fetched (Flink's fetch event-time lag), the rows
+    the reader produced, and the read as a phase of the batch; Prometheus and status show
+    the age."""
+    import subprocess
+    import sys
+    import time
+
+    from firesteel.core.metrics import read_history
+
+    topic = create_topic(bootstrap, partitions=2)
+    hour_ago_ms = int((time.time() - 3600) * 1000)
+    produce(bootstrap, topic, [b"old-0", b"old-1"], timestamp=hour_ago_ms, partition=0)
+    produce(bootstrap, topic, [b"new-0"], partition=1)
+    checkpoint = tmp_path / "ck"
+    started = time.time()
+    query = (
+        _reader(spark, bootstrap, checkpoint, {"subscribe": topic, "startingOffsets": "earliest"})
+        .load()
+        .select("value")
+        .writeStream.format("firesteel.files")
+        .option("path", str(tmp_path / "out"))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    assert query.exception() is None
+    (records,) = read_history(str(checkpoint)).values()
+    (record,) = records
+    age = record.maxima["oldest_record_age_seconds"]
+    assert 3600 <= age <= 3600 + (time.time() - started) + 1
+    assert record.counters["read_rows"] == record.input_rows == 3
+    assert record.read_seconds is not None and record.read_seconds > 0
+
+    (family,) = [
+        f
+        for f in CheckpointCollector({"q": str(checkpoint)}).collect()
+        if f.name == "firesteel_sink_last_oldest_record_age_seconds"
+    ]
+    assert [s.value for s in family.samples] == [age]
+    shown = subprocess.run(
+        [sys.executable, "-m", "firesteel.cli.main", "status", str(checkpoint)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    assert f"the oldest record batch 0 read was {age:,.1f} s old when fetched" in shown

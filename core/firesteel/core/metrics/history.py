@@ -36,6 +36,7 @@ from firesteel.core.folder import Folder
 from firesteel.core.metrics.commit import CommitMetrics
 from firesteel.core.metrics.task import (
     BYTES,
+    MAX_PREFIX,
     OPERATOR_PREFIX,
     PHASES,
     PROCESS_SECONDS,
@@ -61,7 +62,7 @@ KIND = "firesteel-batch-metrics"
 VERSION = 3
 """2 added the commit's parts, the operators' figures and the phase histograms; 3 the read
 and process phases (and the write phase became the writer's own time, without the time it
-waited for its input)."""
+waited for its input), and the tasks' maxima."""
 RETAINED = 100
 """Batch records kept per sink; older ones are deleted as new ones are written."""
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -107,6 +108,12 @@ class BatchRecord:
     read_seconds: float | None = None
     """The slowest task's time inside its source's reader; ``None`` when no source was read
     in the sink's tasks (a shuffle between them, or a source that is not firesteel's)."""
+    maxima: dict[str, float] = field(default_factory=dict)
+    """The largest value of each maximum the batch's tasks kept
+    (:meth:`~firesteel.core.metrics.task.TaskMetrics.maximum`): the Kafka source's
+    ``oldest_record_age_seconds``, how old the oldest record the batch read was when its
+    task fetched it (Flink's ``currentFetchEventTimeLag``), where it was read in the sink's
+    tasks."""
     process_seconds: float | None = None
     """The slowest task's time upstream of the writer that was neither the source's read nor
     an operator's snapshot (Spark's operators, user functions, a shuffle's fetch, a stateful
@@ -149,9 +156,19 @@ def _summed(votes: Sequence[Vote]) -> dict[str, float]:
     summed: dict[str, float] = {}
     for vote in votes:
         for name, value in vote.metrics.items():
-            if name not in PHASES and not name.startswith(OPERATOR_PREFIX):
+            if name not in PHASES and not name.startswith((OPERATOR_PREFIX, MAX_PREFIX)):
                 summed[name] = summed.get(name, 0) + value
     return summed
+
+
+def _maxima(votes: Sequence[Vote]) -> dict[str, float]:
+    maxima: dict[str, float] = {}
+    for vote in votes:
+        for name, value in vote.metrics.items():
+            if name.startswith(MAX_PREFIX):
+                figure = name.removeprefix(MAX_PREFIX)
+                maxima[figure] = max(maxima.get(figure, value), value)
+    return maxima
 
 
 def _slowest(votes: Sequence[Vote], phase: str) -> float | None:
@@ -224,6 +241,7 @@ def record_batch(
         commit_counters=dict(commit.counters),
         operators=_operators(votes),
         read_seconds=_slowest(votes, READ_SECONDS),
+        maxima=_maxima(votes),
         process_seconds=_slowest(votes, PROCESS_SECONDS) if votes else None,
     )
     before = previous.histograms if previous is not None else {}

@@ -15,6 +15,8 @@ id); counters count committed work only (see :mod:`firesteel.core.metrics.histor
     firesteel_sink_last_commit_timestamp_seconds
     firesteel_sink_last_write_seconds       the last batch's slowest task in the sink
     firesteel_sink_last_commit_seconds      the last batch's commit
+    firesteel_sink_last_<maximum>           the largest of a maximum the last batch's tasks
+                                            kept (oldest_record_age_seconds: Kafka)
     firesteel_batch_phase_seconds{phase}    histogram of each committed batch's seconds
                                             per phase: read, process, write (the slowest
                                             task's), commit, commit_<part> (send, record,
@@ -117,6 +119,12 @@ class CheckpointCollector:
                 gauges["last_commit_timestamp_seconds"].add_metric(values, latest.committed_at)
                 gauges["last_write_seconds"].add_metric(values, latest.write_seconds)
                 gauges["last_commit_seconds"].add_metric(values, latest.commit_seconds)
+                for figure, value in sorted(latest.maxima.items()):
+                    name = f"last_{figure}"
+                    if name not in gauges:
+                        text = f"The largest {figure.replace('_', ' ')} of the last batch's tasks."
+                        gauges[name] = GaugeMetricFamily(_PREFIX + name, text, labels=labels)
+                    gauges[name].add_metric(values, value)
                 for phase, histogram in sorted(latest.histograms.items()):
                     bounds = [*(str(b) for b in BUCKETS), "+Inf"]
                     buckets = list(zip(bounds, histogram["buckets"], strict=True))

@@ -54,10 +54,12 @@ from firesteel.core.context import TaskScope
 from firesteel.core.sink import Sink, Vote
 
 __all__ = [
+    "MAX_PREFIX",
     "OPERATOR_PREFIX",
     "SNAPSHOT_BLOCKED_SECONDS",
     "TaskMetrics",
     "hand_over",
+    "measured_read",
     "measured_write",
     "remove_handovers",
     "sweep_handovers",
@@ -81,6 +83,8 @@ SNAPSHOT_BLOCKED_SECONDS = "snapshot_blocked_seconds"
 ``snapshot_seconds`` overlapped with handing its last output on)."""
 READ_ROWS = "read_rows"
 READ_BYTES = "read_bytes"
+MAX_PREFIX = "max:"
+"""Vote metrics ``max:<name>`` are a task's maxima: a batch keeps the largest, not a sum."""
 OPERATOR_PREFIX = "operator:"
 """Vote metrics ``operator:<name>:<figure>`` come from an operator of the same task."""
 SOURCE_ROLE = "source"
@@ -95,13 +99,24 @@ _SWEPT: list[bool] = []
 
 @dataclass
 class TaskMetrics:
-    """Counters of one write task, by name (``records_skipped``, ``commit_retries``, ...)."""
+    """Counters of one task, by name (``records_skipped``, ``commit_retries``, ...), and
+    maxima (``oldest_record_age_seconds``: the largest value the task saw)."""
 
     counters: dict[str, float] = field(default_factory=dict)
+    maxima: dict[str, float] = field(default_factory=dict)
 
     def count(self, name: str, value: float = 1) -> None:
         """Add ``value`` to counter ``name``; names are snake_case, in the unit they count."""
         self.counters[name] = self.counters.get(name, 0) + value
+
+    def maximum(self, name: str, value: float) -> None:
+        """Keep ``value`` as ``name`` if it is the largest so far; a batch keeps the largest
+        of its tasks' (:attr:`~firesteel.core.metrics.history.BatchRecord.maxima`)."""
+        self.maxima[name] = max(self.maxima.get(name, value), value)
+
+    def figures(self) -> dict[str, float]:
+        """Counters and maxima as vote figures: maxima under :data:`MAX_PREFIX`."""
+        return {**self.counters, **{f"{MAX_PREFIX}{k}": v for k, v in self.maxima.items()}}
 
 
 _CURRENT: contextvars.ContextVar[TaskMetrics | None] = contextvars.ContextVar(
@@ -110,7 +125,8 @@ _CURRENT: contextvars.ContextVar[TaskMetrics | None] = contextvars.ContextVar(
 
 
 def task_metrics() -> TaskMetrics:
-    """The running write task's metrics; outside a measured task, a throwaway one."""
+    """The running task's metrics (a sink's write, or a firesteel source's read:
+    :func:`measured_read`); outside a measured task, a throwaway one."""
     return _CURRENT.get() or TaskMetrics()
 
 
@@ -249,7 +265,9 @@ def _taken_over(scope: TaskScope) -> dict[str, float]:
             continue  # another attempt's, or written by a version before roles
         role, name = stem.split(".", 1)
         for figure, value in content["figures"].items():
-            if role == SOURCE_ROLE:
+            if role == SOURCE_ROLE and figure.startswith(MAX_PREFIX):
+                found[figure] = max(found.get(figure, value), value)
+            elif role == SOURCE_ROLE:
                 found[figure] = found.get(figure, 0.0) + value
             else:
                 found[f"{OPERATOR_PREFIX}{name}:{figure}"] = value
@@ -290,10 +308,33 @@ def measured_write(
     wall = clock() - started
     taken = _taken_over(scope)
     vote.metrics = {
-        **metrics.counters,
+        **metrics.figures(),
         ROWS: input_["rows"],
         BYTES: input_["bytes"],
         **{name: value for name, value in taken.items() if name != READ_SECONDS},
         **_phases(wall, input_["seconds"], taken),
     }
     return vote
+
+
+def measured_read(
+    scope: TaskScope | None, source: str, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """``batches`` of ``source``'s reader, timed and counted (:func:`timed_iteration`), with
+    a :class:`TaskMetrics` the reader reaches through :func:`task_metrics`; once they end,
+    the figures are handed over to the sink of this task (no scope: not a streaming task,
+    nothing handed over)."""
+    read: dict[str, float] = {}
+    metrics = TaskMetrics()
+    token = _CURRENT.set(metrics)
+    try:
+        yield from timed_iteration(batches, read)
+    finally:
+        _CURRENT.reset(token)
+    if scope is not None:
+        figures = {
+            READ_SECONDS: read["seconds"],
+            READ_ROWS: read["rows"],
+            READ_BYTES: read["bytes"],
+        }
+        hand_over(scope, source, {**figures, **metrics.figures()}, SOURCE_ROLE)

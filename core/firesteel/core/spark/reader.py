@@ -19,14 +19,7 @@ from pyspark.sql.streaming.datasource import ReadLimit as SparkReadLimit
 from firesteel.core.context import TaskScope
 from firesteel.core.faults import fault_point
 from firesteel.core.logs import configure_worker_logging, timed
-from firesteel.core.metrics.task import (
-    READ_BYTES,
-    READ_ROWS,
-    READ_SECONDS,
-    SOURCE_ROLE,
-    hand_over,
-    timed_iteration,
-)
+from firesteel.core.metrics.task import measured_read
 from firesteel.core.source import UNBOUNDED, Offset, ReadLimit, ResettableSource
 from firesteel.core.spark.offsets import SOURCE_TAG
 
@@ -99,14 +92,10 @@ class SparkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         configure_worker_logging()
-        read: dict[str, float] = {}
-        with timed("source.read"):
-            yield from timed_iteration(self.source.read(partition.value), read)
         scope = TaskScope.running()
-        if scope is not None:
+        with timed("source.read"):
             # The sink of this task adds the read to its vote: the batch's read phase.
-            figures = {READ_SECONDS: read["seconds"], READ_ROWS: read["rows"]}
-            hand_over(scope, self.source.name, {**figures, READ_BYTES: read["bytes"]}, SOURCE_ROLE)
+            yield from measured_read(scope, self.source.name, self.source.read(partition.value))
         AFTER_READ.fire(scope.batch_id if scope else None, scope.partition_id if scope else None)
 
     def commit(self, end: dict[str, Any]) -> None:

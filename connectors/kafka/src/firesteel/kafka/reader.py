@@ -23,7 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from firesteel.core.spi import BadRecord, DeadLetter, ErrorHandler
+from firesteel.core.spi import BadRecord, DeadLetter, ErrorHandler, task_metrics
 from firesteel.kafka.codec import ValueDecoder
 from firesteel.kafka.config import safe_error
 from firesteel.kafka.discovery import consumer_config
@@ -187,8 +187,10 @@ class RangeReader:
                     raise KafkaSourceError(msg)
             if records:
                 first = records[0].offset()
-                if not checked_gap and first > offsets.start:
-                    self._check_gap(consumer, offsets, first, outage)
+                if not checked_gap:
+                    if first > offsets.start:
+                        self._check_gap(consumer, offsets, first, outage)
+                    _record_age(records[0])
                 checked_gap = True
                 position = max(position, records[-1].offset() + 1)
                 batch = self._to_arrow(records, offsets, errors)
@@ -300,3 +302,17 @@ class RangeReader:
             [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in columns],
             schema=self.schema,
         )
+
+
+OLDEST_RECORD_AGE = "oldest_record_age_seconds"
+"""How old the first record of a range was when its task fetched it (a batch keeps the
+largest: Flink's ``currentFetchEventTimeLag``, the oldest unread record's age)."""
+
+
+def _record_age(message: Any) -> None:
+    """Keep the age of a range's first record, by its timestamp (none: nothing kept)."""
+    from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
+
+    kind, stamp_ms = message.timestamp()
+    if kind != TIMESTAMP_NOT_AVAILABLE:
+        task_metrics().maximum(OLDEST_RECORD_AGE, max(time.time() - stamp_ms / 1000, 0.0))
