@@ -14,6 +14,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from test_state_operator import (
 from firesteel.backends import FilesystemBackend
 from firesteel.backends.inspect import backend_class, read_state
 from firesteel.backends.savepoint import read_savepoint
+from firesteel.cli.status import query_status, render
 from firesteel.core.errors import ConfigError
 from firesteel.core.metrics.task import HANDOVER_DIR
 from firesteel.state import KeyState, StateBackend, ValueStateDescriptor
@@ -87,6 +89,13 @@ def test_upgrade_a_job(spark: Any, tmp_path: Path) -> None:
         [*command, v1_state, older, "--checkpoint", str(tmp_path / "checkpoint"), "--batch", "1"],
         check=True,
     )
+    # firesteel status lists the savepoints taken of the query, oldest first.
+    status = query_status(str(tmp_path / "checkpoint"))
+    assert [(t["batch"], t["location"]) for t in status["savepoints"]] == [
+        (2, savepoint),
+        (1, older),
+    ]
+    assert f"of batch 1 at {older} (" in render(status, time.time())
     with pytest.raises(Exception, match=r"goes on after batch 2: the state would miss.*batch 2"):
         run(spark, tmp_path, RunningCountV2(), v2_backend, parallelism=4, restore_from=older)
     run(spark, tmp_path, RunningCountV2(), v2_backend, parallelism=4, restore_from=savepoint)

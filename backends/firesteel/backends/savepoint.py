@@ -38,6 +38,7 @@ from firesteel.backends.inspect import (
     stored_state,
     to_table,
 )
+from firesteel.core import layout
 from firesteel.core.checkpoint import read_query_id
 from firesteel.core.errors import ConfigError
 from firesteel.core.folder import Folder
@@ -230,7 +231,44 @@ def create(
         writer.describe(name, canonical.info(), file)
     offsets = _offsets_entry(checkpoint, batch) if checkpoint is not None else None
     origin = {"state_location": state_location, "checkpoint": checkpoint}
-    return writer.finish(batch=batch, offsets=offsets, origin=origin)
+    made = writer.finish(batch=batch, offsets=offsets, origin=origin)
+    if checkpoint is not None:
+        _record_taken(checkpoint, made, target)
+    return made
+
+
+SAVEPOINT_RECORD = "firesteel-savepoint-taken"
+
+
+def _record_taken(checkpoint: str, made: Savepoint, target: str) -> None:
+    """Note the savepoint in its query's checkpoint (``firesteel status`` lists them). The
+    savepoint is whole before: a note that cannot be written is logged, never a failure."""
+    note = {
+        "id": made.id,
+        "batch": made.batch,
+        "location": target,
+        "operators": made.operators,
+        "taken_at": time.time(),
+    }
+    try:
+        Folder(layout.savepoints(checkpoint)).write_record(
+            f"{made.id}.json", SAVEPOINT_RECORD, 1, note
+        )
+    except OSError as exc:
+        logger.warning("savepoint %s: not noted in %s: %s", made.id, checkpoint, exc)
+
+
+def savepoints_taken(checkpoint: str) -> list[dict[str, Any]]:
+    """The savepoints taken of a query's state with its checkpoint given (``create`` with
+    ``checkpoint=``, ``firesteel savepoint create --checkpoint``, a stop with a savepoint),
+    oldest first: ``id``, ``batch``, ``location``, ``operators``, ``taken_at``."""
+    folder = Folder(layout.savepoints(checkpoint))
+    notes = [
+        folder.read_record(name, SAVEPOINT_RECORD, (1,))
+        for name in folder.names()
+        if name.endswith(".json")
+    ]
+    return sorted(notes, key=lambda note: (note["taken_at"], note["id"]))
 
 
 def stop_with_savepoint(

@@ -30,6 +30,7 @@ from typing import Any
 import pyarrow.compute as pc
 from pyarrow import fs
 
+from firesteel.backends.savepoint import savepoints_taken
 from firesteel.cli.args import EXIT_USAGE, command_parser
 from firesteel.core.checkpoint import read_guarantee, read_query_id
 from firesteel.core.errors import FiresteelError, MissingDependencyError
@@ -83,6 +84,7 @@ def query_status(checkpoint: str, last: int = 10) -> dict[str, Any]:
         "last_committed_at": committed_at,
         "guarantees": read_guarantee(checkpoint),
         "sources": read_source_progress(checkpoint),
+        "savepoints": savepoints_taken(checkpoint),
         "sinks": {
             sink: {
                 "totals": records[-1].totals if records else {},
@@ -202,6 +204,11 @@ def render(status: dict[str, Any], now: float) -> str:
                 f"{batch['write_seconds']:7.2f}  {batch['commit_seconds']:8.2f}"
             )
         lines.extend(_phases(shown["batches"]))
+    for taken in status["savepoints"]:
+        lines.append(
+            f"  savepoint {taken['id']} of batch {taken['batch']} at {taken['location']} "
+            f"({_age(taken['taken_at'], now)}): {', '.join(taken['operators'])}"
+        )
     for state in status.get("state", []):
         for operator, shown in state["operators"].items():
             keys = ""

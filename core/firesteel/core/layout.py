@@ -12,6 +12,7 @@ with these functions (each returns a location in the spelling of
         wal/<sink>/...                 write-ahead-log segments and plans (the default folder)
         wal-commits/                   the file checkpoint committer's markers
         control/                       requests to the running query and their answers
+        savepoints/<id>.json           each savepoint taken of the query's state
 
 Spark never reads this folder. A data folder's own records (the file sink's
 pending files and manifests) live under its ``_firesteel/`` instead, which
@@ -93,3 +94,8 @@ def control(checkpoint: str) -> str:
     """Requests to the running query from another process (a stop with a savepoint) and
     the driver's answers."""
     return f"{records(checkpoint)}/control"
+
+
+def savepoints(checkpoint: str) -> str:
+    """A record per savepoint taken of the query's state (where, of which batch, when)."""
+    return f"{records(checkpoint)}/savepoints"
