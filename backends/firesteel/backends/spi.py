@@ -1,9 +1,10 @@
 """The state backend author's interface: what a backend (``firesteel-rocksdb``) may rely on.
 
-Built on :mod:`firesteel.core.spi` (task identity, durable records, ownership,
-per-worker cache, errors), which a backend imports beside this module; the
-two are the only firesteel modules a separately installed backend imports,
-besides the public user API (``firesteel.state``, ``firesteel.backends``).
+Built on :mod:`firesteel.core.spi` (task identity, errors) and
+:mod:`firesteel.core.toolkit` (durable records, ownership, per-worker cache),
+which a backend imports beside this module; the three are the only firesteel
+modules a separately installed backend imports, besides the public user API
+(``firesteel.state``, ``firesteel.backends``).
 
 The contract (the protocol itself is :mod:`firesteel.state.backend`'s):
 

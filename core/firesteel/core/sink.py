@@ -19,6 +19,7 @@ is the two-phase sink whose writer commits in the task.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
@@ -231,23 +232,48 @@ class SinkWriter(ABC, Generic[Txn, C]):
         """Executor side: the task failed; drop what the transaction wrote."""
 
 
+class CommitOutcome(enum.Enum):
+    """What a :meth:`Committer.commit` that returned did: Flink's ``CommitRequest`` outcomes.
+
+    The vocabulary is fixed. A commit that returns reports one of these two; a
+    commit that cannot finish raises instead, and the error is the outcome:
+
+    * **retry later**: any error but a :class:`~firesteel.core.errors.SinkError`
+      (an unreachable target, a timeout). Spark writes ``commits/N`` only after a
+      return, so the query fails, and its restart commits batch N again, with the
+      same committables or those of a re-run;
+    * **failed**: a :class:`~firesteel.core.errors.SinkError` naming a cause a
+      retry cannot cure (fenced by another writer, the target changed shape); the
+      query fails the same way, and the message says what to fix before a restart.
+    """
+
+    COMMITTED = "committed"
+    """This call made the batch's committables visible."""
+    ALREADY_COMMITTED = "already-committed"
+    """An earlier call committed the batch (or a re-run of it): its result was kept and
+    the new committables discarded, so nothing became visible twice."""
+
+
 class Committer(ABC, Generic[C]):
     """The driver half of a two-phase sink, Flink Sink V2's ``Committer``.
 
-    Commit outcomes, in Flink's vocabulary: :meth:`commit` *returning* means
-    every committable of the batch is **committed**; *raising* means the commit
-    **failed** for this attempt, and Spark, which writes ``commits/N`` only after
-    a return, runs the batch's commit again after the restart (**retry later**);
-    an error a retry cannot cure is a :class:`~firesteel.core.errors.SinkError`
-    naming the cause. Every call is an **idempotent re-commit**: after a crash
-    :meth:`commit` may receive committables it already committed, or those of a
-    re-run of a batch an earlier attempt committed; it must then keep the
-    earlier result, discard the new committables, and return.
+    :meth:`commit` runs on the driver once every task of batch N voted, before
+    Spark writes ``commits/N``; it reports a :class:`CommitOutcome`, or raises
+    (retry later, or failed: see there). Every call is an **idempotent
+    re-commit**: after a crash :meth:`commit` may receive committables it
+    already committed, or those of a re-run of a batch an earlier attempt
+    committed; it must then keep the earlier result, discard the new
+    committables, and return :attr:`CommitOutcome.ALREADY_COMMITTED`.
     """
 
     @abstractmethod
-    def commit(self, batch_id: int, handles: Sequence[C]) -> None:
-        """Make every committable of the batch visible, exactly once (idempotent)."""
+    def commit(self, batch_id: int, handles: Sequence[C]) -> CommitOutcome:
+        """Make every committable of the batch visible, exactly once (idempotent).
+
+        Called on the driver after every task voted, at least once per committed
+        batch; ``handles`` are in partition order. Returning guarantees the batch is
+        durably visible.
+        """
 
     @abstractmethod
     def abort(self, batch_id: int, handles: Sequence[C]) -> None:
@@ -295,7 +321,8 @@ class TwoPhaseCommitSink(Sink, SinkWriter[Txn, C], Committer[C]):
         kind = cast("type[C]", self.committable_type)
         ordered = sorted(votes, key=_partition)
         with timed("sink.publish", phase="publish"):
-            self.commit(batch_id, [vote.committable(kind) for vote in ordered])
+            outcome = self.commit(batch_id, [vote.committable(kind) for vote in ordered])
+        logger.debug("%s sink %s: batch %d %s", self.name, self.sink_id, batch_id, outcome.value)
         AFTER_COMMIT.fire(batch_id)
 
     def abort_batch(self, batch_id: int, votes: Sequence[Vote | None]) -> None:
@@ -318,7 +345,7 @@ class InTaskCommitSink(TwoPhaseCommitSink[Txn, C]):
     rests on the writer's marker check instead of on the driver.
     """
 
-    def commit(self, batch_id: int, handles: Sequence[C]) -> None:
+    def commit(self, batch_id: int, handles: Sequence[C]) -> CommitOutcome:
         """Nothing to commit: every task committed its own transaction."""
         logger.info(
             "%s sink %s: batch %d committed in its %d tasks",
@@ -327,6 +354,7 @@ class InTaskCommitSink(TwoPhaseCommitSink[Txn, C]):
             batch_id,
             len(handles),
         )
+        return CommitOutcome.COMMITTED
 
     def abort(self, batch_id: int, handles: Sequence[C]) -> None:
         """Nothing to discard: a failed task aborted its own transaction."""

@@ -19,7 +19,8 @@ import msgpack
 import pyarrow as pa
 
 from firesteel.backends.spi import KeyGroupEntries, KeyGroupRange, StoredState, pack
-from firesteel.core.spi import ConfigError, StorageConfig
+from firesteel.core.spi import ConfigError
+from firesteel.core.toolkit import StorageConfig
 from firesteel.rocksdb import keys
 from firesteel.rocksdb.local import LocalFolder, open_instance
 from firesteel.rocksdb.manifest import Manifest

@@ -19,7 +19,8 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from firesteel.core.spi import ConfigError, has_committed, timed
+from firesteel.core.spi import ConfigError
+from firesteel.core.toolkit import has_committed, timed
 from firesteel.kafka.config import client_config, safe_error
 from firesteel.kafka.errors import KafkaSourceError
 from firesteel.kafka.options import KafkaSourceOptions

@@ -98,7 +98,8 @@ import uuid
 
 import pyarrow as pa
 
-from firesteel.core.spi import ConfigError, Ownership, TwoPhaseCommitSink, check_location
+from firesteel.core.spi import ConfigError, TwoPhaseCommitSink
+from firesteel.core.toolkit import Ownership, check_location
 from firesteel.files.sink.committer import FilesCommitter
 from firesteel.files.sink.manifest import FileCommittable
 from firesteel.files.sink.paths import OUTPUT_RECORDS_DIR, manifest_dir, valid_sink_id
@@ -149,7 +150,7 @@ class FilesSink(FilesWriter, FilesCommitter, TwoPhaseCommitSink[TaskWriter, File
         """Refuse a sink id whose committed batches another query (checkpoint) wrote.
 
         The id's owner record is ``_firesteel/owners/<id>.json``
-        (:meth:`~firesteel.core.spi.Ownership.claim`); the owner has committed
+        (:meth:`~firesteel.core.toolkit.Ownership.claim`); the owner has committed
         once it has a manifest. The default id follows the output path (see
         :func:`firesteel.core.spi.default_sink_id`), so this also catches the
         same job restarted on a new checkpoint.

@@ -79,16 +79,12 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyarrow import fs
 
-from firesteel.core.spi import (
-    ConfigError,
+from firesteel.core.spi import ConfigError, Offset, ReadLimit, ResettableSource, SourceChangedError
+from firesteel.core.toolkit import (
     ErrorHandler,
     ErrorPolicy,
     Folder,
     FolderDeadLetter,
-    Offset,
-    ReadLimit,
-    ResettableSource,
-    SourceChangedError,
     StorageConfig,
     canonical,
     check_location,

@@ -9,7 +9,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from firesteel.core.spi import ConfigError, WorkerCache
+from firesteel.core.spi import ConfigError
+from firesteel.core.toolkit import WorkerCache
 from firesteel.kafka.reach import first_contact
 
 logger = logging.getLogger(__name__)

@@ -67,7 +67,7 @@ but only after the re-run's tasks committed. Measured beside it (1M x 100 B,
 this mode's throughput in one batch and 1.54x at 1 s triggers, so it is the
 default (see the connector's README, "Exactly-once modes").
 
-A task counts, in its metrics (:func:`~firesteel.core.spi.task_metrics`, in the batch's
+A task counts, in its metrics (:func:`~firesteel.core.toolkit.task_metrics`, in the batch's
 record), ``producers_fenced`` (a kept producer found fenced or superseded, replaced by a
 new one) and ``partitions_already_committed`` (the marker said a re-run's partition had
 committed: skipped).
@@ -82,15 +82,8 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from firesteel.core.spi import (
-    InTaskCommitSink,
-    Ownership,
-    SinkError,
-    TaskScope,
-    has_committed,
-    task_metrics,
-    timed,
-)
+from firesteel.core.spi import CommitOutcome, InTaskCommitSink, SinkError, TaskScope
+from firesteel.core.toolkit import Ownership, has_committed, task_metrics, timed
 from firesteel.kafka.config import (
     client_config,
     consumer_config,
@@ -524,7 +517,7 @@ class KafkaExactlyOnceSink(InTaskCommitSink[KafkaTransaction, KafkaCommittable])
             txn.client.close()
             txn.client = None
 
-    def commit(self, batch_id: int, handles: Sequence[KafkaCommittable]) -> None:
+    def commit(self, batch_id: int, handles: Sequence[KafkaCommittable]) -> CommitOutcome:
         """Nothing to commit (:class:`InTaskCommitSink`): every task committed its own
         transaction and marker. Check the partition count against earlier attempts
         (:class:`~firesteel.kafka.sink.layout.PartitionLayout`) and log what they did."""
@@ -539,6 +532,9 @@ class KafkaExactlyOnceSink(InTaskCommitSink[KafkaTransaction, KafkaCommittable])
             rows,
             skipped,
         )
+        if handles and skipped == len(handles):
+            return CommitOutcome.ALREADY_COMMITTED
+        return CommitOutcome.COMMITTED
 
     def committed_at(self, key: int, batch_id: int) -> bool:
         """Whether the marker of ``key`` (a Spark partition or plan segment) covers

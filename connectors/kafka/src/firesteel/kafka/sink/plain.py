@@ -8,7 +8,8 @@ from typing import ClassVar
 
 import pyarrow as pa
 
-from firesteel.core.spi import PlainSink, TaskScope, has_committed
+from firesteel.core.spi import PlainSink, TaskScope
+from firesteel.core.toolkit import has_committed
 from firesteel.kafka.config import client_config, redact
 from firesteel.kafka.options import KafkaSinkOptions
 from firesteel.kafka.outage import Outage

@@ -64,13 +64,8 @@ from typing import ClassVar
 
 import pyarrow as pa
 
-from firesteel.core.spi import (
-    ConfigError,
-    SinkError,
-    Vote,
-    layout,
-    query_identity,
-)
+from firesteel.core.spi import ConfigError, SinkError, Vote
+from firesteel.core.toolkit import layout, query_identity
 from firesteel.kafka.errors import OutageError
 from firesteel.kafka.options import KafkaSinkOptions
 from firesteel.kafka.sink.exactly_once import KafkaExactlyOnceSink
