@@ -13,8 +13,7 @@ value given to ``writeStream``, and keeps under
   this start, never from a new ``latest``. Changed start options are a new
   record, resolved anew (Spark ignores them once ``offsets/0`` exists);
 * ``errors/<range>.json``: how many bad records the task reading that range
-  skipped or quarantined. A replay of the range replaces its record, so the sum
-  (query progress) never counts a record twice;
+  skipped or quarantined (:class:`~firesteel.sources.bad_records.BadRecordCounts`);
 * ``progress.json``: what the source knew when it last planned a batch (for Kafka:
   the committed positions, the log ends and the lag between them), replaced each
   time, read by ``firesteel status`` and the Prometheus exporter.
@@ -37,6 +36,7 @@ from firesteel.core.errors import ConfigError
 from firesteel.core.folder import Folder
 from firesteel.core.metrics.sources import PROGRESS, progress_kind
 from firesteel.core.source import Offset
+from firesteel.sources.bad_records import BadRecordCounts
 
 FORMAT_VERSION = 1
 
@@ -93,11 +93,14 @@ class SourceFolder:
             self._start_name(start_options), kind, FORMAT_VERSION, {"offset": offset}
         )
 
+    @property
+    def bad_records(self) -> BadRecordCounts:
+        """The bad-record counts of this source's tasks, under ``errors/``."""
+        return BadRecordCounts(self.folder, f"{self.source}-source-errors", FORMAT_VERSION)
+
     def record_counts(self, offset_range: str, skipped: int, quarantined: int) -> None:
         """Record the bad records of one offset range (in its task; replaces a replay's)."""
-        counts = {"skipped": skipped, "quarantined": quarantined}
-        kind = f"{self.source}-source-errors"
-        self.folder.write_record(f"errors/{offset_range}.json", kind, FORMAT_VERSION, counts)
+        self.bad_records.record(offset_range, skipped, quarantined)
 
     def record_progress(self, progress: dict[str, Any]) -> None:
         """Replace the source's progress record (driver side, when a batch is planned)."""
@@ -106,12 +109,4 @@ class SourceFolder:
 
     def counts(self) -> dict[str, int]:
         """Bad records skipped and quarantined so far, summed over every range read."""
-        total = {"skipped": 0, "quarantined": 0}
-        kind = f"{self.source}-source-errors"
-        for name in self.folder.names("errors"):
-            if not name.endswith(".json"):
-                continue
-            counts = self.folder.read_record(f"errors/{name}", kind, (FORMAT_VERSION,))
-            for key in total:
-                total[key] += int(counts[key])
-        return total
+        return self.bad_records.total()
