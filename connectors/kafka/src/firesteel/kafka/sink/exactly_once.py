@@ -1,76 +1,20 @@
 """The exactly-once Kafka sink's transactions, and ``exactly.once.mode=in-task``.
 
 :class:`KafkaExactlyOnceSink` runs one Kafka transaction per (batch N, key p)
-with its commit marker. In ``exactly.once.mode=in-task`` it is the sink: p is
-the Spark partition, and each write task commits its own transaction. The
-default mode, :class:`~firesteel.kafka.sink.write_ahead.KafkaWriteAheadSink`,
-drives the same transactions from the batch's commit, one per segment of the
-batch's recorded plan (p is then the segment's number in the plan).
+with its commit marker: the producer of ``transactional.id = <prefix>-<S>-<p>``
+(kept in the worker's pool, or new and ``init_transactions``, which fences older
+instances), the marker read (N already committed: write nothing), the marker
+moved to N + 1 inside the transaction, the rows produced, one
+``commit_transaction``. In ``exactly.once.mode=in-task`` it is the sink (p is
+the Spark partition, each write task commits its own); the default mode,
+:class:`~firesteel.kafka.sink.write_ahead.KafkaWriteAheadSink`, drives the same
+transactions from the batch's commit, one per segment of its recorded plan.
+Each step, kept producers, fencing and the two modes measured side by side: the
+connector's README, "Exactly-once modes" and "Exactly-once".
 
-Exactly-once, per write task of batch N and Spark partition p (sink S):
-
-1. take the producer with ``transactional.id = <prefix>-<S>-<p>`` (stable
-   across restarts and retries) that an earlier task left in this Python
-   worker (:mod:`firesteel.kafka.pool`), or create one and call
-   ``init_transactions``: this fences every older instance with the same id
-   (a zombie of a crashed attempt) and aborts its open transaction;
-2. read the marker: the committed offset of consumer group ``<prefix>-<S>-marker-<p>``
-   on partition 0 of the marker topic encodes the last batch this partition
-   committed, plus one. If it says N or later, the task writes nothing. Its
-   offset metadata names the query that committed it: a marker of another
-   query (a deleted and recreated checkpoint of the same job, whose default
-   sink id follows the output topics, or two queries sharing an explicit
-   ``sink.id``) fails the task with a ``ConfigError`` naming option
-   ``sink.new.stream`` instead of skipping or repeating that query's batches;
-3. ``begin_transaction``, then at once ``send_offsets_to_transaction``: the
-   marker becomes N + 1 *inside* the transaction;
-4. produce the rows, flush, ``commit_transaction``: data and marker become
-   visible together or not at all;
-5. give the producer back to the worker's pool and vote. The driver's commit
-   has nothing left to do.
-
-A kept producer skipped ``init_transactions``, so step 3 doubles as the check
-that it is still the newest instance of its id: if another one called
-``init_transactions`` since (the same Spark partition ran in another worker,
-or a zombie), the broker refuses ``send_offsets_to_transaction`` as fenced
-before a single record was produced, and the task starts over at step 1 with
-a new producer. Its marker read (step 2) was still right: a producer whose
-epoch is current has had the only say over its id since its own
-``init_transactions``, and it held no open transaction. A kept producer reads
-the marker with a short timeout (:data:`KEPT_MARKER_TIMEOUT`): a marker still
-pending in another instance's open transaction cannot be read, and the new
-producer's ``init_transactions`` aborts that transaction. Each marker also
-names the producer instance that committed it (``by``): a kept producer whose
-marker names another instance was certainly fenced by it, and is not tried
-(nor is librdkafka's fencing error logged for it).
-
-Where one process sends every transaction of the sink (``sole_sender``: the
-write-ahead mode's commit on the driver), a kept producer skips step 2: the
-marker is what its own last transaction committed, or what it last read,
-since no other instance had a say while its epoch stayed current. If one did
-(a second driver, a zombie), this producer is fenced and step 3 finds out
-before anything is produced, as above; the new producer reads the marker.
-In the in-task mode a partition's tasks move between workers, whose producers
-fence each other, so there the marker is read every time.
-
-librdkafka cannot commit another process's transaction, so the commit happens
-in the task (step 4) rather than on the driver: a batch can be visible in
-Kafka before Spark writes ``commits/N``; a re-run then finds the markers and
-skips. Transactions live only for the length of a task; a task that nears
-``transaction.timeout.ms`` aborts rather than let the broker abort it later.
-
-The markers are keyed by Spark partition number, which a re-run of N with
-another partition count gives to other rows: the in-task mode's driver commit
-then fails the query, naming both counts (:mod:`firesteel.kafka.sink.layout`),
-but only after the re-run's tasks committed. Measured beside it (1M x 100 B,
-4 partitions, ``local[2]``, 2026-11-26), the write-ahead mode ran at 0.87x of
-this mode's throughput in one batch and 1.54x at 1 s triggers, so it is the
-default (see the connector's README, "Exactly-once modes").
-
-A task counts, in its metrics (:func:`~firesteel.core.toolkit.task_metrics`, in the batch's
-record), ``producers_fenced`` (a kept producer found fenced or superseded, replaced by a
-new one) and ``partitions_already_committed`` (the marker said a re-run's partition had
-committed: skipped).
+A task counts, in its metrics (:func:`~firesteel.core.toolkit.task_metrics`), ``producers_fenced``
+(a kept producer found fenced or superseded, replaced by a new one) and
+``partitions_already_committed`` (the marker said a re-run's partition had committed).
 """
 
 from __future__ import annotations
