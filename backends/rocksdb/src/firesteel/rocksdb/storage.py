@@ -35,7 +35,8 @@ from typing import Any
 
 from pyarrow import fs
 
-from firesteel.backends.spi import KeyGroupRange, SnapshotStorage, read_stored
+from firesteel.backends.spi import KeyGroupRange
+from firesteel.backends.toolkit import SnapshotStorage, read_stored
 from firesteel.core.spi import CheckpointCorruptError
 from firesteel.core.toolkit import Folder, StorageConfig
 from firesteel.rocksdb.manifest import (
