@@ -12,7 +12,7 @@ abortable errors are never retried here: they go to their callers' policies
 (:mod:`firesteel.kafka.sink.retry`).
 
 A query's very first contact is not patient: pointed at the wrong host or port, it
-fails within :data:`~firesteel.kafka.reach.CONNECT_TIMEOUT`. A query that has
+fails within :data:`~firesteel.kafka.first_contact.CONNECT_TIMEOUT`. A query that has
 committed a batch (:func:`~firesteel.core.toolkit.has_committed`) has reached its cluster
 before, and rides out an outage from its first request on, also after a restart.
 """

@@ -39,10 +39,9 @@ from firesteel.kafka.config import (
 from firesteel.kafka.options import KafkaSinkOptions
 from firesteel.kafka.outage import Outage
 from firesteel.kafka.pool import TransactionalClient, TransactionalPool, config_key
+from firesteel.kafka.produce_args import sink_extractor
 from firesteel.kafka.producing import DeliveryTracker, flush, produce_all, tracked_config
-from firesteel.kafka.rows import sink_extractor
 from firesteel.kafka.sink import brokers
-from firesteel.kafka.sink.layout import PartitionLayout
 from firesteel.kafka.sink.marker import (
     committed_batch,
     committed_marker,
@@ -51,6 +50,7 @@ from firesteel.kafka.sink.marker import (
     marker_writer,
 )
 from firesteel.kafka.sink.naming import TransactionNames
+from firesteel.kafka.sink.partition_count import PartitionLayout
 from firesteel.kafka.sink.points import (
     AFTER_COMMIT_TRANSACTION,
     AFTER_FLUSH,
@@ -464,7 +464,7 @@ class KafkaExactlyOnceSink(InTaskCommitSink[KafkaTransaction, KafkaCommittable])
     def commit(self, batch_id: int, handles: Sequence[KafkaCommittable]) -> CommitOutcome:
         """Nothing to commit (:class:`InTaskCommitSink`): every task committed its own
         transaction and marker. Check the partition count against earlier attempts
-        (:class:`~firesteel.kafka.sink.layout.PartitionLayout`) and log what they did."""
+        (:class:`~firesteel.kafka.sink.partition_count.PartitionLayout`) and log what they did."""
         rows = sum(h.rows for h in handles if not h.skipped)
         skipped = sum(1 for h in handles if h.skipped)
         if self.layout is not None:

@@ -14,8 +14,8 @@ from firesteel.kafka.config import client_config, redact
 from firesteel.kafka.options import KafkaSinkOptions
 from firesteel.kafka.outage import Outage
 from firesteel.kafka.pool import SharedProducers
+from firesteel.kafka.produce_args import sink_extractor
 from firesteel.kafka.producing import flush, produce_all
-from firesteel.kafka.rows import sink_extractor
 from firesteel.kafka.sink import brokers
 from firesteel.kafka.sink.points import AFTER_FLUSH, AFTER_PRODUCE
 
