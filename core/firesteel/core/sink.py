@@ -142,20 +142,38 @@ class Sink(ABC):
     def prepare(self) -> None:
         """Driver side, before the first batch: validate the target, recover leftovers.
 
-        Raise a :class:`~firesteel.core.errors.ConfigError` naming the option when
-        the target cannot work (path not writable, server unreachable).
+        Called once per batch's writer on the driver (Spark builds a new one for every
+        batch, in a fresh Python process), before any task of that batch runs. Raise a
+        :class:`~firesteel.core.errors.ConfigError` naming the option when the target
+        cannot work (path not writable, server unreachable).
         """
 
     @abstractmethod
     def write_partition(self, scope: TaskScope, batches: Iterator[pa.RecordBatch]) -> Vote:
-        """Executor side: write one partition of one batch and vote."""
+        """Executor side: write one partition of one batch and vote.
+
+        Called once per task attempt; a retried or re-run task calls it again for the
+        same (batch, partition) with the same rows, so everything durable is keyed by
+        ``scope``'s batch and partition, never its attempt. The vote reaches
+        :meth:`commit_batch` only if every task of the batch succeeded.
+        """
 
     @abstractmethod
     def commit_batch(self, batch_id: int, votes: Sequence[Vote]) -> None:
-        """Driver side: every task voted; make batch ``batch_id`` final (idempotent)."""
+        """Driver side: every task voted; make batch ``batch_id`` final (idempotent).
+
+        Called once per batch attempt, before Spark writes ``commits/N``; after a crash
+        it is called again for the same batch, with the votes of the first run or of a
+        re-run, and must keep what the first commit made final.
+        """
 
     def abort_batch(self, batch_id: int, votes: Sequence[Vote | None]) -> None:
-        """Driver side: a task failed; discard what the batch wrote (idempotent)."""
+        """Driver side: a task failed; discard what the batch wrote (idempotent).
+
+        Called by Spark when the batch's job fails, with ``None`` for tasks that sent no
+        vote. Never guaranteed: a driver that dies is not told, so what it would discard
+        is discarded by a later :meth:`prepare` or commit instead.
+        """
 
     def vote(self, scope: TaskScope, rows: int, payload: Committable | None = None) -> Vote:
         """Build this sink's vote for the task ``scope``."""
@@ -217,19 +235,33 @@ class SinkWriter(ABC, Generic[Txn, C]):
 
     @abstractmethod
     def begin_transaction(self, scope: TaskScope) -> Txn:
-        """Open the invisible transaction of one task."""
+        """Open the invisible transaction of one task; called first in every task attempt."""
 
     @abstractmethod
     def write(self, txn: Txn, batch: pa.RecordBatch) -> None:
-        """Add records to the transaction; nothing becomes visible."""
+        """Add records to the transaction; nothing becomes visible.
+
+        Called for each record batch of the task, in order, between
+        :meth:`begin_transaction` and :meth:`pre_commit`; never after either ended it.
+        """
 
     @abstractmethod
     def pre_commit(self, txn: Txn) -> C:
-        """Flush durably and return the committable the driver will commit."""
+        """Flush durably and return the committable the driver will commit.
+
+        Called once, after the task's last :meth:`write`. Once it returns, the
+        committable must be committable by another process (the driver), even if this
+        one dies.
+        """
 
     @abstractmethod
     def abort_transaction(self, txn: Txn) -> None:
-        """Executor side: the task failed; drop what the transaction wrote."""
+        """Executor side: the task failed; drop what the transaction wrote.
+
+        Called when :meth:`write` or :meth:`pre_commit` raised, in the same process.
+        A task killed outright gets no call: its leftovers are the committer's to
+        discard (:meth:`Committer.recover`, or a re-run's commit).
+        """
 
 
 class CommitOutcome(enum.Enum):
@@ -277,10 +309,18 @@ class Committer(ABC, Generic[C]):
 
     @abstractmethod
     def abort(self, batch_id: int, handles: Sequence[C]) -> None:
-        """Discard the committables of a failed batch (idempotent)."""
+        """Discard the committables of a failed batch (idempotent).
+
+        Called on the driver when the batch's job failed, with the committables of
+        the tasks that voted; like :meth:`Sink.abort_batch`, never guaranteed to run.
+        """
 
     def recover(self) -> None:
-        """Finish commits a crash interrupted; discard transactions nobody will commit."""
+        """Finish commits a crash interrupted; discard transactions nobody will commit.
+
+        Called by :meth:`TwoPhaseCommitSink.prepare` on the driver before a batch's
+        tasks run; it must be idempotent, since every batch's writer calls it.
+        """
 
 
 class TwoPhaseCommitSink(Sink, SinkWriter[Txn, C], Committer[C]):
