@@ -14,6 +14,7 @@ from firesteel.core.checkpoint import read_guarantee
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import ConfigError, SinkError
 from firesteel.core.options import parse_options
+from firesteel.core.sink import CommitOutcome
 from firesteel.kafka.options import PASSTHROUGH, KafkaSinkOptions
 from firesteel.kafka.pool import TransactionalPool
 from firesteel.kafka.sink import (
@@ -174,6 +175,26 @@ def test_a_rerun_of_a_committed_batch_writes_nothing(bootstrap):
         sink.write_partition(earlier, iter([_batch("old")])).committable(KafkaCommittable).skipped
     )
     assert sorted(read_log(bootstrap, topic).values) == sorted(f"r{i}".encode() for i in range(5))
+
+
+def test_the_in_task_commit_reports_a_rerun_as_already_committed(bootstrap):
+    topic = create_topic(bootstrap, partitions=1)
+    sink = _sink(bootstrap, topic)
+    votes = [
+        sink.write_partition(TaskScope("q", 3, partition, 0), iter([_batch(f"p{partition}-")]))
+        for partition in range(2)
+    ]
+    assert sink.commit(3, [v.committable(KafkaCommittable) for v in votes]) is (
+        CommitOutcome.COMMITTED
+    )
+    rerun = [
+        sink.write_partition(TaskScope("q", 3, partition, 1), iter([_batch("again")]))
+        for partition in range(2)
+    ]
+    handles = [v.committable(KafkaCommittable) for v in rerun]
+    assert all(h.skipped for h in handles)
+    assert sink.commit(3, handles) is CommitOutcome.ALREADY_COMMITTED
+    assert not any(v.startswith(b"again") for v in read_log(bootstrap, topic).values)
 
 
 def test_exactly_once_options_are_validated(bootstrap):
