@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from firesteel.core.folder import Folder
+from firesteel.core.toolkit import Folder
 
 ERRORS_DIR = "errors"
 

@@ -29,13 +29,9 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from firesteel.core import layout
-from firesteel.core.checkpoint import read_query_id
-from firesteel.core.durable import encode_record
-from firesteel.core.errors import ConfigError
-from firesteel.core.folder import Folder
 from firesteel.core.metrics.sources import PROGRESS, progress_kind
-from firesteel.core.source import Offset
+from firesteel.core.spi import ConfigError, Offset
+from firesteel.core.toolkit import Folder, encode_record, layout, read_query_id
 from firesteel.sources.bad_records import BadRecordCounts
 
 FORMAT_VERSION = 1
