@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from firesteel.core.spi import MICROS, MILLIS, to_epoch
+from firesteel.core.toolkit import MICROS, MILLIS, to_epoch
 
 STAMP = dt.datetime(2024, 3, 1, 12, 0, 0, 123456)
 EPOCH_S = 1709294400

@@ -16,6 +16,7 @@ from firesteel.core.checkpoint import read_guarantee
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import CheckpointCorruptError, ConfigError
 from firesteel.core.folder import Folder
+from firesteel.core.sink import CommitOutcome
 from firesteel.files import committed_files, read_committed
 from firesteel.files.sink import FilesSink, WriterConfig
 from firesteel.files.sink.manifest import (
@@ -187,6 +188,25 @@ def test_commit_twice_and_a_reruns_handles_are_no_ops(tmp_path):
     assert sorted(committed_files(str(out))) == before
     assert sorted(read_committed(str(out)).column("seq").to_pylist()) == list(range(20))
     assert sorted(ds.dataset(str(out)).to_table().column("seq").to_pylist()) == list(range(20))
+    assert pending_files(out) == []
+
+
+def test_the_committer_reports_each_outcome_in_the_fixed_vocabulary(tmp_path):
+    from firesteel.files.sink.manifest import COMPACT_EVERY
+
+    out = tmp_path / "out"
+    sink = make_sink(out)
+    first = [vote(sink, 0, 0, rows(0, 10)).committable(FileCommittable)]
+    assert sink.commit(0, first) is CommitOutcome.COMMITTED
+    assert sink.commit(0, first) is CommitOutcome.ALREADY_COMMITTED
+    rerun = [vote(sink, 0, 0, rows(0, 20), attempt=1).committable(FileCommittable)]
+    assert sink.commit(0, rerun) is CommitOutcome.ALREADY_COMMITTED
+    for batch in range(1, COMPACT_EVERY):
+        handles = [vote(sink, batch, 0, rows(100 * batch, 2)).committable(FileCommittable)]
+        assert sink.commit(batch, handles) is CommitOutcome.COMMITTED
+    compacted = [vote(sink, 0, 0, rows(0, 30), attempt=2).committable(FileCommittable)]
+    assert sink.commit(0, compacted) is CommitOutcome.ALREADY_COMMITTED
+    assert sorted(read_committed(str(out)).column("seq").to_pylist())[:10] == list(range(10))
     assert pending_files(out) == []
 
 

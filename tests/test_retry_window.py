@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from firesteel.core.spi import RetryWindow
+from firesteel.core.toolkit import RetryWindow
 
 
 def test_waits_double_from_the_first_up_to_the_longest() -> None:

@@ -26,7 +26,7 @@ from firesteel.core import foreach_batch, register
 from firesteel.core.checkpoint import read_guarantee
 from firesteel.core.context import TaskScope
 from firesteel.core.guarantee import Guarantee
-from firesteel.core.sink import Committable, Sink, TwoPhaseCommitSink
+from firesteel.core.sink import CommitOutcome, Committable, Sink, TwoPhaseCommitSink
 from firesteel.core.source import Offset, ReadLimit, ResettableSource
 from firesteel.core.spark.datasource import FiresteelDataSource, default_sink_id
 
@@ -95,10 +95,11 @@ class JsonBatchSink(TwoPhaseCommitSink[dict[str, Any], PendingJson]):
     def abort_transaction(self, txn: dict[str, Any]) -> None:
         txn["rows"].clear()
 
-    def commit(self, batch_id: int, handles: Sequence[PendingJson]) -> None:
+    def commit(self, batch_id: int, handles: Sequence[PendingJson]) -> CommitOutcome:
         for handle in handles:
             if os.path.exists(handle.pending):
                 os.replace(handle.pending, handle.final)
+        return CommitOutcome.COMMITTED
 
     def abort(self, batch_id: int, handles: Sequence[PendingJson]) -> None:
         for handle in handles:

@@ -62,8 +62,10 @@ def test_every_record_beside_a_checkpoint_is_under_its_firesteel_folder(tmp_path
 
 
 def test_the_role_interfaces_export_no_test_hooks() -> None:
-    from firesteel.core import spi
+    from firesteel.core import spi, toolkit
 
     hooks = {"FaultPoint", "fault_point", "MID_COMMIT"}
     assert not hooks & set(spi.__all__)
+    assert not hooks & set(toolkit.__all__)
+    assert not set(spi.__all__) & set(toolkit.__all__)
     assert faults.REGISTRY["driver.mid_commit"] is faults.MID_COMMIT

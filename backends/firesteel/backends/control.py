@@ -31,12 +31,11 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from firesteel.backends.savepoint import stop_with_savepoint
 from firesteel.backends.storage import SnapshotStorage
-from firesteel.core.checkpoint import read_query_id
 from firesteel.core.control import StopRequest, answer_stop, pending_stop, take_stop
-from firesteel.core.errors import ConfigError
 from firesteel.core.metrics.progress import checkpoint_of
 from firesteel.core.metrics.task import remove_handovers
-from firesteel.core.storage import StorageConfig
+from firesteel.core.spi import ConfigError
+from firesteel.core.toolkit import StorageConfig, read_query_id
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

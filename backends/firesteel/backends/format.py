@@ -32,7 +32,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from firesteel.core.errors import CheckpointCorruptError, IncompatibleFormatError
+from firesteel.core.spi import CheckpointCorruptError, IncompatibleFormatError
 
 MAGIC = b"FSSTATE\0"
 FORMAT_VERSION = 1

@@ -38,9 +38,8 @@ from firesteel.backends.storage import (
     SnapshotStorage,
     plan_restore,
 )
-from firesteel.core.errors import ConfigError, MissingDependencyError
-from firesteel.core.folder import Folder
-from firesteel.core.storage import StorageConfig
+from firesteel.core.spi import ConfigError, MissingDependencyError
+from firesteel.core.toolkit import Folder, StorageConfig
 from firesteel.state.backend import StateBackend
 from firesteel.state.clock import CLOCK, CLOCK_KEY
 from firesteel.state.keygroups import KeyGroupRange

@@ -38,12 +38,9 @@ from firesteel.backends.inspect import (
     stored_state,
     to_table,
 )
-from firesteel.core import layout
-from firesteel.core.checkpoint import read_query_id
-from firesteel.core.errors import ConfigError
-from firesteel.core.folder import Folder
 from firesteel.core.metrics.progress import checkpoint_of
-from firesteel.core.storage import StorageConfig
+from firesteel.core.spi import ConfigError
+from firesteel.core.toolkit import Folder, StorageConfig, layout, read_query_id
 from firesteel.state.clock import CLOCK
 from firesteel.state.savepoint.format import (
     ROWS_SCHEMA,

@@ -1,9 +1,10 @@
-"""The state backend author's interface: what a backend (``firesteel-rocksdb``) may rely on.
+"""The state backend author's roles: what a backend (``firesteel-rocksdb``) implements.
 
-Built on :mod:`firesteel.core.spi` (task identity, durable records, ownership,
-per-worker cache, errors), which a backend imports beside this module; the
-two are the only firesteel modules a separately installed backend imports,
-besides the public user API (``firesteel.state``, ``firesteel.backends``).
+Built on :mod:`firesteel.core.spi` (task identity, errors); the helpers a
+backend may build with are :mod:`firesteel.backends.toolkit`'s and
+:mod:`firesteel.core.toolkit`'s (durable records, ownership, per-worker cache).
+These four are the only firesteel modules a separately installed backend
+imports, besides the public user API (``firesteel.state``, ``firesteel.backends``).
 
 The contract (the protocol itself is :mod:`firesteel.state.backend`'s):
 
@@ -11,54 +12,25 @@ The contract (the protocol itself is :mod:`firesteel.state.backend`'s):
   :meth:`~StateBackend.open_store` returns a :class:`KeyedStateStore` for one
   :class:`KeyedTask` (the task's :class:`~firesteel.core.spi.TaskScope` and the
   :class:`KeyGroupRange` it owns), restored to the latest committed version
-  before the task's batch.
+  before the task's batch. The operator is an :class:`OperatorSpec`, its states
+  :class:`StateDescriptor` s (:class:`StateDeclarations`), each a
+  :class:`ValueState`, :class:`ListState` or :class:`MapState` (:class:`StateKind`)
+  of :data:`Key` s.
 - Stores derive from :class:`TaskStore`, backends from :class:`TaskStoreBackend`,
   which opens each store with :meth:`TaskStore.open_task`: every backend makes
   the same decision about a failed ``begin`` (the store is discarded, the next
-  task restores from storage), keeps each worker's stores between tasks by one
-  rule (:meth:`TaskStoreBackend.task_store`: a backend gives ``new_store`` and
-  ``store_key``), and :func:`check_owner`, :func:`check_declared` and
-  :func:`undeclared_state` refuse recorded state that does not match, in the
-  same words on every backend. A snapshot records each state as
-  :func:`state_record` gives it; :func:`check_declared` returns the
-  :class:`StateUpgrade` whose ``loads`` reads values stored under an older
-  schema (None when they load as they are).
-- A snapshot is written by :class:`SnapshotThread` (a
-  :class:`PendingSnapshot`); batch N commits only after it is durable.
-- State values and keys are encoded with :func:`pack` / :func:`unpack` and
-  :func:`key_packer` / :func:`unpack_key`, never pickled by default.
-- :func:`read_stored` reads a stored file whole, a missing one named as
-  corrupt state.
-- :class:`SnapshotStorage` reads and writes the operator record
-  (``_operator.json``) every backend keeps; :data:`SCHEMA`, :func:`to_table`,
-  :func:`list_operators`, :func:`recorded_operator` and :func:`chosen_version`
-  make a backend's state readable as a table; a backend's ``stored_state(operator,
-  batch)`` returning a :class:`StoredState` (``stored_table`` turns it into that
-  table) is what savepoints are made from: its ``key_groups`` yields one key
-  group's :data:`KeyGroupEntries` at a time, reading as it goes.
+  task restores from storage) and keeps each worker's stores between tasks by
+  one rule (:meth:`TaskStoreBackend.task_store`: a backend gives ``new_store``
+  and ``store_key``).
+- A store's snapshot is a :class:`PendingSnapshot`; batch N commits only after
+  it is durable.
+- A backend's ``stored_state(operator, batch)`` returns a :class:`StoredState`,
+  what savepoints are made from: its ``key_groups`` yields one key group's
+  :data:`KeyGroupEntries` (:data:`Entries`) at a time, reading as it goes.
 """
 
-from firesteel.backends.async_snapshot import SnapshotThread
-from firesteel.backends.inspect import (
-    SCHEMA,
-    Entries,
-    KeyGroupEntries,
-    StoredState,
-    chosen_version,
-    list_operators,
-    recorded_operator,
-    stored_table,
-    to_table,
-)
-from firesteel.backends.storage import SnapshotStorage, read_stored
-from firesteel.backends.store_base import (
-    TaskStore,
-    TaskStoreBackend,
-    check_declared,
-    check_owner,
-    state_record,
-    undeclared_state,
-)
+from firesteel.backends.inspect import Entries, KeyGroupEntries, StoredState
+from firesteel.backends.store_base import TaskStore, TaskStoreBackend
 from firesteel.state.api import ListState, MapState, ValueState
 from firesteel.state.backend import (
     Key,
@@ -71,11 +43,8 @@ from firesteel.state.backend import (
 )
 from firesteel.state.descriptors import StateDescriptor, StateKind
 from firesteel.state.keygroups import KeyGroupRange
-from firesteel.state.schemas import StateUpgrade
-from firesteel.state.serializers import key_packer, pack, unpack, unpack_key
 
 __all__ = [
-    "SCHEMA",
     "Entries",
     "Key",
     "KeyGroupEntries",
@@ -86,29 +55,12 @@ __all__ = [
     "MapState",
     "OperatorSpec",
     "PendingSnapshot",
-    "SnapshotStorage",
-    "SnapshotThread",
     "StateBackend",
     "StateDeclarations",
     "StateDescriptor",
     "StateKind",
-    "StateUpgrade",
     "StoredState",
     "TaskStore",
     "TaskStoreBackend",
     "ValueState",
-    "check_declared",
-    "check_owner",
-    "chosen_version",
-    "key_packer",
-    "list_operators",
-    "pack",
-    "read_stored",
-    "recorded_operator",
-    "state_record",
-    "stored_table",
-    "to_table",
-    "undeclared_state",
-    "unpack",
-    "unpack_key",
 ]

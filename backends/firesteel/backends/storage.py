@@ -31,10 +31,8 @@ from typing import Any
 from pyarrow import fs
 
 from firesteel.backends import format as snapshot_format
-from firesteel.core.durable import decode_record, encode_record
-from firesteel.core.errors import CheckpointCorruptError
-from firesteel.core.folder import Folder
-from firesteel.core.storage import StorageConfig
+from firesteel.core.spi import CheckpointCorruptError
+from firesteel.core.toolkit import Folder, StorageConfig, decode_record, encode_record
 from firesteel.state.keygroups import KeyGroupRange
 
 logger = logging.getLogger(__name__)

@@ -23,11 +23,15 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self, cast
 
 import pyarrow as pa
 
-from firesteel.core.durable import make_parent
-from firesteel.core.errors import ConfigError
-from firesteel.core.ownership import Ownership
-from firesteel.core.storage import StorageConfig, check_location, resolve
-from firesteel.core.worker_cache import WorkerCache
+from firesteel.core.spi import ConfigError
+from firesteel.core.toolkit import (
+    Ownership,
+    StorageConfig,
+    WorkerCache,
+    check_location,
+    make_parent,
+    resolve,
+)
 from firesteel.state.api import ListState, MapState, ValueState
 from firesteel.state.backend import (
     KeyedStateStore,

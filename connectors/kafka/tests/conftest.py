@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from firesteel.kafka.pool import TransactionalPool
-from firesteel.kafka.sink import exactly_once
+from firesteel.kafka.sink import transactions
 
 # Python workers import test helpers (e.g. a custom partitioner) from this folder.
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -41,5 +41,5 @@ def worker_pool(
     """The test starts as a fresh Python worker: no producer kept from another test (the
     sink tests use it for every test, ``pytestmark``)."""
     pool = new_worker()
-    monkeypatch.setattr(exactly_once, "_TRANSACTIONAL", pool)
+    monkeypatch.setattr(transactions, "_TRANSACTIONAL", pool)
     return pool

@@ -21,7 +21,7 @@ from firesteel.core.options import parse_options
 from firesteel.core.sink import Sink, Vote
 from firesteel.kafka.options import PASSTHROUGH, KafkaSinkOptions
 from firesteel.kafka.sink import KafkaExactlyOnceSink, KafkaWriteAheadSink
-from firesteel.kafka.sink.layout import PartitioningChangedError, PartitionLayout
+from firesteel.kafka.sink.partition_count import PartitioningChangedError, PartitionLayout
 from firesteel.testing.kafka import create_topic, read_committed
 
 pytestmark = pytest.mark.usefixtures("worker_pool")

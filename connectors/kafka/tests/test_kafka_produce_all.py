@@ -14,8 +14,8 @@ import pytest
 from confluent_kafka import Producer
 
 from firesteel.core.errors import SinkError
+from firesteel.kafka.produce_args import UNASSIGNED, RowExtractor
 from firesteel.kafka.producing import DeliveryTracker, flush, produce_all, tracked_config
-from firesteel.kafka.rows import UNASSIGNED, RowExtractor
 from firesteel.testing.ports import free_port
 
 

@@ -14,13 +14,14 @@ from firesteel.core.checkpoint import read_guarantee
 from firesteel.core.context import TaskScope
 from firesteel.core.errors import ConfigError, SinkError
 from firesteel.core.options import parse_options
+from firesteel.core.sink import CommitOutcome
 from firesteel.kafka.options import PASSTHROUGH, KafkaSinkOptions
 from firesteel.kafka.pool import TransactionalPool
 from firesteel.kafka.sink import (
     KafkaCommittable,
     KafkaExactlyOnceSink,
     KafkaWriteAheadSink,
-    exactly_once,
+    transactions,
 )
 from firesteel.kafka.sink.marker import committed_marker
 from firesteel.testing.kafka import create_topic, produce, read_log
@@ -174,6 +175,26 @@ def test_a_rerun_of_a_committed_batch_writes_nothing(bootstrap):
         sink.write_partition(earlier, iter([_batch("old")])).committable(KafkaCommittable).skipped
     )
     assert sorted(read_log(bootstrap, topic).values) == sorted(f"r{i}".encode() for i in range(5))
+
+
+def test_the_in_task_commit_reports_a_rerun_as_already_committed(bootstrap):
+    topic = create_topic(bootstrap, partitions=1)
+    sink = _sink(bootstrap, topic)
+    votes = [
+        sink.write_partition(TaskScope("q", 3, partition, 0), iter([_batch(f"p{partition}-")]))
+        for partition in range(2)
+    ]
+    assert sink.commit(3, [v.committable(KafkaCommittable) for v in votes]) is (
+        CommitOutcome.COMMITTED
+    )
+    rerun = [
+        sink.write_partition(TaskScope("q", 3, partition, 1), iter([_batch("again")]))
+        for partition in range(2)
+    ]
+    handles = [v.committable(KafkaCommittable) for v in rerun]
+    assert all(h.skipped for h in handles)
+    assert sink.commit(3, handles) is CommitOutcome.ALREADY_COMMITTED
+    assert not any(v.startswith(b"again") for v in read_log(bootstrap, topic).values)
 
 
 def test_exactly_once_options_are_validated(bootstrap):
@@ -383,7 +404,7 @@ def test_a_kept_producer_fenced_in_another_worker_starts_over_without_failing(
     workers = [new_worker(), new_worker()]
 
     def on(worker: TransactionalPool, batch_id: int, prefix: str) -> bool:
-        monkeypatch.setattr(exactly_once, "_TRANSACTIONAL", worker)
+        monkeypatch.setattr(transactions, "_TRANSACTIONAL", worker)
         before = [c.producer for c in worker.idle.values()]
         skipped = _write_batch(sink, batch_id, prefix).skipped
         (client,) = worker.idle.values()
@@ -418,7 +439,7 @@ def test_the_sole_senders_kept_producer_knows_its_marker_and_fencing_still_guard
     driver = new_worker()
 
     def send(worker: TransactionalPool, batch_id: int, prefix: str) -> tuple[bool, int]:
-        monkeypatch.setattr(exactly_once, "_TRANSACTIONAL", worker)
+        monkeypatch.setattr(transactions, "_TRANSACTIONAL", worker)
         caplog.clear()
         skipped = _write_batch(sink, batch_id, prefix).skipped
         return skipped, caplog.text.count("timing kafka.marker_read")
@@ -442,16 +463,16 @@ def test_a_zombie_holding_the_marker_sends_a_kept_producer_to_a_new_one(
     topic = create_topic(bootstrap, partitions=1)
     sink = _sink(bootstrap, topic)
     worker = new_worker()
-    monkeypatch.setattr(exactly_once, "_TRANSACTIONAL", worker)
+    monkeypatch.setattr(transactions, "_TRANSACTIONAL", worker)
     _write_batch(sink, 0, "first")
     (kept,) = worker.idle.values()
 
-    monkeypatch.setattr(exactly_once, "_TRANSACTIONAL", new_worker())
+    monkeypatch.setattr(transactions, "_TRANSACTIONAL", new_worker())
     zombie = sink.begin_transaction(TaskScope(query_id="q", batch_id=1, partition_id=0, attempt=0))
     sink.write(zombie, _batch("zombie"))
     zombie.producer.flush(30)
 
-    monkeypatch.setattr(exactly_once, "_TRANSACTIONAL", worker)
+    monkeypatch.setattr(transactions, "_TRANSACTIONAL", worker)
     assert not _write_batch(sink, 1, "live").skipped
     (client,) = worker.idle.values()
     assert client.producer is not kept.producer

@@ -19,6 +19,7 @@ is the two-phase sink whose writer commits in the task.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
@@ -141,20 +142,38 @@ class Sink(ABC):
     def prepare(self) -> None:
         """Driver side, before the first batch: validate the target, recover leftovers.
 
-        Raise a :class:`~firesteel.core.errors.ConfigError` naming the option when
-        the target cannot work (path not writable, server unreachable).
+        Called once per batch's writer on the driver (Spark builds a new one for every
+        batch, in a fresh Python process), before any task of that batch runs. Raise a
+        :class:`~firesteel.core.errors.ConfigError` naming the option when the target
+        cannot work (path not writable, server unreachable).
         """
 
     @abstractmethod
     def write_partition(self, scope: TaskScope, batches: Iterator[pa.RecordBatch]) -> Vote:
-        """Executor side: write one partition of one batch and vote."""
+        """Executor side: write one partition of one batch and vote.
+
+        Called once per task attempt; a retried or re-run task calls it again for the
+        same (batch, partition) with the same rows, so everything durable is keyed by
+        ``scope``'s batch and partition, never its attempt. The vote reaches
+        :meth:`commit_batch` only if every task of the batch succeeded.
+        """
 
     @abstractmethod
     def commit_batch(self, batch_id: int, votes: Sequence[Vote]) -> None:
-        """Driver side: every task voted; make batch ``batch_id`` final (idempotent)."""
+        """Driver side: every task voted; make batch ``batch_id`` final (idempotent).
+
+        Called once per batch attempt, before Spark writes ``commits/N``; after a crash
+        it is called again for the same batch, with the votes of the first run or of a
+        re-run, and must keep what the first commit made final.
+        """
 
     def abort_batch(self, batch_id: int, votes: Sequence[Vote | None]) -> None:
-        """Driver side: a task failed; discard what the batch wrote (idempotent)."""
+        """Driver side: a task failed; discard what the batch wrote (idempotent).
+
+        Called by Spark when the batch's job fails, with ``None`` for tasks that sent no
+        vote. Never guaranteed: a driver that dies is not told, so what it would discard
+        is discarded by a later :meth:`prepare` or commit instead.
+        """
 
     def vote(self, scope: TaskScope, rows: int, payload: Committable | None = None) -> Vote:
         """Build this sink's vote for the task ``scope``."""
@@ -216,45 +235,92 @@ class SinkWriter(ABC, Generic[Txn, C]):
 
     @abstractmethod
     def begin_transaction(self, scope: TaskScope) -> Txn:
-        """Open the invisible transaction of one task."""
+        """Open the invisible transaction of one task; called first in every task attempt."""
 
     @abstractmethod
     def write(self, txn: Txn, batch: pa.RecordBatch) -> None:
-        """Add records to the transaction; nothing becomes visible."""
+        """Add records to the transaction; nothing becomes visible.
+
+        Called for each record batch of the task, in order, between
+        :meth:`begin_transaction` and :meth:`pre_commit`; never after either ended it.
+        """
 
     @abstractmethod
     def pre_commit(self, txn: Txn) -> C:
-        """Flush durably and return the committable the driver will commit."""
+        """Flush durably and return the committable the driver will commit.
+
+        Called once, after the task's last :meth:`write`. Once it returns, the
+        committable must be committable by another process (the driver), even if this
+        one dies.
+        """
 
     @abstractmethod
     def abort_transaction(self, txn: Txn) -> None:
-        """Executor side: the task failed; drop what the transaction wrote."""
+        """Executor side: the task failed; drop what the transaction wrote.
+
+        Called when :meth:`write` or :meth:`pre_commit` raised, in the same process.
+        A task killed outright gets no call: its leftovers are the committer's to
+        discard (:meth:`Committer.recover`, or a re-run's commit).
+        """
+
+
+class CommitOutcome(enum.Enum):
+    """What a :meth:`Committer.commit` that returned did: Flink's ``CommitRequest`` outcomes.
+
+    The vocabulary is fixed. A commit that returns reports one of these two; a
+    commit that cannot finish raises instead, and the error is the outcome:
+
+    * **retry later**: any error but a :class:`~firesteel.core.errors.SinkError`
+      (an unreachable target, a timeout). Spark writes ``commits/N`` only after a
+      return, so the query fails, and its restart commits batch N again, with the
+      same committables or those of a re-run;
+    * **failed**: a :class:`~firesteel.core.errors.SinkError` naming a cause a
+      retry cannot cure (fenced by another writer, the target changed shape); the
+      query fails the same way, and the message says what to fix before a restart.
+    """
+
+    COMMITTED = "committed"
+    """This call made the batch's committables visible."""
+    ALREADY_COMMITTED = "already-committed"
+    """An earlier call committed the batch (or a re-run of it): its result was kept and
+    the new committables discarded, so nothing became visible twice."""
 
 
 class Committer(ABC, Generic[C]):
     """The driver half of a two-phase sink, Flink Sink V2's ``Committer``.
 
-    Commit outcomes, in Flink's vocabulary: :meth:`commit` *returning* means
-    every committable of the batch is **committed**; *raising* means the commit
-    **failed** for this attempt, and Spark, which writes ``commits/N`` only after
-    a return, runs the batch's commit again after the restart (**retry later**);
-    an error a retry cannot cure is a :class:`~firesteel.core.errors.SinkError`
-    naming the cause. Every call is an **idempotent re-commit**: after a crash
-    :meth:`commit` may receive committables it already committed, or those of a
-    re-run of a batch an earlier attempt committed; it must then keep the
-    earlier result, discard the new committables, and return.
+    :meth:`commit` runs on the driver once every task of batch N voted, before
+    Spark writes ``commits/N``; it reports a :class:`CommitOutcome`, or raises
+    (retry later, or failed: see there). Every call is an **idempotent
+    re-commit**: after a crash :meth:`commit` may receive committables it
+    already committed, or those of a re-run of a batch an earlier attempt
+    committed; it must then keep the earlier result, discard the new
+    committables, and return :attr:`CommitOutcome.ALREADY_COMMITTED`.
     """
 
     @abstractmethod
-    def commit(self, batch_id: int, handles: Sequence[C]) -> None:
-        """Make every committable of the batch visible, exactly once (idempotent)."""
+    def commit(self, batch_id: int, handles: Sequence[C]) -> CommitOutcome:
+        """Make every committable of the batch visible, exactly once (idempotent).
+
+        Called on the driver after every task voted, at least once per committed
+        batch; ``handles`` are in partition order. Returning guarantees the batch is
+        durably visible.
+        """
 
     @abstractmethod
     def abort(self, batch_id: int, handles: Sequence[C]) -> None:
-        """Discard the committables of a failed batch (idempotent)."""
+        """Discard the committables of a failed batch (idempotent).
+
+        Called on the driver when the batch's job failed, with the committables of
+        the tasks that voted; like :meth:`Sink.abort_batch`, never guaranteed to run.
+        """
 
     def recover(self) -> None:
-        """Finish commits a crash interrupted; discard transactions nobody will commit."""
+        """Finish commits a crash interrupted; discard transactions nobody will commit.
+
+        Called by :meth:`TwoPhaseCommitSink.prepare` on the driver before a batch's
+        tasks run; it must be idempotent, since every batch's writer calls it.
+        """
 
 
 class TwoPhaseCommitSink(Sink, SinkWriter[Txn, C], Committer[C]):
@@ -295,7 +361,8 @@ class TwoPhaseCommitSink(Sink, SinkWriter[Txn, C], Committer[C]):
         kind = cast("type[C]", self.committable_type)
         ordered = sorted(votes, key=_partition)
         with timed("sink.publish", phase="publish"):
-            self.commit(batch_id, [vote.committable(kind) for vote in ordered])
+            outcome = self.commit(batch_id, [vote.committable(kind) for vote in ordered])
+        logger.debug("%s sink %s: batch %d %s", self.name, self.sink_id, batch_id, outcome.value)
         AFTER_COMMIT.fire(batch_id)
 
     def abort_batch(self, batch_id: int, votes: Sequence[Vote | None]) -> None:
@@ -318,7 +385,7 @@ class InTaskCommitSink(TwoPhaseCommitSink[Txn, C]):
     rests on the writer's marker check instead of on the driver.
     """
 
-    def commit(self, batch_id: int, handles: Sequence[C]) -> None:
+    def commit(self, batch_id: int, handles: Sequence[C]) -> CommitOutcome:
         """Nothing to commit: every task committed its own transaction."""
         logger.info(
             "%s sink %s: batch %d committed in its %d tasks",
@@ -327,6 +394,7 @@ class InTaskCommitSink(TwoPhaseCommitSink[Txn, C]):
             batch_id,
             len(handles),
         )
+        return CommitOutcome.COMMITTED
 
     def abort(self, batch_id: int, handles: Sequence[C]) -> None:
         """Nothing to discard: a failed task aborted its own transaction."""

@@ -16,9 +16,7 @@ from collections.abc import Mapping
 
 from pyarrow import fs
 
-from firesteel.core import layout
-from firesteel.core.folder import Folder
-from firesteel.core.storage import StorageConfig
+from firesteel.core.toolkit import Folder, StorageConfig, layout
 
 logger = logging.getLogger(__name__)
 

@@ -31,8 +31,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from firesteel.core.errors import ConfigError, SinkError
-from firesteel.core.options import option
+from firesteel.core.spi import ConfigError, SinkError, option
 
 logger = logging.getLogger(__name__)
 

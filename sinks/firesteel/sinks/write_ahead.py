@@ -71,9 +71,6 @@ from typing import Any, ClassVar
 import pyarrow as pa
 from pyarrow import fs
 
-from firesteel.core.context import TaskScope
-from firesteel.core.durable import read_record, write_record
-from firesteel.core.errors import CheckpointCorruptError, IncompatibleFormatError, SinkError
 from firesteel.core.faults import (
     AFTER_COMMIT,
     AFTER_PRE_COMMIT,
@@ -82,13 +79,27 @@ from firesteel.core.faults import (
     MID_COMMIT,
     fault_point,
 )
-from firesteel.core.folder import Folder
-from firesteel.core.guarantee import SinkKind
 from firesteel.core.hashing import HashingWriter
-from firesteel.core.logs import timed
 from firesteel.core.phases import commit_metrics
-from firesteel.core.sink import Committable, Sink, Vote
-from firesteel.core.storage import StorageConfig, check_location, resolve
+from firesteel.core.spi import (
+    CheckpointCorruptError,
+    Committable,
+    IncompatibleFormatError,
+    Sink,
+    SinkError,
+    SinkKind,
+    TaskScope,
+    Vote,
+)
+from firesteel.core.toolkit import (
+    Folder,
+    StorageConfig,
+    check_location,
+    read_record,
+    resolve,
+    timed,
+    write_record,
+)
 from firesteel.sinks.committers import CheckpointCommitter
 from firesteel.sinks.fanout import run_on_executors
 

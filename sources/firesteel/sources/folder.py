@@ -13,8 +13,7 @@ value given to ``writeStream``, and keeps under
   this start, never from a new ``latest``. Changed start options are a new
   record, resolved anew (Spark ignores them once ``offsets/0`` exists);
 * ``errors/<range>.json``: how many bad records the task reading that range
-  skipped or quarantined. A replay of the range replaces its record, so the sum
-  (query progress) never counts a record twice;
+  skipped or quarantined (:class:`~firesteel.sources.bad_records.BadRecordCounts`);
 * ``progress.json``: what the source knew when it last planned a batch (for Kafka:
   the committed positions, the log ends and the lag between them), replaced each
   time, read by ``firesteel status`` and the Prometheus exporter.
@@ -30,19 +29,10 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from firesteel.core import layout
-from firesteel.core.checkpoint import read_query_id
-from firesteel.core.durable import encode_record
-from firesteel.core.errors import ConfigError
-from firesteel.core.folder import Folder
-from firesteel.core.metrics.sources import (
-    ERRORS,
-    PROGRESS,
-    bad_record_counts,
-    errors_kind,
-    progress_kind,
-)
-from firesteel.core.source import Offset
+from firesteel.core.metrics.sources import PROGRESS, progress_kind
+from firesteel.core.spi import ConfigError, Offset
+from firesteel.core.toolkit import Folder, encode_record, layout, read_query_id
+from firesteel.sources.bad_records import BadRecordCounts
 
 FORMAT_VERSION = 1
 
@@ -99,12 +89,14 @@ class SourceFolder:
             self._start_name(start_options), kind, FORMAT_VERSION, {"offset": offset}
         )
 
+    @property
+    def bad_records(self) -> BadRecordCounts:
+        """The bad-record counts of this source's tasks, under ``errors/``."""
+        return BadRecordCounts(self.folder, f"{self.source}-source-errors", FORMAT_VERSION)
+
     def record_counts(self, offset_range: str, skipped: int, quarantined: int) -> None:
         """Record the bad records of one offset range (in its task; replaces a replay's)."""
-        counts = {"skipped": skipped, "quarantined": quarantined}
-        self.folder.write_record(
-            f"{ERRORS}/{offset_range}.json", errors_kind(self.source), FORMAT_VERSION, counts
-        )
+        self.bad_records.record(offset_range, skipped, quarantined)
 
     def record_progress(self, progress: dict[str, Any]) -> None:
         """Replace the source's progress record (driver side, when a batch is planned)."""
@@ -113,4 +105,4 @@ class SourceFolder:
 
     def counts(self) -> dict[str, int]:
         """Bad records skipped and quarantined so far, summed over every range read."""
-        return bad_record_counts(self.folder, self.source)
+        return self.bad_records.total()

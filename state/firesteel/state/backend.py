@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from firesteel.core.context import TaskScope
+from firesteel.core.spi import TaskScope
 from firesteel.state.api import ListState, MapState, ValueState
 from firesteel.state.descriptors import StateDescriptor
 from firesteel.state.keygroups import KeyGroupRange

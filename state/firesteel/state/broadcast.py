@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from firesteel.core.errors import ConfigError
+from firesteel.core.spi import ConfigError
 from firesteel.state.api import MapState
 from firesteel.state.backend import Key, KeyedStateStore
 from firesteel.state.descriptors import BroadcastStateDescriptor, StateDescriptor

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from firesteel.core.errors import ConfigError
+from firesteel.core.spi import ConfigError
 from firesteel.state.backend import Key
 from firesteel.state.processor import KeyedProcessor, KeyState, Output
 

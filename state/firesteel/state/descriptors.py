@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from firesteel.core.errors import ConfigError
+from firesteel.core.spi import ConfigError
 from firesteel.state.schemas import value_schema
 from firesteel.state.serializers import MsgpackSerializer, PickleSerializer, Serializer
 

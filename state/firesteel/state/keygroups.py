@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from firesteel.core.errors import ConfigError
+from firesteel.core.spi import ConfigError
 
 DEFAULT_MAX_PARALLELISM = 128
 """Number of key groups when the user does not choose: Flink's default lower bound."""

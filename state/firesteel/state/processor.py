@@ -50,8 +50,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 
 import pyarrow as pa
 
-from firesteel.core.epoch import MILLIS, to_epoch
-from firesteel.core.errors import ConfigError
+from firesteel.core.spi import ConfigError
+from firesteel.core.toolkit import MILLIS, to_epoch
 from firesteel.state.api import ListState, MapState, ValueState
 from firesteel.state.backend import Key, KeyedStateStore
 from firesteel.state.descriptors import (

@@ -45,7 +45,7 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from firesteel.core.errors import ConfigError
+from firesteel.core.spi import ConfigError
 from firesteel.state.serializers import MsgpackSerializer, Serializer, unpack
 
 logger = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import msgpack
 
-from firesteel.core.errors import ConfigError
+from firesteel.core.spi import ConfigError
 
 _EXT_NAIVE_DATETIME = 1
 _EXT_DATE = 2

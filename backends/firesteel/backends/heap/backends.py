@@ -29,9 +29,8 @@ import pyarrow as pa
 from firesteel.backends.heap.store import HeapKeyedStore
 from firesteel.backends.storage import SnapshotStorage
 from firesteel.backends.store_base import TaskStore, TaskStoreBackend
-from firesteel.core.errors import ConfigError
-from firesteel.core.storage import StorageConfig
-from firesteel.core.worker_cache import WorkerCache
+from firesteel.core.spi import ConfigError
+from firesteel.core.toolkit import StorageConfig, WorkerCache
 from firesteel.state.backend import (
     KeyedTask,
     OperatorSpec,

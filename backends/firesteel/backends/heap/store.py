@@ -48,7 +48,7 @@ from firesteel.backends.store_base import (
     state_record,
     undeclared_state,
 )
-from firesteel.core.errors import CheckpointCorruptError
+from firesteel.core.spi import CheckpointCorruptError
 from firesteel.state.backend import (
     Key,
     KeyedTask,

@@ -48,14 +48,14 @@ def errors_kind(source: str) -> str:
     return f"{source}-source-errors"
 
 
-def bad_record_counts(folder: Folder, source: str) -> dict[str, int]:
-    """Bad records ``skipped`` and ``quarantined`` so far by source ``source`` whose folder
-    is ``folder``, summed over every range read (each range once, however often read)."""
+def bad_record_counts(folder: Folder, kind: str, versions: tuple[int, ...]) -> dict[str, int]:
+    """Bad records ``skipped`` and ``quarantined`` so far, summed over the records of kind
+    ``kind`` under ``folder``'s ``errors/`` (one per range read, however often read)."""
     total = {"skipped": 0, "quarantined": 0}
     for name in folder.names(ERRORS):
         if not name.endswith(".json"):
             continue
-        counts = folder.read_record(f"{ERRORS}/{name}", errors_kind(source), ERRORS_VERSIONS)
+        counts = folder.read_record(f"{ERRORS}/{name}", kind, versions)
         for key in total:
             total[key] += int(counts[key])
     return total
@@ -76,6 +76,6 @@ def read_source_progress(checkpoint: str) -> dict[str, dict[str, Any]]:
             progress = records.read_record(f"{name}/{PROGRESS}", progress_kind(source), VERSIONS)
         except FileNotFoundError:
             continue
-        counts = bad_record_counts(records.child(name), source)
+        counts = bad_record_counts(records.child(name), errors_kind(source), ERRORS_VERSIONS)
         found[name] = {**progress, BAD_RECORDS: counts}
     return found

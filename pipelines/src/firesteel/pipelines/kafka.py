@@ -119,7 +119,7 @@ def create_topics(verified: VerifiedBlueprint, config: PipelineConfig) -> None:
         from confluent_kafka.admin import AdminClient, NewTopic
 
         from firesteel.kafka.errors import UnreachableError
-        from firesteel.kafka.reach import first_contact
+        from firesteel.kafka.first_contact import first_contact
     except ImportError:
         msg = "Kafka topics between streamlets need: pip install 'firesteel-pipelines[kafka]'"
         raise ConfigurationError(msg) from None

@@ -36,7 +36,7 @@ from typing import Any, TextIO
 import pyarrow.parquet as pq
 
 from firesteel.core import read_history, read_source_progress
-from firesteel.core.spi import read_record
+from firesteel.core.toolkit import read_record
 from firesteel.pipelines.verify import VerifiedBlueprint
 
 __all__ = [

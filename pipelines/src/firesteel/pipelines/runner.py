@@ -18,7 +18,7 @@ refused (:mod:`firesteel.pipelines.redeploy`). The blueprint's folder is put on
 the processes' ``PYTHONPATH`` (Spark's Python workers inherit it), so
 ``module.Class`` references resolve next to it.
 
-No streamlet outlives the runner: a reaper process (:class:`firesteel.core.spi.Reaper`)
+No streamlet outlives the runner: a reaper process (:class:`firesteel.core.toolkit.Reaper`)
 kills every streamlet's process group when the runner ends, even by SIGKILL of
 its group (a parent-death signal would reach the driver only, not its JVM, and
 needs an unsafe ``preexec_fn``). One runner
@@ -54,7 +54,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
-from firesteel.core.spi import Reaper
+from firesteel.core.toolkit import Reaper
 from firesteel.pipelines.blueprint import load_blueprint
 from firesteel.pipelines.check import check_pipeline
 from firesteel.pipelines.config import PipelineConfig

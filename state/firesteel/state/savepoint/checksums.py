@@ -26,8 +26,8 @@ from typing import Any
 import pyarrow as pa
 from pyarrow import fs
 
-from firesteel.core.errors import CheckpointCorruptError
 from firesteel.core.hashing import HashingWriter
+from firesteel.core.spi import CheckpointCorruptError
 
 BLOCK_SIZE = 1024 * 1024
 """Bytes per checksummed block: a read costs at most a block more on each side."""

@@ -42,11 +42,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyarrow import fs
 
-from firesteel.core.durable import encode_record
-from firesteel.core.errors import CheckpointCorruptError, ConfigError
 from firesteel.core.faults import fault_point
-from firesteel.core.folder import Folder
-from firesteel.core.storage import StorageConfig
+from firesteel.core.spi import CheckpointCorruptError, ConfigError
+from firesteel.core.toolkit import Folder, StorageConfig, encode_record
 from firesteel.state.keygroups import KeyGroupRange
 from firesteel.state.savepoint.checksums import BlockHashingWriter, VerifiedFile, block_digests
 

@@ -52,8 +52,8 @@ from typing import TYPE_CHECKING, Any, cast
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from firesteel.core.errors import ConfigError
-from firesteel.core.storage import StorageConfig
+from firesteel.core.spi import ConfigError
+from firesteel.core.toolkit import StorageConfig
 from firesteel.state.api import ListState, MapState, ValueState
 from firesteel.state.backend import KeyedStateStore, KeyedTask, OperatorSpec, StateDeclarations
 from firesteel.state.clock import CLOCK, CLOCK_KEY

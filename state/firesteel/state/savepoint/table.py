@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from firesteel.core.errors import ConfigError
-from firesteel.core.storage import StorageConfig
+from firesteel.core.spi import ConfigError
+from firesteel.core.toolkit import StorageConfig
 from firesteel.state import keygroups
 from firesteel.state.descriptors import StateDescriptor, StateKind
 from firesteel.state.savepoint.format import (

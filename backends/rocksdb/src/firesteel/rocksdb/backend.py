@@ -24,7 +24,8 @@ from firesteel.backends.spi import (
     TaskStore,
     TaskStoreBackend,
 )
-from firesteel.core.spi import ConfigError, StorageConfig, WorkerCache
+from firesteel.core.spi import ConfigError
+from firesteel.core.toolkit import StorageConfig, WorkerCache
 from firesteel.rocksdb.local import LocalFolder, check_writable, default_local_dir, worker_root
 from firesteel.rocksdb.options import RocksDBOptions
 from firesteel.rocksdb.storage import CheckpointStorage

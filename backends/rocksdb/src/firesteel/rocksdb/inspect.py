@@ -18,8 +18,10 @@ from typing import Any
 import msgpack
 import pyarrow as pa
 
-from firesteel.backends.spi import KeyGroupEntries, KeyGroupRange, StoredState, pack
-from firesteel.core.spi import ConfigError, StorageConfig
+from firesteel.backends.spi import KeyGroupEntries, KeyGroupRange, StoredState
+from firesteel.backends.toolkit import pack
+from firesteel.core.spi import ConfigError
+from firesteel.core.toolkit import StorageConfig
 from firesteel.rocksdb import keys
 from firesteel.rocksdb.local import LocalFolder, open_instance
 from firesteel.rocksdb.manifest import Manifest
@@ -44,7 +46,7 @@ def read_state(
     """The RocksDB state under ``location`` as the table of
     :data:`firesteel.backends.inspect.SCHEMA` (``operator`` and ``batch`` as in
     :func:`firesteel.backends.inspect.read_state`)."""
-    from firesteel.backends.spi import SCHEMA, list_operators
+    from firesteel.backends.toolkit import SCHEMA, list_operators
 
     names = (
         [operator]
@@ -69,7 +71,7 @@ def read_operator(
     config: StorageConfig | None = None,
 ) -> pa.Table:
     """One operator's state at version ``batch`` (default: the latest complete version)."""
-    from firesteel.backends.spi import SCHEMA, stored_table
+    from firesteel.backends.toolkit import SCHEMA, stored_table
 
     stored = read_stored(location, operator, batch, options, config)
     return SCHEMA.empty_table() if stored is None else stored_table(stored)
@@ -84,7 +86,7 @@ def read_stored(
 ) -> StoredState | None:
     """One operator's entries at version ``batch`` (default: the latest complete version;
     None when there is none), still serialized: what a savepoint is made of."""
-    from firesteel.backends.spi import chosen_version, recorded_operator
+    from firesteel.backends.toolkit import chosen_version, recorded_operator
 
     storage = CheckpointStorage(location, operator, config)
     meta = recorded_operator(storage.metadata.read_metadata(), operator, location)

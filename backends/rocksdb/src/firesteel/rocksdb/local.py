@@ -31,7 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from firesteel.core.spi import ConfigError, WorkerCache
+from firesteel.core.spi import ConfigError
+from firesteel.core.toolkit import WorkerCache
 from firesteel.rocksdb.manifest import Manifest
 from firesteel.rocksdb.options import RocksDBOptions
 from firesteel.rocksdb.storage import CheckpointStorage

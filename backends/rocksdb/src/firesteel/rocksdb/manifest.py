@@ -1,7 +1,7 @@
 """The manifest of one incremental checkpoint: which files make up a version of a key-group range.
 
 A manifest is a record in firesteel's one envelope
-(:func:`firesteel.core.spi.encode_record`), versioned and checksummed::
+(:func:`firesteel.core.toolkit.encode_record`), versioned and checksummed::
 
     {"kind": "firesteel.rocksdb.manifest", "version": 1, "sha256": "...", "content": {
         "operator": "rank", "version": 7, "key_groups": [0, 63], "attempt": "9f2c...",
@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from firesteel.backends.spi import KeyGroupRange
-from firesteel.core.spi import CheckpointCorruptError, decode_record, encode_record
+from firesteel.core.spi import CheckpointCorruptError
+from firesteel.core.toolkit import decode_record, encode_record
 
 KIND = "firesteel.rocksdb.manifest"
 FORMAT = 1

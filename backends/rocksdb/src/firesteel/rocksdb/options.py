@@ -24,7 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
-from firesteel.core.spi import ConfigError, WorkerCache, check_ranges, option
+from firesteel.core.spi import ConfigError, check_ranges, option
+from firesteel.core.toolkit import WorkerCache
 
 KiB = 1024
 MiB = 1024 * KiB

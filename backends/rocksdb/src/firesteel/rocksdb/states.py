@@ -25,16 +25,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from firesteel.backends.spi import (
-    Key,
-    ListState,
-    MapState,
-    StateDescriptor,
-    StateKind,
-    ValueState,
-    key_packer,
-    unpack,
-)
+from firesteel.backends.spi import Key, ListState, MapState, StateDescriptor, StateKind, ValueState
+from firesteel.backends.toolkit import key_packer, unpack
 from firesteel.rocksdb.keys import NO_EXPIRY, WITH_EXPIRY, decode_value, encode_value, stamp
 
 _MISSING = object()

@@ -12,7 +12,7 @@
 Rules that keep a zombie or a retried attempt from damaging committed state:
 
 * nothing is written in place: every upload is written whole or not at all
-  (:meth:`firesteel.core.spi.Folder.output`) under a name unique to its
+  (:meth:`firesteel.core.toolkit.Folder.output`) under a name unique to its
   attempt (a random attempt id), and the manifest, written last, is what makes
   a version exist;
 * a shared file is reused by a later version only if the manifest the task
@@ -35,8 +35,10 @@ from typing import Any
 
 from pyarrow import fs
 
-from firesteel.backends.spi import KeyGroupRange, SnapshotStorage, read_stored
-from firesteel.core.spi import CheckpointCorruptError, Folder, StorageConfig
+from firesteel.backends.spi import KeyGroupRange
+from firesteel.backends.toolkit import SnapshotStorage, read_stored
+from firesteel.core.spi import CheckpointCorruptError
+from firesteel.core.toolkit import Folder, StorageConfig
 from firesteel.rocksdb.manifest import (
     SHARED_DIR,
     Manifest,

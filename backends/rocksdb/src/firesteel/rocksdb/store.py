@@ -54,11 +54,13 @@ from firesteel.backends.spi import (
     KeyGroupRange,
     OperatorSpec,
     PendingSnapshot,
-    SnapshotThread,
     StateDeclarations,
     StateDescriptor,
-    StateUpgrade,
     TaskStore,
+)
+from firesteel.backends.toolkit import (
+    SnapshotThread,
+    StateUpgrade,
     check_declared,
     check_owner,
     key_packer,

@@ -20,7 +20,8 @@ from typing import ClassVar
 import pyarrow as pa
 from pyarrow import fs
 
-from firesteel.core.spi import IdempotentSink, TaskScope, Vote, write_atomically
+from firesteel.core.spi import IdempotentSink, TaskScope, Vote
+from firesteel.core.toolkit import write_atomically
 
 logger = logging.getLogger(__name__)
 

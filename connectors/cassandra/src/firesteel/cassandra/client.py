@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from cassandra.policies import RetryPolicy
 from firesteel.cassandra.errors import CassandraUnreachableError
-from firesteel.core.spi import RetryWindow, WorkerCache
+from firesteel.core.toolkit import RetryWindow, WorkerCache
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ class Backoff:
     The driver's retries are immediate (see :class:`IdempotentRetryPolicy`);
     this is the slower loop around them that outlasts an outage of a few
     seconds: :data:`FIRST_BACKOFF`, doubling, at most :data:`MAX_BACKOFF`, the
-    last wait cut to the time left (a :class:`~firesteel.core.spi.RetryWindow`
+    last wait cut to the time left (a :class:`~firesteel.core.toolkit.RetryWindow`
     opened when the first attempt was sent).
     """
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from firesteel.cassandra.client import Backoff, retriable_errors, session_for
 from firesteel.cassandra.options import CassandraSinkOptions
-from firesteel.core.spi import Ownership
+from firesteel.core.toolkit import Ownership
 from firesteel.sinks.spi import CheckpointCommitter
 
 

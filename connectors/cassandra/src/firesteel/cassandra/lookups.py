@@ -49,7 +49,8 @@ from firesteel.cassandra.client import Backoff, retriable_errors, session_for
 from firesteel.cassandra.errors import CassandraLookupError, CassandraSchemaError
 from firesteel.cassandra.options import CONSISTENCY_LEVELS, PASSTHROUGH
 from firesteel.cassandra.statement import arrow_fits_cql, map_types
-from firesteel.core.spi import ConfigError, WorkerCache
+from firesteel.core.spi import ConfigError
+from firesteel.core.toolkit import WorkerCache
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

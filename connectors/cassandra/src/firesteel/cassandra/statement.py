@@ -63,7 +63,7 @@ import pyarrow as pa
 from firesteel.cassandra.client import Backoff
 from firesteel.cassandra.errors import CassandraRecordError, CassandraSchemaError
 from firesteel.cassandra.options import CassandraSinkOptions
-from firesteel.core.spi import MICROS, to_epoch
+from firesteel.core.toolkit import MICROS, to_epoch
 
 logger = logging.getLogger(__name__)
 

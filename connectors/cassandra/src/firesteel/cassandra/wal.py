@@ -68,12 +68,8 @@ from firesteel.cassandra.committer import CassandraCommitter
 from firesteel.cassandra.options import CassandraSinkOptions
 from firesteel.cassandra.statement import RowStatement
 from firesteel.core.faults import fault_point
-from firesteel.core.spi import (
-    ConfigError,
-    StorageConfig,
-    layout,
-    query_identity,
-)
+from firesteel.core.spi import ConfigError
+from firesteel.core.toolkit import StorageConfig, layout, query_identity
 from firesteel.sinks.spi import WriteAheadSink
 
 logger = logging.getLogger(__name__)

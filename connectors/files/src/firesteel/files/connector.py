@@ -6,17 +6,15 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from firesteel.core.spi import (
-    SETTING_PREFIX,
     ConfigError,
     FiresteelDataSource,
     Guarantee,
     ResettableSource,
     Sink,
-    canonical,
     default_sink_id,
     parse_options,
-    read_query_id,
 )
+from firesteel.core.toolkit import SETTING_PREFIX, canonical, read_query_id
 from firesteel.files.sink.options import FilesSinkOptions
 from firesteel.files.source.options import FilesSourceOptions
 

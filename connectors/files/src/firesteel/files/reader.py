@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from firesteel.core.spi import Folder, StorageConfig
+from firesteel.core.toolkit import Folder, StorageConfig
 
 if TYPE_CHECKING:
     from firesteel.files.sink.manifest import Manifest

@@ -17,7 +17,8 @@ import functools
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from firesteel.core.spi import ConfigError, is_secret
+from firesteel.core.spi import ConfigError
+from firesteel.core.toolkit import is_secret
 
 PREFIX = "kafka."
 
@@ -86,7 +87,7 @@ LOGGABLE_KEYS = frozenset(
 def is_secret_key(key: str) -> bool:
     """Whether the value of librdkafka property ``key`` must be kept out of logs and errors.
 
-    firesteel's one rule (:func:`firesteel.core.spi.is_secret`) with
+    firesteel's one rule (:func:`firesteel.core.toolkit.is_secret`) with
     :data:`LOGGABLE_KEYS` as the allow-list: an unknown or misspelled key
     (``sasl.pasword``) counts as secret.
     """

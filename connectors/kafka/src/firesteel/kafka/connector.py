@@ -19,7 +19,7 @@ from firesteel.kafka.options import (
     KafkaSourceOptions,
 )
 from firesteel.kafka.sink import KafkaExactlyOnceSink, KafkaSink, KafkaWriteAheadSink
-from firesteel.kafka.sink.layout import PartitionLayout
+from firesteel.kafka.sink.partition_count import PartitionLayout
 from firesteel.kafka.source import KafkaSource
 
 

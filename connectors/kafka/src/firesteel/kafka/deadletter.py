@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from firesteel.core.spi import BadRecord, DeadLetter, DeadLetterWriter, SinkError
+from firesteel.core.spi import SinkError
+from firesteel.core.toolkit import BadRecord, DeadLetter, DeadLetterWriter
 from firesteel.kafka.config import client_config, safe_error
 
 

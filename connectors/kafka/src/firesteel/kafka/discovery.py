@@ -19,12 +19,13 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from firesteel.core.spi import ConfigError, has_committed, timed
+from firesteel.core.spi import ConfigError
+from firesteel.core.toolkit import has_committed, timed
 from firesteel.kafka.config import client_config, safe_error
 from firesteel.kafka.errors import KafkaSourceError
+from firesteel.kafka.first_contact import first_contact
 from firesteel.kafka.options import KafkaSourceOptions
 from firesteel.kafka.outage import CALL_TIMEOUT, Outage
-from firesteel.kafka.reach import first_contact
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ def consumer_config(options: KafkaSourceOptions, **overrides: Any) -> dict[str, 
 class Discovery:
     """Answers the source's driver-side questions with one long-lived consumer.
 
-    Created only once the cluster answered (:func:`~firesteel.kafka.reach.first_contact`:
+    Created only once the cluster answered (:func:`~firesteel.kafka.first_contact.first_contact`:
     at once for a new query, within ``retry.timeout.ms`` for one that committed a batch).
     Not thread-safe; one per source. :meth:`close` releases the consumer.
     """

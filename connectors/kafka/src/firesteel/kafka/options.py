@@ -11,15 +11,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from firesteel.core.spi import (
-    ConfigError,
-    ErrorPolicy,
-    Guarantee,
-    SinkOptions,
-    check_ranges,
-    option,
-    require_absolute,
-)
+from firesteel.core.spi import ConfigError, Guarantee, SinkOptions, check_ranges, option
+from firesteel.core.toolkit import ErrorPolicy, require_absolute
 from firesteel.kafka.config import PREFIX, validate_client_config
 from firesteel.sinks.spi import check_send_connect, send_connect_option
 

@@ -12,8 +12,8 @@ abortable errors are never retried here: they go to their callers' policies
 (:mod:`firesteel.kafka.sink.retry`).
 
 A query's very first contact is not patient: pointed at the wrong host or port, it
-fails within :data:`~firesteel.kafka.reach.CONNECT_TIMEOUT`. A query that has
-committed a batch (:func:`~firesteel.core.spi.has_committed`) has reached its cluster
+fails within :data:`~firesteel.kafka.first_contact.CONNECT_TIMEOUT`. A query that has
+committed a batch (:func:`~firesteel.core.toolkit.has_committed`) has reached its cluster
 before, and rides out an outage from its first request on, also after a restart.
 """
 
@@ -25,7 +25,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from firesteel.core.spi import RetryWindow
+from firesteel.core.toolkit import RetryWindow
 from firesteel.kafka.config import safe_error, scrub, secrets_of
 from firesteel.kafka.errors import OutageError
 

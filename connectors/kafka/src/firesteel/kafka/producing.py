@@ -25,7 +25,7 @@ from typing import Any
 from firesteel.core.spi import SinkError
 from firesteel.kafka.config import safe_error, scrub, secrets_of
 from firesteel.kafka.outage import Outage, is_outage
-from firesteel.kafka.rows import ProduceArgs
+from firesteel.kafka.produce_args import ProduceArgs
 
 logger = logging.getLogger(__name__)
 

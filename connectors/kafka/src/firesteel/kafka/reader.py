@@ -23,7 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from firesteel.core.spi import BadRecord, DeadLetter, ErrorHandler, task_metrics
+from firesteel.core.toolkit import BadRecord, DeadLetter, ErrorHandler, task_metrics
 from firesteel.kafka.codec import ValueDecoder
 from firesteel.kafka.config import safe_error
 from firesteel.kafka.discovery import consumer_config

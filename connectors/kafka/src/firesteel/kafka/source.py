@@ -32,13 +32,8 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from firesteel.core.faults import fault_point
-from firesteel.core.spi import (
-    ConfigError,
-    Offset,
-    ReadLimit,
-    ResettableSource,
-    timed,
-)
+from firesteel.core.spi import ConfigError, Offset, ReadLimit, ResettableSource
+from firesteel.core.toolkit import timed
 from firesteel.kafka.codec import ValueDecoder, schema_text
 from firesteel.kafka.deadletter import TopicDeadLetter
 from firesteel.kafka.discovery import Discovery, TopicPartitionKey, parse_partition_offsets

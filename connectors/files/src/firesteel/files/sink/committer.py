@@ -12,7 +12,7 @@ import logging
 from collections.abc import Sequence
 
 from firesteel.core.faults import MID_COMMIT
-from firesteel.core.spi import Committer
+from firesteel.core.spi import CommitOutcome, Committer
 from firesteel.files.sink.manifest import (
     COMPACT_EVERY,
     CommittedFile,
@@ -86,16 +86,16 @@ class FilesCommitter(Committer[FileCommittable]):
                 continue
             self._drop_pending(batch_id)
 
-    def commit(self, batch_id: int, handles: Sequence[FileCommittable]) -> None:
+    def commit(self, batch_id: int, handles: Sequence[FileCommittable]) -> CommitOutcome:
         files = tuple(f for handle in handles for f in handle.files)
         if batch_id <= committed_through(self.out, self.sink_id):
             self._discard_rerun(batch_id, files)
-            return
+            return CommitOutcome.ALREADY_COMMITTED
         manifest = Manifest(self.sink_id, batch_id, files)
         if not write_manifest(self.out, manifest):
             key = manifest_key(self.sink_id, batch_id)
             self._roll_forward(batch_id, read_manifest(self.out, key), files)
-            return
+            return CommitOutcome.ALREADY_COMMITTED
         MID_COMMIT.fire(batch_id)
         finalize(self.out, manifest)
         self._drop_pending(batch_id)
@@ -114,6 +114,7 @@ class FilesCommitter(Committer[FileCommittable]):
             len(files),
             manifest.rows,
         )
+        return CommitOutcome.COMMITTED
 
     def _roll_forward(
         self, batch_id: int, manifest: Manifest, new_files: Sequence[CommittedFile]

@@ -21,7 +21,7 @@ never holds more than :data:`COMPACT_EVERY` manifests and two compact files.
 The compact record itself grows by every batch committed (about 350 bytes a
 batch of two files), as Spark's compacted metadata log does: each compaction
 reads and writes a larger object, in the same number of requests (a record
-is read in one GET, :func:`firesteel.core.spi.read_record`).
+is read in one GET, :func:`firesteel.core.toolkit.read_record`).
 """
 
 from __future__ import annotations
@@ -30,13 +30,8 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from firesteel.core.spi import (
-    CheckpointCorruptError,
-    Committable,
-    Folder,
-    create_record,
-    read_record,
-)
+from firesteel.core.spi import CheckpointCorruptError, Committable
+from firesteel.core.toolkit import Folder, create_record, read_record
 from firesteel.files.sink.paths import OUTPUT_RECORDS_DIR, manifest_dir
 
 logger = logging.getLogger(__name__)

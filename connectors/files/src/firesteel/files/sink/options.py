@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from firesteel.core.spi import SinkOptions, check_ranges, option, require_absolute
+from firesteel.core.spi import SinkOptions, check_ranges, option
+from firesteel.core.toolkit import require_absolute
 from firesteel.files.path import path_option
 
 SinkFormat = Literal["parquet", "json"]

@@ -18,7 +18,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from firesteel.core.spi import Folder, SinkError, SinkWriter, StorageConfig, TaskScope
+from firesteel.core.spi import SinkError, SinkWriter, TaskScope
+from firesteel.core.toolkit import Folder, StorageConfig
 from firesteel.files.sink.manifest import CommittedFile, FileCommittable
 from firesteel.files.sink.paths import bucket_dir, final_name, pending_dir
 

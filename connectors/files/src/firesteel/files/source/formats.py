@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyarrow import fs
 
-from firesteel.core.spi import BadRecord, ErrorHandler
+from firesteel.core.toolkit import BadRecord, ErrorHandler
 
 JSON_BLOCK_SIZE = 16 * 1024 * 1024
 """pyarrow's JSON reader needs each line within one block; lines longer than this fail."""

@@ -31,14 +31,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from firesteel.core.spi import (
-    ConfigError,
-    Folder,
-    check_location,
-    create_record,
-    read_record,
-    write_record,
-)
+from firesteel.core.spi import ConfigError
+from firesteel.core.toolkit import Folder, check_location, create_record, read_record, write_record
 
 LOG_FORMAT_VERSION = 1
 

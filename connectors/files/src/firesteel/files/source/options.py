@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from firesteel.core.spi import ConfigError, ErrorPolicy, check_ranges, option, require_absolute
+from firesteel.core.spi import ConfigError, check_ranges, option
+from firesteel.core.toolkit import ErrorPolicy, require_absolute
 from firesteel.files.path import path_option
 
 SourceFormat = Literal["parquet", "csv", "json", "text"]

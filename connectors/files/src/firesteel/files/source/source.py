@@ -79,26 +79,21 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyarrow import fs
 
-from firesteel.core.spi import (
-    ConfigError,
+from firesteel.core.spi import ConfigError, Offset, ReadLimit, ResettableSource, SourceChangedError
+from firesteel.core.toolkit import (
     ErrorHandler,
     ErrorPolicy,
     Folder,
     FolderDeadLetter,
-    Offset,
-    ReadLimit,
-    ResettableSource,
-    SourceChangedError,
     StorageConfig,
     canonical,
     check_location,
-    read_record,
-    write_record,
 )
 from firesteel.files.sink.paths import OUTPUT_RECORDS_DIR
 from firesteel.files.source.formats import FormatSpec, infer_schema, read_file
 from firesteel.files.source.log import LOG_FORMAT_VERSION, FileEntry, FileLog
 from firesteel.files.source.options import FilesSourceOptions
+from firesteel.sources.spi import BadRecordCounts
 
 logger = logging.getLogger(__name__)
 
@@ -403,35 +398,20 @@ class FilesSource(ResettableSource):
                     dead_letter.copy_file(f"{partition.log_id}-{entry.index:010d}-{name}", original)
         handler.close()
         if handler.skipped or handler.quarantined:
-            write_record(
-                partition.log.uri_of(f"errors/{partition.key}.json"),
-                "source-errors",
-                LOG_FORMAT_VERSION,
-                {
-                    "skipped": handler.skipped,
-                    "quarantined": handler.quarantined,
-                    "examples": [r.describe() for r in handler.examples],
-                },
-                partition.log.config,
+            _bad_records(partition.log).record(
+                partition.key,
+                handler.skipped,
+                handler.quarantined,
+                [r.describe() for r in handler.examples],
             )
 
     # -- progress and cleanup ---------------------------------------------------
 
     def report_latest_offset(self) -> Offset | None:
-        skipped = quarantined = 0
-        log = self.log.folder
-        for name in log.names("errors"):
-            if name.endswith(".json"):
-                counts = read_record(
-                    log.uri_of(f"errors/{name}"), "source-errors", (LOG_FORMAT_VERSION,), log.config
-                )
-                skipped += int(counts["skipped"])
-                quarantined += int(counts["quarantined"])
         return {
             "log": self.digest,
             "discovered": len(self.log),
-            "skipped": skipped,
-            "quarantined": quarantined,
+            **_bad_records(self.log.folder).total(),
         }
 
     def commit(self, end: Offset) -> None:
@@ -479,3 +459,8 @@ def _check_unchanged(root: Folder, entry: FileEntry) -> None:
             "batch that reads it would not be repeatable. Write new data to new files"
         )
         raise SourceChangedError(msg)
+
+
+def _bad_records(log: Folder) -> BadRecordCounts:
+    """The bad-record counts kept in the discovered-file log ``log``."""
+    return BadRecordCounts(log, "source-errors", LOG_FORMAT_VERSION)

@@ -4,13 +4,14 @@
 * :mod:`.write_ahead`: :class:`KafkaWriteAheadSink`, ``guarantee`` exactly-once in
   the default ``exactly.once.mode=write-ahead``: tasks log, the batch's commit sends
   each segment of its recorded plan in its own transaction;
-* :mod:`.exactly_once`: :class:`KafkaExactlyOnceSink`, those transactions (one per
-  batch and key, with its marker), and ``exactly.once.mode=in-task``, where each task
-  commits its own (the protocol is in its module docs), with :mod:`.layout` (the
-  in-task mode's partition-count check),
-  :mod:`.transaction` (a task's transaction and its vote), :mod:`.naming`
+* :mod:`.transactions`: :class:`~.transactions.KafkaTransactions`, the one
+  transactions engine of both exactly-once modes (one transaction per batch and
+  key, with its marker), with :mod:`.transaction` (one transaction and its vote), :mod:`.naming`
   (transactional ids and marker groups), :mod:`.marker` (the commit marker:
   metadata codec and group-offset read), :mod:`.retry` (the transactional calls' retry policy);
+* :mod:`.exactly_once`: :class:`KafkaExactlyOnceSink`, ``exactly.once.mode=in-task``,
+  where each task commits its own transaction, with :mod:`.partition_count` (the
+  in-task mode's partition-count check);
 * :mod:`.brokers`: the driver's checks of the cluster before the first task.
 """
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from firesteel.core.spi import ConfigError, WorkerCache
-from firesteel.kafka.reach import first_contact
+from firesteel.core.spi import ConfigError
+from firesteel.core.toolkit import WorkerCache
+from firesteel.kafka.first_contact import first_contact
 
 logger = logging.getLogger(__name__)
 
@@ -22,7 +23,7 @@ _PREPARED: WorkerCache[tuple[str, str, int], bool] = WorkerCache()
 
 def reach(config: dict[str, Any], patience: int | None = None) -> None:
     """Fail the query before its first task unless the cluster answers (within ``patience``
-    ms of an outage, if given: see :func:`~firesteel.kafka.reach.first_contact`)."""
+    ms of an outage, if given: see :func:`~firesteel.kafka.first_contact.first_contact`)."""
     from confluent_kafka.admin import AdminClient
 
     def contact() -> bool:

@@ -8,13 +8,14 @@ from typing import ClassVar
 
 import pyarrow as pa
 
-from firesteel.core.spi import PlainSink, TaskScope, has_committed
+from firesteel.core.spi import PlainSink, TaskScope
+from firesteel.core.toolkit import has_committed
 from firesteel.kafka.config import client_config, redact
 from firesteel.kafka.options import KafkaSinkOptions
 from firesteel.kafka.outage import Outage
 from firesteel.kafka.pool import SharedProducers
+from firesteel.kafka.produce_args import sink_extractor
 from firesteel.kafka.producing import flush, produce_all
-from firesteel.kafka.rows import sink_extractor
 from firesteel.kafka.sink import brokers
 from firesteel.kafka.sink.points import AFTER_FLUSH, AFTER_PRODUCE
 

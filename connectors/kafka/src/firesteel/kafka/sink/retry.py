@@ -28,7 +28,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from firesteel.core.spi import SinkError, task_metrics
+from firesteel.core.spi import SinkError
+from firesteel.core.toolkit import task_metrics
 from firesteel.kafka.config import safe_error
 from firesteel.kafka.outage import Outage
 from firesteel.kafka.producing import DeliveryTracker, is_fencing

@@ -8,8 +8,8 @@ from typing import Any
 
 from firesteel.core.spi import Committable, TaskScope
 from firesteel.kafka.pool import TransactionalClient
+from firesteel.kafka.produce_args import RowExtractor
 from firesteel.kafka.producing import DeliveryTracker
-from firesteel.kafka.rows import RowExtractor
 from firesteel.kafka.sink.marker import NO_MARKER
 
 

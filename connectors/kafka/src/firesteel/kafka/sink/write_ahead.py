@@ -12,9 +12,9 @@ batch's commit decides what is sent, from a plan that no re-run can change
    rolls that plan forward and ignores its own segments, so the segment
    numbers below always name the same rows;
 3. each segment s of the plan not yet recorded as sent is sent in its own
-   Kafka transaction, exactly as the in-task mode sends a task's rows
-   (:class:`~firesteel.kafka.sink.exactly_once.KafkaExactlyOnceSink`, with s
-   where that has the Spark partition): the producer with ``transactional.id =
+   Kafka transaction, exactly as the in-task mode sends a task's rows (the
+   one engine of both, :class:`~firesteel.kafka.sink.transactions.KafkaTransactions`,
+   with s where that has the Spark partition): the producer with ``transactional.id =
    <prefix>-<sink id>-<s>`` fences every older instance, the marker of group
    ``<prefix>-<sink id>-marker-<s>`` tells whether N was sent already (then
    nothing is sent), and otherwise moves to N + 1 inside the transaction that
@@ -64,17 +64,12 @@ from typing import ClassVar
 
 import pyarrow as pa
 
-from firesteel.core.spi import (
-    ConfigError,
-    SinkError,
-    Vote,
-    layout,
-    query_identity,
-)
+from firesteel.core.spi import ConfigError, SinkError, Vote
+from firesteel.core.toolkit import layout, query_identity
 from firesteel.kafka.errors import OutageError
 from firesteel.kafka.options import KafkaSinkOptions
-from firesteel.kafka.sink.exactly_once import KafkaExactlyOnceSink
 from firesteel.kafka.sink.transaction import TransactionScope
+from firesteel.kafka.sink.transactions import KafkaTransactions
 from firesteel.sinks.spi import WriteAheadSink
 
 logger = logging.getLogger(__name__)
@@ -97,14 +92,14 @@ class KafkaWriteAheadSink(WriteAheadSink):
         super().__init__(sink_id, layout.write_ahead_log(checkpoint), None, options.send_connect)
         # Spark writes <checkpoint>/metadata before it builds a sink: the markers name it.
         self.query_id = query_identity(checkpoint)
-        self.transactions = KafkaExactlyOnceSink(
+        self.transactions = KafkaTransactions(
             options, sink_id, checkpoint=checkpoint, sole_sender=not options.send_connect
         )
         self.retry_timeout_ms = options.retry_timeout_ms
 
     def prepare(self) -> None:
         """The transactions' checks of the cluster, then the log's folders."""
-        self.transactions.prepare()
+        self.transactions.check_target()
         super().prepare()
 
     def send_segment(self, vote: Vote) -> None:

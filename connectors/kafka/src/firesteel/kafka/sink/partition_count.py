@@ -28,7 +28,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from firesteel.core.spi import SinkError, layout, read_record, write_record
+from firesteel.core.spi import SinkError
+from firesteel.core.toolkit import layout, read_record, write_record
 
 logger = logging.getLogger(__name__)
 
