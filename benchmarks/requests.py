@@ -5,7 +5,7 @@ requests in its 2,000th batch as in its 100th: nothing may list everything
 ever written. This runs many tiny batches of each path against an S3 API
 server process (moto, :class:`firesteel.testing.s3.S3Server`) and counts the
 requests at the server, from its request log, not in firesteel
-(:mod:`firesteel.testing.economy`):
+(:mod:`firesteel.testing.store_requests`):
 
 - ``wal``: the write-ahead-log sink, segments, plans and commit markers on S3
   (two tasks of ten rows per batch);
@@ -48,13 +48,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks import report
-from firesteel.testing.economy import (
+from firesteel.testing.s3 import KINDS, S3Server
+from firesteel.testing.store_requests import (
     files_sink_batches,
     files_source_batches,
     state_batches,
     wal_batches,
 )
-from firesteel.testing.s3 import KINDS, S3Server
 
 HERE = Path(__file__).resolve().parent
 FULL_BATCHES, FULL_WINDOW = 2000, 100

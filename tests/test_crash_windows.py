@@ -27,10 +27,10 @@ from pathlib import Path
 import pytest
 
 from firesteel.testing import CrashHarness, Part, at_point, in_one_run, task_kills
+from firesteel.testing.checkpoint_spellings import Spellings
 from firesteel.testing.joins import FILES_PER_BATCH as JOIN_FILES_PER_BATCH
 from firesteel.testing.joins import check_join_output, write_join_files
 from firesteel.testing.scripts import script
-from firesteel.testing.spellings import Spellings
 from firesteel.testing.windows import check_window_output, write_window_files
 
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(900)]

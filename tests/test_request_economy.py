@@ -5,7 +5,7 @@ markers on S3), of keyed-state snapshots (filesystem and RocksDB backends), of
 the file sink writing to S3 and of the file source reading new files from S3
 (``cleanup=archive``) against the moto server; its request log gives each
 batch's LIST / GET / HEAD / PUT / DELETE / POST count
-(:mod:`firesteel.testing.economy`). After a warm-up (the retained versions
+(:mod:`firesteel.testing.store_requests`). After a warm-up (the retained versions
 filling up), no batch of the last twelve costs more than the
 most expensive of twelve earlier ones, and the twelve cost at most a tenth
 and one request per batch more in all (periodic work, a full snapshot or a
@@ -23,13 +23,13 @@ import pytest
 
 from firesteel.core.durable import read_record, write_record
 from firesteel.core.storage import StorageConfig
-from firesteel.testing.economy import (
+from firesteel.testing.s3 import KINDS, RequestLog, S3Server
+from firesteel.testing.store_requests import (
     files_sink_batches,
     files_source_batches,
     state_batches,
     wal_batches,
 )
-from firesteel.testing.s3 import KINDS, RequestLog, S3Server
 
 BATCHES = 36
 EARLY = slice(6, 18)

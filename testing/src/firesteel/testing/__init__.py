@@ -19,6 +19,7 @@ Ships in the distribution ``firesteel-testing`` (``pip install -e ./testing``, o
 ``test`` extra of ``firesteel`` and of each connector); library code never imports it.
 """
 
+from firesteel.testing.checkpoint_spellings import Spellings
 from firesteel.testing.cluster import StandaloneCluster
 from firesteel.testing.counting import (
     SequenceCount,
@@ -45,7 +46,6 @@ from firesteel.testing.harness import (
     task_kills,
 )
 from firesteel.testing.jobs import job_session
-from firesteel.testing.spellings import Spellings
 
 __all__ = [
     "AtPoints",

@@ -411,7 +411,7 @@ class CrashHarness:
 
         ``args`` may be a function of the run index, for what a user changes
         between a crash and the restart (parallelism, a path spelled otherwise,
-        see :class:`~firesteel.testing.spellings.Spellings`); so may extra
+        see :class:`~firesteel.testing.checkpoint_spellings.Spellings`); so may extra
         environment variables ``env`` (a clock set back, see
         :func:`~firesteel.testing.clock.clock_offset`).
 

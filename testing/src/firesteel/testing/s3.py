@@ -78,7 +78,7 @@ class S3Server(ServerProcess):
     @staticmethod
     def spellings(bucket: str, path: str) -> Callable[[int], str]:
         """Restart ``run``'s spelling of ``s3://<bucket>/<path>``: ``s3a://`` and ``s3://``
-        alternate (one object), as :class:`~firesteel.testing.spellings.Spellings` varies
+        alternate (one object), as :class:`~firesteel.testing.checkpoint_spellings.Spellings` varies
         a local folder's."""
         return lambda run: f"{('s3a', 's3')[run % 2]}://{bucket}/{path}"
 

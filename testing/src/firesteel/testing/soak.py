@@ -35,7 +35,7 @@ recovers that crash with more input waiting. After the last cycle the job
 runs unarmed until it has processed everything. Every start spells the
 checkpoint (and state) folder differently from the one before: plain, with a
 trailing slash, as a ``file://`` URI, through a symlink
-(:class:`~firesteel.testing.spellings.Spellings`). After the last cycle the
+(:class:`~firesteel.testing.checkpoint_spellings.Spellings`). After the last cycle the
 output is read by a reader that is not firesteel's (pyarrow's dataset reader
 skipping ``_``-folders, or ``sqlite3``) and the command prints one JSON line::
 
@@ -83,6 +83,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from firesteel.testing.checkpoint_spellings import Spellings
 from firesteel.testing.counting import count_sequence
 from firesteel.testing.harness import (
     CrashHarness,
@@ -97,7 +98,6 @@ from firesteel.testing.ranked import misranked, ranks_by_key
 from firesteel.testing.s3 import SETTINGS_ENV, S3Server
 from firesteel.testing.scripts import script
 from firesteel.testing.scripts.wal_target import read_writes, resends
-from firesteel.testing.spellings import Spellings
 from firesteel.testing.windows import ROWS_PER_FILE as WINDOW_ROWS_PER_FILE
 from firesteel.testing.windows import check_window_output, write_window_files
 

@@ -7,7 +7,7 @@ Usage::
 Both paths run :data:`SINK_JOB` (firesteel.files -> firesteel.cassandra, the
 table :data:`SINK_TABLE`) in ``mode=upsert`` or
 ``mode=wal``, with a new random partition count (1-4) and another spelling of
-the checkpoint folder (:class:`~firesteel.testing.spellings.Spellings`) on
+the checkpoint folder (:class:`~firesteel.testing.checkpoint_spellings.Spellings`) on
 every restart. The
 cluster is :func:`~firesteel.testing.cassandra.cassandra_cluster`'s: the one
 ``FIRESTEEL_CASSANDRA_HOSTS`` names, else the test server in its own process.
@@ -47,8 +47,8 @@ import pyarrow.parquet as pq
 from firesteel.cassandra.wal import MID_SEND
 from firesteel.sinks.write_ahead import AFTER_SEND
 from firesteel.testing.cassandra import HOSTS_ENV, cassandra_cluster, connect, tally
+from firesteel.testing.checkpoint_spellings import Spellings
 from firesteel.testing.soak import SavedRun, SoakError, SoakRun, counts, resumed_spellings, run_cli
-from firesteel.testing.spellings import Spellings
 
 logger = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ a last unarmed run reads everything. ``map`` and ``state`` never change the part
 count between restarts: the in-task mode keys its markers by Spark partition (see the
 README); ``map-write-ahead`` changes it on every start.
 The checkpoint and state folders are spelled otherwise on every start
-(:class:`~firesteel.testing.spellings.Spellings`). At
+(:class:`~firesteel.testing.checkpoint_spellings.Spellings`). At
 the end a plain ``read_committed`` consumer (the broker's own isolation, no
 firesteel code) reads the output topic, and the command prints the counts of
 :func:`firesteel.testing.soak.counts` as one JSON line, exiting 1 if anything
@@ -45,6 +45,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from firesteel.testing.checkpoint_spellings import Spellings
 from firesteel.testing.kafka import (
     create_topic,
     kafka_cluster,
@@ -53,7 +54,6 @@ from firesteel.testing.kafka import (
 )
 from firesteel.testing.kafka.scripts import script
 from firesteel.testing.soak import SavedRun, SoakError, SoakRun, counts, resumed_spellings, run_cli
-from firesteel.testing.spellings import Spellings
 
 RECORDS_PER_CYCLE = 240
 PARTITIONS = 3
