@@ -234,16 +234,11 @@ def test_the_dashboard_shows_what_status_says_in_a_real_browser(spark, tmp_path:
     """``firesteel ui`` opened in headless Chromium (Debian's, driven by Playwright): the
     charts are drawn (their bars' colour is in the screenshot) and the totals it shows are
     those of ``firesteel status --json``."""
-    import shutil
-
     from matplotlib.image import imread
-    from playwright.sync_api import sync_playwright
 
     from firesteel.cli.status import query_status
-    from firesteel.cli.ui import serve
+    from firesteel.testing.browser import ui_page
 
-    chromium = shutil.which("chromium")
-    assert chromium, "Debian's chromium is missing: make install installs it (apt-get)"
     for i in range(3):
         write_input(tmp_path / "in", f"f{i}.parquet", rows(i * 100, 100 + i), "parquet")
     reader = (
@@ -256,26 +251,17 @@ def test_the_dashboard_shows_what_status_says_in_a_real_browser(spark, tmp_path:
     assert run_available_now(reader, options).exception() is None
     (sink,) = query_status(checkpoint)["sinks"].values()
 
-    server = serve([checkpoint])
     shot = tmp_path / "ui.png"
-    try:
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            page.goto(f"http://127.0.0.1:{server.server_address[1]}/")
-            page.wait_for_selector("td[data-total=input_rows]")
-            shown = page.inner_text("td[data-total=input_rows]")
-            bars = page.locator("figure[data-chart=rows] rect").count()
-            committed = page.inner_text("[data-field=last-committed]")
-            history = page.locator("table[data-history] tbody tr").count()
-            phases = page.locator("figure[data-chart=phases] rect").count()
-            cell = "table[data-history] tr[data-batch='0'] [data-column='{}']"
-            first = page.inner_text(cell.format("write s"))
-            first_read = page.inner_text(cell.format("read s"))
-            page.screenshot(path=str(shot), full_page=True)
-            browser.close()
-    finally:
-        server.shutdown()
+    with ui_page([checkpoint], "td[data-total=input_rows]") as page:
+        shown = page.inner_text("td[data-total=input_rows]")
+        bars = page.locator("figure[data-chart=rows] rect").count()
+        committed = page.inner_text("[data-field=last-committed]")
+        history = page.locator("table[data-history] tbody tr").count()
+        phases = page.locator("figure[data-chart=phases] rect").count()
+        cell = "table[data-history] tr[data-batch='0'] [data-column='{}']"
+        first = page.inner_text(cell.format("write s"))
+        first_read = page.inner_text(cell.format("read s"))
+        page.screenshot(path=str(shot), full_page=True)
     assert shown == f"{sink['totals']['input_rows']:,.0f}" == "303"
     assert bars == len(sink["batches"]) == 3
     assert committed.startswith("last committed batch 2 ")

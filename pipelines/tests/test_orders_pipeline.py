@@ -101,35 +101,20 @@ def check_page(work: Path, progress: dict[str, StreamletProgress]) -> None:
     """``firesteel ui`` on the work folder in headless Chromium: the topology has a box per
     streamlet and an arrow per topic and consumer, labelled with the lag the progress says,
     then the streamlets' table and each query's section."""
-    import shutil
+    from firesteel.testing.browser import ui_page
 
-    from playwright.sync_api import sync_playwright
-
-    from firesteel.cli.ui import serve
-
-    chromium = shutil.which("chromium")
-    assert chromium, "Debian's chromium is missing: make install installs it (apt-get)"
-    server = serve([str(work)])
-    try:
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            page.goto(f"http://127.0.0.1:{server.server_address[1]}/")
-            page.wait_for_selector("svg[data-chart=topology] g[data-streamlet]")
-            boxes = page.eval_on_selector_all(
-                "svg[data-chart=topology] g[data-streamlet]",
-                "gs => gs.map(g => g.dataset.streamlet)",
-            )
-            arrows = page.eval_on_selector_all(
-                "svg[data-chart=topology] g[data-topic]",
-                "gs => gs.map(g => [g.dataset.topic, g.dataset.consumer,"
-                " g.querySelector('text').dataset.lag])",
-            )
-            rows = page.locator("table[data-streamlets] tbody tr").count()
-            queries = page.locator("section[data-checkpoint]").count()
-            browser.close()
-    finally:
-        server.shutdown()
+    with ui_page([str(work)], "svg[data-chart=topology] g[data-streamlet]") as page:
+        boxes = page.eval_on_selector_all(
+            "svg[data-chart=topology] g[data-streamlet]",
+            "gs => gs.map(g => g.dataset.streamlet)",
+        )
+        arrows = page.eval_on_selector_all(
+            "svg[data-chart=topology] g[data-topic]",
+            "gs => gs.map(g => [g.dataset.topic, g.dataset.consumer,"
+            " g.querySelector('text').dataset.lag])",
+        )
+        rows = page.locator("table[data-streamlets] tbody tr").count()
+        queries = page.locator("section[data-checkpoint]").count()
     assert sorted(boxes) == sorted(progress)
     inlets = [
         ("orders", "validate"),
