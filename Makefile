@@ -50,9 +50,19 @@ CHROMIUM_STEP := if command -v chromium >/dev/null; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	{ apt-get update -qq && apt-get install -y -qq chromium; } >/dev/null 2>&1 || echo "apt-get install chromium failed"; \
 	else echo "chromium not found: install Debian's chromium for the dashboard test"; fi
+# PyPI has PySpark as a source distribution only, and uv built it again for every fresh
+# clone (its cached build is revalidated and replaced each time: 57 builds, 52 GB of uv's
+# cache, filled this machine's disk on 2026-11-29). pip builds its wheel once into
+# ~/.cache/firesteel/wheels, and uv installs that wheel, found with --find-links.
+WHEELS := $(HOME)/.cache/firesteel/wheels
+PYSPARK := pyspark>=4.1,<5
+PYSPARK_WHEEL_STEP := ls $(WHEELS)/pyspark-*.whl >/dev/null 2>&1 || \
+	$(BIN)/python -m pip wheel -q --no-deps -w $(WHEELS) "$(PYSPARK)"
 install: $(BIN)/uv
+	@$(PYSPARK_WHEEL_STEP)
 	@{ $(AZURITE_STEP); } & azurite=$$!; { $(CHROMIUM_STEP); } & chromium=$$!; \
-	$(BIN)/uv pip install --python $(BIN)/python -q --compile-bytecode -e ".[dev,test,connect,s3,metrics]" \
+	$(BIN)/uv pip install --python $(BIN)/python -q --compile-bytecode --find-links $(WHEELS) \
+		-e ".[dev,test,connect,s3,metrics]" \
 		-e "./testing[kafka,cassandra,pipelines]" -e "./connectors/kafka[test]" \
 		-e "./connectors/_template[test]" -e "./connectors/cassandra[test]" \
 		-e "./backends/rocksdb[test]" -e "./pipelines[test,kafka]" \
@@ -63,7 +73,8 @@ install: $(BIN)/uv
 # The demo needs the core distribution only (files, keyed state, the filesystem backend):
 # no test tools, emulators or linters.
 install-runtime: $(BIN)/uv
-	$(BIN)/uv pip install --python $(BIN)/python -q --compile-bytecode -e .
+	@$(PYSPARK_WHEEL_STEP)
+	$(BIN)/uv pip install --python $(BIN)/python -q --compile-bytecode --find-links $(WHEELS) -e .
 	$(BIN)/python -m compileall -q $(wildcard $(SOURCES))
 
 demo: install-runtime
