@@ -338,6 +338,17 @@ def test_the_application_keeps_one_idle_python_worker_per_kind_unless_the_stream
     assert application_conf(_config(extra=every), names)[key] == "4"
 
 
+def test_task_workers_fork_from_firesteels_daemon_unless_the_streamlets_say() -> None:
+    from firesteel.core import WORKER_DAEMON
+    from firesteel.pipelines.host import application_conf
+
+    names = list(verify(parse_blueprint(GOOD, "good.conf")).streamlets)
+    [(key, daemon)] = WORKER_DAEMON.items()
+    assert application_conf(_config(), names)[key] == daemon == "firesteel.core.spark.daemon"
+    every = f'firesteel.runtimes.spark.config {{ "{key}" = pyspark.daemon }}'
+    assert application_conf(_config(extra=every), names)[key] == "pyspark.daemon"
+
+
 def test_the_application_jvm_starts_small_unless_the_streamlets_say() -> None:
     from firesteel.core import LOCAL_PROFILE
     from firesteel.pipelines.host import application_conf

@@ -29,6 +29,18 @@ process (the JVM, a SIGKILL) is the runner's to restart, under the same policy.
 
 Every streamlet shares the process's environment and the application's
 settings that are not ``spark.sql.*`` (``firesteel.pipelines.config``).
+
+Memory: issue 50's goal for the orders example (five streamlets, local topics) is a peak of
+1.5 GB PSS for the whole process tree; it peaks at 1.58-1.85 GB (2026-11-29, three
+samples), not met. The sharing that can be had is had: Spark keeps one Python worker daemon per
+worker module, not per streamlet (every streamlet's environment is the same), so six
+daemons serve them all (the task workers' and five of Spark's data source planner and
+commit modules). What is left is a ``python_streaming_source_runner`` process per Python
+streaming source (62 MB each, six here: the ingress and every local-topic inlet) and up to
+two task workers per task slot, and every query's batches start at the same instant (Spark
+starts processing-time triggers at multiples of their interval), so their commits overlap.
+The leads measured, and what stands in the way of each, are in the pipelines README
+("Memory of a local pipeline").
 """
 
 from __future__ import annotations
@@ -45,7 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from firesteel.core import LOCAL_PROFILE
+from firesteel.core import LOCAL_PROFILE, WORKER_DAEMON
 from firesteel.pipelines.config import PipelineConfig
 from firesteel.pipelines.errors import ConfigurationError
 from firesteel.pipelines.process import start_streamlet
@@ -82,6 +94,16 @@ SMALL_JVM = {
 Python workers. The orders example's JVM at its peak: 356 MB PSS against 455 MB with
 Spark's defaults (quiet machine, 2026-11-29; the whole pipeline 1.75 GB against 1.91,
 its output the same). Streamlets that all set a key in their ``config`` replace it."""
+TASK_DAEMON = dict(WORKER_DAEMON)
+"""Task workers fork from firesteel's worker daemon (:mod:`firesteel.core.spark.daemon`), as
+:data:`firesteel.core.LOCAL_PROFILE` has them: a worker forked from PySpark's own daemon
+imports pyarrow, firesteel and, through ``pyarrow.array`` in PySpark's data source writer,
+pandas after the fork, each copy its own; forked from firesteel's, it starts with the
+daemon's (pandas aside). The orders example's task workers at its peak: 57-70 MB PSS each
+against 88-102 MB (2026-11-29, load 7-13, the same output); the whole pipeline's peak,
+1.58-1.85 GB against 1.71-1.78, moves more with how many batches overlap. Spark's planner
+and commit runners start PySpark's daemon whatever this says. Streamlets that all set the
+key replace it."""
 STAGGER_S = 30.0
 """How long a restarted streamlet's first batch may hold back the next due restart (module
 docs): a streamlet that is slower than that to start does not hold the others for longer."""
@@ -114,6 +136,7 @@ def application_conf(config: PipelineConfig, names: Sequence[str]) -> dict[str, 
         "spark.scheduler.mode": "FAIR",
         **IDLE_WORKERS,
         **SMALL_JVM,
+        **TASK_DAEMON,
         **{k: str(v) for k, v in shared.items()},
     }
 
