@@ -722,13 +722,18 @@ def _process_keys(
     key_groups = ordered.column(KEY_GROUP_COLUMN).take(index).to_pylist()
     data = ordered.drop_columns([KEY_GROUP_COLUMN])
     as_pandas = getattr(processor, "input_format", "arrow") == "pandas"
+    prepared = None if sides is not None or as_pandas else _prepare(processor, data, starts, handle)
     ends = [*starts[1:], ordered.num_rows]
     for position, key in enumerate(zip(*key_values, strict=True)):
         store.set_current_key(key, key_groups[position])
         handle.key = key
         handle.key_group = key_groups[position]
         start = starts[position]
-        rows: Any = data.slice(start, ends[position] - start)
+        rows: Any
+        if prepared is not None:
+            rows = prepared[position]
+        else:
+            rows = data.slice(start, ends[position] - start)
         if sides is not None:
             for method, what, part in _split_sides(processor, rows, sides):
                 given = part.to_pandas() if as_pandas else part
@@ -741,6 +746,32 @@ def _process_keys(
             yield from route_late()
         if builder.ready:
             yield from main.drain()
+
+
+def _prepare(
+    processor: KeyedProcessor, data: pa.Table, starts: list[int], handle: KeyState
+) -> Sequence[Any] | None:
+    """What ``processor.prepare`` makes of the batch's records, one item per key (or None)."""
+    if type(processor).prepare is KeyedProcessor.prepare:
+        return None
+    handle.key = ()
+    try:
+        prepared = processor.prepare(data, starts, handle)
+    except FiresteelError:
+        raise
+    except Exception as exc:
+        msg = (
+            f"operator '{handle.operator}': prepare() raised in batch {handle.batch_id}: "
+            f"{type(exc).__name__}: {exc}"
+        )
+        raise ProcessorError(msg) from exc
+    if prepared is not None and len(prepared) != len(starts):
+        msg = (
+            f"operator '{handle.operator}': prepare() returned {len(prepared)} items for "
+            f"{len(starts)} keys in batch {handle.batch_id}; return one per key, or None"
+        )
+        raise ProcessorError(msg)
+    return prepared
 
 
 def _split_sides(
