@@ -264,6 +264,8 @@ def _stored(keys: set[Key] | list[Any]) -> list[Any]:
     """A timestamp's keys as saved: lists, sorted by their tuples' ``repr``."""
     if type(keys) is list:
         return keys
+    if len(keys) == 1:  # the common case of session windows: one key per end
+        return [list(next(iter(keys)))]
     return [list(k) for k in sorted(keys, key=repr)]
 
 
