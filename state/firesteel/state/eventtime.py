@@ -142,7 +142,9 @@ class EventTimeTicks:
                 [*(f.with_nullable(True) for f in batch.schema), pa.field(TICK_COLUMN, pa.int64())]
             )
             if batch.num_rows:
-                found = pc.max(epoch_ms(batch.column(self.column))).as_py()
+                # The largest instant, then its millisecond: flooring keeps the order.
+                stamp = pc.max(batch.column(self.column))
+                found = epoch_ms(pa.array([stamp.value], pa.int64()).cast(stamp.type))[0].as_py()
                 if found is not None and (latest is None or found > latest):
                     latest = found
             ticks = pa.nulls(batch.num_rows, pa.int64())

@@ -387,8 +387,8 @@ def first_row_of_task(column: pa.Array) -> pa.Array:
 
     context = TaskContext.get()
     attempt = context.taskAttemptId() if context is not None else None
-    flags = [False] * len(column)
-    if flags and attempt != _routed_task["attempt"]:
+    flags = np.zeros(len(column), dtype=bool)
+    if len(flags) and attempt != _routed_task["attempt"]:
         flags[0] = True
         _routed_task["attempt"] = attempt
     return pa.array(flags, pa.bool_())
