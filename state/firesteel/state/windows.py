@@ -35,7 +35,16 @@ in event-time order (ties in input order, which a re-run after a shuffle may not
 ``add`` commutative for records of equal time).
 Session windows merge when they overlap or touch, accumulators through ``merge``. Each
 result row holds the key columns, ``window_start`` and ``window_end`` (UTC timestamps) and
-the columns ``get_result`` returns. Early results on processing time are not built yet.
+the columns ``get_result`` returns.
+
+Early results (``early_every=``, Flink's ``ContinuousProcessingTimeTrigger``): a key that
+got records for a window not yet due has a processing-time timer at the next multiple of
+``early_every``; when it fires (before the batch's event-time timers and input), each of the
+key's windows not yet due emits its current result with ``is_final`` false, and the timer
+is set again while such a window is left. A due window's result, and its re-emissions, have
+``is_final`` true. The timers are processing-time timers in state: a re-run of a batch
+fires the same ones (its processing time is the same). An early result of a session may
+name a window that later grows or merges with another.
 """
 
 from __future__ import annotations
@@ -53,7 +62,7 @@ from firesteel.core.errors import ConfigError
 from firesteel.state.api import MapState
 from firesteel.state.backend import Key
 from firesteel.state.descriptors import MapStateDescriptor
-from firesteel.state.eventtime import EventTimers
+from firesteel.state.eventtime import EventTimers, TimeDomain
 from firesteel.state.panes import KeyPanes, Pane, key_panes
 from firesteel.state.processor import KeyedProcessor, KeyState, OpenContext
 
@@ -326,6 +335,10 @@ class Max(_Extreme):
     _arrow: ClassVar[str] = "max"
 
 
+IS_FINAL = "is_final"
+"""With ``early_every``: the result column that is false on early results, true on a
+window's result once it is due (and on its re-emissions for allowed-lateness updates)."""
+
 WINDOWS = MapStateDescriptor("windows", list, key_type=int)
 """Per key: window start (epoch ms) -> ``[end, accumulator]``."""
 
@@ -335,11 +348,16 @@ class WindowAggregate(KeyedProcessor):
     """The window operator: ``assigner``'s windows per key, aggregated by ``aggregate``,
     kept ``allowed_lateness`` past their end for late records (see module docs). Run it
     with ``stateful(..., processor=WindowAggregate(...), event_time=..., watermark=...)``.
+
+    ``early_every``: also emit each window's current result every so much processing
+    time until it is due (Flink's ``ContinuousProcessingTimeTrigger``); result rows then
+    carry a boolean column ``is_final``, false on those early results.
     """
 
     assigner: WindowAssigner
     aggregate: AggregateFunction
     allowed_lateness: dt.timedelta = dt.timedelta(0)
+    early_every: dt.timedelta | None = None
 
     handles_late: ClassVar[bool] = True
     windows: ClassVar[MapStateDescriptor] = WINDOWS
@@ -360,6 +378,11 @@ class WindowAggregate(KeyedProcessor):
         self._lateness = _millis(
             "WindowAggregate: allowed_lateness", self.allowed_lateness, positive=False
         )
+        self._early = (
+            0
+            if self.early_every is None
+            else _millis("WindowAggregate: early_every", self.early_every)
+        )
         self._key_columns: tuple[str, ...] = ()
         self._time_column = ""
         self._rows = pa.table({})
@@ -378,12 +401,22 @@ class WindowAggregate(KeyedProcessor):
             needed.add(end - 1 + self._lateness)
         return needed
 
-    def _row(self, key: Key, start: int, end: int, accumulator: Any) -> dict[str, Any]:
+    def _row(
+        self, key: Key, start: int, end: int, accumulator: Any, *, final: bool = True
+    ) -> dict[str, Any]:
         row: dict[str, Any] = dict(zip(self._key_columns, key, strict=True))
         row["window_start"] = dt.datetime.fromtimestamp(start / 1000, tz=dt.timezone.utc)
         row["window_end"] = dt.datetime.fromtimestamp(end / 1000, tz=dt.timezone.utc)
         row.update(self.aggregate.get_result(accumulator))
+        if self._early:
+            row[IS_FINAL] = final
         return row
+
+    def _early_timer(self, state: KeyState) -> None:
+        """The key's next early firing: the first multiple of ``early_every`` after now (one
+        timer per key, which a key registering again in the same interval does not add to)."""
+        now = state.processing_time_ms
+        state.register_timer(now - now % self._early + self._early)
 
     def prepare(self, rows: pa.Table, starts: Sequence[int], state: KeyState) -> list[KeyPanes]:
         """The batch's records as panes, one list per key (see :mod:`firesteel.state.panes`)."""
@@ -408,6 +441,8 @@ class WindowAggregate(KeyedProcessor):
             touched, windows = self._update_windows(prepared.panes, store, state)
         if prepared.rejected:
             state.emit_late(self._rows.take(pa.array(sorted(prepared.rejected), pa.int64())))
+        if self._early and any(_pending(windows[start][0], watermark) for start in touched):
+            self._early_timer(state)
         if watermark is None:
             return
         for start in sorted(touched):
@@ -494,6 +529,9 @@ class WindowAggregate(KeyedProcessor):
 
     def on_timer(self, key: Key, timestamp_ms: int, state: KeyState) -> Iterator[dict[str, Any]]:
         store = cast(MapState, state.get(self.windows))
+        if state.time_domain is TimeDomain.PROCESSING_TIME:
+            yield from self._early_results(key, store, state)
+            return
         kept = store.items()
         for start, (end, accumulator) in sorted(kept) if len(kept) > 1 else kept:
             if end - 1 == timestamp_ms:
@@ -501,12 +539,33 @@ class WindowAggregate(KeyedProcessor):
             if end - 1 + self._lateness <= timestamp_ms:
                 store.remove(start)
 
+    def _early_results(
+        self, key: Key, store: MapState, state: KeyState
+    ) -> Iterator[dict[str, Any]]:
+        """An early firing: the current result of each of the key's windows not yet due;
+        the next firing while one is left."""
+        pending = [
+            (start, end, accumulator)
+            for start, (end, accumulator) in sorted(store.items())
+            if _pending(end, state.watermark_ms)
+        ]
+        for start, end, accumulator in pending:
+            yield self._row(key, start, end, accumulator, final=False)
+        if pending:
+            self._early_timer(state)
+
+
+def _pending(end: int, watermark: int | None) -> bool:
+    """A window of this ``end`` is not due yet at ``watermark``."""
+    return watermark is None or end - 1 > watermark
+
 
 def _expired(end: int, lateness: int, watermark: int | None) -> bool:
     return watermark is not None and end - 1 + lateness <= watermark
 
 
 __all__ = [
+    "IS_FINAL",
     "AggregateFunction",
     "Count",
     "EventTimeSessionWindows",
