@@ -623,7 +623,8 @@ def _fire(
         handle.key = key
         handle.key_group = key_group
         _call(processor.on_timer, key, timestamp, handle, main.builder, what="on_timer")
-        yield from main.drain()
+        if main.builder.ready:
+            yield from main.drain()
 
 
 def _split_late(
