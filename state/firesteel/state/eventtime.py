@@ -142,7 +142,9 @@ class EventTimeTicks:
                 [*(f.with_nullable(True) for f in batch.schema), pa.field(TICK_COLUMN, pa.int64())]
             )
             if batch.num_rows:
-                found = pc.max(epoch_ms(batch.column(self.column))).as_py()
+                # The largest instant, then its millisecond: flooring keeps the order.
+                stamp = pc.max(batch.column(self.column))
+                found = epoch_ms(pa.array([stamp.value], pa.int64()).cast(stamp.type))[0].as_py()
                 if found is not None and (latest is None or found > latest):
                     latest = found
             ticks = pa.nulls(batch.num_rows, pa.int64())
@@ -185,29 +187,46 @@ def advance(
 
 
 class EventTimers:
-    """The event-time timers of a task's key groups, in memory while the task runs."""
+    """The event-time timers of a task's key groups, in memory while the task runs.
+
+    A timestamp's keys stay as stored (a list, sorted as saved) until a timer of that
+    timestamp is added or removed, so a batch pays for the timestamps it touches."""
 
     def __init__(self, store: KeyedStateStore, key_groups: KeyGroupRange) -> None:
         self._store = store
         self._key_groups = key_groups
         self._state = cast(ValueState, store.state(EVENT_TIMERS))
-        self._by_group: dict[int, dict[int, set[Key]]] = {}
+        self._by_group: dict[int, dict[int, set[Key] | list[Any]]] = {}
         for key_group in key_groups:
             store.set_current_key(CLOCK_KEY, key_group)
             stored = self._state.value() or []
-            self._by_group[key_group] = {
-                int(timestamp): {tuple(k) for k in keys} for timestamp, keys in stored
-            }
+            self._by_group[key_group] = {int(timestamp): keys for timestamp, keys in stored}
         self._changed: set[int] = set()
+
+    def _keys(self, key_group: int, timestamp_ms: int) -> set[Key] | None:
+        """The keys with a timer at ``timestamp_ms``, as a set one may change."""
+        timers = self._by_group[key_group]
+        keys = timers.get(timestamp_ms)
+        if keys is None or type(keys) is set:
+            return keys
+        loaded = {tuple(k) for k in keys}
+        timers[timestamp_ms] = loaded
+        return loaded
 
     def register(self, key_group: int, key: Key, timestamp_ms: int) -> None:
         """Add a timer (idempotent per key and timestamp)."""
-        self._by_group[key_group].setdefault(timestamp_ms, set()).add(key)
+        keys = self._keys(key_group, timestamp_ms)
+        if keys is None:
+            self._by_group[key_group][timestamp_ms] = {key}
+        elif key in keys:
+            return
+        else:
+            keys.add(key)
         self._changed.add(key_group)
 
     def delete(self, key_group: int, key: Key, timestamp_ms: int) -> None:
         """Remove a timer (no error when absent)."""
-        keys = self._by_group[key_group].get(timestamp_ms)
+        keys = self._keys(key_group, timestamp_ms)
         if keys is None or key not in keys:
             return
         keys.discard(key)
@@ -217,7 +236,9 @@ class EventTimers:
 
     def of_key(self, key_group: int, key: Key) -> list[int]:
         """A key's pending timers, ascending."""
-        return sorted(t for t, keys in self._by_group[key_group].items() if key in keys)
+        return sorted(
+            t for t in list(self._by_group[key_group]) if key in (self._keys(key_group, t) or ())
+        )
 
     def pop_due(self, watermark: int) -> list[tuple[int, int, Key]]:
         """Remove and return ``(timestamp, key_group, key)`` of every timer at or behind
@@ -225,9 +246,9 @@ class EventTimers:
         due: list[tuple[int, int, Key]] = []
         for key_group, timers in self._by_group.items():
             for timestamp in [t for t in timers if t <= watermark]:
-                due.extend(
-                    (timestamp, key_group, key) for key in sorted(timers.pop(timestamp), key=repr)
-                )
+                keys = timers.pop(timestamp)
+                ordered = [tuple(k) for k in keys] if type(keys) is list else sorted(keys, key=repr)
+                due.extend((timestamp, key_group, key) for key in ordered)
                 self._changed.add(key_group)
         due.sort(key=lambda item: (item[0], item[1]))
         return due
@@ -237,11 +258,17 @@ class EventTimers:
         for key_group in sorted(self._changed):
             self._store.set_current_key(CLOCK_KEY, key_group)
             timers = self._by_group[key_group]
-            self._state.update(
-                [[t, [list(k) for k in sorted(timers[t], key=repr)]] for t in sorted(timers)]
-                or None
-            )
+            self._state.update([[t, _stored(timers[t])] for t in sorted(timers)] or None)
         self._changed.clear()
+
+
+def _stored(keys: set[Key] | list[Any]) -> list[Any]:
+    """A timestamp's keys as saved: lists, sorted by their tuples' ``repr``."""
+    if type(keys) is list:
+        return keys
+    if len(keys) == 1:  # the common case of session windows: one key per end
+        return [list(next(iter(keys)))]
+    return [list(k) for k in sorted(keys, key=repr)]
 
 
 def count_dropped(store: KeyedStateStore, late: pa.Table, key_group_column: str) -> None:

@@ -46,6 +46,7 @@ timers wait for the next batch with rows, which keeps re-runs identical.
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import logging
 import re
@@ -386,8 +387,8 @@ def first_row_of_task(column: pa.Array) -> pa.Array:
 
     context = TaskContext.get()
     attempt = context.taskAttemptId() if context is not None else None
-    flags = [False] * len(column)
-    if flags and attempt != _routed_task["attempt"]:
+    flags = np.zeros(len(column), dtype=bool)
+    if len(flags) and attempt != _routed_task["attempt"]:
         flags[0] = True
         _routed_task["attempt"] = attempt
     return pa.array(flags, pa.bool_())
@@ -487,7 +488,32 @@ def _key_runs(table: pa.Table, key_columns: Sequence[str]) -> tuple[pa.Table, li
 def run_task(
     operator: OperatorTask, task: KeyedTask, batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
-    """One operator task (see module docs). A generator: Spark pulls the output."""
+    """One operator task (see module docs). A generator: Spark pulls the output.
+
+    Python's cyclic garbage collector is paused while the task runs (Mercurial's
+    ``nogc``): a task allocates per key and window while the state it holds, restored or
+    built, is millions of long-lived objects, which each full collection would walk again
+    (half of a session-window task's time at 20k keys). Reference counting still frees
+    what the task drops; cycles wait for the collector's next run after the task.
+    """
+    with _cyclic_gc_paused():
+        yield from _run_task(operator, task, batches)
+
+
+@contextlib.contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _run_task(
+    operator: OperatorTask, task: KeyedTask, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
     spec = operator.spec
     received = _input_table(batches)
     batch_time = _batch_time_ms(received)
@@ -605,7 +631,8 @@ def _fire(
         handle.key = key
         handle.key_group = key_group
         _call(processor.on_timer, key, timestamp, handle, main.builder, what="on_timer")
-        yield from main.drain()
+        if main.builder.ready:
+            yield from main.drain()
 
 
 def _split_late(
@@ -730,13 +757,18 @@ def _process_keys(
     key_groups = ordered.column(KEY_GROUP_COLUMN).take(index).to_pylist()
     data = ordered.drop_columns([KEY_GROUP_COLUMN])
     as_pandas = getattr(processor, "input_format", "arrow") == "pandas"
+    prepared = None if sides is not None or as_pandas else _prepare(processor, data, starts, handle)
     ends = [*starts[1:], ordered.num_rows]
     for position, key in enumerate(zip(*key_values, strict=True)):
         store.set_current_key(key, key_groups[position])
         handle.key = key
         handle.key_group = key_groups[position]
         start = starts[position]
-        rows: Any = data.slice(start, ends[position] - start)
+        rows: Any
+        if prepared is not None:
+            rows = prepared[position]
+        else:
+            rows = data.slice(start, ends[position] - start)
         if sides is not None:
             for method, what, part in _split_sides(processor, rows, sides):
                 given = part.to_pandas() if as_pandas else part
@@ -749,6 +781,32 @@ def _process_keys(
             yield from route_late()
         if builder.ready:
             yield from main.drain()
+
+
+def _prepare(
+    processor: KeyedProcessor, data: pa.Table, starts: list[int], handle: KeyState
+) -> Sequence[Any] | None:
+    """What ``processor.prepare`` makes of the batch's records, one item per key (or None)."""
+    if type(processor).prepare is KeyedProcessor.prepare:
+        return None
+    handle.key = ()
+    try:
+        prepared = processor.prepare(data, starts, handle)
+    except FiresteelError:
+        raise
+    except Exception as exc:
+        msg = (
+            f"operator '{handle.operator}': prepare() raised in batch {handle.batch_id}: "
+            f"{type(exc).__name__}: {exc}"
+        )
+        raise ProcessorError(msg) from exc
+    if prepared is not None and len(prepared) != len(starts):
+        msg = (
+            f"operator '{handle.operator}': prepare() returned {len(prepared)} items for "
+            f"{len(starts)} keys in batch {handle.batch_id}; return one per key, or None"
+        )
+        raise ProcessorError(msg)
+    return prepared
 
 
 def _split_sides(

@@ -9,7 +9,8 @@ raises :class:`OutputSchemaError` naming the operator, column, key and batch.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from types import GeneratorType
 from typing import Any
 
 import pyarrow as pa
@@ -42,6 +43,12 @@ class OutputBuilder:
         """Add what ``process``/``on_timer`` returned for ``key``."""
         if result is None:
             return
+        if type(result) is not GeneratorType and type(result) is not list:
+            self._add_other(result, key)
+            return
+        self._add_rows(result, key)
+
+    def _add_other(self, result: Any, key: Any) -> None:
         if isinstance(result, pa.RecordBatch):
             result = pa.Table.from_batches([result])
         if isinstance(result, pa.Table):
@@ -58,6 +65,9 @@ class OutputBuilder:
                 f"{type(result).__name__}; return (or yield) an iterable of rows"
             )
             raise OutputSchemaError(msg)
+        self._add_rows(result, key)
+
+    def _add_rows(self, result: Iterable[Any], key: Any) -> None:
         self._owners.append((self._rows, key))
         columns = self._columns
         names = self._names
@@ -68,7 +78,7 @@ class OutputBuilder:
                 # The common case first: exact built-in types skip the ABC checks below.
                 for index in range(width):
                     columns[index].append(row[index])
-            elif isinstance(row, Mapping):
+            elif kind is dict or isinstance(row, Mapping):
                 if row.keys() != self._name_set:
                     self._check_row_keys(row, key)
                 for index, name in enumerate(names):

@@ -23,7 +23,9 @@ Call order, per task (one operator partition of one micro-batch):
 3. ``process(key, rows, state)`` once per key present in the batch, keys in
    order of first appearance in the task's input (grouped by hash, not sorted);
    ``rows`` holds all of the key's rows of this batch in input order (a
-   ``pyarrow.Table``, or a ``pandas.DataFrame`` with ``input_format = "pandas"``).
+   ``pyarrow.Table``, or a ``pandas.DataFrame`` with ``input_format = "pandas"``), or
+   what ``prepare`` made of them: ``prepare(rows, starts, state)`` runs first, once, over
+   the whole batch, when the processor overrides it.
 4. ``close()`` -- also after a failure.
 
 With a second keyed input (``stateful(..., right=df)``), a
@@ -45,7 +47,7 @@ from __future__ import annotations
 
 import builtins
 import datetime as dt
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 
 import pyarrow as pa
@@ -252,6 +254,22 @@ class KeyedProcessor:
 
     def open(self, ctx: OpenContext) -> None:
         """Called once per task before anything else."""
+
+    def prepare(
+        self, rows: pa.Table, starts: Sequence[int], state: KeyState
+    ) -> Sequence[Any] | None:
+        """Called once per task, after the timers and before the first ``process``, with
+        every input record of the batch grouped by key: key ``i``'s rows, in input order,
+        start at row ``starts[i]`` (and end where key ``i + 1``'s start), keys in the order
+        ``process`` is called. Returns one item per key, which ``process`` receives in place
+        of the key's rows, or None (the default): ``process`` gets the rows.
+
+        For work done once per batch rather than once per key, vectorized (Flink's
+        mini-batch pre-aggregation): the window operator folds a batch's records into one
+        partial accumulator per key and window here. ``state`` has the batch's watermark
+        and processing time but no current key: read no keyed state here. Not called with
+        ``input_format = "pandas"`` or a right input."""
+        return None
 
     def process(self, key: Key, rows: Any, state: KeyState) -> Output:
         """Called once per key present in the batch; returns output rows."""

@@ -26,28 +26,44 @@ allowed_lateness``):
   records: the side output by default (``late_output``), or dropped and counted;
 * a record without event time (null) cannot be placed in a window: it goes there too.
 
-A key's records of a batch are added in event-time order (ties in input order, which a
-re-run after a shuffle may not keep: make ``add`` commutative for records of equal time).
+The batch's records are first grouped per key and window, vectorized
+(:mod:`firesteel.state.panes`), so each window's state and timers are touched once per
+batch. An aggregate with an Arrow form (``arrow_aggregations``: ``Count``, ``Sum``,
+``Min``, ``Max``) folds a window's records of the batch in one hash aggregation and merges
+that into the window's accumulator; any other adds a key's records of a batch one by one
+in event-time order (ties in input order, which a re-run after a shuffle may not keep: make
+``add`` commutative for records of equal time).
 Session windows merge when they overlap or touch, accumulators through ``merge``. Each
 result row holds the key columns, ``window_start`` and ``window_end`` (UTC timestamps) and
-the columns ``get_result`` returns. Early results on processing time are not built yet.
+the columns ``get_result`` returns.
+
+Early results (``early_every=``, Flink's ``ContinuousProcessingTimeTrigger``): a key that
+got records for a window not yet due has a processing-time timer at the next multiple of
+``early_every``; when it fires (before the batch's event-time timers and input), each of the
+key's windows not yet due emits its current result with ``is_final`` false, and the timer
+is set again while such a window is left. A due window's result, and its re-emissions, have
+``is_final`` true. The timers are processing-time timers in state: a re-run of a batch
+fires the same ones (its processing time is the same). An early result of a session may
+name a window that later grows or merges with another.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, cast
 
+import numpy as np
 import pyarrow as pa
 
 from firesteel.core.errors import ConfigError
 from firesteel.state.api import MapState
 from firesteel.state.backend import Key
 from firesteel.state.descriptors import MapStateDescriptor
-from firesteel.state.eventtime import epoch_ms
+from firesteel.state.eventtime import EventTimers, TimeDomain
+from firesteel.state.panes import KeyPanes, Pane, key_panes
 from firesteel.state.processor import KeyedProcessor, KeyState, OpenContext
 
 _MS = dt.timedelta(milliseconds=1)
@@ -74,6 +90,21 @@ class WindowAssigner(ABC):
     def assign(self, ts: int) -> list[tuple[int, int]]:
         """The windows of event time ``ts``, oldest first."""
 
+    def assign_all(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The windows of many event times at once: ``(index into ts, start, end)`` arrays,
+        one entry per window of each time (by default :meth:`assign` per time)."""
+        found = [
+            (index, start, end)
+            for index, stamp in enumerate(ts.tolist())
+            for start, end in self.assign(stamp)
+        ]
+        index, start, end = zip(*found, strict=True) if found else ((), (), ())
+        return (
+            np.asarray(index, dtype=np.int64),
+            np.asarray(start, dtype=np.int64),
+            np.asarray(end, dtype=np.int64),
+        )
+
 
 @dataclass(frozen=True)
 class TumblingEventTimeWindows(WindowAssigner):
@@ -93,6 +124,11 @@ class TumblingEventTimeWindows(WindowAssigner):
         size: int = self._size  # type: ignore[attr-defined]
         start = ts - (ts - self._offset) % size  # type: ignore[attr-defined]
         return [(start, start + size)]
+
+    def assign_all(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        size: int = self._size  # type: ignore[attr-defined]
+        start = ts - (ts - self._offset) % size  # type: ignore[attr-defined]
+        return np.arange(len(ts), dtype=np.int64), start, start + size
 
 
 @dataclass(frozen=True)
@@ -122,6 +158,19 @@ class SlidingEventTimeWindows(WindowAssigner):
         starts = range(start, ts - size, -slide)
         return [(s, s + size) for s in reversed(starts)]
 
+    def assign_all(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        size: int = self._size  # type: ignore[attr-defined]
+        slide: int = self._slide  # type: ignore[attr-defined]
+        latest = ts - (ts - self._offset) % slide  # type: ignore[attr-defined]
+        indices, starts = [], []
+        for back in range(-(-size // slide)):
+            start = latest - back * slide
+            inside = np.flatnonzero(start > ts - size)
+            indices.append(inside)
+            starts.append(start[inside])
+        start = np.concatenate(starts)
+        return np.concatenate(indices), start, start + size
+
 
 @dataclass(frozen=True)
 class EventTimeSessionWindows(WindowAssigner):
@@ -136,6 +185,9 @@ class EventTimeSessionWindows(WindowAssigner):
 
     def assign(self, ts: int) -> list[tuple[int, int]]:
         return [(ts, ts + self._gap)]  # type: ignore[attr-defined]
+
+    def assign_all(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return np.arange(len(ts), dtype=np.int64), ts, ts + self._gap  # type: ignore[attr-defined]
 
 
 class AggregateFunction(ABC):
@@ -159,8 +211,25 @@ class AggregateFunction(ABC):
         """The result columns of a window (added to its key and bounds in the output row)."""
 
     def merge(self, a: Any, b: Any) -> Any:
-        """One accumulator of two (session windows merging); others need not implement it."""
+        """One accumulator of two (session windows merging, and the Arrow form's partial
+        accumulators); others need not implement it."""
         msg = f"{type(self).__name__} must implement merge(a, b) to aggregate session windows"
+        raise NotImplementedError(msg)
+
+    def arrow_aggregations(self) -> Sequence[tuple[Any, ...]] | None:
+        """The Arrow form, or None (the default: records are added one by one with
+        :meth:`add`). Hash aggregations as ``pyarrow.Table.group_by(...).aggregate`` takes
+        them (``(column, "sum")``, ``([], "count_all")``...), whose values over some records
+        of one window :meth:`from_arrow` turns into their accumulator, which :meth:`merge`
+        combines with the window's: the window operator then folds a batch's records of a
+        window in one vectorized pass (no Python per record). A function with an Arrow form
+        implements :meth:`merge`."""
+        return None
+
+    def from_arrow(self, values: Sequence[Any]) -> Any:
+        """The accumulator of some records of one window, from the values (Python objects,
+        in the order of :meth:`arrow_aggregations`) of the Arrow form over them."""
+        msg = f"{type(self).__name__} must implement from_arrow(values) with arrow_aggregations()"
         raise NotImplementedError(msg)
 
 
@@ -181,6 +250,12 @@ class Count(AggregateFunction):
 
     def merge(self, a: int, b: int) -> int:
         return a + b
+
+    def arrow_aggregations(self) -> Sequence[tuple[Any, ...]]:
+        return [([], "count_all")]
+
+    def from_arrow(self, values: Sequence[Any]) -> int:
+        return int(values[0])
 
 
 @dataclass(frozen=True)
@@ -204,6 +279,65 @@ class Sum(AggregateFunction):
     def merge(self, a: float | int, b: float | int) -> float | int:
         return a + b
 
+    def arrow_aggregations(self) -> Sequence[tuple[Any, ...]]:
+        return [(self.of, "sum")]
+
+    def from_arrow(self, values: Sequence[Any]) -> float | int:
+        return 0 if values[0] is None else values[0]
+
+
+@dataclass(frozen=True)
+class _Extreme(AggregateFunction):
+    """The least or greatest value of the input column ``of`` over a window (nulls
+    skipped; null when the window has no value), in the output column ``column``."""
+
+    of: str
+    column: str
+    _pick: ClassVar[Any] = min
+    _arrow: ClassVar[str] = "min"
+
+    def create_accumulator(self) -> Any:
+        return None
+
+    def add(self, value: dict[str, Any], accumulator: Any) -> Any:
+        return self.merge(accumulator, value[self.of])
+
+    def get_result(self, accumulator: Any) -> Mapping[str, Any]:
+        return {self.column: accumulator}
+
+    def merge(self, a: Any, b: Any) -> Any:
+        if a is None:
+            return b
+        return a if b is None else type(self)._pick(a, b)
+
+    def arrow_aggregations(self) -> Sequence[tuple[Any, ...]]:
+        return [(self.of, self._arrow)]
+
+    def from_arrow(self, values: Sequence[Any]) -> Any:
+        return values[0]
+
+
+@dataclass(frozen=True)
+class Min(_Extreme):
+    """The least value of the input column ``of`` over a window (nulls skipped; null when
+    the window has none), in the output column ``column``."""
+
+    column: str = "min"
+
+
+@dataclass(frozen=True)
+class Max(_Extreme):
+    """The greatest value of the input column ``of`` over a window (nulls skipped; null
+    when the window has none), in the output column ``column``."""
+
+    column: str = "max"
+    _pick: ClassVar[Any] = max
+    _arrow: ClassVar[str] = "max"
+
+
+IS_FINAL = "is_final"
+"""With ``early_every``: the result column that is false on early results, true on a
+window's result once it is due (and on its re-emissions for allowed-lateness updates)."""
 
 WINDOWS = MapStateDescriptor("windows", list, key_type=int)
 """Per key: window start (epoch ms) -> ``[end, accumulator]``."""
@@ -214,11 +348,16 @@ class WindowAggregate(KeyedProcessor):
     """The window operator: ``assigner``'s windows per key, aggregated by ``aggregate``,
     kept ``allowed_lateness`` past their end for late records (see module docs). Run it
     with ``stateful(..., processor=WindowAggregate(...), event_time=..., watermark=...)``.
+
+    ``early_every``: also emit each window's current result every so much processing
+    time until it is due (Flink's ``ContinuousProcessingTimeTrigger``); result rows then
+    carry a boolean column ``is_final``, false on those early results.
     """
 
     assigner: WindowAssigner
     aggregate: AggregateFunction
     allowed_lateness: dt.timedelta = dt.timedelta(0)
+    early_every: dt.timedelta | None = None
 
     handles_late: ClassVar[bool] = True
     windows: ClassVar[MapStateDescriptor] = WINDOWS
@@ -239,8 +378,14 @@ class WindowAggregate(KeyedProcessor):
         self._lateness = _millis(
             "WindowAggregate: allowed_lateness", self.allowed_lateness, positive=False
         )
+        self._early = (
+            0
+            if self.early_every is None
+            else _millis("WindowAggregate: early_every", self.early_every)
+        )
         self._key_columns: tuple[str, ...] = ()
         self._time_column = ""
+        self._rows = pa.table({})
 
     def open(self, ctx: OpenContext) -> None:
         self._time_column = ctx.require_event_time("WindowAggregate")
@@ -256,39 +401,120 @@ class WindowAggregate(KeyedProcessor):
             needed.add(end - 1 + self._lateness)
         return needed
 
-    def _row(self, key: Key, start: int, end: int, accumulator: Any) -> dict[str, Any]:
+    def _row(
+        self, key: Key, start: int, end: int, accumulator: Any, *, final: bool = True
+    ) -> dict[str, Any]:
         row: dict[str, Any] = dict(zip(self._key_columns, key, strict=True))
         row["window_start"] = dt.datetime.fromtimestamp(start / 1000, tz=dt.timezone.utc)
         row["window_end"] = dt.datetime.fromtimestamp(end / 1000, tz=dt.timezone.utc)
         row.update(self.aggregate.get_result(accumulator))
+        if self._early:
+            row[IS_FINAL] = final
         return row
 
+    def _early_timer(self, state: KeyState) -> None:
+        """The key's next early firing: the first multiple of ``early_every`` after now (one
+        timer per key, which a key registering again in the same interval does not add to)."""
+        now = state.processing_time_ms
+        state.register_timer(now - now % self._early + self._early)
+
+    def prepare(self, rows: pa.Table, starts: Sequence[int], state: KeyState) -> list[KeyPanes]:
+        """The batch's records as panes, one list per key (see :mod:`firesteel.state.panes`)."""
+        self._rows = rows
+        return key_panes(
+            rows,
+            starts,
+            time_column=self._time_column,
+            assigner=self.assigner,
+            aggregate=self.aggregate,
+            watermark=state.watermark_ms,
+            lateness=self._lateness,
+        )
+
     def process(self, key: Key, rows: Any, state: KeyState) -> Iterator[dict[str, Any]]:
-        table = cast(pa.Table, rows)
+        prepared = cast(KeyPanes, rows)
         watermark = state.watermark_ms
-        times = epoch_ms(table.column(self._time_column)).to_pylist()
-        order = sorted((t, i) for i, t in enumerate(times) if t is not None)
-        rejected = [i for i, t in enumerate(times) if t is None]
-        values = table.to_pylist()
         store = cast(MapState, state.get(self.windows))
+        if self.assigner.merging:
+            touched, windows = self._merge_sessions(prepared, store, state)
+        else:
+            touched, windows = self._update_windows(prepared.panes, store, state)
+        if prepared.rejected:
+            state.emit_late(self._rows.take(pa.array(sorted(prepared.rejected), pa.int64())))
+        if self._early and any(_pending(windows[start][0], watermark) for start in touched):
+            self._early_timer(state)
+        if watermark is None:
+            return
+        for start in sorted(touched):
+            end, accumulator = windows[start]
+            if end - 1 <= watermark:  # due already: the update is a late firing
+                yield self._row(key, start, end, accumulator)
+
+    def _fold(self, pane: Pane, accumulator: Any) -> Any:
+        """``accumulator`` (None: a new window's) with the pane's records in it."""
+        aggregate = self.aggregate
+        if pane.values is None:
+            return (
+                pane.partial if accumulator is None else aggregate.merge(accumulator, pane.partial)
+            )
+        if accumulator is None:
+            accumulator = aggregate.create_accumulator()
+        for value in pane.values:
+            accumulator = aggregate.add(value, accumulator)
+        return accumulator
+
+    def _update_windows(
+        self, panes: list[Pane], store: MapState, state: KeyState
+    ) -> tuple[set[int], dict[int, list[Any]]]:
+        """Tumbling and sliding windows: each pane into its window (none has expired), a new
+        window with its emit (unless due already) and purge timers."""
+        watermark = state.watermark_ms
+        timers = cast(EventTimers, state.event_timers)
+        key, key_group = state.key, state.key_group
+        windows: dict[int, list[Any]] = {}
+        for pane in panes:
+            stored = store.get(pane.start)
+            end = pane.end
+            if stored is None:
+                # Without allowed lateness the purge timer is the emit timer.
+                if (watermark is None or end - 1 > watermark) and self._lateness:
+                    timers.register(key_group, key, end - 1)
+                timers.register(key_group, key, end - 1 + self._lateness)
+                accumulator = self._fold(pane, None)
+            else:
+                accumulator = self._fold(pane, stored[1])
+            windows[pane.start] = [end, accumulator]
+            store.put(pane.start, [end, accumulator])
+        return set(windows), windows
+
+    def _merge_sessions(
+        self, prepared: KeyPanes, store: MapState, state: KeyState
+    ) -> tuple[set[int], dict[int, list[Any]]]:
+        """Session windows: each pane merged with the sessions it overlaps or touches, or a
+        new session unless it has expired (then its record is late); timers follow."""
+        watermark = state.watermark_ms
         windows: dict[int, list[Any]] = {int(s): list(v) for s, v in store.items()}
         before = self._timers(windows, watermark)
         touched: set[int] = set()
         removed: set[int] = set()
-        for ts, index in order:
-            used = False
-            for first, last in self.assigner.assign(ts):
-                start = self._add(
-                    windows, first, last, values[index], watermark=watermark, removed=removed
-                )
-                if start is not None:
-                    touched.add(start)
-                    used = True
-            if not used:
-                rejected.append(index)
+        for pane in prepared.panes:
+            start, end = pane.start, pane.end
+            found: Any = None
+            for other in sorted(windows):
+                other_end, accumulator = windows[other]
+                if other <= end and other_end >= start:
+                    del windows[other]
+                    removed.add(other)
+                    start, end = min(start, other), max(end, other_end)
+                    found = (
+                        accumulator if found is None else self.aggregate.merge(found, accumulator)
+                    )
+            if found is None and _expired(end, self._lateness, watermark):
+                prepared.rejected.append(pane.row)
+                continue
+            windows[start] = [end, self._fold(pane, found)]
+            touched.add(start)
         touched &= set(windows)
-        if rejected:
-            state.emit_late(table.take(pa.array(sorted(rejected), pa.int64())))
         for start in removed - set(windows):
             store.remove(start)
         for start in sorted(touched):
@@ -299,53 +525,39 @@ class WindowAggregate(KeyedProcessor):
             state.delete_event_time_timer(timestamp)
         for timestamp in sorted(after - before):
             state.register_event_time_timer(timestamp)
-        if watermark is None:
-            return
-        for start in sorted(touched):
-            end, accumulator = windows[start]
-            if end - 1 <= watermark:  # due already: the update is a late firing
-                yield self._row(key, start, end, accumulator)
-
-    def _add(
-        self,
-        windows: dict[int, list[Any]],
-        start: int,
-        end: int,
-        value: dict[str, Any],
-        *,
-        watermark: int | None,
-        removed: set[int],
-    ) -> int | None:
-        """Add ``value`` to window ``[start, end)`` (merged with the sessions it touches);
-        the start of the window it went to, or None when that window has expired."""
-        found: Any = None
-        if self.assigner.merging:
-            # Sessions that overlap or touch the record's own window become one.
-            for other in sorted(windows):
-                other_end, accumulator = windows[other]
-                if other <= end and other_end >= start:
-                    del windows[other]
-                    removed.add(other)
-                    start, end = min(start, other), max(end, other_end)
-                    found = (
-                        accumulator if found is None else self.aggregate.merge(found, accumulator)
-                    )
-        elif start in windows:
-            found = windows[start][1]
-        if found is None:
-            if _expired(end, self._lateness, watermark):
-                return None
-            found = self.aggregate.create_accumulator()
-        windows[start] = [end, self.aggregate.add(value, found)]
-        return start
+        return touched, windows
 
     def on_timer(self, key: Key, timestamp_ms: int, state: KeyState) -> Iterator[dict[str, Any]]:
         store = cast(MapState, state.get(self.windows))
-        for start, (end, accumulator) in sorted(store.items()):
+        if state.time_domain is TimeDomain.PROCESSING_TIME:
+            yield from self._early_results(key, store, state)
+            return
+        kept = store.items()
+        for start, (end, accumulator) in sorted(kept) if len(kept) > 1 else kept:
             if end - 1 == timestamp_ms:
                 yield self._row(key, start, end, accumulator)
             if end - 1 + self._lateness <= timestamp_ms:
                 store.remove(start)
+
+    def _early_results(
+        self, key: Key, store: MapState, state: KeyState
+    ) -> Iterator[dict[str, Any]]:
+        """An early firing: the current result of each of the key's windows not yet due;
+        the next firing while one is left."""
+        pending = [
+            (start, end, accumulator)
+            for start, (end, accumulator) in sorted(store.items())
+            if _pending(end, state.watermark_ms)
+        ]
+        for start, end, accumulator in pending:
+            yield self._row(key, start, end, accumulator, final=False)
+        if pending:
+            self._early_timer(state)
+
+
+def _pending(end: int, watermark: int | None) -> bool:
+    """A window of this ``end`` is not due yet at ``watermark``."""
+    return watermark is None or end - 1 > watermark
 
 
 def _expired(end: int, lateness: int, watermark: int | None) -> bool:
@@ -353,9 +565,12 @@ def _expired(end: int, lateness: int, watermark: int | None) -> bool:
 
 
 __all__ = [
+    "IS_FINAL",
     "AggregateFunction",
     "Count",
     "EventTimeSessionWindows",
+    "Max",
+    "Min",
     "SlidingEventTimeWindows",
     "Sum",
     "TumblingEventTimeWindows",

@@ -7,7 +7,11 @@ watermark of batch N is the largest event time of batches before N minus the bou
 once it reaches ``end - 1 + lateness``. Per batch: due windows not yet emitted emit, expired
 ones are forgotten; then each key's records, in event-time order, join their windows (a
 record is late if every window it belongs to is expired); a window a record joined that is
-due already emits again.
+due already emits again. With early results every ``early`` ms of processing time (the
+batch's ``now``): a key whose records joined a window not yet due is woken at the next
+multiple of ``early`` after ``now``; woken (first thing in a batch whose ``now`` has reached
+it), it emits each of its windows not yet due as an early result, and is woken again at the
+next multiple while one is left.
 
 The crash path (``scripts/windows_job.py``, the ``windows`` soak path): Parquet files of
 ``(seq, key, ts)`` -> session windows with late data (:func:`session_counts`) -> the
@@ -42,7 +46,8 @@ Record = tuple[str, int, int]
 """``(key, event time in epoch ms, seq)``."""
 
 Emitted = tuple[object, ...]
-"""``("window", key, start, end, count, seq_sum)`` or ``("late", key, ts, seq)``."""
+"""``("window", key, start, end, count, seq_sum)``, ``("early", key, start, end, count,
+seq_sum)`` or ``("late", key, ts, seq)``."""
 
 
 @dataclass
@@ -63,8 +68,11 @@ class WindowReference:
     bound: int
     lateness: int
     slide: int = 0
+    early: int = 0
     max_seen: int | None = None
     windows: dict[str, list[_Window]] = field(default_factory=dict)
+    woken: dict[str, int] = field(default_factory=dict)
+    """With ``early``: when each key is woken next (epoch ms of processing time)."""
 
     def _bounds(self, ts: int) -> list[tuple[int, int]]:
         if self.kind == "tumbling":
@@ -75,11 +83,21 @@ class WindowReference:
             return [(s, s + self.size) for s in range(first, ts - self.size, -self.slide)]
         return [(ts, ts + self.size)]
 
-    def batch(self, records: Iterable[Record]) -> list[Emitted]:
-        """Feed one batch of records: its output."""
+    def batch(self, records: Iterable[Record], now: int = 0) -> list[Emitted]:
+        """Feed one batch of records, at processing time ``now`` (epoch ms): its output."""
         records = list(records)
         mark = None if self.max_seen is None else self.max_seen - self.bound - 1
         out: list[Emitted] = []
+
+        def pending(window: _Window) -> bool:
+            return mark is None or window.end - 1 > mark
+
+        for key, kept in self.windows.items():
+            if self.early and self.woken.get(key, now + 1) <= now:
+                del self.woken[key]
+                for w in sorted((w for w in kept if pending(w)), key=lambda w: w.start):
+                    out.append(("early", key, w.start, w.end, w.count, w.seq_sum))
+                    self.woken[key] = now - now % self.early + self.early
         for key, kept in self.windows.items():
             for w in kept:
                 if mark is not None and w.end - 1 <= mark and not w.emitted:
@@ -127,6 +145,8 @@ class WindowReference:
                 w.emitted = mark is not None and w.end - 1 <= mark
                 if w.emitted:
                     out.append(("window", key, w.start, w.end, w.count, w.seq_sum))
+            if self.early and any(pending(w) for w in updated):
+                self.woken.setdefault(key, now - now % self.early + self.early)
         latest = max((t for _, t, _ in records), default=None)
         if latest is not None and (self.max_seen is None or latest > self.max_seen):
             self.max_seen = latest
