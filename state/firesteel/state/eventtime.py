@@ -34,7 +34,7 @@ from typing import Any, Literal, cast
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from firesteel.core.errors import ConfigError
+from firesteel.core.spi import ConfigError
 from firesteel.state.api import ValueState
 from firesteel.state.backend import Key, KeyedStateStore
 from firesteel.state.clock import CLOCK_KEY

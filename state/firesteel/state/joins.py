@@ -30,7 +30,7 @@ from typing import Any, ClassVar, cast
 
 import pyarrow as pa
 
-from firesteel.core.errors import ConfigError
+from firesteel.core.spi import ConfigError
 from firesteel.state.api import MapState
 from firesteel.state.backend import Key
 from firesteel.state.coprocess import CoProcessor

@@ -59,10 +59,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from firesteel.core.context import TaskScope
-from firesteel.core.errors import ConfigError, FiresteelError, ProcessorError
+from firesteel.core.errors import ProcessorError
 from firesteel.core.faults import fault_point
 from firesteel.core.metrics.task import SNAPSHOT_BLOCKED_SECONDS, hand_over
+from firesteel.core.spi import ConfigError, FiresteelError, TaskScope
 from firesteel.core.storage import session_settings
 from firesteel.state import broadcast as broadcasts
 from firesteel.state import clock, coprocess, keygroups

@@ -58,7 +58,7 @@ from typing import Any, ClassVar, cast
 import numpy as np
 import pyarrow as pa
 
-from firesteel.core.errors import ConfigError
+from firesteel.core.spi import ConfigError
 from firesteel.state.api import MapState
 from firesteel.state.backend import Key
 from firesteel.state.descriptors import MapStateDescriptor
