@@ -22,7 +22,9 @@ Then what the fixed cost sets, measured with the ``peers`` group's jobs and rule
 (:mod:`benchmarks.bench_peers`, its firesteel job in ``LOCAL_PROFILE``, Quix Streams
 3.28 in its own virtual environment, each run a process measured from outside):
 Kafka -> Kafka exactly-once, :data:`RECORDS` x 100 B on 4 partitions at 1 s triggers
-in :data:`BATCHES` batches, against Quix Streams exactly-once (goal >= 3x), with
+in :data:`BATCHES` batches, against Quix Streams exactly-once (goal >= 3x) and against
+the raw client (:mod:`benchmarks.peers.raw_job`: confluent-kafka's own transactional
+consume-produce loop in one process, the ceiling of a Python framework on it), with
 the job's peak PSS beside the issue's 1.2 GB; and the p50 (p99 beside it) latency
 from produce to committed output at 1,000 records/s for 60 s (0 s trigger) against
 Quix committing every 0.1 s, and against the issue's 1 s.
@@ -198,8 +200,21 @@ def peer_workloads(quick: bool, common: dict[str, object]) -> list[Workload]:
     peak PSS and p50 latency beside the issue's goals (the ``peers`` group's sides)."""
     from benchmarks import bench_peers as peers
 
-    triggered, quix = peers.identity_sides(quick, "100 B", "1")
+    triggered_run, quix = peers.identity_sides(quick, "100 B", "1")
+    triggered = peers.shared(triggered_run)
     records = 20_000 if quick else RECORDS
+    raw = peers.kafka_side(
+        lambda target, work: [
+            sys.executable,
+            str(ROOT / "benchmarks" / "peers" / "raw_job.py"),
+            peers._RUN.bootstrap,
+            peers._RUN.topics["100 B"],
+            target,
+        ],
+        records,
+        counts=False,
+        ends=False,
+    )
     pss = "identity 100 B 1 local site-packages"
     latency = peers.shared(
         peers.latency_side(
@@ -220,8 +235,19 @@ def peer_workloads(quick: bool, common: dict[str, object]) -> list[Workload]:
             unit="rows/s",
             baseline_name="Quix Streams exactly-once",
             goal=3.0,
-            firesteel=triggered,
+            firesteel=triggered(),
             baseline=quix,
+            **common,  # type: ignore[arg-type]
+        ),
+        Workload(
+            name=f"kafka -> kafka exactly-once, {records // 1000}k x 100 B, 1 s triggers, "
+            "beside the raw client",
+            unit="rows/s",
+            baseline_name="confluent-kafka's transactional consume-produce loop, one process, "
+            "commit every 1 s",
+            goal=None,
+            firesteel=triggered(),
+            baseline=raw,
             **common,  # type: ignore[arg-type]
         ),
         Workload(
