@@ -458,8 +458,10 @@ def _produce_steadily(topic: str, rate: int, seconds: float) -> int:
     return sent
 
 
-def latency_side(command: Callable[[str, str, Path], list[str]]) -> Measure:
-    """(d): p50 (and p99) ms from produce to committed output at :data:`RATE` records/s.
+def latency_side(command: Callable[[str, str, Path], list[str]], rate: int = RATE) -> Measure:
+    """(d): p50 (and p99) ms from produce to committed output at ``rate`` records/s, and
+    the last record's: a job that keeps up commits it as soon as the others, one that falls
+    behind later by all it fell behind.
 
     One record is produced first and awaited, so the job's start is not counted.
     """
@@ -473,13 +475,14 @@ def latency_side(command: Callable[[str, str, Path], list[str]]) -> Measure:
                 job.wait_ready(timeout)
                 _produce_steadily(source, 1, 1)
                 watcher.wait_records(1, timeout, job.check)
-                sent = _produce_steadily(source, RATE, _RUN.sizes.latency_s)
+                sent = _produce_steadily(source, rate, _RUN.sizes.latency_s)
                 watcher.wait_records(sent + 1, timeout, job.check)
             latencies = watcher.output.latencies_ms[1:]
         finally:
             watcher.close()
         cuts = statistics.quantiles(latencies, n=100, method="inclusive")
-        return Figure(cuts[49], {"p99 ms": cuts[98], **_memory(job)})
+        extra = {"p99 ms": cuts[98], "last record ms": latencies[-1]}
+        return Figure(cuts[49], {**extra, **_memory(job)})
 
     return run
 

@@ -31,6 +31,7 @@ from firesteel.state.keygroups import KeyGroupRange, operator_index
 from firesteel.state.operator import OperatorTask, run_task
 from firesteel.state.savepoint import SavepointRestore
 from firesteel.state.windows import (
+    IS_FINAL,
     AggregateFunction,
     Count,
     EventTimeSessionWindows,
@@ -118,14 +119,17 @@ def millis(stamp: dt.datetime) -> int:
 
 
 def observed(rows: list[dict[str, Any]]) -> Counter[tuple[Any, ...]]:
+    """Each late record and window result as the plain-Python reference names it (a result
+    with ``is_final`` false is an ``early`` one)."""
     found: Counter[tuple[Any, ...]] = Counter()
     for row in rows:
         late = row.get(et.LATE_COLUMN)
         if late is not None:
             found[("late", late["k"], millis(late["ts"]), late["v"])] += 1
         else:
+            what = "window" if row.get(IS_FINAL, True) else "early"
             start, end = millis(row["window_start"]), millis(row["window_end"])
-            found[("window", row["k"], start, end, row["count"], row["seq_sum"])] += 1
+            found[(what, row["k"], start, end, row["count"], row["seq_sum"])] += 1
     return found
 
 

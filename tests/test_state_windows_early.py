@@ -18,13 +18,20 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark import cloudpickle
 from test_state_backends import BACKENDS, make_backend
-from test_state_windows import ASSIGNERS, LATENESS_MS, MS, OUTPUT, millis, out_of_order, run_batch
+from test_state_windows import (
+    ASSIGNERS,
+    LATENESS_MS,
+    MS,
+    OUTPUT,
+    observed,
+    out_of_order,
+    run_batch,
+)
 from test_state_windows_panes import job
 
 from firesteel.backends import FilesystemBackend
 from firesteel.core.errors import ConfigError
 from firesteel.state import BoundedOutOfOrderness, stateful
-from firesteel.state import eventtime as et
 from firesteel.state.windows import (
     IS_FINAL,
     Count,
@@ -39,19 +46,6 @@ EARLY_MS = 2
 """The batches of :func:`run_batch` are 1 ms of processing time apart: early results fire
 every other batch."""
 SCHEMA = OUTPUT.append(pa.field(IS_FINAL, pa.bool_()))
-
-
-def observed(rows: list[dict[str, Any]]) -> Counter[tuple[Any, ...]]:
-    found: Counter[tuple[Any, ...]] = Counter()
-    for row in rows:
-        late = row.get(et.LATE_COLUMN)
-        if late is not None:
-            found[("late", late["k"], millis(late["ts"]), late["v"])] += 1
-            continue
-        what = "window" if row[IS_FINAL] else "early"
-        start, end = millis(row["window_start"]), millis(row["window_end"])
-        found[(what, row["k"], start, end, row["count"], row["seq_sum"])] += 1
-    return found
 
 
 @pytest.mark.parametrize(("kind", "backend_kind"), list(zip(ASSIGNERS, BACKENDS, strict=True)))
