@@ -29,7 +29,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from firesteel.core.metrics.sources import PROGRESS, progress_kind
+from firesteel.core.metrics.sources import PROGRESS, errors_kind, progress_kind
 from firesteel.core.spi import ConfigError, Offset
 from firesteel.core.toolkit import Folder, encode_record, layout, read_query_id
 from firesteel.sources.bad_records import BadRecordCounts
@@ -92,7 +92,7 @@ class SourceFolder:
     @property
     def bad_records(self) -> BadRecordCounts:
         """The bad-record counts of this source's tasks, under ``errors/``."""
-        return BadRecordCounts(self.folder, f"{self.source}-source-errors", FORMAT_VERSION)
+        return BadRecordCounts(self.folder, errors_kind(self.source), FORMAT_VERSION)
 
     def record_counts(self, offset_range: str, skipped: int, quarantined: int) -> None:
         """Record the bad records of one offset range (in its task; replaces a replay's)."""
