@@ -40,7 +40,7 @@ from firesteel.backends.inspect import (
 )
 from firesteel.core.metrics.progress import checkpoint_of
 from firesteel.core.spi import ConfigError
-from firesteel.core.toolkit import Folder, StorageConfig, layout, read_query_id
+from firesteel.core.toolkit import Folder, StorageConfig, read_query_id, write_savepoint_taken
 from firesteel.state.clock import CLOCK
 from firesteel.state.savepoint.format import (
     ROWS_SCHEMA,
@@ -234,9 +234,6 @@ def create(
     return made
 
 
-SAVEPOINT_RECORD = "firesteel-savepoint-taken"
-
-
 def _record_taken(checkpoint: str, made: Savepoint, target: str) -> None:
     """Note the savepoint in its query's checkpoint (``firesteel status`` lists them). The
     savepoint is whole before: a note that cannot be written is logged, never a failure."""
@@ -248,24 +245,9 @@ def _record_taken(checkpoint: str, made: Savepoint, target: str) -> None:
         "taken_at": time.time(),
     }
     try:
-        Folder(layout.savepoints(checkpoint)).write_record(
-            f"{made.id}.json", SAVEPOINT_RECORD, 1, note
-        )
+        write_savepoint_taken(checkpoint, note)
     except OSError as exc:
         logger.warning("savepoint %s: not noted in %s: %s", made.id, checkpoint, exc)
-
-
-def savepoints_taken(checkpoint: str) -> list[dict[str, Any]]:
-    """The savepoints taken of a query's state with its checkpoint given (``create`` with
-    ``checkpoint=``, ``firesteel savepoint create --checkpoint``, a stop with a savepoint),
-    oldest first: ``id``, ``batch``, ``location``, ``operators``, ``taken_at``."""
-    folder = Folder(layout.savepoints(checkpoint))
-    notes = [
-        folder.read_record(name, SAVEPOINT_RECORD, (1,))
-        for name in folder.names()
-        if name.endswith(".json")
-    ]
-    return sorted(notes, key=lambda note: (note["taken_at"], note["id"]))
 
 
 def stop_with_savepoint(

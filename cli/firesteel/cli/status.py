@@ -30,9 +30,8 @@ from typing import Any
 import pyarrow.compute as pc
 from pyarrow import fs
 
-from firesteel.backends.savepoint import savepoints_taken
 from firesteel.cli.args import EXIT_USAGE, command_parser
-from firesteel.core.checkpoint import read_guarantee, read_query_id
+from firesteel.core.checkpoint import read_guarantee, read_query_id, read_savepoints_taken
 from firesteel.core.errors import FiresteelError, MissingDependencyError
 from firesteel.core.metrics.history import BatchRecord, read_history
 from firesteel.core.metrics.sources import BAD_RECORDS, read_source_progress
@@ -84,7 +83,7 @@ def query_status(checkpoint: str, last: int = 10) -> dict[str, Any]:
         "last_committed_at": committed_at,
         "guarantees": read_guarantee(checkpoint),
         "sources": read_source_progress(checkpoint),
-        "savepoints": savepoints_taken(checkpoint),
+        "savepoints": read_savepoints_taken(checkpoint),
         "sinks": {
             sink: {
                 "totals": records[-1].totals if records else {},

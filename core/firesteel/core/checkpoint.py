@@ -123,3 +123,28 @@ def read_guarantee(checkpoint: str) -> dict[str, Any]:
         if sink is not None:
             records[sink] = folder.read_record(name, GUARANTEE_KIND, (GUARANTEE_VERSION,))
     return records
+
+
+SAVEPOINT_TAKEN_KIND = "firesteel-savepoint-taken"
+SAVEPOINT_TAKEN_VERSION = 1
+
+
+def write_savepoint_taken(checkpoint: str, note: dict[str, Any]) -> None:
+    """Note a savepoint taken of the query's state (``id``, ``batch``, ``location``,
+    ``operators``, ``taken_at``) under ``<checkpoint>/firesteel/savepoints/``."""
+    Folder(layout.savepoints(checkpoint)).write_record(
+        f"{note['id']}.json", SAVEPOINT_TAKEN_KIND, SAVEPOINT_TAKEN_VERSION, note
+    )
+
+
+def read_savepoints_taken(checkpoint: str) -> list[dict[str, Any]]:
+    """The savepoints taken of a query's state with its checkpoint given (``create`` with
+    ``checkpoint=``, ``firesteel savepoint create --checkpoint``, a stop with a savepoint),
+    oldest first: ``id``, ``batch``, ``location``, ``operators``, ``taken_at``."""
+    folder = Folder(layout.savepoints(checkpoint))
+    notes = [
+        folder.read_record(name, SAVEPOINT_TAKEN_KIND, (SAVEPOINT_TAKEN_VERSION,))
+        for name in folder.names()
+        if name.endswith(".json")
+    ]
+    return sorted(notes, key=lambda note: (note["taken_at"], note["id"]))

@@ -62,7 +62,12 @@ epoch.
 """
 
 from firesteel.core import layout
-from firesteel.core.checkpoint import has_committed, query_identity, read_query_id
+from firesteel.core.checkpoint import (
+    has_committed,
+    query_identity,
+    read_query_id,
+    write_savepoint_taken,
+)
 from firesteel.core.durable import (
     atomic_output,
     create_record,
@@ -147,4 +152,5 @@ __all__ = [
     "to_epoch",
     "write_atomically",
     "write_record",
+    "write_savepoint_taken",
 ]
