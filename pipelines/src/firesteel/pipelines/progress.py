@@ -36,7 +36,7 @@ from typing import Any, TextIO
 import pyarrow.parquet as pq
 
 from firesteel.core import read_history, read_source_progress
-from firesteel.core.toolkit import read_record
+from firesteel.core.toolkit import Folder, read_record
 from firesteel.pipelines.verify import VerifiedBlueprint
 
 __all__ = [
@@ -219,10 +219,8 @@ def record_topology(verified: VerifiedBlueprint, work: Path) -> None:
         for role, table in (("producers", verified.producers), ("consumers", verified.consumers)):
             ends[role] = sorted({c.streamlet for c in table.get(key, ())})
         topics.append({"topic": topic.name, **ends})
-    work.mkdir(parents=True, exist_ok=True)
-    partial = work / f".{TOPOLOGY}.tmp"
-    partial.write_text(json.dumps({"topics": topics}, indent=1))
-    partial.replace(work / TOPOLOGY)
+    content = json.dumps({"topics": topics}, indent=1).encode()
+    Folder(str(work)).write(TOPOLOGY, content, sync=False)
 
 
 def topic_flows(work: Path, progress: list[StreamletProgress]) -> list[dict[str, Any]]:
