@@ -94,6 +94,15 @@ class Metrics(_NoLogic):
     )
 
 
+class Relay(_NoLogic):
+    """Reads readings and writes them on: two relays can make a cycle of topics."""
+
+    shape = StreamletShape(
+        inlets=[Inlet("in", AvroCodec(READING_V1))],
+        outlets=[Outlet("out", AvroCodec(READING_V1))],
+    )
+
+
 class StrictMetrics(_NoLogic):
     shape = StreamletShape(inlets=[Inlet("in", AvroCodec(READING_NEEDS_UNIT))])
 

@@ -1,10 +1,12 @@
-"""Streamlets of one application that fail together are restarted one after the other.
+"""Streamlets of one application start, and when they fail together restart, one after the
+other, upstream first.
 
 Two streamlets, hosted in the suite's session as ``firesteel.runner.jvm = shared``
-hosts them, fail in the same step (a file they check in every batch says so) and
-are due for their restart at the same moment; the host starts the first, holds
-the second until the first has run its first batch, then starts it. Observed in
-the host's log, in order: no timing is asserted.
+hosts them, are started by the host: it starts the first, holds the second until
+the first has run its first batch, then starts it. Then both fail in the same
+step (a file they check in every batch says so) and are due for their restart at
+the same moment, and are restarted the same way. Observed in the host's log, in
+order: no timing is asserted.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from firesteel.pipelines.host import Host
+from firesteel.pipelines import parse_blueprint, verify
+from firesteel.pipelines.host import Host, start_order
 from firesteel.pipelines.runner import load
 
 TIMEOUT_S = 240.0
@@ -105,7 +108,7 @@ def _until(host: Host | None, done: Callable[[], bool], what: str) -> None:
         time.sleep(0.3)
 
 
-def test_streamlets_failing_together_restart_one_after_the_other(
+def test_streamlets_start_then_fail_together_and_restart_one_after_the_other(
     spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     (tmp_path / "poisonable.py").write_text(STREAMLETS)
@@ -124,14 +127,19 @@ def test_streamlets_failing_together_restart_one_after_the_other(
     verified, config = load(tmp_path / "blueprint.conf", [], settings)
     caplog.set_level(logging.INFO, logger="firesteel.pipelines.host")
 
-    # Both fail in their first batch; the host sees both failures in one step, so both are
-    # due for their restart at the same moment.
-    poison.touch()
     host = Host(spark, verified, config, tmp_path / "work")
     try:
-        for name in names:
-            assert host.launch(name, time.monotonic())
         hosted = [host.streamlets[name] for name in names]
+        host.begin(time.monotonic())
+        _until(host, lambda: all(h.due is None and h.started_all() for h in hosted), "starts")
+        started = _lines(caplog)
+        caplog.clear()
+
+        # Both fail in their next batch; the host sees both failures in one step, so both
+        # are due for their restart at the same moment.
+        poison.touch()
+        _write(tmp_path / "first", "more.json", range(3, 6))
+        _write(tmp_path / "second", "more.json", range(3, 6))
 
         def failed() -> bool:
             return all(not q.isActive and q.exception() for h in hosted for q in h.queries)
@@ -146,18 +154,53 @@ def test_streamlets_failing_together_restart_one_after_the_other(
             lambda: all(h.due is None and h.started_all() for h in hosted),
             "both restarts",
         )
+        restarted = _lines(caplog)
     finally:
         host.stop()
 
-    lines = [r.getMessage() for r in caplog.records if r.name == "firesteel.pipelines.host"]
+    for lines in (started, restarted):
+        order = [
+            _first_line(lines, "streamlet first running 1 queries"),
+            _first_line(lines, "streamlet second: start due, held until streamlet first"),
+            _first_line(lines, "streamlet first: started, ran its first batch"),
+            _first_line(lines, "streamlet second running 1 queries"),
+        ]
+        assert order == sorted(order), lines
 
-    def first_line(text: str) -> int:
-        found = [i for i, line in enumerate(lines) if line.startswith(text)]
-        assert found, f"no line starting {text!r} in {lines}"
-        return found[0]
 
-    started_first = first_line("streamlet first running 1 queries")
-    held = first_line("streamlet second: restart due, held until streamlet first")
-    first_ran = first_line("streamlet first: restarted, ran its first batch")
-    started_second = first_line("streamlet second running 1 queries")
-    assert started_first < held < first_ran < started_second
+def _lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "firesteel.pipelines.host"]
+
+
+def _first_line(lines: list[str], text: str) -> int:
+    found = [i for i, line in enumerate(lines) if line.startswith(text)]
+    assert found, f"no line starting {text!r} in {lines}"
+    return found[0]
+
+
+def test_streamlets_start_upstream_first_and_in_blueprint_order_around_a_cycle() -> None:
+    chain = """
+blueprint {
+  streamlets {
+    sink = pipeline_streamlets.Egress
+    metrics = pipeline_streamlets.Metrics
+    readings = pipeline_streamlets.Ingress
+    relay = pipeline_streamlets.Relay
+  }
+  topics {
+    sensor-readings { producers = [readings.out], consumers = [metrics.in, relay.in] }
+    metrics { producers = [metrics.out], consumers = [sink.in] }
+  }
+}
+"""
+    assert start_order(verify(parse_blueprint(chain))) == ["readings", "metrics", "relay", "sink"]
+    cycle = """
+blueprint {
+  streamlets { b = pipeline_streamlets.Relay, a = pipeline_streamlets.Relay }
+  topics {
+    ab { producers = [a.out], consumers = [b.in] }
+    ba { producers = [b.out], consumers = [a.in] }
+  }
+}
+"""
+    assert start_order(verify(parse_blueprint(cycle))) == ["b", "a"]

@@ -3,8 +3,8 @@
 A process started in a session of its own (a streamlet of the pipelines runner, a
 Kafka broker or an S3 server of the test suite) is out of reach of a signal to its
 parent's group, and when the parent dies no handler of its runs: the child lives on,
-orphaned. A :class:`Reaper` starts one small process (``python -m
-firesteel.core.reaper``) in a session of its own and tells it, on a pipe, each child
+orphaned. A :class:`Reaper` starts one small process (this file run as a script) in a
+session of its own and tells it, on a pipe, each child
 it must guard (``+PID START``) or may forget (``-PID``). When the pipe ends, because
 the owner stopped or died, the reaper SIGKILLs every guarded child still running (its
 whole process group when it leads one) and exits.
@@ -102,8 +102,11 @@ class Reaper:
     def _send(self, line: str) -> None:
         with self._lock:
             if self._process is None:
+                # Run as a file, not ``-m firesteel.core.reaper``: the package's import
+                # would load PySpark and pyarrow into a process that needs neither
+                # (about 70 MB PSS against 7).
                 self._process = subprocess.Popen(
-                    [sys.executable, "-m", "firesteel.core.reaper"],
+                    [sys.executable, "-I", __file__],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.DEVNULL,
                     text=True,
