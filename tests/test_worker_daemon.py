@@ -22,3 +22,27 @@ def test_the_daemon_starts_as_spark_runs_it_without_a_warning() -> None:
     assert len(started.stdout) == 4, started.stderr.decode()[-2000:]
     (port,) = struct.unpack("!i", started.stdout)
     assert 0 < port < 65536
+
+
+def test_workers_inherit_the_daemons_imports_frozen(spark) -> None:  # type: ignore[no-untyped-def]
+    # A full collection in a worker (PySpark runs one after every task) would otherwise write
+    # into every inherited object and unshare its memory page (module docs).
+    def inherited(batches):  # type: ignore[no-untyped-def]
+        """How many objects the task's worker inherited frozen, and whether pandas' module
+        namespace is among them (in none of the collector's generations)."""
+        import gc
+
+        import pandas
+        import pyarrow as pa
+
+        namespace = vars(pandas)
+        walked = any(o is namespace for g in range(3) for o in gc.get_objects(generation=g))
+        for _ in batches:
+            pass
+        yield pa.record_batch(
+            [pa.array([gc.get_freeze_count()]), pa.array([not walked])], names=["frozen", "pandas"]
+        )
+
+    rows = spark.range(2, numPartitions=2).mapInArrow(inherited, "frozen long, pandas boolean")
+    for row in rows.collect():
+        assert row.frozen > 10_000 and row.pandas, row

@@ -1,4 +1,5 @@
-"""PySpark's worker daemon, with pyarrow, PySpark's worker and firesteel imported before it forks.
+"""PySpark's worker daemon, with pyarrow, PySpark's worker, firesteel and pandas imported before
+it forks.
 
 Spark starts one Python daemon per executor (``python -m pyspark.daemon``) and
 forks a worker from it whenever a Python task finds no idle worker to reuse.
@@ -21,15 +22,30 @@ re-creates its pools in the child; OpenBLAS stops its pool before a fork), and
 the daemon itself never runs a task, so its pool threads are idle, holding no
 lock, whenever it forks.
 
+Memory: what the daemon imported is shared with its workers only while no worker
+writes the pages it is on, and PySpark's worker runs a full garbage collection
+after every task, which writes the collector's header of every object it
+walks: the daemon freezes its objects (``gc.freeze()``) so the workers'
+collections skip them. pandas is imported too: every worker that runs a Python
+data source's writer imports it anyway (PySpark's writer calls
+``pyarrow.array``, which looks for pandas), each its own copy. A daemon and two
+workers that imported pandas (2026-11-29, ``local[2]``): 52 + 84 + 84 MB PSS
+with neither, 67 x 3 with pandas in the daemon but no freeze, 43 + 52 + 52
+with both.
+
 Spark applies ``spark.python.daemon.module`` to the task workers only; its
 planner and commit runners start ``pyspark.daemon`` whatever it says.
 """
 
 if __name__ == "__main__":
+    import gc
+
+    import pandas  # noqa: F401
     import pyarrow.fs  # noqa: F401
     import pyspark.worker  # noqa: F401
     from pyspark.daemon import manager
 
     import firesteel.core  # noqa: F401
 
+    gc.freeze()
     manager()
