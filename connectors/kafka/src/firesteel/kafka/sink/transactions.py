@@ -260,6 +260,9 @@ class KafkaTransactions:
             txn.state = TxnState.SKIPPED
             task_metrics().count("partitions_already_committed")
             return True
+        # Timed from before the broker's clock starts (its first AddOffsetsToTxn), so the
+        # age _check_age sees is never less than the broker's.
+        txn.opened_at = time.monotonic()
         try:
             txn.producer.begin_transaction()
             with timed("kafka.send_offsets"):
@@ -274,7 +277,6 @@ class KafkaTransactions:
                 return self._cannot_continue(txn, str(exc))
             raise
         txn.extractor = sink_extractor(self.options, txn.producer)
-        txn.opened_at = time.monotonic()
         txn.state = TxnState.OPEN
         return True
 
