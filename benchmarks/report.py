@@ -179,6 +179,35 @@ def write_group(result: dict[str, Any], out: Path) -> None:
     chart(result, out / f"{result['group']}.png")
 
 
+def with_rerun(previous: dict[str, Any] | None, rerun: dict[str, Any]) -> dict[str, Any]:
+    """The group's stored result ``previous`` with the workloads of the partial run ``rerun``
+    (``--only``) in place of those of the same name, new ones after them, and the re-run
+    listed under ``reruns`` (when and on what machine); ``rerun`` itself where there is no
+    stored result of the same kind (quick or full) to keep."""
+    if previous is None or bool(previous.get("quick")) != bool(rerun.get("quick")):
+        return rerun
+    fresh = {entry["name"]: entry for entry in rerun["workloads"]}
+    workloads = [fresh.pop(entry["name"], entry) for entry in previous["workloads"]]
+    note = {key: rerun[key] for key in ("started", "only", "machine") if key in rerun}
+    merged = {
+        **previous,
+        "workloads": [*workloads, *fresh.values()],
+        "reruns": [*previous.get("reruns", []), note],
+    }
+    if rerun.get("status") != "ok":
+        merged["status"] = rerun.get("status", "error")
+    return merged
+
+
+def read_group(out: Path, group: str) -> dict[str, Any] | None:
+    """The result of ``group`` stored in ``out``, if any."""
+    path = out / f"{group}.json"
+    if not path.exists():
+        return None
+    document: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return document
+
+
 def load(out: Path) -> list[dict[str, Any]]:
     """Every group's last result stored in ``out``, by group name."""
     results = []

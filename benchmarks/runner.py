@@ -298,8 +298,9 @@ def _parser(groups: list[str]) -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="TEXT",
-        help="run only workloads whose name or baseline contains TEXT (repeatable; the results "
-        "say so)",
+        help="run only workloads whose name or baseline contains TEXT (repeatable); they replace "
+        "their earlier figures in the group's stored results, the others are kept and the "
+        "report says what was re-run when",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--list", action="store_true", help="list the groups and exit")
@@ -340,12 +341,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"running {mode} benchmarks: {', '.join(selected)}", flush=True)
     results = []
     running: dict[str, Any] = {}
+    stored = {group: report.read_group(out, group) for group in selected} if args.only else {}
+
+    def kept(result: dict[str, Any]) -> dict[str, Any]:
+        """A partial run (``--only``) keeps the group's other stored workloads."""
+        if not args.only:
+            return result
+        return report.with_rerun(stored[result["group"]], result)
 
     def save(partial: dict[str, Any]) -> None:
         # The JSON only: a chart has a panel per workload, and drawing it again after
         # each one cost a quick run of 22 workloads a minute (253 panels for 22).
         running["result"] = partial
-        report.write_json(partial, out)
+        report.write_json(kept(partial), out)
 
     try:
         groups = tqdm(
@@ -356,7 +364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             result = run_group(
                 group, args.quick, progress=not args.no_progress, only=args.only, save=save
             )
-            report.write_group(result, out)
+            report.write_group(kept(result), out)
             results.append(result)
             print(report.table([result]), flush=True)
             print(f"{group}: {result.get('seconds', 0):.0f} s\n", flush=True)
@@ -365,7 +373,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         partial = running.get("result")
         if partial is not None:
             partial["status"] = "interrupted"
-            report.write_group(partial, out)
+            report.write_group(kept(partial), out)
             results.append(partial)
         report.write_report(out, report_path)
         if results:

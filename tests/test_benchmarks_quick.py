@@ -49,6 +49,46 @@ def test_a_partial_rerun_folded_into_a_result_is_named_with_its_load(
     assert "Re-run 2026-11-26T15:09:15+00:00 at load 12.3: the workloads named with" in text
 
 
+def test_a_partial_rerun_replaces_its_workloads_and_keeps_the_others(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.syspath_prepend(str(ROOT))
+    from benchmarks.report import with_rerun
+
+    def entry(name: str, median: float) -> dict[str, object]:
+        return {"name": name, "status": "ok", "firesteel": {"median": median}}
+
+    stored = {
+        "group": "g",
+        "quick": False,
+        "started": "2026-11-26T10:00:00+00:00",
+        "status": "ok",
+        "workloads": [entry("a", 1.0), entry("b", 2.0)],
+    }
+    rerun = {
+        "group": "g",
+        "quick": False,
+        "started": "2026-11-29T14:00:00+00:00",
+        "only": ["b"],
+        "machine": {"load_average": [3.0, 2.0, 1.0]},
+        "status": "ok",
+        "workloads": [entry("b", 5.0), entry("c", 7.0)],
+    }
+    merged = with_rerun(stored, rerun)
+    assert [(w["name"], w["firesteel"]) for w in merged["workloads"]] == [
+        ("a", {"median": 1.0}),
+        ("b", {"median": 5.0}),
+        ("c", {"median": 7.0}),
+    ]
+    assert merged["started"] == stored["started"] and "only" not in merged
+    assert merged["reruns"] == [
+        {"started": rerun["started"], "only": ["b"], "machine": rerun["machine"]}
+    ]
+    assert with_rerun(stored, {**rerun, "status": "error"})["status"] == "error"
+    assert with_rerun({**stored, "quick": True}, rerun) is rerun
+    assert with_rerun(None, rerun) is rerun
+
+
 def _benchmarks(*args: str, bootstrap: str = "") -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     if bootstrap:
