@@ -15,6 +15,7 @@ from pathlib import Path
 
 import avro.errors
 
+from firesteel.core.toolkit import Folder
 from firesteel.pipelines.errors import BlueprintError, Problem
 from firesteel.pipelines.verify import VerifiedBlueprint, avro_schema, cannot_read
 
@@ -67,9 +68,7 @@ def record_schemas(verified: VerifiedBlueprint, work: Path) -> None:
             if path.exists() and path.read_text() != schema:
                 # The producer's older records stay in the topic: keep their schema too.
                 path.rename(folder / f"{name}.{_next_generation(folder, name)}.avsc")
-            temporary = folder / f".{name}.avsc.tmp"
-            temporary.write_text(schema)
-            temporary.replace(path)
+            Folder(str(folder)).write(path.name, schema.encode(), sync=False)
 
 
 def _next_generation(folder: Path, name: str) -> int:
