@@ -24,9 +24,10 @@ fixed 10 s to connect back to the JVM: several streamlets starting theirs at
 once on a loaded machine miss it and fail again, each failure spending a
 restart. Started together they also add up: each planner's Python worker is
 kept for reuse by the next first batch one after the other, but is one more
-process (40-58 MB) per streamlet planning at the same time. The orders example
-(five streamlets, 2026-11-29) peaked at 1.69 GB PSS while all five ran their
-first batches together, against 1.42-1.48 GB once they ran.
+process (40-58 MiB) per streamlet planning at the same time. The orders example
+(five streamlets, 2026-11-29) peaked at 1,683-1,688 MiB PSS while all five ran
+their first batches together, 1,513-1,547 MiB started one after the other (and
+its first output came sooner: 36-39 s instead of 52).
 
 A streamlet that fails more often than supervision allows, or whose queries all
 finish, stops every streamlet; the process then exits :data:`STOPPED_EXIT` so
@@ -37,15 +38,14 @@ Every streamlet shares the process's environment and the application's
 settings that are not ``spark.sql.*`` (``firesteel.pipelines.config``).
 
 Memory: issue 50's goal for the orders example (five streamlets, local topics) is a peak of
-1.5 GB PSS for the whole process tree; it peaks at 1.58-1.85 GB (2026-11-29, three
-samples), not met. The sharing that can be had is had: Spark keeps one Python worker daemon per
-worker module, not per streamlet (every streamlet's environment is the same), so six
-daemons serve them all (the task workers' and five of Spark's data source planner and
-commit modules). What is left is a ``python_streaming_source_runner`` process per Python
-streaming source (62 MB each, six here: the ingress and every local-topic inlet) and up to
-two task workers per task slot, and every query's batches start at the same instant (Spark
-starts processing-time triggers at multiples of their interval), so their commits overlap.
-The leads measured, and what stands in the way of each, are in the pipelines README
+1.5 GB PSS for the whole process tree, read as 1,536 MiB; it peaks at 1,496-1,501 MiB
+(2026-11-29, two samples) since the staggered first start and firesteel's worker daemon
+sharing pandas with its workers. Spark keeps one Python worker daemon per worker module,
+not per streamlet (every streamlet's environment is the same), so six daemons serve them
+all (the task workers' and five of Spark's data source planner and commit modules). The
+rest is a ``python_streaming_source_runner`` process per Python streaming source (63 MiB
+each, six here: the ingress and every local-topic inlet) and up to two task workers per
+task slot. The leads measured, and what stands in the way of each, are in the pipelines README
 ("Memory of a local pipeline").
 """
 
@@ -106,9 +106,10 @@ TASK_DAEMON = dict(WORKER_DAEMON)
 :data:`firesteel.core.LOCAL_PROFILE` has them: a worker forked from PySpark's own daemon
 imports pyarrow, firesteel and, through ``pyarrow.array`` in PySpark's data source writer,
 pandas after the fork, each copy its own; forked from firesteel's, it starts with the
-daemon's (pandas aside). The orders example's task workers at its peak: 57-70 MB PSS each
-against 88-102 MB (2026-11-29, load 7-13, the same output); the whole pipeline's peak,
-1.58-1.85 GB against 1.71-1.78, moves more with how many batches overlap. Spark's planner
+daemon's, pandas included, frozen so that they stay shared. The orders example's task
+workers at its peak: 57-70 MB PSS each against 88-102 MB (2026-11-29, load 7-13, the same
+output) before pandas and the freeze; the whole pipeline's peak then 1.58-1.85 GiB against
+1.71-1.78, 1,496-1,501 MiB with both and the staggered start. Spark's planner
 and commit runners start PySpark's daemon whatever this says. Streamlets that all set the
 key replace it."""
 STAGGER_S = 30.0
