@@ -46,7 +46,6 @@ timers wait for the next batch with rows, which keeps re-runs identical.
 from __future__ import annotations
 
 import contextlib
-import gc
 import io
 import logging
 import re
@@ -65,7 +64,7 @@ from firesteel.core.metrics.task import SNAPSHOT_BLOCKED_SECONDS, hand_over
 from firesteel.core.spi import ConfigError, FiresteelError, TaskScope
 from firesteel.core.storage import session_settings
 from firesteel.state import broadcast as broadcasts
-from firesteel.state import clock, coprocess, keygroups
+from firesteel.state import clock, coprocess, keygroups, nogc
 from firesteel.state import eventtime as et
 from firesteel.state.backend import (
     KeyedStateStore,
@@ -490,25 +489,12 @@ def run_task(
 ) -> Iterator[pa.RecordBatch]:
     """One operator task (see module docs). A generator: Spark pulls the output.
 
-    Python's cyclic garbage collector is paused while the task runs (Mercurial's
-    ``nogc``): a task allocates per key and window while the state it holds, restored or
-    built, is millions of long-lived objects, which each full collection would walk again
-    (half of a session-window task's time at 20k keys). Reference counting still frees
-    what the task drops; cycles wait for the collector's next run after the task.
+    Python's cyclic garbage collector is paused while the task runs, and the objects left
+    after it are frozen, so no collection walks the state the worker holds again and again
+    (see :mod:`firesteel.state.nogc`).
     """
-    with _cyclic_gc_paused():
+    with nogc.operator_task():
         yield from _run_task(operator, task, batches)
-
-
-@contextlib.contextmanager
-def _cyclic_gc_paused() -> Iterator[None]:
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _run_task(
