@@ -188,7 +188,7 @@ def stateful(
         raise ConfigError(msg)
     reserved = {KEY_GROUP_COLUMN, BATCH_TIME_COLUMN, ROUTE_COLUMN, broadcasts.BROADCAST_COLUMN}
     if event_time is not None:
-        reserved |= {et.TICK_COLUMN, et.LATE_COLUMN}
+        reserved |= {et.TICK_COLUMN, et.FIRST_ROW_COLUMN, et.LATE_COLUMN}
     clash = reserved & set(df.columns)
     if clash:
         msg = f"stateful(): input column '{sorted(clash)[0]}' is reserved by firesteel"
@@ -258,7 +258,12 @@ def stateful(
         restore.claim(df.sparkSession, operator)
 
     key_group = keygroups.key_group_column(key_columns, max_parallelism)
-    first_of_task = _first_row_of_task()(F.spark_partition_id())
+    # With event time the ticks' pass over the input flags each task's first row already.
+    first_of_task = (
+        _first_row_of_task()(F.spark_partition_id())
+        if times is None
+        else F.col(et.FIRST_ROW_COLUMN)
+    )
     route = F.when(first_of_task, F.sequence(F.lit(-parallelism), F.lit(0))).otherwise(
         F.array(F.lit(0))
     )
@@ -275,7 +280,7 @@ def stateful(
     staged = (
         df.withColumn(ROUTE_COLUMN, F.explode(route))
         .withColumn(KEY_GROUP_COLUMN, F.when(routed < 0, routed).otherwise(key_group).cast("int"))
-        .drop(ROUTE_COLUMN)
+        .drop(ROUTE_COLUMN, et.FIRST_ROW_COLUMN)
         .withColumn(BATCH_TIME_COLUMN, F.current_timestamp())
         .repartitionById(parallelism, partition.cast("int"))
     )
@@ -359,9 +364,10 @@ def _nullable(schema: StructType) -> StructType:
 
 def _with_ticks(df: DataFrame, column: str) -> DataFrame:
     """``df`` with the tick rows of :class:`~firesteel.state.eventtime.EventTimeTicks`."""
-    from pyspark.sql.types import LongType, StructField
+    from pyspark.sql.types import BooleanType, LongType, StructField
 
     schema = _nullable(df.schema).add(StructField(et.TICK_COLUMN, LongType(), True))
+    schema = schema.add(StructField(et.FIRST_ROW_COLUMN, BooleanType(), True))
     return df.mapInArrow(et.EventTimeTicks(column), schema)
 
 
