@@ -551,8 +551,15 @@ def _run_task(
         if handle.event_timers is not None and handle.watermark_ms is not None:
             handle.time_domain = et.TimeDomain.EVENT_TIME
             # A timer that on_timer registers at or behind the watermark fires now too.
+            batched = type(processor).on_event_timers is not KeyedProcessor.on_event_timers
             while due := handle.event_timers.pop_due(handle.watermark_ms):
-                yield from _fire(processor, store, handle, main, due)
+                if batched:
+                    _call(
+                        _round, (), (processor, due), handle, main.builder, what="on_event_timers"
+                    )
+                    yield from main.drain()
+                else:
+                    yield from _fire(processor, store, handle, main, due)
         handle.time_domain = None
         if table is not None:
             yield from _process_input(operator, store, handle, main, table=table, task=task)
@@ -609,6 +616,12 @@ class _MainOutput:
                 yield batch
             else:
                 yield et.with_empty_late(batch, self.late_type)
+
+
+def _round(_key: tuple[()], given: tuple[KeyedProcessor, Any], handle: KeyState) -> Any:
+    """A round of due event-time timers handed to ``on_event_timers`` at once."""
+    processor, due = given
+    return processor.on_event_timers(due, handle)
 
 
 def _fire(
