@@ -20,12 +20,14 @@ def session() -> SparkSession:
     """A ``local[2]`` session with firesteel registered, shared by every benchmark group.
 
     Created on the first call (so groups that need no Spark start no JVM) and
-    stopped by the runner when the process is done with it. Its driver runs
+    stopped by the runner when the process is done with it. Its Python workers fork
+    from firesteel's worker daemon (``firesteel.core.WORKER_DAEMON``), as the operations
+    guide tells every firesteel job to run; a side without Python never starts one. Its driver runs
     the Spark Connect server on a free port (:func:`connect_url`), idle unless
     a workload sends through it.
     """
     if not _sessions:
-        from firesteel.core.spark.session import local_session
+        from firesteel.core.spark.session import WORKER_DAEMON, local_session
         from firesteel.sinks.fanout import CONNECT_PLUGIN
         from firesteel.testing.ports import free_port
 
@@ -39,6 +41,7 @@ def session() -> SparkSession:
                 "spark.plugins": CONNECT_PLUGIN,
                 "spark.connect.grpc.binding.address": "127.0.0.1",
                 "spark.connect.grpc.binding.port": str(port),
+                **WORKER_DAEMON,
             },
         )
         _sessions.append(created)

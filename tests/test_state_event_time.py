@@ -408,6 +408,26 @@ def test_ticks_carry_each_input_task_s_largest_event_time() -> None:
     assert list(et.EventTimeTicks("ts")(iter([]))) == []
 
 
+def test_ticks_flag_the_first_row_of_an_input_task_only() -> None:
+    # The operator copies that row to every partition with the batch's time: one flag per
+    # task, on its first row, whatever batch it comes in (an empty batch may come first).
+    def batch(keys: list[str]) -> pa.RecordBatch:
+        stamps = pa.array([1_000_000 * (i + 1) for i in range(len(keys))], pa.int64()).cast(TS)
+        values = pa.array(range(len(keys)), pa.int64())
+        return pa.RecordBatch.from_arrays(
+            [pa.array(keys, pa.string()), stamps, values], schema=INPUT
+        )
+
+    out = et.EventTimeTicks("ts")(iter([batch([]), batch(["a", "b"]), batch(["c"])]))
+    rows = pa.Table.from_batches(list(out)).to_pylist()
+    assert [(r["k"], r[et.FIRST_ROW_COLUMN]) for r in rows] == [
+        ("a", True),
+        ("b", False),
+        ("c", False),
+        (None, False),
+    ]
+
+
 # -- one real query ----------------------------------------------------------------------------
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import struct
 import subprocess
 import sys
+import zipfile
+from pathlib import Path
 
 
 def test_the_daemon_starts_as_spark_runs_it_without_a_warning() -> None:
@@ -46,3 +48,24 @@ def test_workers_inherit_the_daemons_imports_frozen(spark) -> None:  # type: ign
     rows = spark.range(2, numPartitions=2).mapInArrow(inherited, "frozen long, pandas boolean")
     for row in rows.collect():
         assert row.frozen > 10_000 and row.pandas, row
+
+
+def test_the_daemon_drops_only_java_archives_without_python(tmp_path: Path) -> None:
+    # PySpark's worker invalidates the import caches before every task, which makes each
+    # zip importer read its whole archive again: Spark's core jar (6,000 entries) has no
+    # Python, so the daemon takes it off sys.path; anything that may hold Python stays.
+    from firesteel.core.spark import daemon
+
+    def archive(name: str, members: list[str]) -> str:
+        path = tmp_path / name
+        with zipfile.ZipFile(path, "w") as out:
+            for member in members:
+                out.writestr(member, "x = 1\n")
+        return str(path)
+
+    assert not daemon.holds_python(archive("core.jar", ["org/apache/A.class", "META-INF/x"]))
+    assert daemon.holds_python(archive("py.jar", ["org/A.class", "pyspark/__init__.py"]))
+    assert daemon.holds_python(archive("lib.zip", ["org/A.class"]))
+    assert daemon.holds_python(str(tmp_path))
+    (tmp_path / "broken.jar").write_bytes(b"not a zip")
+    assert daemon.holds_python(str(tmp_path / "broken.jar"))

@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -43,6 +44,11 @@ from firesteel.state.keygroups import KeyGroupRange
 
 TICK_COLUMN = "__firesteel_event_time_tick"
 """The input column of tick rows: the largest event time (epoch ms) an input task read."""
+
+FIRST_ROW_COLUMN = "__firesteel_first_row"
+"""The input column :class:`EventTimeTicks` sets true on an input task's first row, which the
+operator copies to every partition with the batch's time (so no second Python pass is
+needed to find that row)."""
 
 LATE_COLUMN = "__late"
 """With ``late="side-output"``: the result's column holding a late record (a struct of the
@@ -127,32 +133,44 @@ def epoch_ms(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
 @dataclass
 class EventTimeTicks:
     """The picklable ``mapInArrow`` function before the operator's shuffle: passes every
-    row through and appends, after an input task's last row, one tick row (all columns
-    null but :data:`TICK_COLUMN`) with the largest event time the task read."""
+    row through with :data:`TICK_COLUMN` null and :data:`FIRST_ROW_COLUMN` true on the
+    task's first row only, and appends, after an input task's last row, one tick row (all
+    columns null but :data:`TICK_COLUMN`, and :data:`FIRST_ROW_COLUMN` false) with the
+    largest event time the task read."""
 
     column: str
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         latest: int | None = None
         schema: pa.Schema | None = None
+        first = True
         for batch in batches:
             # Every column nullable, as the tick row needs (an input column may be declared
             # non-nullable, a literal for one): all batches of the task share one schema.
             schema = pa.schema(
-                [*(f.with_nullable(True) for f in batch.schema), pa.field(TICK_COLUMN, pa.int64())]
+                [
+                    *(f.with_nullable(True) for f in batch.schema),
+                    pa.field(TICK_COLUMN, pa.int64()),
+                    pa.field(FIRST_ROW_COLUMN, pa.bool_()),
+                ]
             )
+            flags = np.zeros(batch.num_rows, dtype=bool)
             if batch.num_rows:
                 # The largest instant, then its millisecond: flooring keeps the order.
                 stamp = pc.max(batch.column(self.column))
                 found = epoch_ms(pa.array([stamp.value], pa.int64()).cast(stamp.type))[0].as_py()
                 if found is not None and (latest is None or found > latest):
                     latest = found
+                flags[0], first = first, False
             ticks = pa.nulls(batch.num_rows, pa.int64())
-            yield pa.RecordBatch.from_arrays([*batch.columns, ticks], schema=schema)
+            yield pa.RecordBatch.from_arrays(
+                [*batch.columns, ticks, pa.array(flags, pa.bool_())], schema=schema
+            )
         if latest is None or schema is None:
             return
-        columns = [pa.nulls(1, f.type) for f in schema][:-1]
-        yield pa.RecordBatch.from_arrays([*columns, pa.array([latest], pa.int64())], schema=schema)
+        columns = [pa.nulls(1, f.type) for f in schema][:-2]
+        tick = [pa.array([latest], pa.int64()), pa.array([False], pa.bool_())]
+        yield pa.RecordBatch.from_arrays([*columns, *tick], schema=schema)
 
 
 def batch_max_event_time(received: pa.Table | None) -> int | None:

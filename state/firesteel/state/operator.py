@@ -46,7 +46,6 @@ timers wait for the next batch with rows, which keeps re-runs identical.
 from __future__ import annotations
 
 import contextlib
-import gc
 import io
 import logging
 import re
@@ -65,7 +64,7 @@ from firesteel.core.metrics.task import SNAPSHOT_BLOCKED_SECONDS, hand_over
 from firesteel.core.spi import ConfigError, FiresteelError, TaskScope
 from firesteel.core.storage import session_settings
 from firesteel.state import broadcast as broadcasts
-from firesteel.state import clock, coprocess, keygroups
+from firesteel.state import clock, coprocess, keygroups, nogc
 from firesteel.state import eventtime as et
 from firesteel.state.backend import (
     KeyedStateStore,
@@ -189,7 +188,7 @@ def stateful(
         raise ConfigError(msg)
     reserved = {KEY_GROUP_COLUMN, BATCH_TIME_COLUMN, ROUTE_COLUMN, broadcasts.BROADCAST_COLUMN}
     if event_time is not None:
-        reserved |= {et.TICK_COLUMN, et.LATE_COLUMN}
+        reserved |= {et.TICK_COLUMN, et.FIRST_ROW_COLUMN, et.LATE_COLUMN}
     clash = reserved & set(df.columns)
     if clash:
         msg = f"stateful(): input column '{sorted(clash)[0]}' is reserved by firesteel"
@@ -259,7 +258,12 @@ def stateful(
         restore.claim(df.sparkSession, operator)
 
     key_group = keygroups.key_group_column(key_columns, max_parallelism)
-    first_of_task = _first_row_of_task()(F.spark_partition_id())
+    # With event time the ticks' pass over the input flags each task's first row already.
+    first_of_task = (
+        _first_row_of_task()(F.spark_partition_id())
+        if times is None
+        else F.col(et.FIRST_ROW_COLUMN)
+    )
     route = F.when(first_of_task, F.sequence(F.lit(-parallelism), F.lit(0))).otherwise(
         F.array(F.lit(0))
     )
@@ -276,7 +280,7 @@ def stateful(
     staged = (
         df.withColumn(ROUTE_COLUMN, F.explode(route))
         .withColumn(KEY_GROUP_COLUMN, F.when(routed < 0, routed).otherwise(key_group).cast("int"))
-        .drop(ROUTE_COLUMN)
+        .drop(ROUTE_COLUMN, et.FIRST_ROW_COLUMN)
         .withColumn(BATCH_TIME_COLUMN, F.current_timestamp())
         .repartitionById(parallelism, partition.cast("int"))
     )
@@ -360,9 +364,10 @@ def _nullable(schema: StructType) -> StructType:
 
 def _with_ticks(df: DataFrame, column: str) -> DataFrame:
     """``df`` with the tick rows of :class:`~firesteel.state.eventtime.EventTimeTicks`."""
-    from pyspark.sql.types import LongType, StructField
+    from pyspark.sql.types import BooleanType, LongType, StructField
 
     schema = _nullable(df.schema).add(StructField(et.TICK_COLUMN, LongType(), True))
+    schema = schema.add(StructField(et.FIRST_ROW_COLUMN, BooleanType(), True))
     return df.mapInArrow(et.EventTimeTicks(column), schema)
 
 
@@ -490,25 +495,12 @@ def run_task(
 ) -> Iterator[pa.RecordBatch]:
     """One operator task (see module docs). A generator: Spark pulls the output.
 
-    Python's cyclic garbage collector is paused while the task runs (Mercurial's
-    ``nogc``): a task allocates per key and window while the state it holds, restored or
-    built, is millions of long-lived objects, which each full collection would walk again
-    (half of a session-window task's time at 20k keys). Reference counting still frees
-    what the task drops; cycles wait for the collector's next run after the task.
+    Python's cyclic garbage collector is paused while the task runs, and the objects left
+    after it are frozen, so no collection walks the state the worker holds again and again
+    (see :mod:`firesteel.state.nogc`).
     """
-    with _cyclic_gc_paused():
+    with nogc.operator_task():
         yield from _run_task(operator, task, batches)
-
-
-@contextlib.contextmanager
-def _cyclic_gc_paused() -> Iterator[None]:
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _run_task(
@@ -559,8 +551,15 @@ def _run_task(
         if handle.event_timers is not None and handle.watermark_ms is not None:
             handle.time_domain = et.TimeDomain.EVENT_TIME
             # A timer that on_timer registers at or behind the watermark fires now too.
+            batched = type(processor).on_event_timers is not KeyedProcessor.on_event_timers
             while due := handle.event_timers.pop_due(handle.watermark_ms):
-                yield from _fire(processor, store, handle, main, due)
+                if batched:
+                    _call(
+                        _round, (), (processor, due), handle, main.builder, what="on_event_timers"
+                    )
+                    yield from main.drain()
+                else:
+                    yield from _fire(processor, store, handle, main, due)
         handle.time_domain = None
         if table is not None:
             yield from _process_input(operator, store, handle, main, table=table, task=task)
@@ -617,6 +616,12 @@ class _MainOutput:
                 yield batch
             else:
                 yield et.with_empty_late(batch, self.late_type)
+
+
+def _round(_key: tuple[()], given: tuple[KeyedProcessor, Any], handle: KeyState) -> Any:
+    """A round of due event-time timers handed to ``on_event_timers`` at once."""
+    processor, due = given
+    return processor.on_event_timers(due, handle)
 
 
 def _fire(

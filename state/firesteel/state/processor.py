@@ -19,7 +19,8 @@ Call order, per task (one operator partition of one micro-batch):
    event-time timer at or behind the batch's watermark, oldest first; ``state.time_domain``
    says which -- before new input, because the time passed before the input was processed.
    An event-time timer registered in ``on_timer`` at or behind the watermark fires in the
-   same batch.
+   same batch. A processor that overrides ``on_event_timers`` gets each round of due
+   event-time timers in one call instead.
 3. ``process(key, rows, state)`` once per key present in the batch, keys in
    order of first appearance in the task's input (grouped by hash, not sorted);
    ``rows`` holds all of the key's rows of this batch in input order (a
@@ -203,6 +204,13 @@ class KeyState:
         """This key's pending timers (epoch milliseconds, ascending)."""
         return self._store.timers()
 
+    def select_key(self, key: Key, key_group: int) -> None:
+        """Make ``key`` (of ``key_group``) the current key: only inside ``on_event_timers``,
+        for the keys of its timers."""
+        self._store.set_current_key(key, key_group)
+        self.key = key
+        self.key_group = key_group
+
     def _event_timers(self) -> EventTimers:
         if self.event_timers is None:
             msg = (
@@ -279,6 +287,17 @@ class KeyedProcessor:
     def on_timer(self, key: Key, timestamp_ms: int, state: KeyState) -> Output:
         """Called for each due timer of ``key`` (``state.time_domain`` says which clock);
         returns output rows."""
+        return None
+
+    def on_event_timers(self, timers: Sequence[tuple[int, int, Key]], state: KeyState) -> Output:
+        """Called, when a processor overrides it, in place of ``on_timer`` for event-time
+        timers: once per round of due timers, with every ``(timestamp, key_group, key)`` of
+        the round in firing order (timestamp, then key group, then key as registered). It
+        makes each key current with ``state.select_key(key, key_group)`` before touching its
+        state, and returns the output rows of the whole round (a ``pyarrow.Table`` saves a
+        conversion per row). Timers it registers at or behind the watermark come in the
+        next round of the same batch. For processors that fire many timers a batch, done
+        once per round rather than once per timer (the window operator's due windows)."""
         return None
 
     def process_broadcast(self, record: dict[str, Any], ctx: BroadcastContext) -> Output:

@@ -539,6 +539,62 @@ class WindowAggregate(KeyedProcessor):
             if end - 1 + self._lateness <= timestamp_ms:
                 store.remove(start)
 
+    def on_event_timers(
+        self, timers: Sequence[tuple[int, int, Key]], state: KeyState
+    ) -> pa.Table | list[dict[str, Any]]:
+        """A round of due event-time timers at once: the due windows' results as one Arrow
+        table when the aggregate has an Arrow form (its results are plain values), else
+        ``on_timer``'s rows, timer by timer. Either way each key's state is read once per
+        timer, its due windows emitted in start order and its expired windows purged."""
+        if self.aggregate.arrow_aggregations() is None:
+            rows: list[dict[str, Any]] = []
+            for timestamp, key_group, key in timers:
+                state.select_key(key, key_group)
+                rows.extend(self.on_timer(key, timestamp, state))
+            return rows
+        keys: list[Key] = []
+        starts: list[int] = []
+        ends: list[int] = []
+        results: list[Mapping[str, Any]] = []
+        lateness = self._lateness
+        for timestamp, key_group, key in timers:
+            state.select_key(key, key_group)
+            store = cast(MapState, state.get(self.windows))
+            kept = store.items()
+            for start, (end, accumulator) in sorted(kept) if len(kept) > 1 else kept:
+                if end - 1 == timestamp:
+                    keys.append(key)
+                    starts.append(start)
+                    ends.append(end)
+                    results.append(self.aggregate.get_result(accumulator))
+                if end - 1 + lateness <= timestamp:
+                    store.remove(start)
+        return self._results_table(keys, starts, ends, results) if keys else []
+
+    def _results_table(
+        self,
+        keys: list[Key],
+        starts: list[int],
+        ends: list[int],
+        results: list[Mapping[str, Any]],
+    ) -> pa.Table:
+        """Final window results (at least one) as an Arrow table, which the operator casts
+        to the output schema: key columns, bounds as UTC millisecond timestamps, the result
+        columns."""
+        stamp = pa.timestamp("ms", tz="UTC")
+        columns: dict[str, Any] = {
+            name: pa.array(list(values))
+            for name, values in zip(self._key_columns, zip(*keys, strict=True), strict=True)
+        }
+        columns["window_start"] = pa.array(starts, pa.int64()).cast(stamp)
+        columns["window_end"] = pa.array(ends, pa.int64()).cast(stamp)
+        names = list(results[0]) if results else []
+        for name in names:
+            columns[name] = pa.array([result.get(name) for result in results])
+        if self._early:
+            columns[IS_FINAL] = pa.array([True] * len(starts), pa.bool_())
+        return pa.table(columns)
+
     def _early_results(
         self, key: Key, store: MapState, state: KeyState
     ) -> Iterator[dict[str, Any]]:

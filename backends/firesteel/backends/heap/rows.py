@@ -191,6 +191,23 @@ class _StateRows:
             expires=expires,
         )
 
+    def map_entries(
+        self, packed_keys: list[bytes], user_keys: list[Any], entries: list[Any], op: int
+    ) -> None:
+        """Rows of single map entries of many keys (``entries[i]`` of ``user_keys[i]`` of
+        ``packed_keys[i]``), all with operation ``op``."""
+        ttl = self.ttl
+        values = [e[0] for e in entries] if ttl else entries
+        self.rows.extend(
+            self.key_group,
+            self.name,
+            op,
+            packed_keys,
+            user_keys=_packed_user_keys(user_keys),
+            values=self._dump(values),
+            expires=[e[1] for e in entries] if ttl else None,
+        )
+
     def replace(self, packed: bytes, content: Any, op: int) -> None:
         """A ``CLEAR`` row for one key, then rows of its whole list or map (see :meth:`entries`)."""
         self.rows.extend(self.key_group, self.name, fmt.OP_CLEAR, [packed])
@@ -253,17 +270,7 @@ class BodyWriter:
             else:
                 for key in slot.cleared:
                     out.replace(self._packer(key), table.get(key, {}), fmt.OP_PUT)
-                for key, user_key in slot.changed:
-                    if key in slot.cleared:
-                        continue
-                    entries_of_key = table.get(key)
-                    entry = (
-                        _ABSENT if entries_of_key is None else entries_of_key.get(user_key, _ABSENT)
-                    )
-                    if entry is _ABSENT:
-                        out.delete([self._packer(key)], [pack(user_key)])
-                    else:
-                        out.entries(self._packer(key), {user_key: entry}, fmt.OP_PUT)
+                self._map_changes(out, slot)
             slot.reset_changes()
         timers = group.timers
         for key in timers.changed:
@@ -271,6 +278,34 @@ class BodyWriter:
             self.rows.extend(key_group, TIMERS, fmt.OP_CLEAR, [packed])
             _timer_rows(self.rows, key_group, packed, timers.table.get(key, ()))
         timers.reset_changes()
+
+    def _map_changes(self, out: _StateRows, slot: Any) -> None:
+        """A map state's changed entries (outside cleared keys): one ``PUT`` or ``DELETE`` row
+        each, written as two runs of rows (each entry changed once, so order is free)."""
+        table = slot.table
+        cleared = slot.cleared
+        put_keys: list[Any] = []
+        put_user_keys: list[Any] = []
+        put_entries: list[Any] = []
+        gone_keys: list[Any] = []
+        gone_user_keys: list[Any] = []
+        for key, user_key in slot.changed:
+            if key in cleared:
+                continue
+            entries_of_key = table.get(key)
+            entry = _ABSENT if entries_of_key is None else entries_of_key.get(user_key, _ABSENT)
+            if entry is _ABSENT:
+                gone_keys.append(key)
+                gone_user_keys.append(user_key)
+            else:
+                put_keys.append(key)
+                put_user_keys.append(user_key)
+                put_entries.append(entry)
+        if put_keys:
+            packed = [self._packer(key) for key in put_keys]
+            out.map_entries(packed, put_user_keys, put_entries, fmt.OP_PUT)
+        if gone_keys:
+            out.delete([self._packer(key) for key in gone_keys], _packed_user_keys(gone_user_keys))
 
 
 # -- restore -----------------------------------------------------------------------------

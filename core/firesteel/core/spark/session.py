@@ -50,7 +50,7 @@ workers and Kafka; the serial collector and C1-only JIT keep the JVM's own memor
 throughput; reused Python workers are started once; 2,000-row Arrow batches bound
 what each worker holds at once; two shuffle partitions match two cores; workers
 fork from firesteel's worker daemon (:mod:`firesteel.core.spark.daemon`), which
-imported pyarrow, PySpark's worker and firesteel before forking. Measured
+imported pyarrow, pandas, PySpark's worker and firesteel before forking. Measured
 (issue 36, Kafka -> Kafka exactly-once): a peak of 1.60 GB PSS for the whole
 process tree against 1.67 GB with a 2 GB driver, at the same throughput; most of
 it is Spark's Python processes, which no setting here removes. The heap starts at 64 MB
