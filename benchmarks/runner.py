@@ -187,8 +187,11 @@ def run_workload(workload: Workload, progress: bool) -> dict[str, Any]:
     firesteel, baseline = sides["firesteel"].summary(), sides["baseline"].summary()
     ratio = firesteel["median"] / baseline["median"] if baseline["median"] else math.inf
     finite = math.isfinite(ratio)
+    # A reported-only figure may well be 0 on the baseline's side (restarts, failures): no
+    # ratio then, but nothing failed. With a goal, no ratio means no verdict: an error.
+    judged = workload.goal is not None
     entry.update(
-        status="ok" if finite else "error",
+        status="ok" if finite or not judged else "error",
         firesteel=firesteel,
         baseline=baseline,
         ratio=ratio if finite else None,
@@ -197,7 +200,7 @@ def run_workload(workload: Workload, progress: bool) -> dict[str, Any]:
         load=[load_before, machine.load()],
     )
     if not finite:
-        entry["error"] = f"baseline median is {baseline['median']}: no ratio"
+        entry["error" if judged else "note"] = f"baseline median is {baseline['median']}: no ratio"
     return entry
 
 

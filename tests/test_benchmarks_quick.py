@@ -89,6 +89,34 @@ def test_a_partial_rerun_replaces_its_workloads_and_keeps_the_others(
     assert with_rerun(None, rerun) is rerun
 
 
+def test_a_zero_baseline_fails_a_judged_workload_and_not_a_reported_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.syspath_prepend(str(ROOT))
+    from benchmarks.framework import Workload
+    from benchmarks.runner import run_workload
+
+    def restarts(goal: float | None) -> Workload:
+        return Workload(
+            group="g",
+            name="restarts",
+            unit="restarts",
+            baseline_name="the other mode",
+            goal=goal,
+            firesteel=lambda: 0.0,
+            baseline=lambda: 0.0,
+            lower_is_better=True,
+            repetitions=1,
+            warmup=0,
+        )
+
+    reported = run_workload(restarts(None), progress=False)
+    assert reported["status"] == "ok" and reported["ratio"] is None, reported
+    assert "no ratio" in reported["note"]
+    judged = run_workload(restarts(1.0), progress=False)
+    assert judged["status"] == "error" and "no ratio" in judged["error"], judged
+
+
 def _benchmarks(*args: str, bootstrap: str = "") -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     if bootstrap:
