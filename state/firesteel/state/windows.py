@@ -32,7 +32,9 @@ batch. An aggregate with an Arrow form (``arrow_aggregations``: ``Count``, ``Sum
 ``Min``, ``Max``) folds a window's records of the batch in one hash aggregation and merges
 that into the window's accumulator; any other adds a key's records of a batch one by one
 in event-time order (ties in input order, which a re-run after a shuffle may not keep: make
-``add`` commutative for records of equal time).
+``add`` commutative for records of equal time). Under ``late="drop"``, tumbling and sliding
+windows (size a multiple of the slide) with such an aggregate are folded per key and window
+in each input task before the shuffle too (``combine``, :mod:`firesteel.state.combine`).
 Session windows merge when they overlap or touch, accumulators through ``merge``. Each
 result row holds the key columns, ``window_start`` and ``window_end`` (UTC timestamps) and
 the columns ``get_result`` returns.
