@@ -45,7 +45,7 @@ from firesteel.core.context import TaskScope
 from firesteel.state import BoundedOutOfOrderness, stateful
 from firesteel.state import eventtime as et
 from firesteel.state.backend import KeyedTask, OperatorSpec, StateBackend
-from firesteel.state.combine import Combiner
+from firesteel.state.combine import Combiner, partial_column
 from firesteel.state.keygroups import KeyGroupRange, operator_index
 from firesteel.state.operator import BATCH_TIME_COLUMN, KEY_GROUP_COLUMN, OperatorTask, run_task
 from firesteel.state.windows import (
@@ -249,3 +249,34 @@ def test_a_streaming_query_combines_and_counts_what_it_drops(spark: Any, tmp_pat
     query.awaitTermination()
     assert [(k, high) for k, _, high in sorted(seen)] == [("a", 7), ("a", 9), ("b", 1)]
     assert dropped(backend) == 3
+
+
+def test_a_combined_row_holds_its_records_partials_and_count() -> None:
+    combiner = WindowAggregate(TumblingEventTimeWindows(5 * SECONDS), Max("ts")).combiner(
+        ("k",), DROP
+    )
+    assert combiner is not None
+    assert combiner.input_columns() == ["k", "ts"]
+    stamps = [1_000, 4_999, 5_000, None, 2_000]
+    rows = pa.table(
+        {
+            "k": ["a", "a", "a", "a", "b"],
+            "ts": pa.array([None if t is None else t * 1000 for t in stamps], pa.int64()).cast(TS),
+            "v": [1, 2, 3, 4, 5],
+        }
+    )
+    combined = combiner.combine(rows)
+    found = {
+        (r["k"], r["ts"] and millis_of(r["ts"])): (r[partial_column(0)], r[et.COMBINED_COLUMN])
+        for r in combined.to_pylist()
+    }
+    assert {key: (top and millis_of(top), n) for key, (top, n) in found.items()} == {
+        ("a", 0): (4_999, 2),
+        ("a", 5_000): (5_000, 1),
+        ("a", None): (None, 1),
+        ("b", 0): (2_000, 1),
+    }
+
+
+def millis_of(stamp: dt.datetime) -> int:
+    return round(stamp.timestamp() * 1000)

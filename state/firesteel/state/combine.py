@@ -67,6 +67,20 @@ class Combiner:
             for spec in specs or ()
         )
 
+    def _targets(self) -> list[str]:
+        """The columns the aggregations read, once each, key columns aside."""
+        found: list[str] = []
+        for target, _ in self.specs:
+            for name in [target] if isinstance(target, str) else target:
+                if name not in found and name not in self.key_columns:
+                    found.append(name)
+        return found
+
+    def input_columns(self) -> list[str]:
+        """The input columns the combine reads (the others are left before the map side)."""
+        targets = [c for c in self._targets() if c != self.time_column]
+        return [*self.key_columns, self.time_column, *targets]
+
     def output_schema(self, schema: pa.Schema) -> pa.Schema | None:
         """The combined rows' schema for input rows of ``schema``: key and time columns as
         given, the partials, the record count; None where the combine does not apply (a
@@ -86,12 +100,7 @@ class Combiner:
         present = np.asarray(pc.is_valid(stamps).to_numpy(zero_copy_only=False), dtype=bool)
         millis = np.asarray(pc.fill_null(stamps, 0).to_numpy(zero_copy_only=False), np.int64)
         panes = pa.array(self.assigner.pane_starts(millis), pa.int64(), mask=~present)
-        needed: list[str] = []
-        for target, _ in self.specs:
-            for name in [target] if isinstance(target, str) else target:
-                if name not in needed and name not in self.key_columns:
-                    needed.append(name)
-        work = rows.select([*self.key_columns, *needed]).append_column(_PANE, panes)
+        work = rows.select([*self.key_columns, *self._targets()]).append_column(_PANE, panes)
         grouped = work.group_by([*self.key_columns, _PANE], use_threads=False).aggregate(
             [*self.specs, ([], "count_all")]
         )

@@ -373,6 +373,9 @@ def _with_ticks(df: DataFrame, column: str, combine: Combiner | None) -> DataFra
     schema = given if combine is None else _combined_schema(given, combine)
     if schema is None:
         schema, combine = given, None
+    elif combine is not None:
+        # Only the columns the combine reads cross from the JVM to the map side's worker.
+        df = df.select(*combine.input_columns())
     schema = schema.add(StructField(et.TICK_COLUMN, LongType(), True))
     schema = schema.add(StructField(et.FIRST_ROW_COLUMN, BooleanType(), True))
     return df.mapInArrow(et.EventTimeTicks(column, combine), schema)
