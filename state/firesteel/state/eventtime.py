@@ -29,7 +29,7 @@ import datetime as dt
 import enum
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 import pyarrow as pa
@@ -42,6 +42,9 @@ from firesteel.state.clock import CLOCK_KEY
 from firesteel.state.descriptors import reserved_value_state
 from firesteel.state.keygroups import KeyGroupRange
 
+if TYPE_CHECKING:
+    from firesteel.state.combine import Combiner
+
 TICK_COLUMN = "__firesteel_event_time_tick"
 """The input column of tick rows: the largest event time (epoch ms) an input task read."""
 
@@ -49,6 +52,10 @@ FIRST_ROW_COLUMN = "__firesteel_first_row"
 """The input column :class:`EventTimeTicks` sets true on an input task's first row, which the
 operator copies to every partition with the batch's time (so no second Python pass is
 needed to find that row)."""
+
+COMBINED_COLUMN = "__firesteel_combined__"
+"""With a map-side combine (:mod:`firesteel.state.combine`): the input column holding how many
+records a combined row stands for (a dropped late row counts as that many)."""
 
 LATE_COLUMN = "__late"
 """With ``late="side-output"``: the result's column holding a late record (a struct of the
@@ -136,11 +143,18 @@ class EventTimeTicks:
     row through with :data:`TICK_COLUMN` null and :data:`FIRST_ROW_COLUMN` true on the
     task's first row only, and appends, after an input task's last row, one tick row (all
     columns null but :data:`TICK_COLUMN`, and :data:`FIRST_ROW_COLUMN` false) with the
-    largest event time the task read."""
+    largest event time the task read.
+
+    With ``combine``, the rows passed through are the task's records combined per key and
+    window pane (:mod:`firesteel.state.combine`): the whole task's input is read first."""
 
     column: str
+    combine: Combiner | None = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        if self.combine is not None:
+            yield from self._combined(self.combine, batches)
+            return
         latest: int | None = None
         schema: pa.Schema | None = None
         first = True
@@ -171,6 +185,37 @@ class EventTimeTicks:
         columns = [pa.nulls(1, f.type) for f in schema][:-2]
         tick = [pa.array([latest], pa.int64()), pa.array([False], pa.bool_())]
         yield pa.RecordBatch.from_arrays([*columns, *tick], schema=schema)
+
+    def _combined(
+        self, combine: Combiner, batches: Iterator[pa.RecordBatch]
+    ) -> Iterator[pa.RecordBatch]:
+        collected = [b for b in batches if b.num_rows]
+        if not collected:
+            return
+        rows = pa.Table.from_batches(collected)
+        stamp = pc.max(rows.column(self.column))
+        latest = epoch_ms(pa.array([stamp.value], pa.int64()).cast(stamp.type))[0].as_py()
+        combined = combine.combine(rows)
+        schema = pa.schema(
+            [
+                *(f.with_nullable(True) for f in combined.schema),
+                pa.field(TICK_COLUMN, pa.int64()),
+                pa.field(FIRST_ROW_COLUMN, pa.bool_()),
+            ]
+        )
+        first = True
+        for batch in combined.to_batches():
+            flags = np.zeros(batch.num_rows, dtype=bool)
+            if batch.num_rows:
+                flags[0], first = first, False
+            ticks = pa.nulls(batch.num_rows, pa.int64())
+            yield pa.RecordBatch.from_arrays(
+                [*batch.columns, ticks, pa.array(flags, pa.bool_())], schema=schema
+            )
+        if latest is not None:
+            columns = [pa.nulls(1, f.type) for f in schema][:-2]
+            tick = [pa.array([latest], pa.int64()), pa.array([False], pa.bool_())]
+            yield pa.RecordBatch.from_arrays([*columns, *tick], schema=schema)
 
 
 def batch_max_event_time(received: pa.Table | None) -> int | None:

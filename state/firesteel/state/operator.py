@@ -82,6 +82,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
+    from firesteel.state.combine import Combiner
+
 logger = logging.getLogger(__name__)
 
 AFTER_SNAPSHOT = fault_point(
@@ -188,7 +190,7 @@ def stateful(
         raise ConfigError(msg)
     reserved = {KEY_GROUP_COLUMN, BATCH_TIME_COLUMN, ROUTE_COLUMN, broadcasts.BROADCAST_COLUMN}
     if event_time is not None:
-        reserved |= {et.TICK_COLUMN, et.FIRST_ROW_COLUMN, et.LATE_COLUMN}
+        reserved |= {et.TICK_COLUMN, et.FIRST_ROW_COLUMN, et.LATE_COLUMN, et.COMBINED_COLUMN}
     clash = reserved & set(df.columns)
     if clash:
         msg = f"stateful(): input column '{sorted(clash)[0]}' is reserved by firesteel"
@@ -241,7 +243,7 @@ def stateful(
             raise ConfigError(msg)
     input_schema = df.schema
     if times is not None:
-        df = _with_ticks(df, times.column)
+        df = _with_ticks(df, times.column, processor.combiner(key_columns, times))
     if broadcast is not None:
         if type(processor).process_broadcast is KeyedProcessor.process_broadcast:
             msg = f"stateful(): {type(processor).__name__} has no process_broadcast(record, ctx)"
@@ -362,13 +364,43 @@ def _nullable(schema: StructType) -> StructType:
     return StructType([StructField(f.name, f.dataType, True, f.metadata) for f in schema])
 
 
-def _with_ticks(df: DataFrame, column: str) -> DataFrame:
-    """``df`` with the tick rows of :class:`~firesteel.state.eventtime.EventTimeTicks`."""
+def _with_ticks(df: DataFrame, column: str, combine: Combiner | None) -> DataFrame:
+    """``df`` with the tick rows of :class:`~firesteel.state.eventtime.EventTimeTicks`, its
+    records combined by ``combine`` where that applies to ``df``'s columns."""
     from pyspark.sql.types import BooleanType, LongType, StructField
 
-    schema = _nullable(df.schema).add(StructField(et.TICK_COLUMN, LongType(), True))
+    given = _nullable(df.schema)
+    schema = given if combine is None else _combined_schema(given, combine)
+    if schema is None:
+        schema, combine = given, None
+    elif combine is not None:
+        # Only the columns the combine reads cross from the JVM to the map side's worker.
+        df = df.select(*combine.input_columns())
+    schema = schema.add(StructField(et.TICK_COLUMN, LongType(), True))
     schema = schema.add(StructField(et.FIRST_ROW_COLUMN, BooleanType(), True))
-    return df.mapInArrow(et.EventTimeTicks(column), schema)
+    return df.mapInArrow(et.EventTimeTicks(column, combine), schema)
+
+
+def _combined_schema(given: StructType, combine: Combiner) -> StructType | None:
+    """The Spark schema of ``combine``'s rows from input rows of ``given``, or None where the
+    combine does not apply to them."""
+    from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
+    from pyspark.sql.types import StructField, StructType
+
+    combined = combine.output_schema(to_arrow_schema(given, timezone="UTC"))
+    if combined is None:
+        return None
+    fields = []
+    for field in combined:
+        if field.name in given.fieldNames():
+            fields.append(given[field.name])
+            continue
+        try:
+            kind = from_arrow_type(field.type)
+        except TypeError:
+            return None
+        fields.append(StructField(field.name, kind, True))
+    return StructType(fields)
 
 
 def _with_late_column(output: StructType, given: StructType) -> tuple[StructType, pa.DataType]:
@@ -731,7 +763,7 @@ def _route_rejected(
         for records in rejected:
             yield et.side_output_batch(records, operator.schema, operator.late_type)
         return
-    count = sum(records.num_rows for records in rejected)
+    count = sum(_records_in(records) for records in rejected)
     logger.info(
         "state: operator %s batch %d dropped %d late records of key group %d (watermark %s)",
         operator.spec.name,
@@ -742,6 +774,13 @@ def _route_rejected(
     )
     et.count_dropped_in(store, handle.key_group, count)
     store.set_current_key(handle.key, handle.key_group)
+
+
+def _records_in(rows: pa.Table) -> int:
+    """How many input records ``rows`` stand for (a combined row for several)."""
+    if et.COMBINED_COLUMN not in rows.column_names:
+        return rows.num_rows
+    return int(pc.sum(rows.column(et.COMBINED_COLUMN)).as_py() or 0)
 
 
 def _process_keys(

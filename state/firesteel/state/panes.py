@@ -65,8 +65,11 @@ def key_panes(
     aggregate: AggregateFunction,
     watermark: int | None,
     lateness: int,
+    specs: Sequence[tuple[Any, ...]] | None,
 ) -> list[KeyPanes]:
-    """The panes of each key of ``rows`` (key ``i``'s rows start at ``starts[i]``)."""
+    """The panes of each key of ``rows`` (key ``i``'s rows start at ``starts[i]``), folded
+    with the Arrow form ``specs`` (the aggregate's, or its merge over combined rows) or,
+    when None, kept as records for ``add``."""
     count = rows.num_rows
     offsets = np.asarray(starts, dtype=np.int64)
     key_of_row = np.repeat(
@@ -96,6 +99,7 @@ def key_panes(
             end=end,
             first=first,
             aggregate=aggregate,
+            specs=specs,
             merging=assigner.merging,
         )
     placed = np.zeros(count, dtype=bool)
@@ -147,6 +151,7 @@ def _fill(
     end: np.ndarray,
     first: np.ndarray,
     aggregate: AggregateFunction,
+    specs: Sequence[tuple[Any, ...]] | None,
     merging: bool,
 ) -> None:
     """Append each pane to its key's list, with its partial accumulator or its records."""
@@ -160,7 +165,6 @@ def _fill(
         single = np.where(lone, record[first], -1).tolist()
     else:
         single = [-1] * len(heads)
-    specs = aggregate.arrow_aggregations()
     if specs is not None:
         partials = _partials(rows, record, first, specs, aggregate)
         for index, owner in enumerate(owners):

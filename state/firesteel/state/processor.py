@@ -67,7 +67,8 @@ from firesteel.state.descriptors import (
 
 if TYPE_CHECKING:
     from firesteel.state.broadcast import BroadcastContext
-    from firesteel.state.eventtime import EventTimers, TimeDomain
+    from firesteel.state.combine import Combiner
+    from firesteel.state.eventtime import EventTime, EventTimers, TimeDomain
 
 Output = Iterable[Any] | Any | None
 """What ``process`` and ``on_timer`` may return (see module docs)."""
@@ -277,6 +278,13 @@ class KeyedProcessor:
         partial accumulator per key and window here. ``state`` has the batch's watermark
         and processing time but no current key: read no keyed state here. Not called with
         ``input_format = "pandas"`` or a right input."""
+        return None
+
+    def combiner(self, key_columns: tuple[str, ...], event_time: EventTime) -> Combiner | None:
+        """Called once, when :func:`~firesteel.state.stateful` builds the plan, for an
+        operator in event time: a map-side combine (:mod:`firesteel.state.combine`) whose
+        rows ``process`` (through ``prepare``) folds exactly as the records they stand for,
+        or None (the default): the records themselves are shuffled."""
         return None
 
     def process(self, key: Key, rows: Any, state: KeyState) -> Output:

@@ -32,7 +32,9 @@ batch. An aggregate with an Arrow form (``arrow_aggregations``: ``Count``, ``Sum
 ``Min``, ``Max``) folds a window's records of the batch in one hash aggregation and merges
 that into the window's accumulator; any other adds a key's records of a batch one by one
 in event-time order (ties in input order, which a re-run after a shuffle may not keep: make
-``add`` commutative for records of equal time).
+``add`` commutative for records of equal time). Under ``late="drop"``, tumbling and sliding
+windows (size a multiple of the slide) with such an aggregate are folded per key and window
+in each input task before the shuffle too (``combine``, :mod:`firesteel.state.combine`).
 Session windows merge when they overlap or touch, accumulators through ``merge``. Each
 result row holds the key columns, ``window_start`` and ``window_end`` (UTC timestamps) and
 the columns ``get_result`` returns.
@@ -61,8 +63,9 @@ import pyarrow as pa
 from firesteel.core.spi import ConfigError
 from firesteel.state.api import MapState
 from firesteel.state.backend import Key
+from firesteel.state.combine import Combiner, merge_specs
 from firesteel.state.descriptors import MapStateDescriptor
-from firesteel.state.eventtime import EventTimers, TimeDomain
+from firesteel.state.eventtime import COMBINED_COLUMN, EventTime, EventTimers, TimeDomain
 from firesteel.state.panes import KeyPanes, Pane, key_panes
 from firesteel.state.processor import KeyedProcessor, KeyState, OpenContext
 
@@ -105,6 +108,16 @@ class WindowAssigner(ABC):
             np.asarray(end, dtype=np.int64),
         )
 
+    def panes(self) -> bool:
+        """Whether :meth:`pane_starts` is defined (False by default: no map-side combine)."""
+        return False
+
+    def pane_starts(self, ts: np.ndarray) -> np.ndarray:
+        """For a map-side combine: each event time's pane, the start of the times that
+        share all its windows, which lies in exactly those windows."""
+        msg = f"{type(self).__name__} has no panes"
+        raise NotImplementedError(msg)
+
 
 @dataclass(frozen=True)
 class TumblingEventTimeWindows(WindowAssigner):
@@ -129,6 +142,13 @@ class TumblingEventTimeWindows(WindowAssigner):
         size: int = self._size  # type: ignore[attr-defined]
         start = ts - (ts - self._offset) % size  # type: ignore[attr-defined]
         return np.arange(len(ts), dtype=np.int64), start, start + size
+
+    def panes(self) -> bool:
+        return True
+
+    def pane_starts(self, ts: np.ndarray) -> np.ndarray:
+        """A record's window is its pane."""
+        return self.assign_all(ts)[1]
 
 
 @dataclass(frozen=True)
@@ -170,6 +190,15 @@ class SlidingEventTimeWindows(WindowAssigner):
             starts.append(start[inside])
         start = np.concatenate(starts)
         return np.concatenate(indices), start, start + size
+
+    def panes(self) -> bool:
+        """Only when ``size`` is a multiple of ``slide`` do the times of one slide share all
+        their windows."""
+        return self._size % self._slide == 0  # type: ignore[attr-defined]
+
+    def pane_starts(self, ts: np.ndarray) -> np.ndarray:
+        """The start of the slide a time is in: the start of its latest window."""
+        return ts - (ts - self._offset) % self._slide  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
@@ -352,12 +381,21 @@ class WindowAggregate(KeyedProcessor):
     ``early_every``: also emit each window's current result every so much processing
     time until it is due (Flink's ``ContinuousProcessingTimeTrigger``); result rows then
     carry a boolean column ``is_final``, false on those early results.
+
+    ``combine``: with ``late="drop"``, tumbling windows or sliding ones whose size is a
+    multiple of their slide, and an aggregate whose Arrow form has partials (``Count``,
+    ``Sum``, ``Min``, ``Max``), each input task folds its records per key and window before
+    the shuffle (:mod:`firesteel.state.combine`, Spark's partial aggregation): the same
+    results and dropped count, far fewer rows shuffled. Under ``late="side-output"`` the
+    late records must reach the side output as themselves, so no combine is done there;
+    ``combine=False`` turns it off everywhere.
     """
 
     assigner: WindowAssigner
     aggregate: AggregateFunction
     allowed_lateness: dt.timedelta = dt.timedelta(0)
     early_every: dt.timedelta | None = None
+    combine: bool = True
 
     handles_late: ClassVar[bool] = True
     windows: ClassVar[MapStateDescriptor] = WINDOWS
@@ -418,9 +456,26 @@ class WindowAggregate(KeyedProcessor):
         now = state.processing_time_ms
         state.register_timer(now - now % self._early + self._early)
 
+    def combiner(self, key_columns: tuple[str, ...], event_time: EventTime) -> Combiner | None:
+        """The map-side combine where it is exact (see the class docs), else None."""
+        specs = self.aggregate.arrow_aggregations()
+        if (
+            not self.combine
+            or event_time.late != "drop"
+            or not self.assigner.panes()
+            or specs is None
+            or not Combiner.supports(specs)
+        ):
+            return None
+        return Combiner(key_columns, event_time.column, self.assigner, tuple(specs))
+
     def prepare(self, rows: pa.Table, starts: Sequence[int], state: KeyState) -> list[KeyPanes]:
-        """The batch's records as panes, one list per key (see :mod:`firesteel.state.panes`)."""
+        """The batch's records (or combined rows) as panes, one list per key (see
+        :mod:`firesteel.state.panes`)."""
         self._rows = rows
+        specs = self.aggregate.arrow_aggregations()
+        if COMBINED_COLUMN in rows.column_names and specs is not None:
+            specs = merge_specs(specs)
         return key_panes(
             rows,
             starts,
@@ -429,6 +484,7 @@ class WindowAggregate(KeyedProcessor):
             aggregate=self.aggregate,
             watermark=state.watermark_ms,
             lateness=self._lateness,
+            specs=specs,
         )
 
     def process(self, key: Key, rows: Any, state: KeyState) -> Iterator[dict[str, Any]]:
