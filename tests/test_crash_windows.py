@@ -109,3 +109,42 @@ def test_windows_and_interval_join_survive_sigkill_and_rescale(tmp_path: Path) -
     assert joined["pairs"] > 50, joined
     assert (joined["missing"], joined["duplicated"], joined["unexpected"]) == (0, 0, 0), joined
     assert joined["late"] == 0, joined
+
+
+def test_tumbling_windows_combined_before_the_shuffle_survive_sigkill_and_rescale(
+    tmp_path: Path,
+) -> None:
+    """Tumbling windows with ``late="drop"``: each input task combines its records per key
+    and window before the shuffle. Killed inside the sink's commit and after it, two tasks
+    lost in the run that completes, each start at another parallelism and input
+    partitioning: every window result exactly once, re-emitted only for allowed-lateness
+    updates, the dropped late records in none."""
+    source, out = tmp_path / "in", tmp_path / "out"
+    write_window_files(source, 0, FILES)
+    checkpoints, states = Spellings(tmp_path / "ck"), Spellings(tmp_path / "state")
+
+    def args(run: int) -> list[str]:
+        parallelism, partitions = RESTARTS[run % len(RESTARTS)]
+        return [
+            str(source),
+            str(out),
+            checkpoints(run),
+            states(run),
+            str(FILES_PER_BATCH),
+            parallelism,
+            partitions,
+            "tumbling",
+        ]
+
+    kills = [
+        at_point("driver.mid_commit", batch=1),
+        at_point("driver.after_commit", batch=3),
+        task_kills(["state.after_snapshot", "sink.after_write"], [3]),
+    ]
+    with CrashHarness(tmp_path / "harness", timeout=480) as harness:
+        result = harness.run(script("windows_job"), args, kills)
+    assert result.exit_codes == [-9, -9, 0], result.summary()
+    assert result.all_fired, result.summary()
+    found = check_window_output(out, FILES, FILES_PER_BATCH, operator="tumbling")
+    assert found["results"] and found["re_emitted"] and found["late"], found
+    assert (found["missing"], found["duplicated"], found["unexpected"]) == (0, 0, 0), found

@@ -17,6 +17,9 @@ Usage::
 - ``windows``: firesteel.files -> session windows with late data -> firesteel.files,
   with a random operator parallelism and input ``repartition`` on every restart, checked
   against a plain-Python reference (:class:`WindowsSoak`);
+- ``windows-combined``: the same input -> tumbling windows dropping late records, each
+  input task combining its records per key and window before the shuffle
+  (:class:`CombinedWindowsSoak`);
 - ``join``: two firesteel.files inputs -> the interval join -> firesteel.files, with a
   random operator parallelism on every restart, checked against the pairs the interval
   holds, joined in plain Python (:class:`JoinSoak`);
@@ -151,12 +154,19 @@ LOCAL_PATHS = {
 S3_SUFFIX = "-s3"
 WINDOWS = "windows"
 """The event-time path: session windows with late data (:class:`WindowsSoak`)."""
+COMBINED_WINDOWS = "windows-combined"
+"""The event-time path combined before the shuffle (:class:`CombinedWindowsSoak`)."""
 JOIN = "join"
 """The two-input event-time path: the interval join (:class:`JoinSoak`)."""
 PATHS = {
     **LOCAL_PATHS,
     **{name + S3_SUFFIX: path for name, path in LOCAL_PATHS.items()},
     WINDOWS: SoakPath(
+        "windows_job",
+        ("state.after_snapshot", "sink.after_write", "driver.before_commit", "driver.mid_commit"),
+        rescales=True,
+    ),
+    COMBINED_WINDOWS: SoakPath(
         "windows_job",
         ("state.after_snapshot", "sink.after_write", "driver.before_commit", "driver.mid_commit"),
         rescales=True,
@@ -490,6 +500,8 @@ class WindowsSoak(_EventTimeSoak):
     result and late record exactly once, re-emitted only for allowed-lateness updates."""
 
     path = WINDOWS
+    operator = "sessions"
+    """The job's window operator (``windows_job.py``'s last argument; the default)."""
 
     def feed(self) -> None:
         write_window_files(self.source, self.files, FILES_PER_CYCLE)
@@ -499,13 +511,28 @@ class WindowsSoak(_EventTimeSoak):
         return [*super().args(run), str(self.rng.randint(0, 3))]
 
     def check(self) -> dict[str, int]:
-        found = check_window_output(self.out, self.files, int(FILES_PER_BATCH))
+        found = check_window_output(
+            self.out, self.files, int(FILES_PER_BATCH), operator=self.operator
+        )
         return {
             "records": self.files * WINDOW_ROWS_PER_FILE,
             "lost": found["missing"],
             "duplicated": found["duplicated"],
             "unexpected": found["unexpected"],
         }
+
+
+class CombinedWindowsSoak(WindowsSoak):
+    """The ``windows-combined`` path: the ``windows`` path's input and restarts -> tumbling
+    windows with ``late="drop"``, each input task combining its records per key and window
+    before the shuffle (:func:`~firesteel.testing.windows.tumbling_counts`): every window
+    result exactly once, re-emitted only for allowed-lateness updates, no late record."""
+
+    path = COMBINED_WINDOWS
+    operator = "tumbling"
+
+    def args(self, run: int) -> list[str]:
+        return [*super().args(run), self.operator]
 
 
 class JoinSoak(_EventTimeSoak):
@@ -751,6 +778,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ) -> AbstractContextManager[SoakRun]:
         if name == WINDOWS:
             return nullcontext(WindowsSoak(workdir, rng, saved))
+        if name == COMBINED_WINDOWS:
+            return nullcontext(CombinedWindowsSoak(workdir, rng, saved))
         if name == JOIN:
             return nullcontext(JoinSoak(workdir, rng, saved))
         if not name.endswith(S3_SUFFIX):

@@ -14,8 +14,9 @@ it), it emits each of its windows not yet due as an early result, and is woken a
 next multiple while one is left.
 
 The crash path (``scripts/windows_job.py``, the ``windows`` soak path): Parquet files of
-``(seq, key, ts)`` -> session windows with late data (:func:`session_counts`) -> the
-transactional file sink. :func:`write_window_files` writes its input, a fixed number of
+``(seq, key, ts)`` -> session windows with late data (:func:`session_counts`), or tumbling
+windows dropping late records and combined before the shuffle (:func:`tumbling_counts`)
+-> the transactional file sink. :func:`write_window_files` writes its input, a fixed number of
 files per batch, so the batches are known without reading the checkpoint;
 :func:`check_window_output` reads the output with pyarrow and compares it with the
 reference fed the same batches.
@@ -37,7 +38,12 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from firesteel.state import BoundedOutOfOrderness, StateBackend, stateful
-from firesteel.state.windows import AggregateFunction, EventTimeSessionWindows, WindowAggregate
+from firesteel.state.windows import (
+    AggregateFunction,
+    EventTimeSessionWindows,
+    TumblingEventTimeWindows,
+    WindowAggregate,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -156,6 +162,7 @@ class WindowReference:
 # -- the crash path ----------------------------------------------------------------------------
 
 GAP_MS = 3_000
+TUMBLE_MS = 5_000
 BOUND_MS = 2_000
 LATENESS_MS = 4_000
 ORIGIN_MS = 1_800_000_000_000
@@ -184,6 +191,18 @@ class CountAndSum(AggregateFunction):
         return [a[0] + b[0], a[1] + b[1]]
 
 
+@dataclass(frozen=True)
+class ArrowCountAndSum(CountAndSum):
+    """:class:`CountAndSum` with an Arrow form, so a window operator may combine it before
+    the shuffle."""
+
+    def arrow_aggregations(self) -> Sequence[tuple[Any, ...]]:
+        return [([], "count_all"), (self.of, "sum")]
+
+    def from_arrow(self, values: Sequence[Any]) -> list[int]:
+        return [int(values[0]), int(values[1] or 0)]
+
+
 OUTPUT_SCHEMA = "key string, window_start timestamp, window_end timestamp, count long, seq_sum long"
 
 
@@ -209,6 +228,34 @@ def session_counts(
         max_parallelism=16,
         event_time="ts",
         watermark=BoundedOutOfOrderness(BOUND_MS * ms),
+    )
+
+
+def tumbling_counts(
+    records: DataFrame, backend: StateBackend, parallelism: int, input_partitions: int
+) -> DataFrame:
+    """Tumbling windows (:data:`TUMBLE_MS`) per key of ``records``, allowed lateness
+    :data:`LATENESS_MS`, late records dropped (``late="drop"``), so each input task combines
+    its records per key and window before the shuffle (``firesteel.state.combine``)."""
+    if input_partitions > 0:
+        records = records.repartition(input_partitions)
+    ms = dt.timedelta(milliseconds=1)
+    return stateful(
+        records,
+        key="key",
+        processor=WindowAggregate(
+            TumblingEventTimeWindows(TUMBLE_MS * ms),
+            ArrowCountAndSum(),
+            allowed_lateness=LATENESS_MS * ms,
+        ),
+        output_schema=OUTPUT_SCHEMA,
+        backend=backend,
+        name=OPERATOR,
+        parallelism=parallelism,
+        max_parallelism=16,
+        event_time="ts",
+        watermark=BoundedOutOfOrderness(BOUND_MS * ms),
+        late="drop",
     )
 
 
@@ -251,9 +298,17 @@ def write_window_files(folder: Path, first: int, count: int, seed: int = 0) -> N
         os.replace(folder / f".{target.name}", target)
 
 
-def expected_windows(files: int, files_per_batch: int, seed: int = 0) -> Counter[Emitted]:
-    """What the path must emit over ``files`` files read ``files_per_batch`` to a batch."""
-    reference = WindowReference("session", GAP_MS, BOUND_MS, LATENESS_MS)
+def expected_windows(
+    files: int, files_per_batch: int, seed: int = 0, operator: str = "sessions"
+) -> Counter[Emitted]:
+    """What the path must emit over ``files`` files read ``files_per_batch`` to a batch
+    (``operator``: ``sessions``, :func:`session_counts`, or ``tumbling``,
+    :func:`tumbling_counts`); the late records are those it must send to its side output,
+    or drop."""
+    if operator == "sessions":
+        reference = WindowReference("session", GAP_MS, BOUND_MS, LATENESS_MS)
+    else:
+        reference = WindowReference("tumbling", TUMBLE_MS, BOUND_MS, LATENESS_MS)
     total: Counter[Emitted] = Counter()
     for first in range(0, files, files_per_batch):
         batch = [
@@ -292,18 +347,22 @@ def read_window_output(out: str | Path) -> Counter[Emitted]:
 
 
 def check_window_output(
-    out: str | Path, files: int, files_per_batch: int, seed: int = 0
+    out: str | Path, files: int, files_per_batch: int, seed: int = 0, operator: str = "sessions"
 ) -> dict[str, int]:
     """Counts of what the output got wrong against the reference: ``missing`` (expected
     results or late records not there), ``duplicated`` (there more often than expected),
-    ``unexpected`` (never expected); also ``results``, ``re_emitted`` and ``late``."""
-    expected = expected_windows(files, files_per_batch, seed)
+    ``unexpected`` (never expected); also ``results``, ``re_emitted`` and ``late`` (the
+    late records, which the ``tumbling`` operator must drop: expected in its output none)."""
+    reference = expected_windows(files, files_per_batch, seed, operator)
+    expected = reference
+    if operator == "tumbling":
+        expected = Counter({e: c for e, c in reference.items() if e[0] != "late"})
     found = read_window_output(out)
     windows = Counter(e[1:4] for e in expected.elements() if e[0] == "window")
     return {
         "results": sum(c for e, c in expected.items() if e[0] == "window"),
         "re_emitted": sum(c - 1 for c in windows.values()),
-        "late": sum(c for e, c in expected.items() if e[0] == "late"),
+        "late": sum(c for e, c in reference.items() if e[0] == "late"),
         "missing": sum((expected - found).values()),
         "duplicated": sum((found - expected)[e] for e in expected),
         "unexpected": sum(c for e, c in found.items() if e not in expected),

@@ -1,7 +1,12 @@
-"""Crash-test job: firesteel.files source -> session windows with late data -> firesteel.files.
+"""Crash-test job: firesteel.files source -> event-time windows -> firesteel.files.
 
 Usage: windows_job.py <input dir> <output dir> <checkpoint> <state uri> <files per batch>
-<parallelism> <input partitions>
+<parallelism> <input partitions> [sessions | tumbling]
+
+``sessions`` (the default): session windows with late data to the side output
+(:func:`~firesteel.testing.windows.session_counts`); ``tumbling``: tumbling windows dropping
+late records, combined per key and window before the shuffle
+(:func:`~firesteel.testing.windows.tumbling_counts`).
 
 Input rows are ``(seq, key, ts)`` (:func:`~firesteel.testing.windows.write_window_files`);
 the output holds one row per emitted session window ``(key, window_start, window_end,
@@ -17,15 +22,16 @@ import sys
 
 from firesteel.backends import FilesystemBackend
 from firesteel.testing.jobs import job_session, read_parquet_files, write_files_exactly_once
-from firesteel.testing.windows import session_counts
+from firesteel.testing.windows import session_counts, tumbling_counts
 
 
 def main() -> None:
     source, out, checkpoint, state_uri, files_per_batch, parallelism, partitions = sys.argv[1:8]
+    operator = tumbling_counts if sys.argv[8:9] == ["tumbling"] else session_counts
     spark = job_session("firesteel-windows-crash")
     records = read_parquet_files(spark, source, files_per_batch)
     backend = FilesystemBackend(state_uri, full_snapshot_every=3, retain=3)
-    windows = session_counts(records, backend, int(parallelism), int(partitions))
+    windows = operator(records, backend, int(parallelism), int(partitions))
     write_files_exactly_once(spark, windows, out, checkpoint)
 
 
