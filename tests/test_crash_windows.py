@@ -44,8 +44,9 @@ JOIN_PARALLELISM = ["2", "3", "1"]
 """The join's operator parallelism of each start."""
 
 
-def windows_part(root: Path) -> Part:
-    """Session windows with late data, local files in and out."""
+def windows_part(root: Path, operator: str = "sessions") -> Part:
+    """Session windows with late data (or ``operator`` ``tumbling``: tumbling windows
+    dropping late records, combined before the shuffle), local files in and out."""
     source, out = root / "in", root / "out"
     write_window_files(source, 0, FILES)
     checkpoints, states = Spellings(root / "ck"), Spellings(root / "state")
@@ -60,6 +61,7 @@ def windows_part(root: Path) -> Part:
             str(FILES_PER_BATCH),
             parallelism,
             partitions,
+            operator,
         ]
 
     return Part("windows", script("windows_job"), args)
@@ -119,32 +121,16 @@ def test_tumbling_windows_combined_before_the_shuffle_survive_sigkill_and_rescal
     lost in the run that completes, each start at another parallelism and input
     partitioning: every window result exactly once, re-emitted only for allowed-lateness
     updates, the dropped late records in none."""
-    source, out = tmp_path / "in", tmp_path / "out"
-    write_window_files(source, 0, FILES)
-    checkpoints, states = Spellings(tmp_path / "ck"), Spellings(tmp_path / "state")
-
-    def args(run: int) -> list[str]:
-        parallelism, partitions = RESTARTS[run % len(RESTARTS)]
-        return [
-            str(source),
-            str(out),
-            checkpoints(run),
-            states(run),
-            str(FILES_PER_BATCH),
-            parallelism,
-            partitions,
-            "tumbling",
-        ]
-
+    part = windows_part(tmp_path, "tumbling")
     kills = [
         at_point("driver.mid_commit", batch=1),
         at_point("driver.after_commit", batch=3),
         task_kills(["state.after_snapshot", "sink.after_write"], [3]),
     ]
     with CrashHarness(tmp_path / "harness", timeout=480) as harness:
-        result = harness.run(script("windows_job"), args, kills)
+        result = harness.run(part.script, part.args, kills)
     assert result.exit_codes == [-9, -9, 0], result.summary()
     assert result.all_fired, result.summary()
-    found = check_window_output(out, FILES, FILES_PER_BATCH, operator="tumbling")
+    found = check_window_output(tmp_path / "out", FILES, FILES_PER_BATCH, operator="tumbling")
     assert found["results"] and found["re_emitted"] and found["late"], found
     assert (found["missing"], found["duplicated"], found["unexpected"]) == (0, 0, 0), found

@@ -38,6 +38,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from firesteel.state import BoundedOutOfOrderness, StateBackend, stateful
+from firesteel.state.eventtime import LatePolicy
 from firesteel.state.windows import (
     AggregateFunction,
     EventTimeSessionWindows,
@@ -212,23 +213,10 @@ def session_counts(
     """Session windows (gap :data:`GAP_MS`) per key of ``records`` ``(seq, key, ts)``, with
     allowed lateness :data:`LATENESS_MS`; late records in the result's ``__late`` column.
     ``input_partitions`` > 0 repartitions the input first (a restart may change it)."""
-    if input_partitions > 0:
-        records = records.repartition(input_partitions)
-    ms = dt.timedelta(milliseconds=1)
-    return stateful(
-        records,
-        key="key",
-        processor=WindowAggregate(
-            EventTimeSessionWindows(GAP_MS * ms), CountAndSum(), allowed_lateness=LATENESS_MS * ms
-        ),
-        output_schema=OUTPUT_SCHEMA,
-        backend=backend,
-        name=OPERATOR,
-        parallelism=parallelism,
-        max_parallelism=16,
-        event_time="ts",
-        watermark=BoundedOutOfOrderness(BOUND_MS * ms),
+    processor = WindowAggregate(
+        EventTimeSessionWindows(GAP_MS * _MS), CountAndSum(), allowed_lateness=LATENESS_MS * _MS
     )
+    return _windowed(records, processor, backend, parallelism, input_partitions, late="side-output")
 
 
 def tumbling_counts(
@@ -237,25 +225,40 @@ def tumbling_counts(
     """Tumbling windows (:data:`TUMBLE_MS`) per key of ``records``, allowed lateness
     :data:`LATENESS_MS`, late records dropped (``late="drop"``), so each input task combines
     its records per key and window before the shuffle (``firesteel.state.combine``)."""
+    processor = WindowAggregate(
+        TumblingEventTimeWindows(TUMBLE_MS * _MS),
+        ArrowCountAndSum(),
+        allowed_lateness=LATENESS_MS * _MS,
+    )
+    return _windowed(records, processor, backend, parallelism, input_partitions, late="drop")
+
+
+_MS = dt.timedelta(milliseconds=1)
+
+
+def _windowed(
+    records: DataFrame,
+    processor: WindowAggregate,
+    backend: StateBackend,
+    parallelism: int,
+    input_partitions: int,
+    *,
+    late: LatePolicy,
+) -> DataFrame:
     if input_partitions > 0:
         records = records.repartition(input_partitions)
-    ms = dt.timedelta(milliseconds=1)
     return stateful(
         records,
         key="key",
-        processor=WindowAggregate(
-            TumblingEventTimeWindows(TUMBLE_MS * ms),
-            ArrowCountAndSum(),
-            allowed_lateness=LATENESS_MS * ms,
-        ),
+        processor=processor,
         output_schema=OUTPUT_SCHEMA,
         backend=backend,
         name=OPERATOR,
         parallelism=parallelism,
         max_parallelism=16,
         event_time="ts",
-        watermark=BoundedOutOfOrderness(BOUND_MS * ms),
-        late="drop",
+        watermark=BoundedOutOfOrderness(BOUND_MS * _MS),
+        late=late,
     )
 
 

@@ -27,7 +27,9 @@ from firesteel.testing.windows import session_counts, tumbling_counts
 
 def main() -> None:
     source, out, checkpoint, state_uri, files_per_batch, parallelism, partitions = sys.argv[1:8]
-    operator = tumbling_counts if sys.argv[8:9] == ["tumbling"] else session_counts
+    operator = {"sessions": session_counts, "tumbling": tumbling_counts}[
+        sys.argv[8] if len(sys.argv) > 8 else "sessions"
+    ]
     spark = job_session("firesteel-windows-crash")
     records = read_parquet_files(spark, source, files_per_batch)
     backend = FilesystemBackend(state_uri, full_snapshot_every=3, retain=3)
