@@ -152,10 +152,15 @@ class EventTimeTicks:
     combine: Combiner | None = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        if self.combine is not None:
-            yield from self._combined(self.combine, batches)
-            return
         latest: int | None = None
+        if self.combine is not None:
+            collected = [b for b in batches if b.num_rows]
+            if not collected:
+                return
+            rows = pa.Table.from_batches(collected)
+            # The tick is the largest event time read: the combined rows carry pane starts.
+            latest = _largest_ms(rows.column(self.column))
+            batches = iter(self.combine.combine(rows).to_batches())
         schema: pa.Schema | None = None
         first = True
         for batch in batches:
@@ -170,11 +175,10 @@ class EventTimeTicks:
             )
             flags = np.zeros(batch.num_rows, dtype=bool)
             if batch.num_rows:
-                # The largest instant, then its millisecond: flooring keeps the order.
-                stamp = pc.max(batch.column(self.column))
-                found = epoch_ms(pa.array([stamp.value], pa.int64()).cast(stamp.type))[0].as_py()
-                if found is not None and (latest is None or found > latest):
-                    latest = found
+                if self.combine is None:
+                    found = _largest_ms(batch.column(self.column))
+                    if found is not None and (latest is None or found > latest):
+                        latest = found
                 flags[0], first = first, False
             ticks = pa.nulls(batch.num_rows, pa.int64())
             yield pa.RecordBatch.from_arrays(
@@ -186,36 +190,13 @@ class EventTimeTicks:
         tick = [pa.array([latest], pa.int64()), pa.array([False], pa.bool_())]
         yield pa.RecordBatch.from_arrays([*columns, *tick], schema=schema)
 
-    def _combined(
-        self, combine: Combiner, batches: Iterator[pa.RecordBatch]
-    ) -> Iterator[pa.RecordBatch]:
-        collected = [b for b in batches if b.num_rows]
-        if not collected:
-            return
-        rows = pa.Table.from_batches(collected)
-        stamp = pc.max(rows.column(self.column))
-        latest = epoch_ms(pa.array([stamp.value], pa.int64()).cast(stamp.type))[0].as_py()
-        combined = combine.combine(rows)
-        schema = pa.schema(
-            [
-                *(f.with_nullable(True) for f in combined.schema),
-                pa.field(TICK_COLUMN, pa.int64()),
-                pa.field(FIRST_ROW_COLUMN, pa.bool_()),
-            ]
-        )
-        first = True
-        for batch in combined.to_batches():
-            flags = np.zeros(batch.num_rows, dtype=bool)
-            if batch.num_rows:
-                flags[0], first = first, False
-            ticks = pa.nulls(batch.num_rows, pa.int64())
-            yield pa.RecordBatch.from_arrays(
-                [*batch.columns, ticks, pa.array(flags, pa.bool_())], schema=schema
-            )
-        if latest is not None:
-            columns = [pa.nulls(1, f.type) for f in schema][:-2]
-            tick = [pa.array([latest], pa.int64()), pa.array([False], pa.bool_())]
-            yield pa.RecordBatch.from_arrays([*columns, *tick], schema=schema)
+
+def _largest_ms(column: pa.Array | pa.ChunkedArray) -> int | None:
+    """The largest instant of ``column`` as epoch milliseconds (None when all are null):
+    the largest instant first, then its millisecond, since flooring keeps the order."""
+    stamp = pc.max(column)
+    found: int | None = epoch_ms(pa.array([stamp.value], pa.int64()).cast(stamp.type))[0].as_py()
+    return found
 
 
 def batch_max_event_time(received: pa.Table | None) -> int | None:

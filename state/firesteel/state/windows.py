@@ -588,10 +588,16 @@ class WindowAggregate(KeyedProcessor):
         if state.time_domain is TimeDomain.PROCESSING_TIME:
             yield from self._early_results(key, store, state)
             return
+        for start, end, accumulator in self._due(store, timestamp_ms):
+            yield self._row(key, start, end, accumulator)
+
+    def _due(self, store: MapState, timestamp_ms: int) -> Iterator[tuple[int, int, Any]]:
+        """A key's windows due at event-time timer ``timestamp_ms``, in start order, as
+        ``(start, end, accumulator)``; the windows expired by then are removed on the way."""
         kept = store.items()
         for start, (end, accumulator) in sorted(kept) if len(kept) > 1 else kept:
             if end - 1 == timestamp_ms:
-                yield self._row(key, start, end, accumulator)
+                yield start, end, accumulator
             if end - 1 + self._lateness <= timestamp_ms:
                 store.remove(start)
 
@@ -612,19 +618,14 @@ class WindowAggregate(KeyedProcessor):
         starts: list[int] = []
         ends: list[int] = []
         results: list[Mapping[str, Any]] = []
-        lateness = self._lateness
         for timestamp, key_group, key in timers:
             state.select_key(key, key_group)
             store = cast(MapState, state.get(self.windows))
-            kept = store.items()
-            for start, (end, accumulator) in sorted(kept) if len(kept) > 1 else kept:
-                if end - 1 == timestamp:
-                    keys.append(key)
-                    starts.append(start)
-                    ends.append(end)
-                    results.append(self.aggregate.get_result(accumulator))
-                if end - 1 + lateness <= timestamp:
-                    store.remove(start)
+            for start, end, accumulator in self._due(store, timestamp):
+                keys.append(key)
+                starts.append(start)
+                ends.append(end)
+                results.append(self.aggregate.get_result(accumulator))
         return self._results_table(keys, starts, ends, results) if keys else []
 
     def _results_table(
