@@ -172,23 +172,17 @@ class _StateRows:
 
     def entries(self, packed: bytes, content: Any, op: int) -> None:
         """Rows of one key's whole list or map (``content``), all with operation ``op``."""
+        if self.desc.kind is not StateKind.LIST:
+            self.map_entries([packed] * len(content), list(content), list(content.values()), op)
+            return
         ttl = self.ttl
-        if self.desc.kind is StateKind.LIST:
-            values = [e[0] for e in content] if ttl else content
-            expires = [e[1] for e in content] if ttl else None
-            user_keys = None
-        else:
-            user_keys = _packed_user_keys(content)
-            values = [e[0] for e in content.values()] if ttl else list(content.values())
-            expires = [e[1] for e in content.values()] if ttl else None
         self.rows.extend(
             self.key_group,
             self.name,
             op,
-            [packed] * len(values),
-            user_keys=user_keys,
-            values=self._dump(values),
-            expires=expires,
+            [packed] * len(content),
+            values=self._dump([e[0] for e in content] if ttl else content),
+            expires=[e[1] for e in content] if ttl else None,
         )
 
     def map_entries(
