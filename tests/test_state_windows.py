@@ -72,9 +72,12 @@ def window_job(
     parallelism: int,
     late: str = "side-output",
     restore: SavepointRestore | None = None,
+    aggregate: AggregateFunction | None = None,
 ) -> OperatorTask:
     assigner, _ = ASSIGNERS[kind]
-    processor = WindowAggregate(assigner, CountAndSum("v"), allowed_lateness=LATENESS_MS * MS)
+    processor = WindowAggregate(
+        assigner, aggregate or CountAndSum("v"), allowed_lateness=LATENESS_MS * MS
+    )
     spec = OperatorSpec("windows", ("k",), MAX_P, parallelism)
     times = et.EventTime("ts", BoundedOutOfOrderness(BOUND_MS * MS), late)  # type: ignore[arg-type]
     return OperatorTask(

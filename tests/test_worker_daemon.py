@@ -6,6 +6,7 @@ import struct
 import subprocess
 import sys
 import zipfile
+import zipimport
 from pathlib import Path
 
 
@@ -39,15 +40,57 @@ def test_workers_inherit_the_daemons_imports_frozen(spark) -> None:  # type: ign
 
         namespace = vars(pandas)
         walked = any(o is namespace for g in range(3) for o in gc.get_objects(generation=g))
+        # Zip archives on the path (none where PySpark is installed as a package) and any
+        # found later are served by the daemon's importer.
+        zips = {
+            type(finder).__name__
+            for finder in sys.path_importer_cache.values()
+            if isinstance(finder, zipimport.zipimporter)
+        }
+        hooks = {getattr(hook, "__name__", "") for hook in sys.path_hooks}
+        stable = zips <= {"StableZipImporter"} and "StableZipImporter" in hooks
+        stable = stable and zipimport.zipimporter not in sys.path_hooks
         for _ in batches:
             pass
         yield pa.record_batch(
-            [pa.array([gc.get_freeze_count()]), pa.array([not walked])], names=["frozen", "pandas"]
+            [
+                pa.array([gc.get_freeze_count()]),
+                pa.array([not walked]),
+                pa.array([stable]),
+            ],
+            names=["frozen", "pandas", "stable"],
         )
 
-    rows = spark.range(2, numPartitions=2).mapInArrow(inherited, "frozen long, pandas boolean")
+    schema = "frozen long, pandas boolean, stable boolean"
+    rows = spark.range(2, numPartitions=2).mapInArrow(inherited, schema)
     for row in rows.collect():
-        assert row.frozen > 10_000 and row.pandas, row
+        assert row.frozen > 10_000 and row.pandas and row.stable, row
+
+
+def test_a_stable_zip_importer_imports_and_keeps_its_directory(tmp_path: Path) -> None:
+    # PySpark's zip must stay importable (modules it imports lazily) though invalidating
+    # the import caches no longer re-reads it.
+    from firesteel.core.spark.daemon import StableZipImporter
+
+    path = tmp_path / "lib.zip"
+    with zipfile.ZipFile(path, "w") as out:
+        out.writestr("stable_zip_probe/__init__.py", "VALUE = 1\n")
+        out.writestr("stable_zip_probe/later.py", "VALUE = 2\n")
+    importer = StableZipImporter(str(path))
+    importer.invalidate_caches()
+    assert importer.find_spec("stable_zip_probe") is not None
+    sys.path.insert(0, str(path))
+    sys.path_importer_cache[str(path)] = importer
+    try:
+        import stable_zip_probe  # type: ignore[import-not-found]
+        from stable_zip_probe import later  # type: ignore[import-not-found]
+
+        assert (stable_zip_probe.VALUE, later.VALUE) == (1, 2)
+    finally:
+        sys.path.remove(str(path))
+        sys.path_importer_cache.pop(str(path), None)
+        for name in ("stable_zip_probe", "stable_zip_probe.later"):
+            sys.modules.pop(name, None)
 
 
 def test_the_daemon_drops_only_java_archives_without_python(tmp_path: Path) -> None:

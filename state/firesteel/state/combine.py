@@ -48,6 +48,19 @@ def merge_specs(specs: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     return [(partial_column(i), MERGES[spec[1]]) for i, spec in enumerate(specs)]
 
 
+def grouped(
+    table: pa.Table, keys: Sequence[str], specs: Sequence[tuple[Any, ...]]
+) -> tuple[list[pa.ChunkedArray], list[pa.ChunkedArray]]:
+    """One Arrow hash aggregation of ``table`` by ``keys``: the group keys' columns and the
+    aggregations' columns (in the order of ``specs``), one row per group."""
+    done = table.group_by(list(keys), use_threads=False).aggregate(list(specs))
+    count = len(keys)
+    # Arrow puts the group keys before the aggregations or, in older versions, after.
+    if done.column_names[:count] == list(keys):
+        return done.columns[:count], done.columns[count:]
+    return done.columns[-count:], done.columns[:-count]
+
+
 @dataclass(frozen=True)
 class Combiner:
     """The picklable map-side combine of one window operator (see module docs)."""
@@ -101,15 +114,9 @@ class Combiner:
         millis = np.asarray(pc.fill_null(stamps, 0).to_numpy(zero_copy_only=False), np.int64)
         panes = pa.array(self.assigner.pane_starts(millis), pa.int64(), mask=~present)
         work = rows.select([*self.key_columns, *self._targets()]).append_column(_PANE, panes)
-        grouped = work.group_by([*self.key_columns, _PANE], use_threads=False).aggregate(
-            [*self.specs, ([], "count_all")]
+        key_part, values = grouped(
+            work, [*self.key_columns, _PANE], [*self.specs, ([], "count_all")]
         )
-        keys = len(self.key_columns) + 1
-        # Arrow puts the group keys before the aggregations or, in older versions, after.
-        if grouped.column_names[:keys] == [*self.key_columns, _PANE]:
-            key_part, values = grouped.columns[:keys], grouped.columns[keys:]
-        else:
-            key_part, values = grouped.columns[-keys:], grouped.columns[:-keys]
         kind = rows.schema.field(self.time_column).type
         start = key_part[-1].cast(pa.timestamp("ms", tz=kind.tz)).cast(kind)
         names = [
@@ -121,4 +128,4 @@ class Combiner:
         return pa.table([*key_part[:-1], start, *values], names=names)
 
 
-__all__ = ["MERGES", "Combiner", "merge_specs", "partial_column"]
+__all__ = ["MERGES", "Combiner", "grouped", "merge_specs", "partial_column"]

@@ -316,11 +316,22 @@ def _stored(keys: set[Key] | list[Any]) -> list[Any]:
 
 
 def count_dropped(store: KeyedStateStore, late: pa.Table, key_group_column: str) -> None:
-    """Add the ``late`` records to :data:`LATE_DROPPED` of their key groups."""
+    """Add the ``late`` records to :data:`LATE_DROPPED` of their key groups (a combined row
+    as the records it stands for)."""
     counter = cast(ValueState, store.state(LATE_DROPPED))
-    for entry in pc.value_counts(late.column(key_group_column).combine_chunks()).to_pylist():
-        store.set_current_key(CLOCK_KEY, entry["values"])
-        counter.update((counter.value() or 0) + entry["counts"])
+    if COMBINED_COLUMN in late.column_names:
+        sums = late.group_by(key_group_column, use_threads=False).aggregate(
+            [(COMBINED_COLUMN, "sum")]
+        )
+        groups = sums.column(key_group_column).to_pylist()
+        counts = sums.column(f"{COMBINED_COLUMN}_sum").to_pylist()
+    else:
+        found = pc.value_counts(late.column(key_group_column).combine_chunks())
+        groups = found.field("values").to_pylist()
+        counts = found.field("counts").to_pylist()
+    for key_group, count in zip(groups, counts, strict=True):
+        store.set_current_key(CLOCK_KEY, key_group)
+        counter.update((counter.value() or 0) + count)
 
 
 def count_dropped_in(store: KeyedStateStore, key_group: int, count: int) -> None:

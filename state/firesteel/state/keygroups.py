@@ -23,6 +23,9 @@ from firesteel.core.spi import ConfigError
 DEFAULT_MAX_PARALLELISM = 128
 """Number of key groups when the user does not choose: Flink's default lower bound."""
 
+KEY_GROUP_COLUMN = "__firesteel_key_group"
+"""The column of the operator's input that holds each record's key group."""
+
 MAX_KEY_GROUPS = 32768
 """Upper bound of ``max_parallelism`` (Flink's, and the snapshot format's int16 column)."""
 

@@ -90,7 +90,7 @@ AFTER_SNAPSHOT = fault_point(
     "state.after_snapshot", "a task wrote its keyed-state snapshot, before the batch committed"
 )
 
-KEY_GROUP_COLUMN = "__firesteel_key_group"
+KEY_GROUP_COLUMN = keygroups.KEY_GROUP_COLUMN
 ROUTE_COLUMN = "__firesteel_route"
 BATCH_TIME_COLUMN = "__firesteel_batch_time"
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
@@ -580,7 +580,10 @@ def _run_task(
         due = store.pop_due_timers(now_ms) if batch_time is not None else []
         handle.time_domain = et.TimeDomain.PROCESSING_TIME
         yield from _fire(processor, store, handle, main, due)
-        if handle.event_timers is not None and handle.watermark_ms is not None:
+        if processor.processes_tables():
+            handle.time_domain = None
+            yield from _process_table(operator, store, handle, main, table=table, task=task)
+        elif handle.event_timers is not None and handle.watermark_ms is not None:
             handle.time_domain = et.TimeDomain.EVENT_TIME
             # A timer that on_timer registers at or behind the watermark fires now too.
             batched = type(processor).on_event_timers is not KeyedProcessor.on_event_timers
@@ -592,8 +595,8 @@ def _run_task(
                     yield from main.drain()
                 else:
                     yield from _fire(processor, store, handle, main, due)
-        handle.time_domain = None
-        if table is not None:
+        if not processor.processes_tables() and table is not None:
+            handle.time_domain = None
             yield from _process_input(operator, store, handle, main, table=table, task=task)
         if handle.event_timers is not None:
             handle.event_timers.save()
@@ -717,16 +720,7 @@ def _process_input(
     task: KeyedTask,
 ) -> Iterator[pa.RecordBatch]:
     spec = operator.spec
-    groups = table.column(KEY_GROUP_COLUMN)
-    bounds = pc.min_max(groups)
-    lowest, highest = bounds["min"].as_py(), bounds["max"].as_py()
-    if lowest not in task.key_groups or highest not in task.key_groups:
-        msg = (
-            f"operator '{spec.name}': partition {task.scope.partition_id} owns key groups "
-            f"{task.key_groups.label} but received key group {lowest}..{highest}; the input "
-            "was repartitioned between firesteel's shuffle and the operator"
-        )
-        raise FiresteelError(msg)
+    _check_key_groups(spec, task, table)
     processed, late = _split_late(
         operator, store, handle, table.drop_columns([BATCH_TIME_COLUMN]), task.scope.partition_id
     )
@@ -747,6 +741,45 @@ def _process_input(
     )
 
 
+def _check_key_groups(spec: OperatorSpec, task: KeyedTask, table: pa.Table) -> None:
+    """The task's records all belong to its key groups."""
+    bounds = pc.min_max(table.column(KEY_GROUP_COLUMN))
+    lowest, highest = bounds["min"].as_py(), bounds["max"].as_py()
+    if lowest not in task.key_groups or highest not in task.key_groups:
+        msg = (
+            f"operator '{spec.name}': partition {task.scope.partition_id} owns key groups "
+            f"{task.key_groups.label} but received key group {lowest}..{highest}; the input "
+            "was repartitioned between firesteel's shuffle and the operator"
+        )
+        raise FiresteelError(msg)
+
+
+def _process_table(
+    operator: OperatorTask,
+    store: KeyedStateStore,
+    handle: KeyState,
+    main: _MainOutput,
+    *,
+    table: pa.Table | None,
+    task: KeyedTask,
+) -> Iterator[pa.RecordBatch]:
+    """The task's input handed whole to ``process_table`` (also when it got none)."""
+    rows = None
+    if table is not None:
+        _check_key_groups(operator.spec, task, table)
+        rows = table.drop_columns([BATCH_TIME_COLUMN])
+    handle.key_groups = task.key_groups
+    _call(_whole, (), (operator.processor, rows), handle, main.builder, what="process_table")
+    if handle.rejected_late:
+        yield from _route_rejected(operator, store, handle)
+    yield from main.drain()
+
+
+def _whole(_key: tuple[()], given: tuple[KeyedProcessor, pa.Table | None], handle: KeyState) -> Any:
+    processor, rows = given
+    return processor.process_table(rows, handle)
+
+
 def _route_rejected(
     operator: OperatorTask, store: KeyedStateStore, handle: KeyState
 ) -> Iterator[pa.RecordBatch]:
@@ -764,6 +797,18 @@ def _route_rejected(
             yield et.side_output_batch(records, operator.schema, operator.late_type)
         return
     count = sum(_records_in(records) for records in rejected)
+    if all(KEY_GROUP_COLUMN in records.column_names for records in rejected):
+        # From process_table: records of many key groups, each counted in its own.
+        logger.info(
+            "state: operator %s batch %d dropped %d late records (watermark %s)",
+            operator.spec.name,
+            handle.batch_id,
+            count,
+            handle.watermark_ms,
+        )
+        for records in rejected:
+            et.count_dropped(store, records, KEY_GROUP_COLUMN)
+        return
     logger.info(
         "state: operator %s batch %d dropped %d late records of key group %d (watermark %s)",
         operator.spec.name,

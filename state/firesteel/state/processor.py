@@ -27,6 +27,9 @@ Call order, per task (one operator partition of one micro-batch):
    ``pyarrow.Table``, or a ``pandas.DataFrame`` with ``input_format = "pandas"``), or
    what ``prepare`` made of them: ``prepare(rows, starts, state)`` runs first, once, over
    the whole batch, when the processor overrides it.
+   A processor whose ``processes_tables()`` is true gets the whole task's input in one
+   ``process_table(rows, state)`` call instead of steps 2 (event time) and 3, and keeps
+   its state per key group (the column form of tumbling and sliding windows).
 4. ``close()`` -- also after a failure.
 
 With a second keyed input (``stateful(..., right=df)``), a
@@ -57,6 +60,7 @@ from firesteel.core.spi import ConfigError
 from firesteel.core.toolkit import MILLIS, to_epoch
 from firesteel.state.api import ListState, MapState, ValueState
 from firesteel.state.backend import Key, KeyedStateStore
+from firesteel.state.clock import CLOCK_KEY as GROUP_KEY
 from firesteel.state.descriptors import (
     BroadcastStateDescriptor,
     ListStateDescriptor,
@@ -64,6 +68,7 @@ from firesteel.state.descriptors import (
     StateDescriptor,
     ValueStateDescriptor,
 )
+from firesteel.state.keygroups import KeyGroupRange
 
 if TYPE_CHECKING:
     from firesteel.state.broadcast import BroadcastContext
@@ -151,6 +156,8 @@ class KeyState:
         """The task's event-time timers (set by the operator when it has ``event_time``)."""
         self.rejected_late: builtins.list[pa.Table] = []
         """Late records ``emit_late`` handed back, until the operator routes them."""
+        self.key_groups: KeyGroupRange = KeyGroupRange(0, -1)
+        """The key groups this task owns."""
 
     def broadcast(self, descriptor: BroadcastStateDescriptor) -> Mapping[Any, Any]:
         """The broadcast map of ``descriptor`` (read-only; ``process_broadcast`` writes it)."""
@@ -211,6 +218,22 @@ class KeyState:
         self._store.set_current_key(key, key_group)
         self.key = key
         self.key_group = key_group
+
+    def group_value(self, descriptor: ValueStateDescriptor, key_group: int) -> Any:
+        """The value of ``descriptor`` kept for a whole key group of the task (not for a
+        key), or None: for a processor that keeps a key group's state as one value
+        (``process_table``). Leaves no key current."""
+        self._store.set_current_key(GROUP_KEY, key_group)
+        return cast(ValueState, self._store.state(descriptor)).value()
+
+    def set_group_value(self, descriptor: ValueStateDescriptor, key_group: int, value: Any) -> None:
+        """Set (None: clear) the value of ``descriptor`` kept for a whole key group."""
+        self._store.set_current_key(GROUP_KEY, key_group)
+        state = cast(ValueState, self._store.state(descriptor))
+        if value is None:
+            state.clear()
+        else:
+            state.update(value)
 
     def _event_timers(self) -> EventTimers:
         if self.event_timers is None:
@@ -297,6 +320,23 @@ class KeyedProcessor:
         returns output rows."""
         return None
 
+    def processes_tables(self) -> bool:
+        """True when the processor takes each task's input whole through ``process_table``
+        in place of ``prepare``, ``process`` and event-time timers (False by default)."""
+        return False
+
+    def process_table(self, rows: pa.Table | None, state: KeyState) -> Output:
+        """Called, for a processor whose ``processes_tables()`` is true, once per task after
+        the processing-time timers, also when the task got no records (``rows`` None: the
+        watermark may have moved): every record of the batch, with its key group in the
+        column ``firesteel.state.keygroups.KEY_GROUP_COLUMN``. Its state is kept per key
+        group (``state.group_value`` / ``state.set_group_value`` for each of
+        ``state.key_groups``); records it cannot use go to ``state.emit_late`` with that
+        column. Returns the output rows. For processors whose whole batch is vectorized work
+        (tumbling and sliding windows with an Arrow aggregate,
+        :mod:`firesteel.state.window_table`)."""
+        return None
+
     def on_event_timers(self, timers: Sequence[tuple[int, int, Key]], state: KeyState) -> Output:
         """Called, when a processor overrides it, in place of ``on_timer`` for event-time
         timers: once per round of due timers, with every ``(timestamp, key_group, key)`` of
@@ -321,11 +361,10 @@ class KeyedProcessor:
     def close(self) -> None:
         """Called once per task after everything else, also after a failure."""
 
-    @classmethod
-    def declared_states(cls) -> dict[str, StateDescriptor]:
+    def declared_states(self) -> dict[str, StateDescriptor]:
         """The descriptors declared as class attributes, by name."""
         found: dict[str, StateDescriptor] = {}
-        for klass in reversed(cls.__mro__):
+        for klass in reversed(type(self).__mro__):
             for value in vars(klass).values():
                 if isinstance(value, StateDescriptor):
                     found[value.name] = value

@@ -35,6 +35,9 @@ in event-time order (ties in input order, which a re-run after a shuffle may not
 ``add`` commutative for records of equal time). Under ``late="drop"``, tumbling and sliding
 windows (size a multiple of the slide) with such an aggregate are folded per key and window
 in each input task before the shuffle too (``combine``, :mod:`firesteel.state.combine`).
+Tumbling and sliding windows with such an aggregate whose aggregations merge, and no early
+results, run on columns instead (:mod:`firesteel.state.window_table`): a key group's
+windows are one Arrow table in state and no Python runs per key or window.
 Session windows merge when they overlap or touch, accumulators through ``merge``. Each
 result row holds the key columns, ``window_start`` and ``window_end`` (UTC timestamps) and
 the columns ``get_result`` returns.
@@ -59,15 +62,17 @@ from typing import Any, ClassVar, cast
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from firesteel.core.spi import ConfigError
 from firesteel.state.api import MapState
 from firesteel.state.backend import Key
-from firesteel.state.combine import Combiner, merge_specs
-from firesteel.state.descriptors import MapStateDescriptor
+from firesteel.state.combine import Combiner, merge_specs, partial_column
+from firesteel.state.descriptors import MapStateDescriptor, StateDescriptor
 from firesteel.state.eventtime import COMBINED_COLUMN, EventTime, EventTimers, TimeDomain
 from firesteel.state.panes import KeyPanes, Pane, key_panes
 from firesteel.state.processor import KeyedProcessor, KeyState, OpenContext
+from firesteel.state.window_table import END, START, WINDOW_TABLE, WindowTable
 
 _MS = dt.timedelta(milliseconds=1)
 
@@ -239,6 +244,13 @@ class AggregateFunction(ABC):
     def get_result(self, accumulator: Any) -> Mapping[str, Any]:
         """The result columns of a window (added to its key and bounds in the output row)."""
 
+    def arrow_result(self, values: Sequence[pa.ChunkedArray]) -> Mapping[str, Any] | None:
+        """The result columns of many windows at once, from the columns of their Arrow form's
+        values (in the order of :meth:`arrow_aggregations`), or None (the default):
+        :meth:`get_result` of :meth:`from_arrow` then runs per window. For functions with an
+        Arrow form whose result is a column operation on its values."""
+        return None
+
     def merge(self, a: Any, b: Any) -> Any:
         """One accumulator of two (session windows merging, and the Arrow form's partial
         accumulators); others need not implement it."""
@@ -283,6 +295,9 @@ class Count(AggregateFunction):
     def arrow_aggregations(self) -> Sequence[tuple[Any, ...]]:
         return [([], "count_all")]
 
+    def arrow_result(self, values: Sequence[pa.ChunkedArray]) -> Mapping[str, Any]:
+        return {self.column: values[0]}
+
     def from_arrow(self, values: Sequence[Any]) -> int:
         return int(values[0])
 
@@ -310,6 +325,9 @@ class Sum(AggregateFunction):
 
     def arrow_aggregations(self) -> Sequence[tuple[Any, ...]]:
         return [(self.of, "sum")]
+
+    def arrow_result(self, values: Sequence[pa.ChunkedArray]) -> Mapping[str, Any]:
+        return {self.column: pc.fill_null(values[0], 0)}
 
     def from_arrow(self, values: Sequence[Any]) -> float | int:
         return 0 if values[0] is None else values[0]
@@ -341,6 +359,9 @@ class _Extreme(AggregateFunction):
 
     def arrow_aggregations(self) -> Sequence[tuple[Any, ...]]:
         return [(self.of, self._arrow)]
+
+    def arrow_result(self, values: Sequence[pa.ChunkedArray]) -> Mapping[str, Any]:
+        return {self.column: values[0]}
 
     def from_arrow(self, values: Sequence[Any]) -> Any:
         return values[0]
@@ -424,10 +445,51 @@ class WindowAggregate(KeyedProcessor):
         self._key_columns: tuple[str, ...] = ()
         self._time_column = ""
         self._rows = pa.table({})
+        specs = self.aggregate.arrow_aggregations()
+        self._specs = None if specs is None else tuple(specs)
+        self._table: WindowTable | None = None
+
+    def processes_tables(self) -> bool:
+        """Tumbling and sliding windows with an Arrow aggregate whose partials merge, without
+        early results, run on columns (:mod:`firesteel.state.window_table`)."""
+        return not self.assigner.merging and not self._early and Combiner.supports(self._specs)
+
+    def declared_states(self) -> dict[str, StateDescriptor]:
+        """The per-key windows map, or the per-key-group window table when
+        :meth:`processes_tables`: the two forms keep different states."""
+        declared = WINDOW_TABLE if self.processes_tables() else self.windows
+        return {declared.name: declared}
 
     def open(self, ctx: OpenContext) -> None:
         self._time_column = ctx.require_event_time("WindowAggregate")
         self._key_columns = ctx.key_columns
+        if self.processes_tables() and self._specs is not None:
+            self._table = WindowTable(
+                self._key_columns, self._time_column, self.assigner, self._specs, self._lateness
+            )
+
+    def process_table(self, rows: pa.Table | None, state: KeyState) -> pa.Table | None:
+        """The whole task on columns (see :mod:`firesteel.state.window_table`)."""
+        assert self._table is not None, "process_table() runs only when processes_tables()"
+        windows, rejected = self._table.run(rows, state)
+        if rejected is not None:
+            state.emit_late(rejected)
+        if windows is None:
+            return None
+        values = [windows.column(partial_column(i)) for i in range(len(self._table.specs))]
+        results = self.aggregate.arrow_result(values)
+        if results is None:
+            found = [
+                self.aggregate.get_result(self.aggregate.from_arrow(list(row)))
+                for row in zip(*(v.to_pylist() for v in values), strict=True)
+            ]
+            results = {name: [r.get(name) for r in found] for name in (found[0] if found else ())}
+        stamp = pa.timestamp("ms", tz="UTC")
+        columns: dict[str, Any] = {name: windows.column(name) for name in self._key_columns}
+        columns["window_start"] = windows.column(START).cast(stamp)
+        columns["window_end"] = windows.column(END).cast(stamp)
+        columns.update(results)
+        return pa.table(columns)
 
     def _timers(self, windows: Mapping[int, list[Any]], watermark: int | None) -> set[int]:
         """The event-time timers ``windows`` need at ``watermark``: emit (not yet due) and

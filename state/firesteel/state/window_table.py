@@ -1,0 +1,261 @@
+"""Tumbling and sliding windows kept as one Arrow table per key group: the window operator
+without Python per key or window.
+
+A :class:`~firesteel.state.windows.WindowAggregate` whose assigner does not merge windows,
+whose aggregate has an Arrow form with merges (:data:`~firesteel.state.combine.MERGES`:
+``Count``, ``Sum``, ``Min``, ``Max``) and which emits no early results gets the task's whole
+input at once (``KeyedProcessor.process_table``) and works on columns:
+
+* the open windows of a key group are one value of the reserved state
+  :data:`WINDOW_TABLE`: an Arrow IPC stream of the key columns, the window's start and end
+  (epoch ms), whether it fired, and its partial values (one column per aggregation). It
+  moves with its key group through restarts, rescales and savepoints, on every backend,
+  as event-time timers do;
+* a window is due once the watermark ``W >= end - 1``: a due window that has not fired
+  emits its result and is marked fired (where the per-key form fires a timer); once ``W >=
+  end - 1 + allowed_lateness`` it has expired and is dropped;
+* the batch's records get their windows; a record whose windows have all expired is late
+  (so is one without event time); the others are folded per key and window with one hash
+  aggregation and merged into the kept windows with each aggregation's merge (partials of
+  a map-side combine the same way); a window that got records and is due already emits its
+  updated result (a late firing, once per batch).
+
+The results are the per-key form's, batch by batch: the window tests run both forms
+against one plain-Python reference. The two forms keep different states, so an operator's
+state cannot move from one to the other: restoring a per-key snapshot of a ``windows``
+map into this form is refused as undeclared state, and so is the reverse.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from firesteel.core.spi import ConfigError
+from firesteel.state.combine import MERGES, grouped, merge_specs, partial_column
+from firesteel.state.descriptors import reserved_value_state
+from firesteel.state.eventtime import COMBINED_COLUMN, epoch_ms
+from firesteel.state.keygroups import KEY_GROUP_COLUMN
+
+if TYPE_CHECKING:
+    from firesteel.state.processor import KeyState
+    from firesteel.state.windows import WindowAssigner
+
+WINDOW_TABLE = reserved_value_state("__firesteel_window_table__", bytes)
+"""Per key group: its open windows, an Arrow IPC stream (see module docs)."""
+
+START = "__firesteel_start__"
+END = "__firesteel_end__"
+FIRED = "__firesteel_fired__"
+_TOUCHED = "__firesteel_touched__"
+_SPECS = b"firesteel.aggregations"
+
+
+def _targets(specs: Sequence[tuple[Any, ...]], skip: Sequence[str]) -> list[str]:
+    """The columns ``specs`` read, once each, those of ``skip`` aside."""
+    found: list[str] = []
+    for target, _ in specs:
+        for name in [target] if isinstance(target, str) else target:
+            if name not in found and name not in skip:
+                found.append(name)
+    return found
+
+
+@dataclass(frozen=True)
+class WindowTable:
+    """The columnar window operator of one :class:`~firesteel.state.windows.WindowAggregate`
+    (see module docs)."""
+
+    key_columns: tuple[str, ...]
+    time_column: str
+    assigner: WindowAssigner
+    specs: tuple[tuple[Any, ...], ...]
+    """The aggregate's Arrow form."""
+    lateness: int
+
+    @property
+    def partials(self) -> list[str]:
+        """The stored windows' columns of partial values, in the order of :attr:`specs`."""
+        return [partial_column(i) for i in range(len(self.specs))]
+
+    def run(
+        self, rows: pa.Table | None, state: KeyState
+    ) -> tuple[pa.Table | None, pa.Table | None]:
+        """One task's batch: the windows to emit (key columns, :data:`START`, :data:`END`,
+        the partials) and the input rows no window takes (late), either None when empty.
+        ``rows`` carry :data:`~firesteel.state.keygroups.KEY_GROUP_COLUMN`."""
+        watermark = state.watermark_ms
+        stored = self._load(state)
+        emitted: list[pa.Table] = []
+        changed: set[int] = set()
+        if stored is not None and watermark is not None:
+            stored = self._fire_due(stored, watermark, emitted, changed)
+        rejected = None
+        if rows is not None and rows.num_rows:
+            fresh, rejected = self._fold(rows, watermark)
+            if fresh is not None:
+                changed.update(np.unique(fresh.column(KEY_GROUP_COLUMN).to_numpy()).tolist())
+                stored = self._merge(stored, fresh, watermark, emitted)
+        if changed and stored is not None:
+            self._save(stored, changed, state)
+        if not emitted:
+            return None, rejected
+        columns = [*self.key_columns, START, END, *self.partials]
+        windows = pa.concat_tables(
+            [part.select(columns) for part in emitted], promote_options="permissive"
+        )
+        return windows, rejected
+
+    def _load(self, state: KeyState) -> pa.Table | None:
+        """The open windows of the task's key groups, with their key group column."""
+        parts = []
+        for key_group in state.key_groups:
+            blob = state.group_value(WINDOW_TABLE, key_group)
+            if not blob:
+                continue
+            table = pa.ipc.open_stream(blob).read_all()
+            self._check(table.schema, state, key_group)
+            groups = pa.array(np.full(table.num_rows, key_group, dtype=np.int32))
+            parts.append(table.append_column(KEY_GROUP_COLUMN, groups))
+        if not parts:
+            return None
+        return (
+            parts[0] if len(parts) == 1 else pa.concat_tables(parts, promote_options="permissive")
+        )
+
+    def _check(self, schema: pa.Schema, state: KeyState, key_group: int) -> None:
+        recorded = (schema.metadata or {}).get(_SPECS)
+        mine = self._recorded_specs()
+        if recorded != mine:
+            found = recorded.decode() if recorded else "nothing"
+            msg = (
+                f"operator '{state.operator}': the window state of key group {key_group} was "
+                f"written for the aggregations {found}, but the aggregate computes "
+                f"{mine.decode()}: keep the aggregate, or run the new one under another "
+                "operator name (stateful(name=...))"
+            )
+            raise ConfigError(msg)
+
+    def _recorded_specs(self) -> bytes:
+        return json.dumps([[target, function] for target, function in self.specs]).encode()
+
+    def _fire_due(
+        self, stored: pa.Table, watermark: int, emitted: list[pa.Table], changed: set[int]
+    ) -> pa.Table:
+        """Emit the windows due and not fired yet (marked fired), drop the expired ones."""
+        end = stored.column(END).to_numpy()
+        fired = np.asarray(stored.column(FIRED).to_numpy(), dtype=bool)
+        due = (end - 1 <= watermark) & ~fired
+        expired = end - 1 + self.lateness <= watermark
+        touched = due | expired
+        if not touched.any():
+            return stored
+        groups = stored.column(KEY_GROUP_COLUMN).to_numpy()
+        changed.update(np.unique(groups[touched]).tolist())
+        if due.any():
+            emitted.append(stored.filter(pa.array(due)))
+            index = stored.schema.get_field_index(FIRED)
+            stored = stored.set_column(index, FIRED, pa.array(fired | due))
+        return stored.filter(pa.array(~expired)) if expired.any() else stored
+
+    def _fold(
+        self, rows: pa.Table, watermark: int | None
+    ) -> tuple[pa.Table | None, pa.Table | None]:
+        """The batch's records per key and window (partials, end, key group), and the rows no
+        window takes."""
+        times = epoch_ms(rows.column(self.time_column))
+        present = np.asarray(pc.is_valid(times).to_numpy(zero_copy_only=False), dtype=bool)
+        stamps = np.asarray(pc.fill_null(times, 0).to_numpy(zero_copy_only=False), np.int64)
+        timed = np.flatnonzero(present)
+        local, start, end = self.assigner.assign_all(stamps[timed])
+        record = timed[local]
+        if watermark is not None:
+            live = end - 1 + self.lateness > watermark
+            record, start, end = record[live], start[live], end[live]
+        placed = np.zeros(rows.num_rows, dtype=bool)
+        placed[record] = True
+        rejected = None if placed.all() else rows.take(pa.array(np.flatnonzero(~placed)))
+        if not len(record):
+            return None, rejected
+        combined = COMBINED_COLUMN in rows.column_names
+        specs = merge_specs(self.specs) if combined else list(self.specs)
+        keys = [*self.key_columns, KEY_GROUP_COLUMN]
+        work = rows.select([*keys, *_targets(specs, keys)]).take(pa.array(record))
+        work = work.append_column(START, pa.array(start, pa.int64()))
+        work = work.append_column(END, pa.array(end, pa.int64()))
+        group_keys, values = grouped(
+            work, [*self.key_columns, START], [(END, "min"), (KEY_GROUP_COLUMN, "min"), *specs]
+        )
+        count = len(group_keys[0])
+        names = [*self.key_columns, START, END, KEY_GROUP_COLUMN, *self.partials, FIRED, _TOUCHED]
+        flags = [pa.array(np.zeros(count, dtype=bool)), pa.array(np.ones(count, dtype=bool))]
+        return pa.table([*group_keys, *values, *flags], names=names), rejected
+
+    def _merge(
+        self,
+        stored: pa.Table | None,
+        fresh: pa.Table,
+        watermark: int | None,
+        emitted: list[pa.Table],
+    ) -> pa.Table:
+        """The kept windows with the batch's folded in; those updated and due emit again."""
+        if stored is None or not stored.num_rows:
+            merged = fresh
+        else:
+            untouched = pa.array(np.zeros(stored.num_rows, dtype=bool))
+            both = pa.concat_tables(
+                [stored.append_column(_TOUCHED, untouched).select(fresh.column_names), fresh],
+                promote_options="permissive",
+            )
+            merges = [
+                (name, MERGES[function])
+                for name, (_, function) in zip(self.partials, self.specs, strict=True)
+            ]
+            group_keys, values = grouped(
+                both,
+                [*self.key_columns, START],
+                [
+                    (END, "min"),
+                    (KEY_GROUP_COLUMN, "min"),
+                    *merges,
+                    (FIRED, "max"),
+                    (_TOUCHED, "max"),
+                ],
+            )
+            merged = pa.table([*group_keys, *values], names=fresh.column_names)
+        if watermark is not None:
+            end = merged.column(END).to_numpy()
+            touched = np.asarray(merged.column(_TOUCHED).to_numpy(), dtype=bool)
+            again = touched & (end - 1 <= watermark)
+            if again.any():
+                emitted.append(merged.filter(pa.array(again)))
+                fired = np.asarray(merged.column(FIRED).to_numpy(), dtype=bool)
+                index = merged.schema.get_field_index(FIRED)
+                merged = merged.set_column(index, FIRED, pa.array(fired | again))
+        return merged.drop_columns([_TOUCHED])
+
+    def _save(self, stored: pa.Table, changed: set[int], state: KeyState) -> None:
+        """Write the windows of each key group in ``changed`` (none left: the value cleared)."""
+        groups = stored.column(KEY_GROUP_COLUMN).to_numpy()
+        order = np.argsort(groups, kind="stable")
+        ordered = stored.take(pa.array(order)).drop_columns([KEY_GROUP_COLUMN])
+        ordered = ordered.replace_schema_metadata({_SPECS: self._recorded_specs()})
+        bounds = groups[order]
+        for key_group in sorted(changed):
+            low, high = np.searchsorted(bounds, [key_group, key_group + 1])
+            if low == high:
+                state.set_group_value(WINDOW_TABLE, key_group, None)
+                continue
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, ordered.schema) as writer:
+                writer.write_table(ordered.slice(int(low), int(high - low)))
+            state.set_group_value(WINDOW_TABLE, key_group, sink.getvalue().to_pybytes())
+
+
+__all__ = ["END", "START", "WINDOW_TABLE", "WindowTable"]
