@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from firesteel.core.spi import ConfigError
-from firesteel.state.combine import MERGES, grouped, merge_specs, partial_column
+from firesteel.state.combine import MERGES, grouped, partial_column
 from firesteel.state.descriptors import reserved_value_state
 from firesteel.state.eventtime import COMBINED_COLUMN, epoch_ms
 from firesteel.state.keygroups import KEY_GROUP_COLUMN
@@ -57,14 +57,9 @@ _TOUCHED = "__firesteel_touched__"
 _SPECS = b"firesteel.aggregations"
 
 
-def _targets(specs: Sequence[tuple[Any, ...]], skip: Sequence[str]) -> list[str]:
-    """The columns ``specs`` read, once each, those of ``skip`` aside."""
-    found: list[str] = []
-    for target, _ in specs:
-        for name in [target] if isinstance(target, str) else target:
-            if name not in found and name not in skip:
-                found.append(name)
-    return found
+def _target(target: str | Sequence[str]) -> str:
+    """The one column an aggregation with merges reads (given alone or in a list)."""
+    return target if isinstance(target, str) else target[0]
 
 
 @dataclass(frozen=True)
@@ -167,8 +162,11 @@ class WindowTable:
     def _fold(
         self, rows: pa.Table, watermark: int | None
     ) -> tuple[pa.Table | None, pa.Table | None]:
-        """The batch's records per key and window (partials, end, key group), and the rows no
-        window takes."""
+        """The batch's records as partials, one row per record and window (key columns,
+        start, end, key group, partials, not fired, touched), and the rows no window takes.
+        A record's partials are what each aggregation makes of it alone (a count's 1, a
+        sum's or an extreme's value), so one merge folds records and kept windows alike; a
+        combined row carries its partials already."""
         times = epoch_ms(rows.column(self.time_column))
         present = np.asarray(pc.is_valid(times).to_numpy(zero_copy_only=False), dtype=bool)
         stamps = np.asarray(pc.fill_null(times, 0).to_numpy(zero_copy_only=False), np.int64)
@@ -183,19 +181,25 @@ class WindowTable:
         rejected = None if placed.all() else rows.take(pa.array(np.flatnonzero(~placed)))
         if not len(record):
             return None, rejected
+        taken = pa.array(record)
+        count = len(record)
+        columns = [rows.column(c).take(taken) for c in [*self.key_columns]]
+        columns += [pa.array(start, pa.int64()), pa.array(end, pa.int64())]
+        columns.append(rows.column(KEY_GROUP_COLUMN).take(taken))
         combined = COMBINED_COLUMN in rows.column_names
-        specs = merge_specs(self.specs) if combined else list(self.specs)
-        keys = [*self.key_columns, KEY_GROUP_COLUMN]
-        work = rows.select([*keys, *_targets(specs, keys)]).take(pa.array(record))
-        work = work.append_column(START, pa.array(start, pa.int64()))
-        work = work.append_column(END, pa.array(end, pa.int64()))
-        group_keys, values = grouped(
-            work, [*self.key_columns, START], [(END, "min"), (KEY_GROUP_COLUMN, "min"), *specs]
-        )
-        count = len(group_keys[0])
+        for index, (target, function) in enumerate(self.specs):
+            if combined:
+                columns.append(rows.column(partial_column(index)).take(taken))
+            elif function == "count_all":
+                columns.append(pa.array(np.ones(count, dtype=np.int64)))
+            elif function == "count":
+                valid = pc.is_valid(rows.column(_target(target)).take(taken))
+                columns.append(pc.cast(valid, pa.int64()))
+            else:
+                columns.append(rows.column(_target(target)).take(taken))
+        columns += [pa.array(np.zeros(count, dtype=bool)), pa.array(np.ones(count, dtype=bool))]
         names = [*self.key_columns, START, END, KEY_GROUP_COLUMN, *self.partials, FIRED, _TOUCHED]
-        flags = [pa.array(np.zeros(count, dtype=bool)), pa.array(np.ones(count, dtype=bool))]
-        return pa.table([*group_keys, *values, *flags], names=names), rejected
+        return pa.table(columns, names=names), rejected
 
     def _merge(
         self,
@@ -204,31 +208,25 @@ class WindowTable:
         watermark: int | None,
         emitted: list[pa.Table],
     ) -> pa.Table:
-        """The kept windows with the batch's folded in; those updated and due emit again."""
-        if stored is None or not stored.num_rows:
-            merged = fresh
-        else:
+        """The kept windows with the batch's partials merged in, one row per key and window;
+        those updated and due emit again."""
+        both = fresh
+        if stored is not None and stored.num_rows:
             untouched = pa.array(np.zeros(stored.num_rows, dtype=bool))
             both = pa.concat_tables(
                 [stored.append_column(_TOUCHED, untouched).select(fresh.column_names), fresh],
                 promote_options="permissive",
             )
-            merges = [
-                (name, MERGES[function])
-                for name, (_, function) in zip(self.partials, self.specs, strict=True)
-            ]
-            group_keys, values = grouped(
-                both,
-                [*self.key_columns, START],
-                [
-                    (END, "min"),
-                    (KEY_GROUP_COLUMN, "min"),
-                    *merges,
-                    (FIRED, "max"),
-                    (_TOUCHED, "max"),
-                ],
-            )
-            merged = pa.table([*group_keys, *values], names=fresh.column_names)
+        merges = [
+            (name, MERGES[function])
+            for name, (_, function) in zip(self.partials, self.specs, strict=True)
+        ]
+        group_keys, values = grouped(
+            both,
+            [*self.key_columns, START],
+            [(END, "min"), (KEY_GROUP_COLUMN, "min"), *merges, (FIRED, "max"), (_TOUCHED, "max")],
+        )
+        merged = pa.table([*group_keys, *values], names=fresh.column_names)
         if watermark is not None:
             end = merged.column(END).to_numpy()
             touched = np.asarray(merged.column(_TOUCHED).to_numpy(), dtype=bool)
