@@ -57,6 +57,39 @@ _TOUCHED = "__firesteel_touched__"
 _SPECS = b"firesteel.aggregations"
 
 
+_SESSION = "__firesteel_session__"
+_EARLIEST = np.iinfo(np.int64).min
+_LATEST = np.iinfo(np.int64).max
+
+
+def _key_ids(table: pa.Table, columns: Sequence[str]) -> np.ndarray:
+    """One integer per row, equal where the key columns are (nulls one key)."""
+    ids = np.zeros(table.num_rows, dtype=np.int64)
+    for name in columns:
+        encoded = pc.dictionary_encode(table.column(name).combine_chunks(), null_encoding="encode")
+        indices = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        ids = ids * max(1, len(encoded.dictionary)) + indices
+    return ids
+
+
+def _running(values: np.ndarray, keys: np.ndarray, how: str) -> np.ndarray:
+    """The running maximum (``cummax``) or minimum (``cummin``) of ``values`` within each
+    run of equal ``keys``."""
+    import pandas as pd
+
+    grouped_values = pd.Series(values).groupby(keys, sort=False)
+    return np.asarray(getattr(grouped_values, how)().to_numpy(), dtype=np.int64)
+
+
+def _before_in_key(running: np.ndarray, first: np.ndarray, empty: int) -> np.ndarray:
+    """At each position, ``running`` at the position before it in its key (``first`` marks
+    each key's first position), or ``empty`` at a key's first."""
+    shifted = np.empty_like(running)
+    shifted[1:] = running[:-1]
+    shifted[:1] = empty
+    return np.where(first, empty, shifted)
+
+
 def _target(target: str | Sequence[str]) -> str:
     """The one column an aggregation with merges reads (given alone or in a list)."""
     return target if isinstance(target, str) else target[0]
@@ -93,10 +126,12 @@ class WindowTable:
             stored = self._fire_due(stored, watermark, emitted, changed)
         rejected = None
         if rows is not None and rows.num_rows:
-            fresh, rejected = self._fold(rows, watermark)
-            if fresh is not None:
-                changed.update(np.unique(fresh.column(KEY_GROUP_COLUMN).to_numpy()).tolist())
-                stored = self._merge(stored, fresh, watermark, emitted)
+            if self.assigner.merging:
+                merged, rejected = self._sessions(stored, rows, watermark)
+            else:
+                merged, rejected = self._windows(stored, rows, watermark)
+            if merged is not None:
+                stored = self._updated(merged, watermark, emitted, changed)
         if changed and stored is not None:
             self._save(stored, changed, state)
         if not emitted:
@@ -159,31 +194,26 @@ class WindowTable:
             stored = stored.set_column(index, FIRED, pa.array(fired | due))
         return stored.filter(pa.array(~expired)) if expired.any() else stored
 
-    def _fold(
-        self, rows: pa.Table, watermark: int | None
-    ) -> tuple[pa.Table | None, pa.Table | None]:
-        """The batch's records as partials, one row per record and window (key columns,
-        start, end, key group, partials, not fired, touched), and the rows no window takes.
-        A record's partials are what each aggregation makes of it alone (a count's 1, a
-        sum's or an extreme's value), so one merge folds records and kept windows alike; a
-        combined row carries its partials already."""
+    def _placed(self, rows: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Each window of each record with event time: ``(row, start, end)`` arrays, and
+        a mask of the rows without event time."""
         times = epoch_ms(rows.column(self.time_column))
         present = np.asarray(pc.is_valid(times).to_numpy(zero_copy_only=False), dtype=bool)
         stamps = np.asarray(pc.fill_null(times, 0).to_numpy(zero_copy_only=False), np.int64)
         timed = np.flatnonzero(present)
         local, start, end = self.assigner.assign_all(stamps[timed])
-        record = timed[local]
-        if watermark is not None:
-            live = end - 1 + self.lateness > watermark
-            record, start, end = record[live], start[live], end[live]
-        placed = np.zeros(rows.num_rows, dtype=bool)
-        placed[record] = True
-        rejected = None if placed.all() else rows.take(pa.array(np.flatnonzero(~placed)))
-        if not len(record):
-            return None, rejected
+        return timed[local], start, end, ~present
+
+    def _items(
+        self, rows: pa.Table, record: np.ndarray, start: np.ndarray, end: np.ndarray
+    ) -> pa.Table:
+        """Windows of single records as partials (key columns, start, end, key group,
+        partials, not fired, touched): what each aggregation makes of one record (a count's
+        1, a sum's or an extreme's value), so one merge folds records and kept windows
+        alike; a combined row carries its partials already."""
         taken = pa.array(record)
         count = len(record)
-        columns = [rows.column(c).take(taken) for c in [*self.key_columns]]
+        columns = [rows.column(c).take(taken) for c in self.key_columns]
         columns += [pa.array(start, pa.int64()), pa.array(end, pa.int64())]
         columns.append(rows.column(KEY_GROUP_COLUMN).take(taken))
         combined = COMBINED_COLUMN in rows.column_names
@@ -198,44 +228,154 @@ class WindowTable:
             else:
                 columns.append(rows.column(_target(target)).take(taken))
         columns += [pa.array(np.zeros(count, dtype=bool)), pa.array(np.ones(count, dtype=bool))]
-        names = [*self.key_columns, START, END, KEY_GROUP_COLUMN, *self.partials, FIRED, _TOUCHED]
-        return pa.table(columns, names=names), rejected
+        return pa.table(columns, names=self._names)
 
-    def _merge(
-        self,
-        stored: pa.Table | None,
-        fresh: pa.Table,
-        watermark: int | None,
-        emitted: list[pa.Table],
-    ) -> pa.Table:
-        """The kept windows with the batch's partials merged in, one row per key and window;
-        those updated and due emit again."""
-        both = fresh
-        if stored is not None and stored.num_rows:
-            untouched = pa.array(np.zeros(stored.num_rows, dtype=bool))
-            both = pa.concat_tables(
-                [stored.append_column(_TOUCHED, untouched).select(fresh.column_names), fresh],
-                promote_options="permissive",
-            )
-        merges = [
+    @property
+    def _names(self) -> list[str]:
+        return [*self.key_columns, START, END, KEY_GROUP_COLUMN, *self.partials, FIRED, _TOUCHED]
+
+    def _with_stored(self, stored: pa.Table | None, items: pa.Table) -> pa.Table:
+        """The kept windows (not touched) before ``items``, in one table."""
+        if stored is None or not stored.num_rows:
+            return items
+        untouched = pa.array(np.zeros(stored.num_rows, dtype=bool))
+        return pa.concat_tables(
+            [stored.append_column(_TOUCHED, untouched).select(self._names), items],
+            promote_options="permissive",
+        )
+
+    def _merges(self) -> list[tuple[str, str]]:
+        return [
             (name, MERGES[function])
             for name, (_, function) in zip(self.partials, self.specs, strict=True)
         ]
+
+    def _windows(
+        self, stored: pa.Table | None, rows: pa.Table, watermark: int | None
+    ) -> tuple[pa.Table | None, pa.Table | None]:
+        """Tumbling and sliding windows: the kept windows with the records of live windows
+        merged in (one row per key and window, touched where records came), and the rows
+        whose windows have all expired or that have no event time."""
+        record, start, end, _ = self._placed(rows)
+        if watermark is not None:
+            live = end - 1 + self.lateness > watermark
+            record, start, end = record[live], start[live], end[live]
+        placed = np.zeros(rows.num_rows, dtype=bool)
+        placed[record] = True
+        rejected = None if placed.all() else rows.take(pa.array(np.flatnonzero(~placed)))
+        if not len(record):
+            return None, rejected
+        both = self._with_stored(stored, self._items(rows, record, start, end))
         group_keys, values = grouped(
             both,
             [*self.key_columns, START],
-            [(END, "min"), (KEY_GROUP_COLUMN, "min"), *merges, (FIRED, "max"), (_TOUCHED, "max")],
+            [
+                (END, "min"),
+                (KEY_GROUP_COLUMN, "min"),
+                *self._merges(),
+                (FIRED, "max"),
+                (_TOUCHED, "max"),
+            ],
         )
-        merged = pa.table([*group_keys, *values], names=fresh.column_names)
+        return pa.table([*group_keys, *values], names=self._names), rejected
+
+    def _sessions(
+        self, stored: pa.Table | None, rows: pa.Table, watermark: int | None
+    ) -> tuple[pa.Table | None, pa.Table | None]:
+        """Session windows: the kept sessions and the records' windows that join them, merged
+        where they overlap or touch (touched where records came), and the late rows.
+
+        As the per-key form decides, in order of window start: a record whose own window has
+        not expired always opens or joins a session; one whose window has expired is late
+        unless it touches a kept session or a window an earlier record put in. The earlier
+        records that count come down to the kept sessions: a record with an unexpired window
+        starts after every expired one (expiry follows event time), and a kept session that
+        an expired record touches ends after the start of every other expired record's
+        window (a kept session's ``end - 1 + lateness`` is past the watermark, an expired
+        window's ``start + gap - 1 + lateness`` is not), so any expired record that touches
+        the first touches the session too."""
+        record, start, end, untimed = self._placed(rows)
+        items = self._with_stored(stored, self._items(rows, record, start, end))
+        kept = items.num_rows - len(record)
+        count = items.num_rows
+        is_kept = np.zeros(count, dtype=bool)
+        is_kept[:kept] = True
+        doubtful = np.zeros(count, dtype=bool)
+        if watermark is not None:
+            doubtful[kept:] = end - 1 + self.lateness <= watermark
+        keys = _key_ids(items, self.key_columns)
+        starts = items.column(START).to_numpy()
+        ends = items.column(END).to_numpy()
+        order = np.lexsort((np.arange(count), starts, keys))
+        keys, starts, ends = keys[order], starts[order], ends[order]
+        is_kept, doubtful = is_kept[order], doubtful[order]
+        first = np.ones(count, dtype=bool)
+        first[1:] = keys[1:] != keys[:-1]
+        accepted = ~doubtful
+        if doubtful.any():
+            # The latest end of the key's kept sessions before each position, and the start
+            # of its next kept session after it.
+            reach = _running(np.where(is_kept, ends, _EARLIEST), keys, "cummax")
+            before = _before_in_key(reach, first, _EARLIEST)
+            suffix = _running(np.where(is_kept, starts, _LATEST)[::-1], keys[::-1], "cummin")
+            after = np.full(count, _LATEST, dtype=np.int64)
+            after[:-1] = suffix[::-1][1:]
+            after[np.flatnonzero(np.append(keys[1:] != keys[:-1], True))] = _LATEST
+            accepted |= doubtful & ((before >= starts) | (after <= ends))
+        late = np.zeros(rows.num_rows, dtype=bool)
+        late[untimed] = True
+        refused = order[~accepted] - kept
+        late[record[refused]] = True
+        rejected = rows.take(pa.array(np.flatnonzero(late))) if late.any() else None
+        taken = order[accepted]
+        if not len(taken):
+            return None, rejected
+        keys, starts, ends = keys[accepted], starts[accepted], ends[accepted]
+        reach = _running(ends, keys, "cummax")
+        opens = np.ones(len(taken), dtype=bool)
+        opens[1:] = (keys[1:] != keys[:-1]) | (starts[1:] > reach[:-1])
+        session = np.cumsum(opens) - 1
+        joined = items.take(pa.array(taken)).append_column(_SESSION, pa.array(session))
+        group_keys, values = grouped(
+            joined,
+            [_SESSION],
+            [
+                (START, "min"),
+                (END, "max"),
+                (KEY_GROUP_COLUMN, "min"),
+                *self._merges(),
+                (FIRED, "max"),
+                (_TOUCHED, "max"),
+            ],
+        )
+        done = pa.table(
+            [*group_keys, *values],
+            names=[_SESSION, START, END, KEY_GROUP_COLUMN, *self.partials, FIRED, _TOUCHED],
+        )
+        done = done.take(pc.sort_indices(done.column(_SESSION)))
+        heads = joined.select(list(self.key_columns)).take(pa.array(np.flatnonzero(opens)))
+        merged = pa.table(
+            [*heads.columns, *done.drop_columns([_SESSION]).columns], names=self._names
+        )
+        return merged, rejected
+
+    def _updated(
+        self, merged: pa.Table, watermark: int | None, emitted: list[pa.Table], changed: set[int]
+    ) -> pa.Table:
+        """The windows after a batch's records: a touched window that is due emits (again)
+        and is marked fired; one not due is not (a session that grew past the watermark
+        fires once it is due again)."""
+        touched = np.asarray(merged.column(_TOUCHED).to_numpy(), dtype=bool)
+        groups = merged.column(KEY_GROUP_COLUMN).to_numpy()
+        changed.update(np.unique(groups[touched]).tolist())
         if watermark is not None:
             end = merged.column(END).to_numpy()
-            touched = np.asarray(merged.column(_TOUCHED).to_numpy(), dtype=bool)
             again = touched & (end - 1 <= watermark)
             if again.any():
                 emitted.append(merged.filter(pa.array(again)))
-                fired = np.asarray(merged.column(FIRED).to_numpy(), dtype=bool)
-                index = merged.schema.get_field_index(FIRED)
-                merged = merged.set_column(index, FIRED, pa.array(fired | again))
+            fired = np.asarray(merged.column(FIRED).to_numpy(), dtype=bool)
+            index = merged.schema.get_field_index(FIRED)
+            merged = merged.set_column(index, FIRED, pa.array(np.where(touched, again, fired)))
         return merged.drop_columns([_TOUCHED])
 
     def _save(self, stored: pa.Table, changed: set[int], state: KeyState) -> None:

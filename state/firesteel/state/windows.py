@@ -450,9 +450,9 @@ class WindowAggregate(KeyedProcessor):
         self._table: WindowTable | None = None
 
     def processes_tables(self) -> bool:
-        """Tumbling and sliding windows with an Arrow aggregate whose partials merge, without
-        early results, run on columns (:mod:`firesteel.state.window_table`)."""
-        return not self.assigner.merging and not self._early and Combiner.supports(self._specs)
+        """Windows with an Arrow aggregate whose partials merge, without early results, run
+        on columns (:mod:`firesteel.state.window_table`)."""
+        return not self._early and Combiner.supports(self._specs)
 
     def declared_states(self) -> dict[str, StateDescriptor]:
         """The per-key windows map, or the per-key-group window table when
