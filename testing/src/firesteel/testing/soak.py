@@ -17,6 +17,9 @@ Usage::
 - ``windows``: firesteel.files -> session windows with late data -> firesteel.files,
   with a random operator parallelism and input ``repartition`` on every restart, checked
   against a plain-Python reference (:class:`WindowsSoak`);
+- ``windows-per-key``: the same with an aggregate without Arrow form, so the session
+  windows run per key (map state and event-time timers) rather than on columns
+  (:class:`PerKeyWindowsSoak`);
 - ``windows-combined``: the same input -> tumbling windows dropping late records, each
   input task combining its records per key and window before the shuffle
   (:class:`CombinedWindowsSoak`);
@@ -154,6 +157,8 @@ LOCAL_PATHS = {
 S3_SUFFIX = "-s3"
 WINDOWS = "windows"
 """The event-time path: session windows with late data (:class:`WindowsSoak`)."""
+PER_KEY_WINDOWS = "windows-per-key"
+"""The event-time path with its sessions kept per key (:class:`PerKeyWindowsSoak`)."""
 COMBINED_WINDOWS = "windows-combined"
 """The event-time path combined before the shuffle (:class:`CombinedWindowsSoak`)."""
 JOIN = "join"
@@ -162,6 +167,11 @@ PATHS = {
     **LOCAL_PATHS,
     **{name + S3_SUFFIX: path for name, path in LOCAL_PATHS.items()},
     WINDOWS: SoakPath(
+        "windows_job",
+        ("state.after_snapshot", "sink.after_write", "driver.before_commit", "driver.mid_commit"),
+        rescales=True,
+    ),
+    PER_KEY_WINDOWS: SoakPath(
         "windows_job",
         ("state.after_snapshot", "sink.after_write", "driver.before_commit", "driver.mid_commit"),
         rescales=True,
@@ -522,6 +532,17 @@ class WindowsSoak(_EventTimeSoak):
         }
 
 
+class PerKeyWindowsSoak(WindowsSoak):
+    """The ``windows-per-key`` path: the ``windows`` path with an aggregate without Arrow
+    form, so its session windows are kept per key (map state and event-time timers)."""
+
+    path = PER_KEY_WINDOWS
+    operator = "sessions-per-key"
+
+    def args(self, run: int) -> list[str]:
+        return [*super().args(run), self.operator]
+
+
 class CombinedWindowsSoak(WindowsSoak):
     """The ``windows-combined`` path: the ``windows`` path's input and restarts -> tumbling
     windows with ``late="drop"``, each input task combining its records per key and window
@@ -778,6 +799,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ) -> AbstractContextManager[SoakRun]:
         if name == WINDOWS:
             return nullcontext(WindowsSoak(workdir, rng, saved))
+        if name == PER_KEY_WINDOWS:
+            return nullcontext(PerKeyWindowsSoak(workdir, rng, saved))
         if name == COMBINED_WINDOWS:
             return nullcontext(CombinedWindowsSoak(workdir, rng, saved))
         if name == JOIN:

@@ -208,13 +208,22 @@ OUTPUT_SCHEMA = "key string, window_start timestamp, window_end timestamp, count
 
 
 def session_counts(
-    records: DataFrame, backend: StateBackend, parallelism: int, input_partitions: int
+    records: DataFrame,
+    backend: StateBackend,
+    parallelism: int,
+    input_partitions: int,
+    *,
+    per_key: bool = False,
 ) -> DataFrame:
     """Session windows (gap :data:`GAP_MS`) per key of ``records`` ``(seq, key, ts)``, with
     allowed lateness :data:`LATENESS_MS`; late records in the result's ``__late`` column.
-    ``input_partitions`` > 0 repartitions the input first (a restart may change it)."""
+    ``input_partitions`` > 0 repartitions the input first (a restart may change it). The
+    aggregate has an Arrow form, so the windows run on columns
+    (:mod:`firesteel.state.window_table`); ``per_key``: the same aggregate without it, so
+    they run per key (map state and event-time timers)."""
+    aggregate = CountAndSum() if per_key else ArrowCountAndSum()
     processor = WindowAggregate(
-        EventTimeSessionWindows(GAP_MS * _MS), CountAndSum(), allowed_lateness=LATENESS_MS * _MS
+        EventTimeSessionWindows(GAP_MS * _MS), aggregate, allowed_lateness=LATENESS_MS * _MS
     )
     return _windowed(records, processor, backend, parallelism, input_partitions, late="side-output")
 
@@ -305,10 +314,10 @@ def expected_windows(
     files: int, files_per_batch: int, seed: int = 0, operator: str = "sessions"
 ) -> Counter[Emitted]:
     """What the path must emit over ``files`` files read ``files_per_batch`` to a batch
-    (``operator``: ``sessions``, :func:`session_counts`, or ``tumbling``,
-    :func:`tumbling_counts`); the late records are those it must send to its side output,
-    or drop."""
-    if operator == "sessions":
+    (``operator``: ``sessions`` or ``sessions-per-key``, :func:`session_counts`, or
+    ``tumbling``, :func:`tumbling_counts`); the late records are those it must send to its
+    side output, or drop."""
+    if operator.startswith("sessions"):
         reference = WindowReference("session", GAP_MS, BOUND_MS, LATENESS_MS)
     else:
         reference = WindowReference("tumbling", TUMBLE_MS, BOUND_MS, LATENESS_MS)
