@@ -5,6 +5,7 @@ aggregate's state are refused, not read as empty."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,20 @@ def test_sessions_on_columns_match_the_reference_on_many_inputs(tmp_path: Path) 
             assert observed(run_batch(operator, n, records)) == expected, f"seed {seed}, batch {n}"
             joined += sum(c for e, c in expected.items() if e[0] == "window")
     assert joined > 100
+
+
+def test_columns_false_keeps_the_per_key_form(tmp_path: Path) -> None:
+    batches = out_of_order(seed=41)
+    reference = reference_for("tumbling")
+    backend = make_backend("filesystem", tmp_path)
+    for n, records in enumerate(batches[:6]):
+        operator = window_job(backend, "tumbling", 2, aggregate=ARROW)
+        processor = dataclasses.replace(operator.processor, columns=False)
+        operator = dataclasses.replace(operator, processor=processor)
+        expected = Counter(reference.batch(records))
+        assert observed(run_batch(operator, n, records)) == expected, f"batch {n}"
+    names = state_names(backend.location)
+    assert names["windows"] and WINDOW_TABLE.name not in names, names
 
 
 def test_the_per_key_state_is_refused_by_the_column_form_and_back(tmp_path: Path) -> None:
