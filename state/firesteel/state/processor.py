@@ -29,7 +29,7 @@ Call order, per task (one operator partition of one micro-batch):
    the whole batch, when the processor overrides it.
    A processor whose ``processes_tables()`` is true gets the whole task's input in one
    ``process_table(rows, state)`` call instead of steps 2 (event time) and 3, and keeps
-   its state per key group (the column form of tumbling and sliding windows).
+   its state per key group (the column form of the window operator).
 4. ``close()`` -- also after a failure.
 
 With a second keyed input (``stateful(..., right=df)``), a
@@ -333,8 +333,7 @@ class KeyedProcessor:
         group (``state.group_value`` / ``state.set_group_value`` for each of
         ``state.key_groups``); records it cannot use go to ``state.emit_late`` with that
         column. Returns the output rows. For processors whose whole batch is vectorized work
-        (tumbling and sliding windows with an Arrow aggregate,
-        :mod:`firesteel.state.window_table`)."""
+        (windows with an Arrow aggregate, :mod:`firesteel.state.window_table`)."""
         return None
 
     def on_event_timers(self, timers: Sequence[tuple[int, int, Key]], state: KeyState) -> Output:

@@ -1,10 +1,10 @@
-"""Tumbling and sliding windows kept as one Arrow table per key group: the window operator
-without Python per key or window.
+"""Windows kept as one Arrow table per key group: the window operator without Python per key
+or window.
 
-A :class:`~firesteel.state.windows.WindowAggregate` whose assigner does not merge windows,
-whose aggregate has an Arrow form with merges (:data:`~firesteel.state.combine.MERGES`:
-``Count``, ``Sum``, ``Min``, ``Max``) and which emits no early results gets the task's whole
-input at once (``KeyedProcessor.process_table``) and works on columns:
+A :class:`~firesteel.state.windows.WindowAggregate` whose aggregate has an Arrow form with
+merges (:data:`~firesteel.state.combine.MERGES`: ``Count``, ``Sum``, ``Min``, ``Max``), which
+emits no early results and was not given ``columns=False``, gets the task's whole input at
+once (``KeyedProcessor.process_table``) and works on columns:
 
 * the open windows of a key group are one value of the reserved state
   :data:`WINDOW_TABLE`: an Arrow IPC stream of the key columns, the window's start and end
@@ -14,16 +14,23 @@ input at once (``KeyedProcessor.process_table``) and works on columns:
 * a window is due once the watermark ``W >= end - 1``: a due window that has not fired
   emits its result and is marked fired (where the per-key form fires a timer); once ``W >=
   end - 1 + allowed_lateness`` it has expired and is dropped;
-* the batch's records get their windows; a record whose windows have all expired is late
-  (so is one without event time); the others are folded per key and window with one hash
-  aggregation and merged into the kept windows with each aggregation's merge (partials of
-  a map-side combine the same way); a window that got records and is due already emits its
-  updated result (a late firing, once per batch).
+* each record of the batch becomes a window of its own holding its partials (a count's 1,
+  a sum's value; a map-side combine's row its partials), and one hash aggregation merges
+  them with the kept windows through each aggregation's merge: per key and window start
+  for tumbling and sliding windows; per run of windows that overlap or touch for sessions,
+  where a record whose own window has expired is late unless it touches a kept session
+  (see :meth:`WindowTable._sessions`). A record whose windows have all expired is late, so
+  is one without event time. A window that got records and is due emits its updated result
+  (a late firing, once per batch); a session that grew past the watermark fires again once
+  it is due.
 
 The results are the per-key form's, batch by batch: the window tests run both forms
 against one plain-Python reference. The two forms keep different states, so an operator's
 state cannot move from one to the other: restoring a per-key snapshot of a ``windows``
-map into this form is refused as undeclared state, and so is the reverse.
+map into this form is refused as undeclared state, and so is the reverse. A batch reads and
+writes back the whole table of every key group it touches: cheap when it touches many of
+the open windows, more than the per-key form writes when it touches few of many (see
+``WindowAggregate``'s ``columns``).
 """
 
 from __future__ import annotations
