@@ -59,3 +59,15 @@ def test_reference_sessions_split_at_the_gap_and_close_at_their_end(
         ("a", 50_000, 91_000, 2),
         ("b", 2_000, 32_000, 1),
     ]
+
+
+def test_the_window_forms_probe_runs_both_forms_on_their_own_state(tmp_path: Path) -> None:
+    from benchmarks import window_forms
+    from firesteel.backends.inspect import read_state
+    from firesteel.state.window_table import WINDOW_TABLE
+
+    for columns, state in ((True, WINDOW_TABLE.name), (False, "windows")):
+        line = window_forms.measure(300, 30, columns=columns, folder=tmp_path / str(columns))
+        assert "batches of 30 keys" in line, line
+        names = {r["state"] for r in read_state(str(tmp_path / str(columns))).to_pylist()}
+        assert state in names, names
