@@ -284,6 +284,10 @@ class EventTimers:
             t for t in list(self._by_group[key_group]) if key in (self._keys(key_group, t) or ())
         )
 
+    def pending(self) -> bool:
+        """Whether any key group of the task has a timer."""
+        return any(self._by_group.values())
+
     def pop_due(self, watermark: int) -> list[tuple[int, int, Key]]:
         """Remove and return ``(timestamp, key_group, key)`` of every timer at or behind
         ``watermark``, in timestamp order (then key group, then key as registered)."""

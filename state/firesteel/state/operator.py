@@ -566,6 +566,7 @@ def _run_task(
             now_ms = clock.advance(store, task.key_groups, batch_time)
         builder = OutputBuilder(operator.schema, spec.name, task.scope.batch_id)
         handle = KeyState(store, spec.name, task.scope.batch_id)
+        handle.key_groups = task.key_groups
         times = operator.event_time
         if times is not None:
             handle.watermark_ms = et.advance(
@@ -768,7 +769,6 @@ def _process_table(
     if table is not None:
         _check_key_groups(operator.spec, task, table)
         rows = table.drop_columns([BATCH_TIME_COLUMN])
-    handle.key_groups = task.key_groups
     _call(_whole, (), (operator.processor, rows), handle, main.builder, what="process_table")
     if handle.rejected_late:
         yield from _route_rejected(operator, store, handle)

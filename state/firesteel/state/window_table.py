@@ -26,11 +26,11 @@ once (``KeyedProcessor.process_table``) and works on columns:
 
 The results are the per-key form's, batch by batch: the window tests run both forms
 against one plain-Python reference. The two forms keep different states, so an operator's
-state cannot move from one to the other: restoring a per-key snapshot of a ``windows``
-map into this form is refused as undeclared state, and so is the reverse. A batch reads and
-writes back the whole table of every key group it touches: cheap when it touches many of
-the open windows, more than the per-key form writes when it touches few of many (see
-``WindowAggregate``'s ``columns``).
+state cannot move from one to the other: a restore finding the other form's windows fails
+saying which form wrote them (``WindowAggregate._refuse_other_form``), rather than starting
+empty. A batch reads and writes back the whole table of every key group it touches: cheap
+when it touches many of the open windows, more than the per-key form writes when it
+touches few of many (see ``WindowAggregate``'s ``columns``).
 """
 
 from __future__ import annotations

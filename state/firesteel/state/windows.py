@@ -422,7 +422,8 @@ class WindowAggregate(KeyedProcessor):
     batch, ``python -m benchmarks.window_forms``; the column form pays off once a batch
     touches more than about 2-3% of the open windows). ``columns=False`` keeps the per-key
     form (map state and event-time timers). The two forms keep different state:
-    an operator cannot switch between them across a restart (refused, naming the state).
+    an operator cannot switch between them across a restart (refused, saying which form
+    wrote its windows).
     """
 
     assigner: WindowAssigner
@@ -469,10 +470,33 @@ class WindowAggregate(KeyedProcessor):
         return self.columns and not self._early and Combiner.supports(self._specs)
 
     def declared_states(self) -> dict[str, StateDescriptor]:
-        """The per-key windows map, or the per-key-group window table when
-        :meth:`processes_tables`: the two forms keep different states."""
-        declared = WINDOW_TABLE if self.processes_tables() else self.windows
-        return {declared.name: declared}
+        """The per-key windows map and the per-key-group window table: each form uses one,
+        and declares the other so that a restore finding it is told which form wrote it
+        (:meth:`_refuse_other_form`) rather than of an undeclared state."""
+        return {self.windows.name: self.windows, WINDOW_TABLE.name: WINDOW_TABLE}
+
+    def _refuse_other_form(self, state: KeyState) -> None:
+        """A ``ConfigError`` when the task's key groups hold the other form's windows: the
+        per-key form's leave event-time timers (every open window has one), the column
+        form's a window table."""
+        if self.processes_tables():
+            timers = state.event_timers
+            if timers is not None and timers.pending():
+                msg = (
+                    f"operator '{state.operator}': its windows were kept per key (map state and "
+                    "event-time timers: by a firesteel before the column form, or with "
+                    "WindowAggregate(..., columns=False)); run it with columns=False, or start "
+                    "it under another operator name (stateful(name=...))"
+                )
+                raise ConfigError(msg)
+            return
+        if any(state.group_value(WINDOW_TABLE, group) for group in state.key_groups):
+            msg = (
+                f"operator '{state.operator}': its windows were kept on columns (the default "
+                "for an aggregate whose Arrow form merges, without early_every); run it so "
+                "again, or start it under another operator name (stateful(name=...))"
+            )
+            raise ConfigError(msg)
 
     def open(self, ctx: OpenContext) -> None:
         self._time_column = ctx.require_event_time("WindowAggregate")
@@ -485,6 +509,7 @@ class WindowAggregate(KeyedProcessor):
     def process_table(self, rows: pa.Table | None, state: KeyState) -> pa.Table | None:
         """The whole task on columns (see :mod:`firesteel.state.window_table`)."""
         assert self._table is not None, "process_table() runs only when processes_tables()"
+        self._refuse_other_form(state)
         windows, rejected = self._table.run(rows, state)
         if rejected is not None:
             state.emit_late(rejected)
@@ -548,6 +573,7 @@ class WindowAggregate(KeyedProcessor):
     def prepare(self, rows: pa.Table, starts: Sequence[int], state: KeyState) -> list[KeyPanes]:
         """The batch's records (or combined rows) as panes, one list per key (see
         :mod:`firesteel.state.panes`)."""
+        self._refuse_other_form(state)
         self._rows = rows
         specs = self.aggregate.arrow_aggregations()
         if COMBINED_COLUMN in rows.column_names and specs is not None:
