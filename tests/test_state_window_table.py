@@ -126,3 +126,16 @@ def test_another_aggregate_is_refused_on_the_windows_of_the_first(tmp_path: Path
         run_batch(window_job(backend, "tumbling", 2, aggregate=Count()), n, records)
     with pytest.raises(ConfigError, match=r"aggregations \[\[\[\], \"count_all\"\]\]"):
         run_batch(window_job(backend, "tumbling", 2, aggregate=Sum("v")), 3, batches[3])
+
+
+def test_session_keys_of_many_columns_keep_apart_past_int64() -> None:
+    # Sessions group rows by a number per key, the columns' codes multiplied together: keys
+    # of 70 two-valued columns that differ only in the first one must not become one when
+    # that product passes 2**64 (it would shift the first column's code out).
+    import pyarrow as pa
+
+    from firesteel.state.window_table import _key_ids
+
+    rows = [[0] * 70, [1] + [0] * 69, [0] * 69 + [1], [1] * 70]
+    table = pa.table({f"c{i}": pa.array([row[i] for row in rows]) for i in range(70)})
+    assert len(set(_key_ids(table, table.column_names).tolist())) == len(rows)

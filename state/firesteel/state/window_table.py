@@ -72,10 +72,18 @@ _LATEST = np.iinfo(np.int64).max
 def _key_ids(table: pa.Table, columns: Sequence[str]) -> np.ndarray:
     """One integer per row, equal where the key columns are (nulls one key)."""
     ids = np.zeros(table.num_rows, dtype=np.int64)
+    distinct = 1
     for name in columns:
         encoded = pc.dictionary_encode(table.column(name).combine_chunks(), null_encoding="encode")
         indices = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-        ids = ids * max(1, len(encoded.dictionary)) + indices
+        size = max(1, len(encoded.dictionary))
+        if distinct * size >= 2**62:
+            # Renumber the combinations seen so far (at most one per row) before the product
+            # of the columns' distinct values could overflow.
+            ids = np.unique(ids, return_inverse=True)[1].astype(np.int64)
+            distinct = int(ids.max()) + 1 if len(ids) else 1
+        ids = ids * size + indices
+        distinct *= size
     return ids
 
 
