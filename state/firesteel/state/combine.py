@@ -21,11 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from firesteel.state.eventtime import COMBINED_COLUMN, epoch_ms
+from firesteel.state.eventtime import COMBINED_COLUMN, event_millis
 
 if TYPE_CHECKING:
     from firesteel.state.windows import WindowAssigner
@@ -46,6 +44,18 @@ def partial_column(index: int) -> str:
 def merge_specs(specs: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     """The Arrow form that folds combined rows: each aggregation's merge over its partials."""
     return [(partial_column(i), MERGES[spec[1]]) for i, spec in enumerate(specs)]
+
+
+def spec_columns(specs: Sequence[tuple[Any, ...]], skip: Sequence[str] = ()) -> list[str]:
+    """The columns an Arrow form's aggregations read, once each, in order, those of
+    ``skip`` aside."""
+    found: list[str] = []
+    for spec in specs:
+        target = spec[0]
+        for name in [target] if isinstance(target, str) else target:
+            if name not in found and name not in skip:
+                found.append(name)
+    return found
 
 
 def grouped(
@@ -82,12 +92,7 @@ class Combiner:
 
     def _targets(self) -> list[str]:
         """The columns the aggregations read, once each, key columns aside."""
-        found: list[str] = []
-        for target, _ in self.specs:
-            for name in [target] if isinstance(target, str) else target:
-                if name not in found and name not in self.key_columns:
-                    found.append(name)
-        return found
+        return spec_columns(self.specs, skip=self.key_columns)
 
     def input_columns(self) -> list[str]:
         """The input columns the combine reads (the others are left before the map side)."""
@@ -109,9 +114,7 @@ class Combiner:
 
     def combine(self, rows: pa.Table) -> pa.Table:
         """One row per key and pane of ``rows`` (see module docs), in no particular order."""
-        stamps = epoch_ms(rows.column(self.time_column))
-        present = np.asarray(pc.is_valid(stamps).to_numpy(zero_copy_only=False), dtype=bool)
-        millis = np.asarray(pc.fill_null(stamps, 0).to_numpy(zero_copy_only=False), np.int64)
+        millis, present = event_millis(rows.column(self.time_column))
         panes = pa.array(self.assigner.pane_starts(millis), pa.int64(), mask=~present)
         work = rows.select([*self.key_columns, *self._targets()]).append_column(_PANE, panes)
         key_part, values = grouped(
@@ -128,4 +131,4 @@ class Combiner:
         return pa.table([*key_part[:-1], start, *values], names=names)
 
 
-__all__ = ["MERGES", "Combiner", "grouped", "merge_specs", "partial_column"]
+__all__ = ["MERGES", "Combiner", "grouped", "merge_specs", "partial_column", "spec_columns"]

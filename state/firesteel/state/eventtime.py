@@ -137,6 +137,15 @@ def epoch_ms(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
     return pc.floor(pc.divide(pc.cast(raw, pa.float64()), per_ms)).cast(pa.int64())
 
 
+def event_millis(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's event time of a timestamp column as epoch milliseconds (0 where null), and
+    whether the row has one."""
+    times = epoch_ms(column)
+    present = np.asarray(pc.is_valid(times).to_numpy(zero_copy_only=False), dtype=bool)
+    millis = np.asarray(pc.fill_null(times, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
+    return millis, present
+
+
 @dataclass
 class EventTimeTicks:
     """The picklable ``mapInArrow`` function before the operator's shuffle: passes every

@@ -24,7 +24,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from firesteel.state.eventtime import epoch_ms
+from firesteel.state.combine import spec_columns
+from firesteel.state.eventtime import event_millis
 
 if TYPE_CHECKING:
     from firesteel.state.windows import AggregateFunction, WindowAssigner
@@ -75,9 +76,7 @@ def key_panes(
     key_of_row = np.repeat(
         np.arange(len(offsets), dtype=np.int64), np.diff(np.append(offsets, count))
     )
-    times = epoch_ms(rows.column(time_column))
-    present = np.asarray(pc.is_valid(times).to_numpy(zero_copy_only=False), dtype=bool)
-    stamps = np.asarray(pc.fill_null(times, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
+    stamps, present = event_millis(rows.column(time_column))
     timed = np.flatnonzero(present)
     local, start, end = assigner.assign_all(stamps[timed])
     record = timed[local]
@@ -110,6 +109,26 @@ def key_panes(
     return out
 
 
+def running(values: np.ndarray, keys: np.ndarray, how: str) -> np.ndarray:
+    """The running maximum (``cummax``) or minimum (``cummin``) of ``values`` within each
+    key of ``keys``."""
+    import pandas as pd
+
+    by_key = pd.Series(values).groupby(keys, sort=False)
+    return np.asarray(getattr(by_key, how)().to_numpy(), dtype=np.int64)
+
+
+def session_starts(key: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Among windows sorted by key and start, true where a session begins: a session goes
+    on while a window starts at or before the latest end of the key's windows so far
+    (windows that overlap or touch merge)."""
+    new = np.ones(len(key), dtype=bool)
+    if len(key):
+        reach = running(end, key, "cummax")
+        new[1:] = (key[1:] != key[:-1]) | (start[1:] > reach[:-1])
+    return new
+
+
 def _pane_starts(
     key: np.ndarray,
     start: np.ndarray,
@@ -120,19 +139,11 @@ def _pane_starts(
     merging: bool,
 ) -> np.ndarray:
     """Where each pane starts among the windows sorted by key, start, time and row."""
-    size = len(key)
-    new = np.ones(size, dtype=bool)
     if not merging:
+        new = np.ones(len(key), dtype=bool)
         new[1:] = (key[1:] != key[:-1]) | (start[1:] != start[:-1])
         return np.flatnonzero(new)
-    if size == 0:
-        return np.flatnonzero(new)
-    import pandas as pd
-
-    # A session run goes on while a window starts at or before the latest end of the
-    # key's windows so far (windows that overlap or touch merge).
-    reach = pd.Series(end).groupby(key, sort=False).cummax().to_numpy()
-    new[1:] = (key[1:] != key[:-1]) | (start[1:] > reach[:-1])
+    new = session_starts(key, start, end)
     if watermark is None:
         return np.flatnonzero(new)
     run = np.cumsum(new) - 1
@@ -186,12 +197,7 @@ def _partials(
     aggregate: AggregateFunction,
 ) -> list[Any]:
     """Each pane's accumulator, from one Arrow hash aggregation over the batch."""
-    needed: list[str] = []
-    for spec in specs:
-        target = spec[0]
-        for name in [target] if isinstance(target, str) else target:
-            if name not in needed:
-                needed.append(name)
+    needed = spec_columns(specs)
     marks = np.zeros(len(record), dtype=np.int64)
     marks[first[1:]] = 1
     groups = pa.array(np.cumsum(marks))
@@ -209,4 +215,4 @@ def _partials(
     return [aggregate.from_arrow(values) for values in zip(*columns, strict=True)]
 
 
-__all__ = ["KeyPanes", "Pane", "key_panes"]
+__all__ = ["KeyPanes", "Pane", "key_panes", "running", "session_starts"]

@@ -47,8 +47,9 @@ import pyarrow.compute as pc
 from firesteel.core.spi import ConfigError
 from firesteel.state.combine import MERGES, grouped, partial_column
 from firesteel.state.descriptors import reserved_value_state
-from firesteel.state.eventtime import COMBINED_COLUMN, epoch_ms
+from firesteel.state.eventtime import COMBINED_COLUMN, event_millis
 from firesteel.state.keygroups import KEY_GROUP_COLUMN
+from firesteel.state.panes import running, session_starts
 
 if TYPE_CHECKING:
     from firesteel.state.processor import KeyState
@@ -87,13 +88,9 @@ def _key_ids(table: pa.Table, columns: Sequence[str]) -> np.ndarray:
     return ids
 
 
-def _running(values: np.ndarray, keys: np.ndarray, how: str) -> np.ndarray:
-    """The running maximum (``cummax``) or minimum (``cummin``) of ``values`` within each
-    run of equal ``keys``."""
-    import pandas as pd
-
-    grouped_values = pd.Series(values).groupby(keys, sort=False)
-    return np.asarray(getattr(grouped_values, how)().to_numpy(), dtype=np.int64)
+def _with_fired(windows: pa.Table, fired: np.ndarray) -> pa.Table:
+    """``windows`` with the :data:`FIRED` column ``fired``."""
+    return windows.set_column(windows.schema.get_field_index(FIRED), FIRED, pa.array(fired))
 
 
 def _before_in_key(running: np.ndarray, first: np.ndarray, empty: int) -> np.ndarray:
@@ -205,16 +202,13 @@ class WindowTable:
         changed.update(np.unique(groups[touched]).tolist())
         if due.any():
             emitted.append(stored.filter(pa.array(due)))
-            index = stored.schema.get_field_index(FIRED)
-            stored = stored.set_column(index, FIRED, pa.array(fired | due))
+            stored = _with_fired(stored, fired | due)
         return stored.filter(pa.array(~expired)) if expired.any() else stored
 
     def _placed(self, rows: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Each window of each record with event time: ``(row, start, end)`` arrays, and
         a mask of the rows without event time."""
-        times = epoch_ms(rows.column(self.time_column))
-        present = np.asarray(pc.is_valid(times).to_numpy(zero_copy_only=False), dtype=bool)
-        stamps = np.asarray(pc.fill_null(times, 0).to_numpy(zero_copy_only=False), np.int64)
+        stamps, present = event_millis(rows.column(self.time_column))
         timed = np.flatnonzero(present)
         local, start, end = self.assigner.assign_all(stamps[timed])
         return timed[local], start, end, ~present
@@ -330,9 +324,9 @@ class WindowTable:
         if doubtful.any():
             # The latest end of the key's kept sessions before each position, and the start
             # of its next kept session after it.
-            reach = _running(np.where(is_kept, ends, _EARLIEST), keys, "cummax")
+            reach = running(np.where(is_kept, ends, _EARLIEST), keys, "cummax")
             before = _before_in_key(reach, first, _EARLIEST)
-            suffix = _running(np.where(is_kept, starts, _LATEST)[::-1], keys[::-1], "cummin")
+            suffix = running(np.where(is_kept, starts, _LATEST)[::-1], keys[::-1], "cummin")
             after = np.full(count, _LATEST, dtype=np.int64)
             after[:-1] = suffix[::-1][1:]
             after[np.flatnonzero(np.append(keys[1:] != keys[:-1], True))] = _LATEST
@@ -346,9 +340,7 @@ class WindowTable:
         if not len(taken):
             return None, rejected
         keys, starts, ends = keys[accepted], starts[accepted], ends[accepted]
-        reach = _running(ends, keys, "cummax")
-        opens = np.ones(len(taken), dtype=bool)
-        opens[1:] = (keys[1:] != keys[:-1]) | (starts[1:] > reach[:-1])
+        opens = session_starts(keys, starts, ends)
         session = np.cumsum(opens) - 1
         joined = items.take(pa.array(taken)).append_column(_SESSION, pa.array(session))
         group_keys, values = grouped(
@@ -389,8 +381,7 @@ class WindowTable:
             if again.any():
                 emitted.append(merged.filter(pa.array(again)))
             fired = np.asarray(merged.column(FIRED).to_numpy(), dtype=bool)
-            index = merged.schema.get_field_index(FIRED)
-            merged = merged.set_column(index, FIRED, pa.array(np.where(touched, again, fired)))
+            merged = _with_fired(merged, np.where(touched, again, fired))
         return merged.drop_columns([_TOUCHED])
 
     def _save(self, stored: pa.Table, changed: set[int], state: KeyState) -> None:
