@@ -518,17 +518,14 @@ class WindowAggregate(KeyedProcessor):
         values = [windows.column(partial_column(i)) for i in range(len(self._table.specs))]
         results = self.aggregate.arrow_result(values)
         if results is None:
-            found = [
-                self.aggregate.get_result(self.aggregate.from_arrow(list(row)))
-                for row in zip(*(v.to_pylist() for v in values), strict=True)
-            ]
-            results = {name: [r.get(name) for r in found] for name in (found[0] if found else ())}
-        stamp = pa.timestamp("ms", tz="UTC")
-        columns: dict[str, Any] = {name: windows.column(name) for name in self._key_columns}
-        columns["window_start"] = windows.column(START).cast(stamp)
-        columns["window_end"] = windows.column(END).cast(stamp)
-        columns.update(results)
-        return pa.table(columns)
+            results = _by_name(
+                [
+                    self.aggregate.get_result(self.aggregate.from_arrow(list(row)))
+                    for row in zip(*(v.to_pylist() for v in values), strict=True)
+                ]
+            )
+        keys = [windows.column(name) for name in self._key_columns]
+        return self._results_table(keys, windows.column(START), windows.column(END), results)
 
     def _timers(self, windows: Mapping[int, list[Any]], watermark: int | None) -> set[int]:
         """The event-time timers ``windows`` need at ``watermark``: emit (not yet due) and
@@ -728,28 +725,30 @@ class WindowAggregate(KeyedProcessor):
                 starts.append(start)
                 ends.append(end)
                 results.append(self.aggregate.get_result(accumulator))
-        return self._results_table(keys, starts, ends, results) if keys else []
+        if not keys:
+            return []
+        return self._results_table(
+            [list(column) for column in zip(*keys, strict=True)],
+            pa.array(starts, pa.int64()),
+            pa.array(ends, pa.int64()),
+            _by_name(results),
+        )
 
     def _results_table(
         self,
-        keys: list[Key],
-        starts: list[int],
-        ends: list[int],
-        results: list[Mapping[str, Any]],
+        keys: Sequence[Any],
+        starts: pa.Array | pa.ChunkedArray,
+        ends: pa.Array | pa.ChunkedArray,
+        results: Mapping[str, Any],
     ) -> pa.Table:
         """Final window results (at least one) as an Arrow table, which the operator casts
-        to the output schema: key columns, bounds as UTC millisecond timestamps, the result
-        columns."""
+        to the output schema: key columns (one column of values each), bounds (epoch ms) as
+        UTC millisecond timestamps, the result columns by name."""
         stamp = pa.timestamp("ms", tz="UTC")
-        columns: dict[str, Any] = {
-            name: pa.array(list(values))
-            for name, values in zip(self._key_columns, zip(*keys, strict=True), strict=True)
-        }
-        columns["window_start"] = pa.array(starts, pa.int64()).cast(stamp)
-        columns["window_end"] = pa.array(ends, pa.int64()).cast(stamp)
-        names = list(results[0]) if results else []
-        for name in names:
-            columns[name] = pa.array([result.get(name) for result in results])
+        columns: dict[str, Any] = dict(zip(self._key_columns, keys, strict=True))
+        columns["window_start"] = starts.cast(stamp)
+        columns["window_end"] = ends.cast(stamp)
+        columns.update(results)
         if self._early:
             columns[IS_FINAL] = pa.array([True] * len(starts), pa.bool_())
         return pa.table(columns)
@@ -768,6 +767,11 @@ class WindowAggregate(KeyedProcessor):
             yield self._row(key, start, end, accumulator, final=False)
         if pending:
             self._early_timer(state)
+
+
+def _by_name(results: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """Per-window results (mappings of column to value) as columns, by the first's names."""
+    return {name: [result.get(name) for result in results] for name in results[0]}
 
 
 def _pending(end: int, watermark: int | None) -> bool:
