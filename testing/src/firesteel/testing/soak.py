@@ -511,14 +511,14 @@ class WindowsSoak(_EventTimeSoak):
 
     path = WINDOWS
     operator = "sessions"
-    """The job's window operator (``windows_job.py``'s last argument; the default)."""
+    """The job's window operator (``windows_job.py``'s last argument)."""
 
     def feed(self) -> None:
         write_window_files(self.source, self.files, FILES_PER_CYCLE)
         self.files += FILES_PER_CYCLE
 
     def args(self, run: int) -> list[str]:
-        return [*super().args(run), str(self.rng.randint(0, 3))]
+        return [*super().args(run), str(self.rng.randint(0, 3)), self.operator]
 
     def check(self) -> dict[str, int]:
         found = check_window_output(
@@ -539,9 +539,6 @@ class PerKeyWindowsSoak(WindowsSoak):
     path = PER_KEY_WINDOWS
     operator = "sessions-per-key"
 
-    def args(self, run: int) -> list[str]:
-        return [*super().args(run), self.operator]
-
 
 class CombinedWindowsSoak(WindowsSoak):
     """The ``windows-combined`` path: the ``windows`` path's input and restarts -> tumbling
@@ -551,9 +548,6 @@ class CombinedWindowsSoak(WindowsSoak):
 
     path = COMBINED_WINDOWS
     operator = "tumbling"
-
-    def args(self, run: int) -> list[str]:
-        return [*super().args(run), self.operator]
 
 
 class JoinSoak(_EventTimeSoak):
