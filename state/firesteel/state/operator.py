@@ -797,26 +797,20 @@ def _route_rejected(
             yield et.side_output_batch(records, operator.schema, operator.late_type)
         return
     count = sum(_records_in(records) for records in rejected)
-    if all(KEY_GROUP_COLUMN in records.column_names for records in rejected):
-        # From process_table: records of many key groups, each counted in its own.
-        logger.info(
-            "state: operator %s batch %d dropped %d late records (watermark %s)",
-            operator.spec.name,
-            handle.batch_id,
-            count,
-            handle.watermark_ms,
-        )
-        for records in rejected:
-            et.count_dropped(store, records, KEY_GROUP_COLUMN)
-        return
+    # From process_table: records of many key groups, each counted in its own.
+    per_group = all(KEY_GROUP_COLUMN in records.column_names for records in rejected)
     logger.info(
-        "state: operator %s batch %d dropped %d late records of key group %d (watermark %s)",
+        "state: operator %s batch %d dropped %d late records of %s (watermark %s)",
         operator.spec.name,
         handle.batch_id,
         count,
-        handle.key_group,
+        "their key groups" if per_group else f"key group {handle.key_group}",
         handle.watermark_ms,
     )
+    if per_group:
+        for records in rejected:
+            et.count_dropped(store, records, KEY_GROUP_COLUMN)
+        return
     et.count_dropped_in(store, handle.key_group, count)
     store.set_current_key(handle.key, handle.key_group)
 
